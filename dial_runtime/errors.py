@@ -1,0 +1,41 @@
+"""The library's exceptions.
+
+Every error raised on purpose derives from :class:`DialError`::
+
+    DialError
+    ├── DialSizeError        an envelope is larger than the parser's limit (also a ValueError)
+    ├── ConversationBusy     say() or a decision came while another call drives the conversation
+    └── IllegalTransition    a state machine was asked for a transition its table does not have
+
+Built-in types are used where they fit: ``TypeError`` for a collaborator without a required method or a
+decision of the wrong shape, ``ValueError`` for a value the caller should not have passed.
+"""
+
+from __future__ import annotations
+
+
+class DialError(Exception):
+    """Base class of the errors this library raises on purpose."""
+
+
+class DialSizeError(DialError, ValueError):
+    """Raised by ``parse`` when the envelope (not the prose around it) is larger than the limit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"DIAL envelope is {size} bytes, over the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class ConversationBusy(DialError):
+    """Raised at once by a call that would drive a conversation another call is already driving."""
+
+
+class IllegalTransition(DialError):
+    """Raised when a machine gets an event its current state does not accept; nothing changes."""
+
+    def __init__(self, machine: str, state: str, event: str) -> None:
+        super().__init__(f"{machine}: event '{event}' is not allowed in state '{state}'")
+        self.machine = machine
+        self.state = state
+        self.event = event

@@ -1,0 +1,181 @@
+"""Frozen records that a parsed DIAL envelope is made of.
+
+One record type per speech act, with the spec's attributes as snake_case fields and the spec's defaults.
+Fields the reference parser leaves out (``lang``, ``multi``, ``resume``, ``interval``, ``disabled``) are read too.
+A ``payload`` is the decoded JSON value of the element's first ``<dial-payload>``; ``payload_text`` is that
+payload's raw text (``None`` when the element has no payload), so a JSON ``null`` payload, a payload that is not
+JSON and a missing payload can be told apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import attrs
+
+@attrs.frozen(kw_only=True)
+class ParseIssue:
+    """Something the parser repaired, kept aside or could not read; ``line`` is 1-based in the whole reply."""
+
+    code: str
+    message: str
+    line: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RootAttributes:
+    """The attributes of the ``<dial>`` root; ``turn`` is ``None`` unless it is an unsigned integer."""
+
+    version: str | None = None
+    turn: int | None = None
+    actor: str | None = None
+    session: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Option:
+    """One ``<dial-option>`` of a choice ask; ``value`` falls back to the label when absent."""
+
+    value: str
+    label: str = ""
+    default: bool = False
+    disabled: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class Step:
+    """One ``<step>`` of a ``<dial-execute>``; ``command`` is the trimmed text content."""
+
+    env: str = "shell"
+    id: str | None = None
+    label: str | None = None
+    observe: str | None = None
+    yields: tuple[str, ...] = ()
+    command: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class _Act:
+    """The base attributes every speech act carries."""
+
+    id: str | None = None
+    observe: str | None = None
+    yields: tuple[str, ...] = ()
+    addressed_to: str | None = None
+    lang: str = "en"
+    line: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class _PayloadCarrier(_Act):
+    """An act that may carry a ``<dial-payload>``."""
+
+    text: str | None = None
+    payload: Any = None
+    payload_text: str | None = None
+    payload_type: str = "application/json"
+
+
+@attrs.frozen(kw_only=True)
+class Inform(_PayloadCarrier):
+    """``<dial-inform>``: an assertion that expects no response."""
+
+    type: str = "dial-inform"
+    render: str = "prose"
+
+
+@attrs.frozen(kw_only=True)
+class AskElement(_Act):
+    """``<dial-ask>``: a question; ``timeout`` is in seconds (``None``: wait forever)."""
+
+    type: str = "dial-ask"
+    response_type: str = "text"
+    timeout: float | None = None
+    text: str | None = None
+    options: tuple[Option, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class Suggest(_PayloadCarrier):
+    """``<dial-suggest>``: a proposed action, with the agent's wording in ``text``."""
+
+    type: str = "dial-suggest"
+    render: str = "card-list"
+    action: str | None = None
+    multi: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class Execute(_Act):
+    """``<dial-execute>``: a graph of steps linked by observe/yield."""
+
+    type: str = "dial-execute"
+    steps: tuple[Step, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class Acknowledge(_Act):
+    """``<dial-acknowledge>``: closes a loop; ``of`` names the acknowledged element."""
+
+    type: str = "dial-acknowledge"
+    of: str | None = None
+    text: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Declare(_PayloadCarrier):
+    """``<dial-declare>``: a named fact; the body may be a payload or bare JSON text (kept in ``text``)."""
+
+    type: str = "dial-declare"
+    context_key: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Delegate(_PayloadCarrier):
+    """``<dial-delegate>``: a hand-off to another actor; the payload is the one inside ``<dial-context>``."""
+
+    type: str = "dial-delegate"
+    to: str | None = None
+    intent: str | None = None
+    resume: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class Phatic(_Act):
+    """``<dial-phatic>``: a channel signal such as ``typing`` or ``session-complete``."""
+
+    type: str = "dial-phatic"
+    signal: str | None = None
+    interval: float | None = None
+
+
+Element = Union[Inform, AskElement, Suggest, Execute, Acknowledge, Declare, Delegate, Phatic]
+
+ELEMENT_TYPES: dict[str, type[Element]] = {
+    "dial-inform": Inform,
+    "dial-ask": AskElement,
+    "dial-suggest": Suggest,
+    "dial-execute": Execute,
+    "dial-acknowledge": Acknowledge,
+    "dial-declare": Declare,
+    "dial-delegate": Delegate,
+    "dial-phatic": Phatic,
+}
+
+
+@attrs.frozen(kw_only=True)
+class Envelope:
+    """A parsed ``<dial>`` envelope: root attributes, speech acts in document order, the raw text, repairs."""
+
+    attributes: RootAttributes = RootAttributes()
+    elements: tuple[Element, ...] = ()
+    raw: str = ""
+    issues: tuple[ParseIssue, ...] = ()
+
+
+def is_json_type(media_type: str | None) -> bool:
+    """Whether a ``dial-payload`` of this ``type`` holds JSON (absent, ``application/json`` or ``*/*+json``)."""
+    if not media_type:
+        return True
+    base = media_type.split(";", 1)[0].strip().lower()
+    return base == "application/json" or base.endswith("+json")

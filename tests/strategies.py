@@ -1,0 +1,41 @@
+"""Hypothesis strategies shared by the tests."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from dial_runtime import Outcome
+from dial_runtime.language.outcomes import STATUSES
+
+#: Characters XML 1.0 allows (tab, newline and carriage return included), minus surrogates.
+xml_text = st.text(
+    alphabet=st.characters(
+        blacklist_categories=("Cs",),
+        blacklist_characters=[chr(c) for c in range(0x20) if c not in (0x09, 0x0A, 0x0D)] + ["\ufffe", "\uffff"],
+    ),
+    max_size=40,
+)
+
+#: Ids are one token of a ``yield`` list: non-empty XML text with no whitespace.
+ids = xml_text.filter(lambda text: bool(text) and not any(char.isspace() for char in text))
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | xml_text,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(xml_text, children, max_size=3),
+    max_leaves=8,
+)
+
+outcomes = st.builds(
+    Outcome,
+    id=ids,
+    action=xml_text,
+    status=st.sampled_from(STATUSES),
+    preview=xml_text,
+    result=json_values,
+    error=st.none() | xml_text,
+    code=st.none() | xml_text,
+    field=st.none() | xml_text,
+    hint=st.none() | xml_text,
+    edited=st.booleans(),
+    expired=st.booleans(),
+)
