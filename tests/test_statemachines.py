@@ -1,0 +1,413 @@
+"""The lifecycle machines: their compiled tables agree with their declarations and follow the contract."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from statemachine import State, StateMachine
+from statemachine.exceptions import TransitionNotAllowed
+
+from dial_runtime.errors import IllegalTransition
+from dial_runtime.statemachines import (
+    LIFE,
+    NEEDS_REPLY,
+    OUTCOME_STATUS,
+    SUGGESTION,
+    TURN_LOOP,
+    ConversationLife,
+    SuggestionLifecycle,
+    Table,
+    Transition,
+    TurnLoop,
+    compile_machine,
+)
+
+
+class Guarded(StateMachine):
+    """A machine using the guard forms the lifecycle machines do not: several conds, and unless."""
+
+    start = State(initial=True)
+    left = State()
+    right = State()
+    stop = State(final=True)
+
+    go = start.to(left, cond=["a", "b"]) | start.to(right, unless="a") | left.to(right, cond="b", unless="c")
+    back = left.to(start) | right.to(start, cond="c")
+    halt = stop.from_(start, left, right, unless="b")
+
+
+GUARDED = compile_machine(Guarded)
+
+MACHINES = [
+    pytest.param(SuggestionLifecycle, SUGGESTION, id="suggestion"),
+    pytest.param(TurnLoop, TURN_LOOP, id="turn_loop"),
+    pytest.param(ConversationLife, LIFE, id="life"),
+    pytest.param(Guarded, GUARDED, id="guarded"),
+]
+TABLES = [pytest.param(table, id=table.name) for table in (SUGGESTION, TURN_LOOP, LIFE)]
+
+
+class Flags:
+    """The declared machine's model: its guards read these attributes."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        for name in names:
+            setattr(self, name, False)
+
+
+# -- the table and the declared machine agree ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("cls", "table"), MACHINES)
+@given(data=st.data())
+def test_table_agrees_with_declared_machine(cls: type[StateMachine], table: Table, data: st.DataObject) -> None:
+    events = st.sampled_from([*sorted(table.events), "no_such_event"])
+    flags = st.fixed_dictionaries({name: st.booleans() for name in sorted(table.flags)})
+    steps = data.draw(st.lists(st.tuples(events, flags), max_size=25), label="steps")
+    model = Flags(table.flags)
+    machine = cls(model=model)
+    state = table.initial
+    assert machine.current_state_value == state
+    for event, values in steps:
+        for name, value in values.items():
+            setattr(model, name, value)
+        try:
+            machine.send(event)
+            declared_refused = False
+        except TransitionNotAllowed:
+            declared_refused = True
+        try:
+            state = table.fire(state, event, **values)
+            table_refused = False
+        except IllegalTransition:
+            table_refused = True
+        assert table_refused == declared_refused, (event, values)
+        assert state == machine.current_state_value
+
+
+def test_guards_are_tried_in_declaration_order() -> None:
+    assert GUARDED.fire("start", "go", a=True, b=True) == "left"
+    assert GUARDED.fire("start", "go") == "right"
+    with pytest.raises(IllegalTransition):
+        GUARDED.fire("start", "go", a=True)
+    assert GUARDED.fire("left", "go", b=True) == "right"
+    with pytest.raises(IllegalTransition):
+        GUARDED.fire("left", "go", b=True, c=True)
+
+
+# -- every path of each machine ------------------------------------------------------------------------------
+
+Step = tuple[str, str, dict[str, bool], str]
+"""A path case: from a state, an event with flags, to a target."""
+
+SUGGESTION_PATHS: list[Step] = [
+    ("proposed", "reject", {}, "invalid"),
+    ("proposed", "supersede", {}, "superseded"),
+    ("proposed", "run_read_only", {}, "running"),
+    ("proposed", "hand_off", {}, "handing_off"),
+    ("proposed", "present", {}, "pending"),
+    *(
+        (pending, event, {}, target)
+        for pending in ("pending", "pending_refused_once", "pending_refused_twice")
+        for event, target in (
+            ("supersede", "superseded"),
+            ("dismiss", "dismissed"),
+            ("expire", "dismissed"),
+            ("accept", "running"),
+        )
+    ),
+    ("pending", "refuse", {}, "pending_refused_once"),
+    ("pending_refused_once", "refuse", {}, "pending_refused_twice"),
+    ("pending_refused_twice", "refuse", {}, "invalid"),
+    ("running", "succeed", {}, "done"),
+    ("running", "fail", {}, "failed"),
+    ("handing_off", "succeed", {}, "handed_off"),
+    ("handing_off", "fail", {}, "failed"),
+]
+
+TURN_LOOP_PATHS: list[Step] = [
+    ("composing", "start_turn", {}, "awaiting_reply"),
+    ("composing", "start_turn", {"out_of_turns": True}, "turn_limit"),
+    ("composing", "cancel", {}, "cancelled"),
+    ("awaiting_reply", "reply", {}, "handling"),
+    ("awaiting_reply", "time_out", {}, "no_reply"),
+    ("awaiting_reply", "send_fail", {}, "send_failed"),
+    ("awaiting_reply", "cancel", {}, "cancelled"),
+    ("handling", "cancel", {}, "cancelled"),
+    ("handling", "handled", {"ending": True}, "ended"),
+    ("handling", "handled", {"ending": True, "words_pending": True, "needs_reply": True}, "ended"),
+    ("handling", "handled", {"words_pending": True}, "composing"),
+    ("handling", "handled", {"needs_reply": True}, "composing"),
+    ("handling", "handled", {"unusable_reply": True}, "composing"),
+    ("handling", "handled", {"ending": False, "words_pending": False, "needs_reply": False}, "idle"),
+    ("handling", "handled", {}, "idle"),
+]
+
+LIFE_PATHS: list[Step] = [
+    ("open", "begin", {}, "in_turn"),
+    ("open", "end", {}, "ended"),
+    ("in_turn", "finish", {}, "open"),
+    ("in_turn", "end", {}, "ended"),
+    ("ended", "begin", {}, "ended"),
+    ("ended", "end", {}, "ended"),
+    ("ended", "finish", {}, "ended"),
+]
+
+PATHS = {SUGGESTION.name: SUGGESTION_PATHS, TURN_LOOP.name: TURN_LOOP_PATHS, LIFE.name: LIFE_PATHS}
+
+
+@pytest.mark.parametrize(
+    ("table", "state", "event", "flags", "target"),
+    [
+        pytest.param(
+            table,
+            state,
+            event,
+            flags,
+            target,
+            id="-".join([f"{table.name}:{state}", event, *(f"{k}={int(v)}" for k, v in flags.items())]),
+        )
+        for table in (SUGGESTION, TURN_LOOP, LIFE)
+        for state, event, flags, target in PATHS[table.name]
+    ],
+)
+def test_path(table: Table, state: str, event: str, flags: dict[str, bool], target: str) -> None:
+    assert table.fire(state, event, **flags) == target
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_paths_cover_every_transition(table: Table) -> None:
+    tested = {(state, event, target) for state, event, _, target in PATHS[table.name]}
+    assert tested == {(t.source, t.event, t.target) for t in table.transitions}
+
+
+ALLOWED = {
+    SUGGESTION.name: {
+        "proposed": {"reject", "supersede", "run_read_only", "hand_off", "present"},
+        "pending": {"supersede", "dismiss", "expire", "accept", "refuse"},
+        "pending_refused_once": {"supersede", "dismiss", "expire", "accept", "refuse"},
+        "pending_refused_twice": {"supersede", "dismiss", "expire", "accept", "refuse"},
+        "running": {"succeed", "fail"},
+        "handing_off": {"succeed", "fail"},
+        **{final: set() for final in ("done", "failed", "invalid", "dismissed", "superseded", "handed_off")},
+    },
+    TURN_LOOP.name: {
+        "composing": {"start_turn", "cancel"},
+        "awaiting_reply": {"reply", "time_out", "send_fail", "cancel"},
+        "handling": {"handled", "cancel"},
+        **{final: set() for final in ("idle", "no_reply", "turn_limit", "ended", "send_failed", "cancelled")},
+    },
+    LIFE.name: {"open": {"begin", "end"}, "in_turn": {"finish", "end"}, "ended": {"begin", "finish", "end"}},
+}
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_allowed_events(table: Table) -> None:
+    assert {state: set(table.allowed(state)) for state in table.states} == ALLOWED[table.name]
+
+
+@pytest.mark.parametrize(
+    ("table", "state", "event"),
+    [
+        pytest.param(table, state, event, id=f"{table.name}:{state}-{event}")
+        for table in (SUGGESTION, TURN_LOOP, LIFE)
+        for state in table.states
+        for event in sorted(table.events - ALLOWED[table.name][state])
+    ],
+)
+def test_refusal(table: Table, state: str, event: str) -> None:
+    with pytest.raises(IllegalTransition) as refused:
+        table.fire(state, event)
+    assert (refused.value.machine, refused.value.state, refused.value.event) == (table.name, state, event)
+
+
+IMPORTANT_REFUSALS = [
+    (SUGGESTION, "proposed", "accept", "the person decides only on a presented suggestion"),
+    (SUGGESTION, "proposed", "refuse", "a proposal that fails validate is rejected, not refused"),
+    (SUGGESTION, "running", "supersede", "a running action is not superseded: it ends done or failed"),
+    (SUGGESTION, "running", "dismiss", "a decision cannot undo a run"),
+    (SUGGESTION, "handing_off", "supersede", "a hand-off runs to its end"),
+    (SUGGESTION, "pending", "succeed", "nothing runs before it is accepted"),
+    (SUGGESTION, "done", "fail", "an outcome is final"),
+    (SUGGESTION, "invalid", "present", "an invalid suggestion is never shown"),
+    (TURN_LOOP, "composing", "reply", "no reply before a send"),
+    (TURN_LOOP, "awaiting_reply", "handled", "nothing is handled before the reply"),
+    (TURN_LOOP, "handling", "start_turn", "the next turn starts after the reply is handled"),
+    (TURN_LOOP, "idle", "cancel", "a finished say cannot be cancelled"),
+    (LIFE, "in_turn", "begin", "a second call while one drives the conversation (ConversationBusy)"),
+    (LIFE, "open", "finish", "no turn to finish"),
+]
+
+
+@pytest.mark.parametrize(
+    ("table", "state", "event"),
+    [pytest.param(table, state, event, id=why) for table, state, event, why in IMPORTANT_REFUSALS],
+)
+def test_important_refusal(table: Table, state: str, event: str) -> None:
+    with pytest.raises(IllegalTransition, match=f"event '{event}' is not allowed in state '{state}'"):
+        table.fire(state, event)
+
+
+def test_flags_do_not_affect_unguarded_transitions() -> None:
+    assert TURN_LOOP.fire("awaiting_reply", "reply", ending=True, out_of_turns=True) == "handling"
+
+
+def test_unknown_flag_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="unknown flags \\['endng'\\]"):
+        TURN_LOOP.fire("handling", "handled", endng=True)
+
+
+@pytest.mark.parametrize("method", ["allowed", "is_final"])
+def test_unknown_state_is_a_value_error(method: str) -> None:
+    with pytest.raises(ValueError, match="unknown state 'nowhere'"):
+        getattr(SUGGESTION, method)("nowhere")
+
+
+# -- shape of the machines -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("table", "initial", "finals"),
+    [
+        (SUGGESTION, "proposed", {"done", "failed", "invalid", "dismissed", "superseded", "handed_off"}),
+        (TURN_LOOP, "composing", {"idle", "no_reply", "turn_limit", "ended", "send_failed", "cancelled"}),
+        (LIFE, "open", {"ended"}),
+    ],
+)
+def test_initial_and_finals(table: Table, initial: str, finals: set[str]) -> None:
+    assert table.initial == initial
+    assert table.finals == finals
+    assert {state for state in table.states if table.is_final(state)} == finals
+
+
+def test_ended_is_terminal_though_not_declared_final() -> None:
+    assert not ConversationLife.ended.final
+    assert LIFE.is_final("ended")
+    assert LIFE.fire("ended", "begin") == "ended"
+
+
+def _successors(table: Table, state: str) -> set[str]:
+    return {t.target for t in table.transitions if t.source == state}
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_every_state_is_reachable_and_can_reach_a_final_state(table: Table) -> None:
+    def reachable(start: str) -> set[str]:
+        seen, queue = {start}, deque([start])
+        while queue:
+            for target in _successors(table, queue.popleft()) - seen:
+                seen.add(target)
+                queue.append(target)
+        return seen
+
+    assert reachable(table.initial) == set(table.states)
+    for state in table.states:
+        if not table.is_final(state):
+            assert reachable(state) & table.finals, f"{state} cannot reach a final state"
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_every_guarded_transition_can_be_taken(table: Table) -> None:
+    names = sorted(table.flags)
+    assignments = [
+        dict(zip(names, values, strict=True)) for values in itertools.product([False, True], repeat=len(names))
+    ]
+    for t in table.transitions:
+        assert any(table.fire(t.source, t.event, **flags) == t.target for flags in assignments), t
+
+
+def test_outcome_statuses() -> None:
+    assert set(OUTCOME_STATUS) == SUGGESTION.finals
+    assert OUTCOME_STATUS["handed_off"] == "handed-off"
+    assert all(status == state for state, status in OUTCOME_STATUS.items() if state != "handed_off")
+    assert {"done", "failed", "invalid"} == NEEDS_REPLY
+    assert set(OUTCOME_STATUS.values()) >= NEEDS_REPLY
+
+
+def test_table_lists_transitions_in_declaration_order() -> None:
+    handled = [t for t in TURN_LOOP.transitions if t.event == "handled"]
+    assert handled == [
+        Transition(source="handling", event="handled", target="ended", cond=("ending",)),
+        Transition(source="handling", event="handled", target="composing", cond=("words_pending",)),
+        Transition(source="handling", event="handled", target="composing", cond=("needs_reply",)),
+        Transition(source="handling", event="handled", target="composing", cond=("unusable_reply",)),
+        Transition(source="handling", event="handled", target="idle"),
+    ]
+    assert TURN_LOOP.states[:3] == ("composing", "awaiting_reply", "handling")
+
+
+# -- compile_machine accepts only what a table can reproduce -------------------------------------------------
+
+
+class ExpressionGuard(StateMachine):
+    a = State(initial=True)
+    b = State(final=True)
+    go = a.to(b, cond="x and y")
+
+
+def _callable_guard(*args: object, **kwargs: object) -> bool:
+    return True
+
+
+class CallableGuard(StateMachine):
+    a = State(initial=True)
+    b = State(final=True)
+    go = a.to(b, cond=_callable_guard)
+
+
+class Validated(StateMachine):
+    a = State(initial=True)
+    b = State(final=True)
+    go = a.to(b, validators="check")
+
+    def check(self) -> None:
+        """Accept everything."""
+
+
+class Compound(StateMachine):
+    class outer(State.Compound):
+        inner = State(initial=True)
+        done = State(final=True)
+        step = inner.to(done)
+
+    end = State(final=True)
+    leave = outer.to(end)
+
+
+@pytest.mark.parametrize(
+    ("cls", "message"),
+    [
+        (ExpressionGuard, "not a bare flag name"),
+        (CallableGuard, "not a bare flag name"),
+        (Validated, "without validators"),
+        (Compound, "is compound"),
+    ],
+)
+def test_compile_refuses_what_a_table_cannot_reproduce(cls: type[StateMachine], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        compile_machine(cls)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"initial": "nowhere"}, "unknown states \\['nowhere'\\]"),
+        ({"finals": frozenset({"nowhere"})}, "unknown states"),
+        ({"events": frozenset()}, "undeclared events \\['go'\\]"),
+    ],
+)
+def test_table_checks_its_own_consistency(change: dict[str, object], message: str) -> None:
+    fields: dict[str, object] = {
+        "name": "Tiny",
+        "initial": "a",
+        "states": ("a", "b"),
+        "finals": frozenset({"b"}),
+        "events": frozenset({"go"}),
+        "transitions": (Transition(source="a", event="go", target="b"),),
+    }
+    with pytest.raises(ValueError, match=message):
+        Table(**{**fields, **change})  # type: ignore[arg-type]
