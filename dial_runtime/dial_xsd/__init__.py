@@ -1,0 +1,1 @@
+"""The DIAL XML Schemas (lenient and strict), shipped as package data."""
