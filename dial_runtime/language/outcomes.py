@@ -44,7 +44,7 @@ def escape_attribute(value: str) -> str:
 
 
 def to_json_ready(value: Any) -> Any:
-    """Return ``value`` as plain JSON data: values JSON cannot hold (and non-finite floats) become ``str(value)``."""
+    """``value`` as plain JSON data: what JSON cannot hold (non-finite floats included) becomes ``str(value)``."""
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float):
@@ -102,7 +102,7 @@ def outcome_reply(outcomes: Iterable[Outcome]) -> str:
     outcomes = list(outcomes)
     acknowledgements = [outcome.acknowledgement() for outcome in outcomes]
     blocks = []
-    for outcome, acknowledgement in zip(outcomes, acknowledgements):
+    for outcome, acknowledgement in zip(outcomes, acknowledgements, strict=False):
         ident = escape_attribute(outcome.id)
         status = escape_attribute(outcome.status)
         body = json.dumps(to_json_ready(outcome.fact()), ensure_ascii=False, separators=(",", ":"))

@@ -9,9 +9,10 @@ JSON and a missing payload can be told apart.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import attrs
+
 
 @attrs.frozen(kw_only=True)
 class ParseIssue:
@@ -149,7 +150,7 @@ class Phatic(_Act):
     interval: float | None = None
 
 
-Element = Union[Inform, AskElement, Suggest, Execute, Acknowledge, Declare, Delegate, Phatic]
+Element = Inform | AskElement | Suggest | Execute | Acknowledge | Declare | Delegate | Phatic
 
 ELEMENT_TYPES: dict[str, type[Element]] = {
     "dial-inform": Inform,

@@ -1,0 +1,164 @@
+"""Runtime benchmarks: prints one JSON line.
+
+Scenarios (ARCHITECTURE.md): (a) 1,000 conversations x one ``say`` (a suggestion + declare, accepted, then an
+acknowledge: 2 turns each), in microseconds per turn; (b) one reply with 500 and with 1,000 suggestions, and the
+time ratio; (c) one conversation of 2,000 ``say`` calls, the last tenth's time over the first tenth's; (m) bytes
+held per conversation after one ``say``. ``--smoke`` runs small sizes, for CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import trio
+
+from dial_runtime import ActionSpec, Conversation, policy_human
+
+SUGGESTION_REPLY = (
+    "Sure.\n<dial>\n"
+    '  <dial-suggest action="add-note">Add "buy milk"</dial-suggest>\n'
+    '  <dial-declare context-key="add-note">{"text":"buy milk"}</dial-declare>\n'
+    "</dial>"
+)
+ACKNOWLEDGE_REPLY = '<dial>\n  <dial-acknowledge of="sg-1">Added.</dial-acknowledge>\n</dial>'
+
+
+class Notes:
+    """The reference scenario's domain: one mutating action, validated, previewed, run."""
+
+    actions: ClassVar[dict[str, ActionSpec]] = {"add-note": ActionSpec(mutates=True)}
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def validate(self, action: str, payload: Any) -> Any:
+        return {"ok": True} if isinstance(payload, dict) and payload.get("text") else {"ok": False, "code": "x"}
+
+    def preview(self, action: str, payload: Any) -> str:
+        return f"Add the note '{payload['text']}'"
+
+    def run(self, action: str, payload: Any) -> Any:
+        self.count += 1
+        return {"count": self.count}
+
+    def context(self) -> str:
+        return f'<context notes="{self.count}"/>'
+
+
+class Alternating:
+    """Replies with a suggestion, then an acknowledgement, again and again."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = replies
+        self.turn = 0
+
+    def send(self, message: str) -> str:
+        reply = self.replies[self.turn % len(self.replies)]
+        self.turn += 1
+        return reply
+
+
+def conversation(replies: list[str]) -> Conversation:
+    return Conversation(agent=Alternating(replies), domain=Notes(), human=policy_human("accept"))
+
+
+def timed(function: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    trio.run(function)
+    return time.perf_counter() - start
+
+
+def scenario_a(count: int) -> float:
+    """Microseconds of runtime per turn over ``count`` conversations of one two-turn ``say``."""
+    conversations = [conversation([SUGGESTION_REPLY, ACKNOWLEDGE_REPLY]) for _ in range(count)]
+
+    async def run() -> None:
+        for each in conversations:
+            result = await each.say("add a note: buy milk")
+            assert result.turns == 2 and result.outcomes[0].status == "done"
+
+    return min(timed(run) for _ in range(3)) / (2 * count) * 1e6
+
+
+def many_suggestions(count: int) -> float:
+    elements = "".join(
+        f'<dial-suggest action="add-note"><dial-payload>{{"text":"note {n}"}}</dial-payload></dial-suggest>'
+        for n in range(count)
+    )
+    reply = f"<dial>{elements}</dial>"
+
+    async def run() -> None:
+        result = await conversation([reply, ACKNOWLEDGE_REPLY]).say("add them all")
+        assert len(result.outcomes) == count
+
+    return min(timed(run) for _ in range(3))
+
+
+def scenario_c(calls: int) -> float:
+    """The last tenth of ``calls`` say calls over the first tenth, on one conversation."""
+    talk = conversation([SUGGESTION_REPLY, ACKNOWLEDGE_REPLY])
+    tenth = calls // 10
+    laps: list[float] = []
+
+    async def run() -> None:
+        for start in range(0, calls, tenth):
+            began = time.perf_counter()
+            for _ in range(tenth):
+                await talk.say("add a note: buy milk")
+            laps.append(time.perf_counter() - began)
+            del start
+
+    trio.run(run)
+    return laps[-1] / laps[0]
+
+
+def scenario_m(count: int) -> float:
+    """Bytes held per conversation after one ``say`` (tracemalloc, after a warm-up)."""
+    scenario_a(10)
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    conversations = [conversation([SUGGESTION_REPLY, ACKNOWLEDGE_REPLY]) for _ in range(count)]
+
+    async def run() -> None:
+        for each in conversations:
+            await each.say("add a note: buy milk")
+
+    trio.run(run)
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return held / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="small sizes, to check the benchmark runs")
+    smoke = parser.parse_args().smoke
+    scale = 10 if smoke else 1
+    small, large = many_suggestions(500 // scale), many_suggestions(1000 // scale)
+    print(
+        json.dumps(
+            {
+                "benchmark": "runtime",
+                "smoke": smoke,
+                "a_us_per_turn": round(scenario_a(1000 // scale), 1),
+                "b_500_suggestions_s": round(small, 4),
+                "b_1000_suggestions_s": round(large, 4),
+                "b_ratio_1000_vs_500": round(large / small, 2),
+                "c_last_tenth_vs_first": round(scenario_c(2000 // scale), 2),
+                "m_bytes_per_conversation": round(scenario_m(200 // scale)),
+                "targets": {"a_us_per_turn": 100, "b_ratio": 2.3, "c_ratio": 1.3, "m_bytes": 16384},
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+"""Agents a conversation can talk to."""
+
+from __future__ import annotations
+
+from .scripted import ScriptedAgent
+
+__all__ = ["ScriptedAgent"]

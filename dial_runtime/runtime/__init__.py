@@ -1,0 +1,35 @@
+"""The conversation runtime: the driver, its event log and state, and ready-made people."""
+
+from __future__ import annotations
+
+from .conversation import HANDLED_ELEMENTS, Conversation
+from .humans import policy_human, scripted_human
+from .records import (
+    Accept,
+    ActionError,
+    ActionSpec,
+    Ask,
+    Dismiss,
+    Edit,
+    Issue,
+    Say,
+    Suggestion,
+    TurnResult,
+)
+
+__all__ = [
+    "HANDLED_ELEMENTS",
+    "Accept",
+    "ActionError",
+    "ActionSpec",
+    "Ask",
+    "Conversation",
+    "Dismiss",
+    "Edit",
+    "Issue",
+    "Say",
+    "Suggestion",
+    "TurnResult",
+    "policy_human",
+    "scripted_human",
+]

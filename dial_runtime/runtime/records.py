@@ -1,0 +1,149 @@
+"""The values a conversation exchanges with its domain and its person.
+
+Each record accepts the plain-dict form the seed contract uses too (``{"accept": True}``, ``{"ok": False, ...}``,
+``{"mutates": True}``); the ``as_*`` functions turn either form into the record and raise ``TypeError`` naming
+what came when it is neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ..language.outcomes import Outcome
+from ..language.records import Option
+
+
+@attrs.frozen(kw_only=True)
+class Issue:
+    """Why the domain refused a payload: a machine-readable ``code``, the ``field`` at fault, a ``hint``."""
+
+    code: str | None = None
+    field: str | None = None
+    hint: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ActionSpec:
+    """What the domain says of one action: does it change anything, is it destructive, is it a hand-off."""
+
+    mutates: bool
+    destructive: bool = False
+    handoff: bool = False
+
+
+class ActionError(Exception):
+    """Raise from ``domain.run`` to fail an action with a code, field and hint the agent can act on."""
+
+    def __init__(
+        self, message: str, *, code: str | None = None, field: str | None = None, hint: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.field = field
+        self.hint = hint
+
+
+@attrs.frozen(kw_only=True)
+class Suggestion:
+    """A valid proposal as the person sees it; ``issue`` is set after a refused edit."""
+
+    id: str
+    action: str
+    text: str = ""
+    payload: Any = None
+    preview: str = ""
+    destructive: bool = False
+    issue: Issue | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Ask:
+    """A question put to the person; ``timeout`` (seconds) bounds the wait for an answer."""
+
+    id: str
+    text: str = ""
+    response_type: str = "text"
+    options: tuple[Option, ...] = ()
+    timeout: float | None = None
+
+
+@attrs.frozen
+class Accept:
+    """Run the suggestion as shown (its payload is validated once more first)."""
+
+
+@attrs.frozen
+class Dismiss:
+    """Do not run the suggestion."""
+
+
+@attrs.frozen
+class Edit:
+    """Run the suggestion with this payload instead, once the domain has validated it."""
+
+    payload: Any
+
+
+@attrs.frozen
+class Say:
+    """Decide nothing and say this instead: this suggestion and the reply's remaining ones are superseded."""
+
+    text: str
+
+
+Decision = Accept | Dismiss | Edit | Say
+
+
+@attrs.frozen(kw_only=True)
+class TurnResult:
+    """What one ``say`` came to: ``status`` (idle, no-reply, turn-limit or ended), turns, this call's outcomes."""
+
+    status: str
+    turns: int
+    outcomes: tuple[Outcome, ...] = ()
+
+
+def as_decision(value: object) -> Decision:
+    """A decision record from a record or the seed's dict form; ``TypeError`` naming anything else."""
+    if isinstance(value, (Accept, Dismiss, Edit, Say)):
+        return value
+    if isinstance(value, Mapping) and len(value) == 1:
+        if value.get("accept") is True:
+            return Accept()
+        if value.get("dismiss") is True:
+            return Dismiss()
+        if "edit" in value:
+            return Edit(value["edit"])
+        if isinstance(value.get("say"), str):
+            return Say(value["say"])
+    raise TypeError(f"Conversation: the human's decision must be accept, dismiss, edit or say — got {value!r}")
+
+
+def as_issue(value: object) -> Issue | None:
+    """``None`` when ``domain.validate`` accepted the payload, else the :class:`Issue` it reported."""
+    if value is None or isinstance(value, Issue):
+        return value
+    if isinstance(value, Mapping) and "ok" in value:
+        if value["ok"]:
+            return None
+        return Issue(code=value.get("code"), field=value.get("field"), hint=value.get("hint"))
+    raise TypeError(
+        "Conversation: domain.validate must return {'ok': True}, None, {'ok': False, ...} or an Issue — "
+        f"got {value!r}"
+    )
+
+
+def as_action_spec(value: object) -> ActionSpec:
+    """An :class:`ActionSpec` from a record or the dict form ``{"mutates": ..., "destructive": ...}``."""
+    if isinstance(value, ActionSpec):
+        return value
+    if isinstance(value, Mapping) and "mutates" in value:
+        return ActionSpec(
+            mutates=bool(value["mutates"]),
+            destructive=bool(value.get("destructive", False)),
+            handoff=bool(value.get("handoff", False)),
+        )
+    raise TypeError(f"Conversation: an action must be an ActionSpec or {{'mutates': ...}} — got {value!r}")

@@ -1,0 +1,91 @@
+"""Agents and domains for the runtime's tests: small, explicit, and recording what happened to them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+import anyio
+
+from dial_runtime import ActionError, ActionSpec
+
+
+def suggest(action: str, payload: str | None = None, *, ident: str | None = None, text: str = "") -> str:
+    """A ``dial-suggest`` element, with its payload inside when given."""
+    id_attr = f' id="{ident}"' if ident else ""
+    body = f"<dial-payload>{payload}</dial-payload>" if payload is not None else ""
+    return f'<dial-suggest action="{action}"{id_attr}>{text}{body}</dial-suggest>'
+
+
+def envelope(*elements: str, prose: str = "") -> str:
+    """A reply: optional prose, then a ``<dial>`` holding the elements."""
+    return (prose + "\n" if prose else "") + "<dial>\n" + "\n".join(elements) + "\n</dial>"
+
+
+class Agent:
+    """Replies from a list (a callable step computes a reply from the message); records every message."""
+
+    def __init__(self, replies: Iterable[str | Callable[[str], Any]]) -> None:
+        self.replies = list(replies)
+        self.sent: list[str] = []
+
+    async def send(self, message: str) -> str:
+        self.sent.append(message)
+        if not self.replies:
+            raise AssertionError(f"the agent got an unexpected message: {message!r}")
+        reply = self.replies.pop(0)
+        if callable(reply):
+            reply = reply(message)
+            if hasattr(reply, "__await__"):
+                reply = await reply
+        return reply
+
+
+async def hang(message: str) -> str:
+    """An agent step that never answers."""
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+class Notes:
+    """A notes domain: add-note (mutates), remove-note (destructive), list-notes (read-only), open-poll
+    (hand-off), and fail-note (mutates, always raises ActionError)."""
+
+    actions: ClassVar[dict[str, Any]] = {
+        "add-note": ActionSpec(mutates=True),
+        "remove-note": {"mutates": True, "destructive": True},
+        "list-notes": {"mutates": False},
+        "open-poll": ActionSpec(mutates=False, handoff=True),
+        "fail-note": ActionSpec(mutates=True),
+    }
+
+    def __init__(self, context: str = "") -> None:
+        self.notes: list[str] = []
+        self.ran: list[tuple[str, Any]] = []
+        self._context = context
+
+    def validate(self, action: str, payload: Any) -> Any:
+        if action == "add-note":
+            text = payload.get("text") if isinstance(payload, dict) else None
+            if not text:
+                return {"ok": False, "code": "missing-text", "field": "text", "hint": "Give the note's text."}
+        return {"ok": True}
+
+    def preview(self, action: str, payload: Any) -> str:
+        if action == "add-note":
+            return f"Add the note '{payload['text']}'"
+        return ""
+
+    async def run(self, action: str, payload: Any) -> Any:
+        self.ran.append((action, payload))
+        if action == "fail-note":
+            raise ActionError("the notebook is locked", code="locked", hint="Unlock it first.")
+        if action == "add-note":
+            self.notes.append(payload["text"])
+            return {"count": len(self.notes)}
+        if action == "list-notes":
+            return {"notes": list(self.notes)}
+        return None
+
+    def context(self) -> str:
+        return self._context

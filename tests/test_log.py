@@ -1,0 +1,100 @@
+"""The event log: every event survives JSON, and a conversation rebuilt by folding its log behaves the same."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+
+from dial_runtime import Conversation, event_from_dict, event_to_dict, scripted_human
+from dial_runtime.runtime.events import EVENT_TYPES, entry_from_dict, entry_to_dict
+from dial_runtime.runtime.state import ConversationState
+
+from .fakes import Agent, Notes, envelope, hang, suggest
+
+pytestmark = pytest.mark.anyio
+
+RICH_REPLY = envelope(
+    "<dial-inform>Here goes.</dial-inform>",
+    '<dial-ask id="q" response-type="choice" timeout="5">Pick<dial-option value="a" default="true">A</dial-option>'
+    "</dial-ask>",
+    suggest("add-note", '{"text":"milk"}'),
+    suggest("fly", "{}"),
+    '<dial-declare context-key="mood">{"level":3}</dial-declare>',
+    '<dial-delegate to="billing" intent="refund">Refund it<dial-context><dial-payload>{"n":1}</dial-payload>'
+    "</dial-context></dial-delegate>",
+    '<dial-execute id="x"><step id="s1" env="python" yield="s1:ok">print(1)</step></dial-execute>',
+    '<dial-phatic signal="typing"/>',
+    prose="Hello.",
+)
+
+
+def script() -> list[Any]:
+    return [{"answer": "a"}, {"edit": {"text": ""}}, {"edit": {"text": "oat milk"}}, "dismiss"]
+
+
+async def rich_conversation() -> tuple[Conversation, Agent]:
+    agent = Agent([RICH_REPLY, "<dial><<</dial>", envelope(suggest("add-note", '{"text":"x"}')), hang])
+    conversation = Conversation(agent=agent, domain=Notes(), human=scripted_human(script()), timeout=0.05)
+    await conversation.say("start")
+    await conversation.say("more")
+    return conversation, agent
+
+
+async def test_every_event_round_trips_through_json() -> None:
+    conversation, _ = await rich_conversation()
+    seen = {entry.event.type for entry in conversation.log}
+    assert seen >= set(EVENT_TYPES) - {"send-failed", "interrupted", "ended", "turn-limit"}
+    for entry in conversation.log:
+        data = json.loads(json.dumps(entry_to_dict(entry)))
+        assert entry_from_dict(data) == entry
+        assert event_from_dict(event_to_dict(entry.event)) == entry.event
+
+
+def test_an_unknown_event_type_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown event type 'nope'"):
+        event_from_dict({"type": "nope"})
+
+
+async def test_a_rebuilt_conversation_behaves_like_the_original() -> None:
+    original, _ = await rich_conversation()
+    stored = [json.loads(json.dumps(entry_to_dict(entry))) for entry in original.log]
+    rebuilt = Conversation(
+        agent=Agent([]), domain=Notes(), human=scripted_human([]), log=[entry_from_dict(data) for data in stored]
+    )
+    assert rebuilt.owed == original.owed
+    assert rebuilt.facts == original.facts == {"mood": {"level": 3}}
+    assert ConversationState.fold(e.event for e in rebuilt.log) == ConversationState.fold(
+        e.event for e in original.log
+    )
+    continuation = [envelope(suggest("add-note")), "ok"]
+    results = []
+    for conversation in (original, rebuilt):
+        agent = Agent(list(continuation))
+        conversation.agent = agent
+        conversation.human = scripted_human(["accept"])
+        events: list[Any] = []
+        conversation.on_event = events.append
+        result = await conversation.say("again")
+        results.append((result, agent.sent, events))
+    assert results[0] == results[1]
+
+
+async def test_the_log_is_numbered_and_timed() -> None:
+    conversation, _ = await rich_conversation()
+    assert [entry.seq for entry in conversation.log] == list(range(1, len(conversation.log) + 1))
+    times = [entry.time for entry in conversation.log]
+    assert times == sorted(times)
+
+
+async def test_the_log_holds_what_on_event_never_sees() -> None:
+    events: list[Any] = []
+    agent = Agent([hang])
+    conversation = Conversation(agent=agent, domain=Notes(), human=scripted_human([]), on_event=events.append)
+    with anyio.move_on_after(1):
+        await conversation.say("hi")
+    logged = [entry.event.type for entry in conversation.log]
+    assert logged == ["said", "sent", "interrupted", "finished"]
+    assert [event.type for event in events] == ["sent"]
