@@ -68,8 +68,12 @@ def test_markup_in_texts_and_json_cannot_break_the_envelope() -> None:
 
 def test_fact_lists_action_status_then_only_present_fields() -> None:
     outcome = Outcome(id="s", action="a", status="done", result={"n": 1}, edited=True)
-    assert list(outcome.fact().items()) == [("action", "a"), ("status", "done"), ("result", {"n": 1}),
-                                            ("edited", True)]
+    assert list(outcome.fact().items()) == [
+        ("action", "a"),
+        ("status", "done"),
+        ("result", {"n": 1}),
+        ("edited", True),
+    ]
     assert Outcome(id="s", action="a", status="dismissed").fact() == {"action": "a", "status": "dismissed"}
 
 
@@ -86,7 +90,7 @@ def test_outcome_replies_validate_and_parse_back_to_the_same_facts(items: list[O
     assert envelope is not None
     assert envelope.issues == ()
     assert len(envelope.elements) == 2 * len(items)
-    for outcome, acknowledge, declare in zip(items, envelope.elements[::2], envelope.elements[1::2]):
+    for outcome, acknowledge, declare in zip(items, envelope.elements[::2], envelope.elements[1::2], strict=False):
         assert acknowledge.type == "dial-acknowledge"
         assert acknowledge.of == outcome.id
         assert acknowledge.yields == (f"{outcome.id}:{outcome.status}",)
