@@ -53,6 +53,12 @@ class Transcript:
                 said = f"say instead: {text}"
         self.write(f"   you decide on {suggestion.id}: {said}")
 
+    def refused(self, suggestion: Suggestion) -> None:
+        """Show why the domain refused the payload the person is now looking at."""
+        issue = suggestion.issue
+        reason = (issue.hint or issue.code or "no reason given") if issue else "no reason given"
+        self.write(f"   the edit was refused: {reason}")
+
     def answered(self, ask: Ask, answer: object) -> None:
         self.write(f"   you answer: {answer}" if answer else "   you leave the question open")
 
@@ -77,13 +83,13 @@ class Transcript:
             self.write(f"   {number}. {option.label or option.value}{' (default)' if option.default else ''}")
 
     def _suggestion(self, event: Any) -> None:
-        marks = [] if event.mutates else ["read-only, runs at once"]
+        marks = ["hand-off"] if event.handoff else [] if event.mutates else ["read-only, runs at once"]
         if event.destructive:
             marks.insert(0, "DESTRUCTIVE")
         suffix = f"  [{', '.join(marks)}]" if marks else ""
         self.write(f"agent proposes {event.id}: {event.preview}{suffix}")
         if event.text:
-            self.write(f'   "{event.text}"')
+            self.write(f"   in the agent's words: {event.text}")
 
     def _outcome(self, event: Any) -> None:
         details = []
@@ -125,6 +131,8 @@ class NarratedHuman:
         self.transcript = transcript
 
     async def decide(self, suggestion: Suggestion) -> object:
+        if suggestion.issue is not None:
+            self.transcript.refused(suggestion)
         decision = self.human.decide(suggestion)
         if hasattr(decision, "__await__"):
             decision = await decision

@@ -490,6 +490,7 @@ class _Run:
                 preview=flight.preview,
                 destructive=spec.destructive,
                 mutates=spec.mutates,
+                handoff=spec.handoff,
             )
         )
         if spec.handoff:

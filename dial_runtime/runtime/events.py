@@ -85,6 +85,7 @@ class SuggestionEvent:
     preview: str
     destructive: bool
     mutates: bool
+    handoff: bool = False
 
 
 @attrs.frozen(kw_only=True)
