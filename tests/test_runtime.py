@@ -578,3 +578,62 @@ def test_outcomes_are_frozen_records() -> None:
 
 def test_every_rendered_event_type_is_documented() -> None:
     assert {"sent", "reply", "inform", "ask", "suggestion", "outcome", "no-reply", "turn-limit"} <= RENDERED
+
+
+async def test_cancelling_while_an_action_runs_fails_it_as_interrupted() -> None:
+    class Stuck(Notes):
+        async def run(self, action: str, payload: Any) -> Any:
+            await anyio.sleep_forever()
+
+    reply = envelope(suggest("add-note", '{"text":"x"}'), suggest("add-note", '{"text":"y"}'))
+    conversation, _, _ = make([reply], domain=Stuck())
+    with anyio.move_on_after(1):
+        await conversation.say("go")
+    first, second = conversation.owed
+    assert (first.status, first.code, second.status) == ("failed", "interrupted", "superseded")
+    assert first.hint == "The turn stopped while the action ran; its effect is unknown."
+
+
+async def test_cancelling_while_the_person_answers_keeps_earlier_outcomes() -> None:
+    class Thinking:
+        def decide(self, suggestion: Suggestion) -> Any:
+            return Accept()
+
+        async def answer(self, ask: Ask) -> str:
+            await anyio.sleep_forever()
+            raise AssertionError
+
+    reply = envelope(suggest("add-note", '{"text":"x"}'), "<dial-ask>And?</dial-ask>", suggest("list-notes", "{}"))
+    conversation, _, _ = make([reply], Thinking())
+    with anyio.move_on_after(1):
+        await conversation.say("go")
+    assert statuses(conversation.owed) == [("sg-1", "done"), ("sg-2", "superseded")]
+
+
+@pytest.mark.parametrize("callback", ["validate", "context"])
+async def test_domain_callback_errors_propagate(callback: str) -> None:
+    class Failing(Notes):
+        def validate(self, action: str, payload: Any) -> Any:
+            if callback == "validate" and action == "add-note":
+                raise KeyError("schema missing")
+            return {"ok": True}
+
+        def context(self) -> str:
+            if callback == "context" and self.ran:
+                raise KeyError("schema missing")
+            return ""
+
+    reply = envelope(suggest("list-notes", "{}"), suggest("add-note", '{"text":"x"}'))
+    conversation, _, _ = make([reply], domain=Failing())
+    with pytest.raises(KeyError, match="schema missing"):
+        await conversation.say("go")
+    expected = (
+        [("sg-1", "done"), ("sg-2", "superseded")]
+        if callback == "validate"
+        else [
+            ("sg-1", "done"),
+            ("sg-2", "done"),
+        ]
+    )
+    assert statuses(conversation.owed) == expected
+    assert conversation.log[-2].event.type == "interrupted"

@@ -31,6 +31,7 @@ _ATTRIBUTE_ESCAPES = str.maketrans(
     {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\t": "&#9;", "\n": "&#10;", "\r": "&#13;"}
 )
 _JSON_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
 
 
 def escape_text(text: str) -> str:
@@ -41,6 +42,14 @@ def escape_text(text: str) -> str:
 def escape_attribute(value: str) -> str:
     """Escape a double-quoted attribute value so it survives attribute-value normalisation unchanged."""
     return value.translate(_ATTRIBUTE_ESCAPES)
+
+
+def compact_json(value: Any) -> str:
+    """``value`` as compact JSON text; values JSON cannot hold are written as in :func:`to_json_ready`."""
+    try:
+        return _COMPACT_JSON.encode(value)
+    except (TypeError, ValueError):
+        return _COMPACT_JSON.encode(to_json_ready(value))
 
 
 def to_json_ready(value: Any) -> Any:
@@ -105,7 +114,7 @@ def outcome_reply(outcomes: Iterable[Outcome]) -> str:
     for outcome, acknowledgement in zip(outcomes, acknowledgements, strict=False):
         ident = escape_attribute(outcome.id)
         status = escape_attribute(outcome.status)
-        body = json.dumps(to_json_ready(outcome.fact()), ensure_ascii=False, separators=(",", ":"))
+        body = compact_json(outcome.fact())
         blocks.append(
             f'  <dial-acknowledge of="{ident}" yield="{ident}:{status}">{escape_text(acknowledgement)}'
             "</dial-acknowledge>\n"

@@ -108,7 +108,19 @@ class OutcomeEvent:
     @classmethod
     def of(cls, outcome: Outcome) -> OutcomeEvent:
         """The event that reports ``outcome``."""
-        return cls(**attrs.asdict(outcome, recurse=False))
+        return cls(
+            id=outcome.id,
+            action=outcome.action,
+            status=outcome.status,
+            preview=outcome.preview,
+            result=outcome.result,
+            error=outcome.error,
+            code=outcome.code,
+            field=outcome.field,
+            hint=outcome.hint,
+            edited=outcome.edited,
+            expired=outcome.expired,
+        )
 
     @property
     def outcome(self) -> Outcome:
