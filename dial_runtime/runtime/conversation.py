@@ -414,7 +414,9 @@ class _Run:
         if element.context_key is None:
             return
         if element.payload_text is not None:
-            value = element.payload
+            value, problem = _payload_value(element)
+            if problem is not None:
+                value = element.payload_text
         else:
             value, problem = _json_text(element.text or "")
             if problem is not None:
