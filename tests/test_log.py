@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from dial_runtime import Conversation, event_from_dict, event_to_dict, scripted_human
+from dial_runtime import Conversation, Dismiss, event_from_dict, event_to_dict, scripted_human
 from dial_runtime.runtime.events import EVENT_TYPES, entry_from_dict, entry_to_dict
 from dial_runtime.runtime.state import ConversationState
 
@@ -32,13 +32,14 @@ RICH_REPLY = envelope(
 
 
 def script() -> list[Any]:
-    return [{"answer": "a"}, {"edit": {"text": ""}}, {"edit": {"text": "oat milk"}}, "dismiss"]
+    return [{"answer": "a"}, {"edit": {"text": ""}}, {"edit": {"text": "oat milk"}}, "defer"]
 
 
 async def rich_conversation() -> tuple[Conversation, Agent]:
     agent = Agent([RICH_REPLY, "<dial><<</dial>", envelope(suggest("add-note", '{"text":"x"}')), hang])
     conversation = Conversation(agent=agent, domain=Notes(), human=scripted_human(script()), timeout=0.05)
-    await conversation.say("start")
+    assert (await conversation.say("start")).status == "awaiting"
+    assert (await conversation.decide("sg-3", Dismiss(), by="ada")).status == "idle"
     await conversation.say("more")
     return conversation, agent
 

@@ -138,6 +138,8 @@ TURN_LOOP_PATHS: list[Step] = [
     ("awaiting_reply", "send_fail", {}, "send_failed"),
     ("awaiting_reply", "cancel", {}, "cancelled"),
     ("handling", "cancel", {}, "cancelled"),
+    ("handling", "park", {}, "awaiting"),
+    ("awaiting", "resume", {}, "handling"),
     ("handling", "handled", {"ending": True}, "ended"),
     ("handling", "handled", {"ending": True, "words_pending": True, "needs_reply": True}, "ended"),
     ("handling", "handled", {"words_pending": True}, "composing"),
@@ -198,7 +200,8 @@ ALLOWED = {
     TURN_LOOP.name: {
         "composing": {"start_turn", "cancel"},
         "awaiting_reply": {"reply", "time_out", "send_fail", "cancel"},
-        "handling": {"handled", "cancel"},
+        "handling": {"handled", "park", "cancel"},
+        "awaiting": {"resume"},
         **{final: set() for final in ("idle", "no_reply", "turn_limit", "ended", "send_failed", "cancelled")},
     },
     LIFE.name: {"open": {"begin", "end"}, "in_turn": {"finish", "end"}, "ended": {"begin", "finish", "end"}},

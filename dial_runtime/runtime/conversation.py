@@ -1,36 +1,43 @@
 """The driver: runs one conversation's turns, doing the I/O the machines and the state call for.
 
 Every status comes from a compiled machine table (:mod:`dial_runtime.statemachines`); every change of state is an
-event appended to the log and folded into :class:`~dial_runtime.runtime.state.ConversationState`. The driver
-awaits the agent, the person and the domain under anyio cancel scopes, so it runs on trio and asyncio alike.
+event appended to the log and folded into :class:`~dial_runtime.runtime.state.ConversationState`, which is where
+the driver reads the turn loop's and each suggestion's state from. The driver awaits the agent, the person and the
+domain under anyio cancel scopes, so it runs on trio and asyncio alike. With a store, the log is written through
+at every step that must survive a crash: before a message is sent, when a reply arrives, before the person is
+asked, before an action runs and after it ran.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..errors import ConversationBusy, DialSizeError, IllegalTransition
+from ..errors import ConversationBusy, DialError, DialSizeError
 from ..language.outcomes import Outcome, outcome_reply, refusal_reply, to_json_ready
 from ..language.parser import extract_prose, parse
 from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest, is_json_type
-from ..statemachines import LIFE, NEEDS_REPLY, OUTCOME_STATUS, SUGGESTION, TURN_LOOP
+from ..statemachines import OUTCOME_STATUS, SUGGESTION, TURN_LOOP
 from .events import (
+    ActionStartedEvent,
     AnsweredEvent,
     AskEvent,
     DecidedEvent,
     DeclareEvent,
+    DeferredEvent,
     DelegateEvent,
     EndedEvent,
     Event,
     ExecuteEvent,
     FinishedEvent,
+    HandledEvent,
     InformEvent,
     InterruptedEvent,
     LogEntry,
@@ -38,8 +45,10 @@ from .events import (
     OutcomeEvent,
     PhaticEvent,
     ProposedEvent,
+    RefusedEvent,
     ReplyEvent,
     ReplyRefusedEvent,
+    ResumedEvent,
     SaidEvent,
     SendFailedEvent,
     SentEvent,
@@ -50,25 +59,37 @@ from .records import (
     Accept,
     ActionSpec,
     Ask,
+    Defer,
     Dismiss,
     Edit,
     Issue,
     Say,
-    Suggestion,
     TurnResult,
     as_action_spec,
     as_decision,
     as_issue,
 )
-from .state import ConversationState
+from .state import DECIDING, ConversationState, OpenSuggestion
+
+if TYPE_CHECKING:
+    from ..stores.base import Store
 
 logger = logging.getLogger("dial_runtime")
 
 #: The phatic signal with which an agent ends the conversation.
 SESSION_COMPLETE = "session-complete"
 
-#: Turn-loop statuses as ``TurnResult.status`` spells them.
-RESULT_STATUS = {"idle": "idle", "no_reply": "no-reply", "turn_limit": "turn-limit", "ended": "ended"}
+#: Final turn-loop states as ``TurnResult.status`` spells them.
+RESULT_STATUS = {
+    "idle": "idle",
+    "no_reply": "no-reply",
+    "turn_limit": "turn-limit",
+    "ended": "ended",
+    "awaiting": "awaiting",
+}
+
+#: The hint of an outcome whose action may or may not have taken effect.
+UNKNOWN_EFFECT = "The turn stopped while the action ran; its effect is unknown."
 
 
 async def _call(function: Callable[..., Any], *args: Any) -> Any:
@@ -102,13 +123,23 @@ def _payload_value(element: Suggest | Declare) -> tuple[Any, str | None]:
     return text, None
 
 
+def _reason(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _text_attribute(error: BaseException, name: str) -> str | None:
+    value = getattr(error, name, None)
+    return None if value is None else str(value)
+
+
 class Conversation:
     """One conversation between a person and an agent that speaks DIAL.
 
     ``agent.send(message)``, ``human.decide(suggestion)``, ``human.answer(ask)`` and ``domain.run(action,
     payload)`` may be plain or coroutine functions; ``domain.validate``, ``domain.preview`` and
     ``domain.context`` are plain. ``timeout`` bounds each wait for the agent and ``decide_timeout`` each
-    decision, in seconds (``None``: no bound).
+    decision, in seconds (``None``: no bound). ``log`` rebuilds a conversation from its events; ``store`` and
+    ``conversation_id`` make it durable (see :meth:`open`).
     """
 
     def __init__(
@@ -122,10 +153,14 @@ class Conversation:
         max_turns: int = 8,
         decide_timeout: float | None = None,
         log: Iterable[LogEntry] = (),
+        store: Store | None = None,
+        conversation_id: str | None = None,
     ) -> None:
         _require(agent, "agent", "send")
         _require(human, "human", "decide")
         _require(domain, "domain", "run")
+        if (store is None) != (conversation_id is None):
+            raise TypeError("Conversation: a store needs a conversation_id, and a conversation_id a store")
         self.agent = agent
         self.domain = domain
         self.human = human
@@ -133,10 +168,28 @@ class Conversation:
         self.timeout = timeout
         self.max_turns = max_turns
         self.decide_timeout = decide_timeout
+        self.id = conversation_id
+        self._store = store
         self._actions: Mapping[str, Any] = getattr(domain, "actions", None) or {}
         self._specs: dict[str, ActionSpec] = {}
         self._log: list[LogEntry] = list(log)
+        self._stored = len(self._log) if store is None else 0
         self._state = ConversationState.fold(entry.event for entry in self._log)
+        self._in_call = False
+
+    @classmethod
+    async def open(cls, store: Store, conversation_id: str, **options: Any) -> Conversation:
+        """Open a durable conversation: rebuild its state by folding its stored log (a new id starts a new one).
+
+        A call the previous process did not finish is closed the way a crash leaves it: an action that had
+        started and has no result ends ``failed`` with code ``interrupted`` (it is never run again); suggestions
+        and asks that were waiting for the person wait on, as if deferred (see :meth:`decide`); everything owed
+        to the agent stays owed. ``options`` are the constructor's.
+        """
+        conversation = cls(store=store, conversation_id=conversation_id, **options)
+        async with conversation._driving():
+            pass
+        return conversation
 
     @property
     def log(self) -> tuple[LogEntry, ...]:
@@ -158,42 +211,134 @@ class Conversation:
         """Outcomes the agent has not been told yet; they go with the next message."""
         return tuple(self._state.owed_outcomes)
 
+    @property
+    def pending(self) -> tuple[Any, ...]:
+        """The suggestions and asks waiting for a deferred decision or answer."""
+        return self._state.pending()
+
     def end(self) -> None:
-        """End the conversation: the current reply (if any) is handled to its end, and no turn follows."""
+        """End the conversation: the current reply (if any) is handled to its end, and no turn follows.
+
+        With a store, the ending is written with the current call, or by :meth:`flush` between calls.
+        """
         self._record(EndedEvent(reason="end() was called"))
+
+    async def flush(self) -> None:
+        """Write what the log holds beyond the store's copy (a no-op without a store)."""
+        if self._store is not None and self._stored < len(self._log):
+            await self._store.append(self.id or "", self._log[self._stored :], expected_seq=self._stored)
+            self._stored = len(self._log)
 
     async def say(self, text: str | None = "") -> TurnResult:
         """Send the person's words (with whatever is owed) and run turns until the agent needs nothing back.
 
         Returns at once with status ``"ended"`` after the conversation ended (the words are logged, nothing is
-        sent), and with ``"idle"`` and no turn when there are no words and nothing is owed. Raises
-        :class:`ConversationBusy` while another ``say`` runs, and the original exception of a failed send.
+        sent), and with ``"idle"`` and no turn when there are no words and nothing is owed. Words said while
+        suggestions await a deferred decision supersede them. Raises :class:`ConversationBusy` while another call
+        drives the conversation, and the original exception of a failed send.
         """
         words = text or ""
+        async with self._driving():
+            if self._state.loop == "awaiting" and not self.ended:
+                self._record(ResumedEvent(call="say"))
+                _Run(self).abandon("the person said something else")
+                self._record(FinishedEvent(status="interrupted", turns=self._state.turn))
+            self._record(SaidEvent(text=words))
+            if self.ended:
+                return TurnResult(status="ended", turns=0)
+            if not words and not self._state.owes():
+                self._record(FinishedEvent(status="idle", turns=0))
+                return TurnResult(status="idle", turns=0)
+            return await _Run(self, words).drive()
+
+    async def decide(self, suggestion_id: str, decision: object, *, by: str | None = None) -> TurnResult:
+        """Take the person's deferred decision on a suggestion and carry on with the conversation.
+
+        ``decision`` is ``Accept()``, ``Dismiss()``, ``Edit(payload)`` or ``Say(text)`` (or their dict forms).
+        Once nothing is pending the turn loop continues, and the call returns its ``TurnResult``; a refused edit
+        leaves the suggestion pending with its issue (status ``awaiting``). Raises ``DialError`` and changes
+        nothing when the suggestion is not awaiting a decision.
+        """
+        chosen = as_decision(decision)
+        async with self._driving():
+            opened = self._state.open_suggestions.get(suggestion_id)
+            if opened is None or not opened.deferred:
+                raise DialError(f"Conversation: suggestion {suggestion_id!r} is not awaiting a decision")
+            self._record(ResumedEvent(call="decide"))
+            run = _Run(self)
+            return await run.drive(run.decided(opened, chosen, by))
+
+    async def answer(self, ask_id: str, text: str | None, *, by: str | None = None) -> TurnResult:
+        """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands)."""
+        async with self._driving():
+            if ask_id not in self._state.open_asks:
+                raise DialError(f"Conversation: ask {ask_id!r} is not awaiting an answer")
+            self._record(ResumedEvent(call="answer"))
+            self._record(AnsweredEvent(ask_id=ask_id, text=text or "", by=by))
+            return await _Run(self).drive()
+
+    async def resume(self) -> TurnResult:
+        """Carry on with a reply whose handling a crash cut short, once nothing awaits the person."""
+        async with self._driving():
+            if self._state.loop != "awaiting":
+                return TurnResult(status="idle", turns=0)
+            self._record(ResumedEvent(call="resume"))
+            return await _Run(self).drive()
+
+    @contextlib.asynccontextmanager
+    async def _driving(self) -> AsyncIterator[None]:
+        """Hold the conversation for one call: in this process, and in the store across processes."""
+        if self._in_call:
+            raise ConversationBusy("Conversation: a call is already driving this conversation")
+        self._in_call = True
         try:
-            LIFE.fire(self._state.life, "begin")
-        except IllegalTransition:
-            raise ConversationBusy("Conversation: say() was called while another say() is running") from None
-        self._record(SaidEvent(text=words))
-        if self._state.ended:
-            return TurnResult(status="ended", turns=0)
-        if not words and not self._state.owes():
-            self._record(FinishedEvent(status="idle", turns=0))
-            return TurnResult(status="idle", turns=0)
-        run = _Run(self, words)
-        try:
-            status = await run.turns()
-        except BaseException:
-            self._record(FinishedEvent(status="interrupted", turns=run.turn))
-            raise
-        turns = self.max_turns if status == "turn_limit" else run.turn
-        self._record(FinishedEvent(status=RESULT_STATUS[status], turns=turns))
-        return TurnResult(status=RESULT_STATUS[status], turns=turns, outcomes=tuple(run.outcomes))
+            if self._store is None:
+                self._recover()
+                yield
+                return
+            async with self._store.lock(self.id or ""):
+                await self._catch_up()
+                try:
+                    self._recover()
+                    yield
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self.flush()
+        finally:
+            self._in_call = False
+
+    async def _catch_up(self) -> None:
+        """Fold in what other workers appended to the stored log since this object last saw it."""
+        assert self._store is not None
+        for entry in await self._store.read(self.id or "", after_seq=self._stored):
+            self._log.append(entry)
+            self._state.apply(entry.event)
+        self._stored = len(self._log)
+
+    def _recover(self) -> None:
+        """Close a call that a dead process left open, as :meth:`open` describes."""
+        state = self._state
+        if state.life != "in_turn":
+            return
+        run = _Run(self)
+        for opened in list(state.open_suggestions.values()):
+            if opened.state in ("running", "handing_off"):
+                run.finish(opened, "fail", error="the process stopped", code="interrupted", hint=UNKNOWN_EFFECT)
+        if state.loop == "handling":
+            for opened in state.open_suggestions.values():
+                if opened.state in DECIDING and not opened.deferred:
+                    self._record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
+            for ask_id in list(state.asked):
+                self._record(DeferredEvent(subject_id=ask_id, kind="ask"))
+            self._record(FinishedEvent(status="awaiting", turns=state.turn))
+        else:
+            self._record(InterruptedEvent(turn=state.turn, reason="the process stopped"))
+            self._record(FinishedEvent(status="interrupted", turns=state.turn))
 
     def _record(self, event: Event, *, notify: bool = False) -> None:
         """Append an event to the log, fold it into the state, and show it to ``on_event`` when asked."""
-        self._log.append(LogEntry(seq=len(self._log) + 1, time=time.time(), event=event))
         self._state.apply(event)
+        self._log.append(LogEntry(seq=len(self._log) + 1, time=time.time(), event=event))
         if notify and self.on_event is not None:
             try:
                 self.on_event(event)
@@ -245,67 +390,63 @@ class Conversation:
         return "\n\n".join(parts)
 
 
-class _Flight:
-    """The suggestion being worked on, so an interrupted turn can still give it its one outcome."""
-
-    __slots__ = ("action", "id", "preview", "state")
-
-    def __init__(self, ident: str, action: str) -> None:
-        self.id = ident
-        self.action = action
-        self.preview = ""
-        self.state = SUGGESTION.initial
-
-
 class _Run:
-    """One ``say``: its turns, the reply being handled, and this call's outcomes."""
+    """One call's work on the turn loop, whose state it reads from the conversation's fold."""
 
-    def __init__(self, conversation: Conversation, words: str) -> None:
+    def __init__(self, conversation: Conversation, words: str = "") -> None:
         self.conversation = conversation
+        self.state = conversation._state
         self.words = words
-        self.turn = 0
         self.outcomes: list[Outcome] = []
-        self.loop = TURN_LOOP.initial
-        self.instead: str | None = None
-        self.flight: _Flight | None = None
-        self.ending = False
 
-    async def turns(self) -> str:
-        """Run turns until the turn loop reaches a final state; return it.
-
-        Whatever stops a turn early (the caller's cancellation, a callback that raised) leaves the loop
-        ``cancelled``, logged as ``interrupted``, with every outcome produced so far owed to the agent.
-        """
+    async def drive(self, first: Any = None) -> TurnResult:
+        """Run the turn loop (after ``first``, a step that must happen first) until this call is done."""
+        conversation = self.conversation
         try:
-            return await self._loop()
+            if first is not None:
+                await first
+            status = await self._loop()
         except BaseException as error:
-            if not TURN_LOOP.is_final(self.loop):
-                self.loop = TURN_LOOP.fire(self.loop, "cancel")
-                self.conversation._record(InterruptedEvent(turn=self.turn, reason=_reason(error)))
+            if not TURN_LOOP.is_final(self.state.loop):
+                self.abandon(_reason(error))
+                conversation._record(InterruptedEvent(turn=self.state.turn, reason=_reason(error)))
+            conversation._record(FinishedEvent(status="interrupted", turns=self.state.turn))
             raise
+        turns = conversation.max_turns if status == "turn_limit" else self.state.turn
+        result = RESULT_STATUS[status]
+        conversation._record(FinishedEvent(status=result, turns=turns))
+        return TurnResult(
+            status=result,
+            turns=turns,
+            outcomes=tuple(self.outcomes),
+            pending=self.state.pending() if status == "awaiting" else (),
+        )
 
     async def _loop(self) -> str:
-        conversation = self.conversation
+        conversation, state = self.conversation, self.state
         while True:
-            self.turn += 1
-            self.loop = TURN_LOOP.fire(self.loop, "start_turn", out_of_turns=self.turn > conversation.max_turns)
-            if self.loop == "turn_limit":
-                conversation._emit(TurnLimitEvent(turns=conversation.max_turns))
-                return self.loop
-            message = conversation._compose(self.words if self.turn == 1 else "")
-            conversation._emit(SentEvent(turn=self.turn, message=message))
-            reply = await self._send(message)
-            if reply is None:
-                return self.loop
-            self.loop = TURN_LOOP.fire(self.loop, "reply")
-            conversation._emit(ReplyEvent(turn=self.turn, text=reply))
-            self.instead = None
-            flags = await self._handle(reply)
-            if self.ending and not conversation.ended:
-                conversation._record(EndedEvent(reason=f"the agent signalled {SESSION_COMPLETE}"))
-            self.loop = TURN_LOOP.fire(self.loop, "handled", ending=conversation.ended, **flags)
-            if TURN_LOOP.is_final(self.loop):
-                return self.loop
+            if state.loop == "composing":
+                turn = state.turn + 1
+                if TURN_LOOP.fire(state.loop, "start_turn", out_of_turns=turn > conversation.max_turns) != (
+                    "awaiting_reply"
+                ):
+                    conversation._emit(TurnLimitEvent(turns=conversation.max_turns))
+                    return state.loop
+                message = conversation._compose(self.words)
+                self.words = ""
+                conversation._emit(SentEvent(turn=turn, message=message))
+                await conversation.flush()
+                reply = await self._send(message)
+                if reply is None:
+                    return state.loop
+                conversation._emit(ReplyEvent(turn=turn, text=reply))
+                await conversation.flush()
+            await self._handle()
+            if state.pending():
+                return "awaiting"
+            conversation._record(HandledEvent(turn=state.turn))
+            if TURN_LOOP.is_final(state.loop):
+                return state.loop
 
     async def _send(self, message: str) -> str | None:
         """The agent's reply, or ``None`` when the deadline passed (the loop is then in ``no_reply``)."""
@@ -318,70 +459,66 @@ class _Run:
                 with anyio.move_on_after(timeout) as scope:
                     reply = await _call(conversation.agent.send, message)
                 if scope.cancelled_caught:
-                    self.loop = TURN_LOOP.fire(self.loop, "time_out")
-                    conversation._emit(
-                        NoReplyEvent(turn=self.turn, error=f"The agent didn't reply within {timeout:g}s")
-                    )
+                    error = f"The agent didn't reply within {timeout:g}s"
+                    conversation._emit(NoReplyEvent(turn=self.state.turn, error=error))
                     return None
         except Exception as error:
-            self.loop = TURN_LOOP.fire(self.loop, "send_fail")
-            conversation._record(SendFailedEvent(turn=self.turn, error=_reason(error)))
+            conversation._record(SendFailedEvent(turn=self.state.turn, error=_reason(error)))
             raise
         return "" if reply is None else str(reply)
 
-    async def _handle(self, reply: str) -> dict[str, bool]:
-        """Handle one reply's elements in document order; return the flags the turn loop decides on."""
-        conversation = self.conversation
-        outcomes_before = len(self.outcomes)
+    def _elements(self) -> tuple[Element, ...]:
+        """The current reply's elements, or none after recording why it cannot be used or has no envelope."""
+        conversation, state = self.conversation, self.state
+        reply = state.reply or ""
         try:
             envelope = parse(reply)
         except DialSizeError as error:
             return self._refuse(str(error))
         if envelope is None:
             text = reply.strip()
-            if text:
-                conversation._emit(InformEvent(text=text))
-            return {}
+            if text and state.cursor < -1:
+                conversation._emit(InformEvent(text=text, element=-1))
+            return ()
         if not envelope.elements and envelope.issues:
             return self._refuse("; ".join(issue.message for issue in envelope.issues))
-        prose = extract_prose(reply)
-        if prose:
-            conversation._emit(InformEvent(text=prose))
-        elements = envelope.elements
-        words_before = len(conversation._state.owed_words)
-        index = 0
-        try:
-            while index < len(elements):
-                element = elements[index]
-                if isinstance(element, Suggest):
-                    index = await self._suggest(elements, index)
-                    continue
-                await _HANDLERS[element.type](self, element)
+        if state.cursor < -1:
+            prose = extract_prose(reply)
+            if prose:
+                conversation._emit(InformEvent(text=prose, element=-1))
+        return envelope.elements
+
+    def _refuse(self, reason: str) -> tuple[Element, ...]:
+        if self.state.cursor < -1:
+            reply_id = f"reply-{self.state.replies}"
+            self.conversation._record(
+                ReplyRefusedEvent(turn=self.state.turn, reply_id=reply_id, reason=reason, element=-1)
+            )
+        return ()
+
+    async def _handle(self) -> None:
+        """Handle the reply's elements in document order, from the first one not yet accounted for."""
+        elements = self._elements()
+        index = max(self.state.cursor + 1, 0)
+        while index < len(elements):
+            element = elements[index]
+            if isinstance(element, Suggest):
+                index = await self._suggest(elements, index)
+            else:
+                await _HANDLERS[element.type](self, element, index)
                 index += 1
-        except BaseException as error:
-            self._abandon(elements, index, _reason(error))
-            raise
-        new = self.outcomes[outcomes_before:]
-        return {
-            "words_pending": len(conversation._state.owed_words) > words_before,
-            "needs_reply": any(outcome.status in NEEDS_REPLY for outcome in new),
-        }
 
-    def _refuse(self, reason: str) -> dict[str, bool]:
-        conversation = self.conversation
-        reply_id = f"reply-{conversation._state.replies}"
-        conversation._record(ReplyRefusedEvent(turn=self.turn, reply_id=reply_id, reason=reason))
-        return {"unusable_reply": True}
-
-    async def _inform(self, element: Any) -> None:
+    async def _inform(self, element: Any, index: int) -> None:
         if element.text:
             act = "acknowledge" if element.type == "dial-acknowledge" else "inform"
-            self.conversation._emit(InformEvent(text=element.text, act=act))
+            self.conversation._emit(InformEvent(text=element.text, act=act, element=index))
 
-    async def _ask(self, element: AskElement) -> None:
-        conversation = self.conversation
+    async def _ask(self, element: AskElement, index: int) -> None:
+        conversation, state = self.conversation, self.state
+        answer: Callable[[Ask], Any] | None = getattr(conversation.human, "answer", None)
+        asked = state.instead is None and answer is not None
         ask = Ask(
-            id=element.id or f"ask-{conversation._state.asks + 1}",
+            id=element.id or f"ask-{state.asks + 1}",
             text=element.text or "",
             response_type=element.response_type,
             options=element.options,
@@ -394,11 +531,13 @@ class _Run:
                 response_type=ask.response_type,
                 options=ask.options,
                 timeout=ask.timeout,
+                asked=asked,
+                element=index,
             )
         )
-        answer = getattr(conversation.human, "answer", None)
-        if self.instead is not None or answer is None:
+        if answer is None or not asked:
             return
+        await conversation.flush()
         expired = False
         if ask.timeout is None:
             given = await _call(answer, ask)
@@ -407,10 +546,13 @@ class _Run:
             with anyio.move_on_after(ask.timeout) as scope:
                 given = await _call(answer, ask)
             expired = scope.cancelled_caught
+        if isinstance(given, Defer):
+            conversation._record(DeferredEvent(subject_id=ask.id, kind="ask"))
+            return
         text = "" if given is None else str(given)
         conversation._record(AnsweredEvent(ask_id=ask.id, text=text, expired=expired))
 
-    async def _declare(self, element: Declare) -> None:
+    async def _declare(self, element: Declare, index: int) -> None:
         if element.context_key is None:
             return
         if element.payload_text is not None:
@@ -421,30 +563,27 @@ class _Run:
             value, problem = _json_text(element.text or "")
             if problem is not None:
                 value = element.text
-        self.conversation._emit(DeclareEvent(context_key=element.context_key, value=value))
+        self.conversation._emit(DeclareEvent(context_key=element.context_key, value=value, element=index))
 
-    async def _phatic(self, element: Phatic) -> None:
+    async def _phatic(self, element: Phatic, index: int) -> None:
         if element.signal:
-            self.conversation._emit(PhaticEvent(signal=element.signal))
-            if element.signal == SESSION_COMPLETE:
-                self.ending = True
+            self.conversation._emit(PhaticEvent(signal=element.signal, element=index))
+            if element.signal == SESSION_COMPLETE and not self.conversation.ended:
+                self.conversation._record(EndedEvent(reason=f"the agent signalled {SESSION_COMPLETE}"))
 
-    async def _delegate(self, element: Delegate) -> None:
+    async def _delegate(self, element: Delegate, index: int) -> None:
         self.conversation._emit(
-            DelegateEvent(to=element.to or "", intent=element.intent, text=element.text, payload=element.payload)
+            DelegateEvent(
+                to=element.to or "",
+                intent=element.intent,
+                text=element.text,
+                payload=element.payload,
+                element=index,
+            )
         )
 
-    async def _execute(self, element: Execute) -> None:
-        self.conversation._emit(ExecuteEvent(id=element.id, steps=element.steps))
-
-    def _propose(self, element: Suggest) -> _Flight:
-        conversation = self.conversation
-        numbered = not element.id
-        ident = element.id or f"sg-{conversation._state.suggestions_numbered + 1}"
-        action = element.action or ""
-        conversation._record(ProposedEvent(id=ident, action=action, payload=None, numbered=numbered))
-        self.flight = _Flight(ident, action)
-        return self.flight
+    async def _execute(self, element: Execute, index: int) -> None:
+        self.conversation._emit(ExecuteEvent(id=element.id, steps=element.steps, element=index))
 
     def _payload(self, elements: tuple[Element, ...], index: int) -> tuple[Any, str | None, int]:
         """The suggestion's payload, why it is unusable (or ``None``), and the index after what it used."""
@@ -461,114 +600,153 @@ class _Run:
             return {}, None, index + 2
         return (*_json_text(following.text), index + 2)
 
+    def _propose(self, element: Suggest, payload: Any, last: int) -> OpenSuggestion:
+        """Record a suggestion read from the reply (``last``: the last element it used) and return it open."""
+        state = self.state
+        numbered = not element.id
+        ident = element.id or f"sg-{state.suggestions_numbered + 1}"
+        self.conversation._record(
+            ProposedEvent(
+                id=ident,
+                action=element.action or "",
+                payload=to_json_ready(payload),
+                numbered=numbered,
+                text=element.text or "",
+                element=last,
+            )
+        )
+        return state.open_suggestions[ident]
+
     async def _suggest(self, elements: tuple[Element, ...], index: int) -> int:
-        """Run one suggestion's lifecycle to its outcome; return the index of the next element."""
+        """Run one suggestion's lifecycle to its outcome (or to a deferral); return the next element's index."""
         conversation = self.conversation
         element = elements[index]
         assert isinstance(element, Suggest)
         payload, problem, after = self._payload(elements, index)
-        flight = self._propose(element)
-        spec = conversation._spec(flight.action)
+        opened = self._propose(element, payload, after - 1)
+        spec = conversation._spec(opened.action)
         if spec is None:
-            self._end(flight, "reject", code="unknown-action", hint=f"There is no action '{flight.action}'.")
+            self.finish(opened, "reject", code="unknown-action", hint=f"There is no action '{opened.action}'.")
             return after
         if problem is not None:
-            self._end(flight, "reject", code="invalid-payload", hint=problem)
+            self.finish(opened, "reject", code="invalid-payload", hint=problem)
             return after
-        issue = conversation._validate(flight.action, payload)
+        issue = conversation._validate(opened.action, payload)
         if issue is not None:
-            self._end(flight, "reject", code=issue.code, field=issue.field, hint=issue.hint)
+            self.finish(opened, "reject", code=issue.code, field=issue.field, hint=issue.hint)
             return after
-        flight.preview = conversation._preview(flight.action, payload)
-        if self.instead is not None:
-            self._end(flight, "supersede")
+        preview = conversation._preview(opened.action, payload)
+        if self.state.instead is not None:
+            self.finish(opened, "supersede", preview=preview)
             return after
         conversation._emit(
             SuggestionEvent(
-                id=flight.id,
-                action=flight.action,
+                id=opened.id,
+                action=opened.action,
                 text=element.text or "",
-                payload=payload,
-                preview=flight.preview,
+                payload=to_json_ready(payload),
+                preview=preview,
                 destructive=spec.destructive,
                 mutates=spec.mutates,
                 handoff=spec.handoff,
             )
         )
-        if spec.handoff:
-            self._fire(flight, "hand_off")
-            await self._run(flight, payload)
-        elif not spec.mutates:
-            self._fire(flight, "run_read_only")
-            await self._run(flight, payload)
+        if opened.state in DECIDING:
+            await self._decide(opened)
         else:
-            self._fire(flight, "present")
-            await self._decide(flight, element, payload, spec)
-        self.flight = None
+            await self._run(opened)
         return after
 
-    async def _decide(self, flight: _Flight, element: Suggest, payload: Any, spec: ActionSpec) -> None:
-        """Put the suggestion to the person until it is dismissed, superseded, expired, refused or run."""
+    async def _decide(self, opened: OpenSuggestion) -> None:
+        """Put the suggestion to the person until it ends or is deferred."""
         conversation = self.conversation
-        current, issue, edited = payload, None, False
-        while True:
-            suggestion = Suggestion(
-                id=flight.id,
-                action=flight.action,
-                text=element.text or "",
-                payload=current,
-                preview=flight.preview,
-                destructive=spec.destructive,
-                issue=issue,
-            )
+        while opened.id in self.state.open_suggestions:
+            await conversation.flush()
             deadline = conversation.decide_timeout
             if deadline is None:
-                decision = as_decision(await _call(conversation.human.decide, suggestion))
+                raw = await _call(conversation.human.decide, opened.suggestion())
             else:
-                raw: Any = None
+                raw = None
                 with anyio.move_on_after(deadline) as scope:
-                    raw = await _call(conversation.human.decide, suggestion)
+                    raw = await _call(conversation.human.decide, opened.suggestion())
                 if scope.cancelled_caught:
-                    conversation._record(DecidedEvent(suggestion_id=flight.id, decision="expire"))
-                    self._end(flight, "expire", expired=True)
+                    conversation._record(DecidedEvent(suggestion_id=opened.id, decision="expire"))
+                    self.finish(opened, "expire", expired=True)
                     return
-                decision = as_decision(raw)
-            if isinstance(decision, Dismiss):
-                conversation._record(DecidedEvent(suggestion_id=flight.id, decision="dismiss"))
-                self._end(flight, "dismiss")
+            decision = as_decision(raw)
+            if isinstance(decision, Defer):
+                conversation._record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
                 return
-            if isinstance(decision, Say):
-                conversation._record(DecidedEvent(suggestion_id=flight.id, decision="say", text=decision.text))
-                self.instead = decision.text
-                self._end(flight, "supersede")
-                return
-            if isinstance(decision, Edit):
-                conversation._record(
-                    DecidedEvent(suggestion_id=flight.id, decision="edit", payload=to_json_ready(decision.payload))
-                )
-                current, edited = decision.payload, True
-            else:
-                assert isinstance(decision, Accept)
-                conversation._record(DecidedEvent(suggestion_id=flight.id, decision="accept"))
-            issue = conversation._validate(flight.action, current)
-            if issue is None:
-                if edited:
-                    flight.preview = conversation._preview(flight.action, current)
-                self._fire(flight, "accept")
-                await self._run(flight, current, edited=edited)
-                return
-            self._fire(flight, "refuse")
-            if SUGGESTION.is_final(flight.state):
-                self._outcome(flight, code=issue.code, field=issue.field, hint=issue.hint, edited=edited)
-                return
+            await self._apply(opened, decision)
 
-    async def _run(self, flight: _Flight, payload: Any, *, edited: bool = False) -> None:
-        """Run the action; its success or exception decides the outcome."""
+    async def decided(self, opened: OpenSuggestion, decision: Any, by: str | None) -> None:
+        """Apply a decision that arrived later; a refusal leaves the suggestion deferred again."""
+        if isinstance(decision, Defer):
+            self.conversation._record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
+            return
+        await self._apply(opened, decision, by=by)
+        if opened.id in self.state.open_suggestions and opened.state in DECIDING:
+            self.conversation._record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
+
+    async def _apply(self, opened: OpenSuggestion, decision: Any, *, by: str | None = None) -> None:
+        """Apply one decision of the person's: end the suggestion, refuse its payload, or run it."""
+        conversation = self.conversation
+        if isinstance(decision, Dismiss):
+            conversation._record(DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by))
+            self.finish(opened, "dismiss")
+            return
+        if isinstance(decision, Say):
+            conversation._record(DecidedEvent(suggestion_id=opened.id, decision="say", text=decision.text, by=by))
+            self.finish(opened, "supersede")
+            for other in list(self.state.open_suggestions.values()):
+                if other.deferred:
+                    self.finish(other, "supersede")
+            return
+        if isinstance(decision, Edit):
+            conversation._record(
+                DecidedEvent(
+                    suggestion_id=opened.id,
+                    decision="edit",
+                    payload=to_json_ready(decision.payload),
+                    previous=opened.payload,
+                    by=by,
+                )
+            )
+        else:
+            assert isinstance(decision, Accept)
+            conversation._record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by))
+        issue = conversation._validate(opened.action, opened.payload)
+        if issue is None:
+            await self._run(opened)
+            return
+        conversation._record(
+            RefusedEvent(
+                suggestion_id=opened.id,
+                payload=opened.payload,
+                code=issue.code,
+                field=issue.field,
+                hint=issue.hint,
+            )
+        )
+        if SUGGESTION.is_final(opened.state):
+            self.finish(opened, None, code=issue.code, field=issue.field, hint=issue.hint, edited=opened.edited)
+
+    async def _run(self, opened: OpenSuggestion) -> None:
+        """Run the action, with its start on the log first; its success or exception decides the outcome."""
+        conversation = self.conversation
+        edited, payload = opened.edited, opened.payload
+        preview = conversation._preview(opened.action, payload) if edited else opened.preview
+        conversation._record(
+            ActionStartedEvent(
+                suggestion_id=opened.id, action=opened.action, payload=payload, preview=preview, edited=edited
+            )
+        )
+        await conversation.flush()
         try:
-            result = await _call(self.conversation.domain.run, flight.action, payload)
+            result = await _call(conversation.domain.run, opened.action, payload)
         except Exception as error:
-            self._end(
-                flight,
+            self.finish(
+                opened,
                 "fail",
                 error=str(error) or type(error).__name__,
                 code=_text_attribute(error, "code"),
@@ -577,43 +755,56 @@ class _Run:
                 edited=edited,
             )
             return
-        self._end(flight, "succeed", result=to_json_ready(result), edited=edited)
+        self.finish(opened, "succeed", result=to_json_ready(result), edited=edited)
+        await conversation.flush()
 
-    def _fire(self, flight: _Flight, event: str) -> None:
-        flight.state = SUGGESTION.fire(flight.state, event)
-
-    def _end(self, flight: _Flight, event: str, **fields: Any) -> None:
-        """Fire the event that ends the suggestion and report its outcome."""
-        self._fire(flight, event)
-        self._outcome(flight, **fields)
-
-    def _outcome(self, flight: _Flight, **fields: Any) -> None:
+    def finish(
+        self, opened: OpenSuggestion, event: str | None, *, preview: str | None = None, **fields: Any
+    ) -> None:
+        """Report the outcome the suggestion reaches by ``event`` (``None``: the state it is already in)."""
+        final = opened.state if event is None else SUGGESTION.fire(opened.state, event)
+        shown = opened.preview if preview is None else preview
         outcome = Outcome(
-            id=flight.id,
-            action=flight.action,
-            status=OUTCOME_STATUS[flight.state],
-            preview="" if flight.state == "invalid" else flight.preview,
+            id=opened.id,
+            action=opened.action,
+            status=OUTCOME_STATUS[final],
+            preview="" if final == "invalid" else shown,
             **fields,
         )
         self.outcomes.append(outcome)
         self.conversation._emit(OutcomeEvent.of(outcome))
 
-    def _abandon(self, elements: tuple[Element, ...], index: int, reason: str) -> None:
-        """Give the suggestion in flight and the reply's remaining ones their outcome after an interruption."""
-        flight = self.flight
-        if flight is not None and not SUGGESTION.is_final(flight.state):
-            if flight.state in ("running", "handing_off"):
-                hint = "The turn stopped while the action ran; its effect is unknown."
-                self._end(flight, "fail", error=reason, code="interrupted", hint=hint)
+    def abandon(self, reason: str) -> None:
+        """Give every open suggestion, and the reply's unhandled ones, their outcome after an interruption.
+
+        An action that was running fails with code ``interrupted`` (its effect is unknown); every other
+        suggestion is superseded; asks waiting for an answer are closed without one.
+        """
+        state = self.state
+        for opened in list(state.open_suggestions.values()):
+            if opened.state in ("running", "handing_off"):
+                self.finish(opened, "fail", error=reason, code="interrupted", hint=UNKNOWN_EFFECT)
             else:
-                self._end(flight, "supersede")
-        self.flight = None
-        for element in elements[index + 1 :]:
+                self.finish(opened, "supersede")
+        for ask_id in [*state.asked, *state.open_asks]:
+            self.conversation._record(AnsweredEvent(ask_id=ask_id, text=""))
+        try:
+            elements = parse(state.reply or "") if state.loop in ("handling", "awaiting") else None
+        except DialSizeError:
+            elements = None
+        remaining = elements.elements if elements is not None else ()
+        index = max(state.cursor + 1, 0)
+        while index < len(remaining):
+            element = remaining[index]
             if isinstance(element, Suggest):
-                self._end(self._propose(element), "supersede")
+                payload, _, after = self._payload(remaining, index)
+                self.finish(self._propose(element, payload, after - 1), "supersede")
+                index = after
+            else:
+                index += 1
 
 
-_HANDLERS: dict[str, Callable[[_Run, Any], Any]] = {
+_HANDLERS: dict[str, Callable[[_Run, Any, int], Any]] = {
     "dial-inform": _Run._inform,
     "dial-acknowledge": _Run._inform,
     "dial-ask": _Run._ask,
@@ -625,12 +816,3 @@ _HANDLERS: dict[str, Callable[[_Run, Any], Any]] = {
 
 #: Every speech act the turn loop handles (a test holds it equal to the lenient XSD's set).
 HANDLED_ELEMENTS = frozenset([*_HANDLERS, "dial-suggest"])
-
-
-def _reason(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-
-
-def _text_attribute(error: BaseException, name: str) -> str | None:
-    value = getattr(error, name, None)
-    return None if value is None else str(value)

@@ -3,8 +3,8 @@
 ``on_event`` sees the events a surface renders (``sent``, ``reply``, ``inform``, ``ask``, ``suggestion``,
 ``outcome``, ``no-reply``, ``turn-limit``, and ``declare``, ``phatic``, ``delegate``, ``execute`` for the elements
 the seed contract ignores). The log also holds the events the conversation's state depends on but no surface
-renders (``said``, ``proposed``, ``answered``, ``decided``, ``send-failed``, ``reply-refused``, ``interrupted``,
-``ended``, ``finished``). Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with
+renders (``said``, ``resumed``, ``proposed``, ``answered``, ``decided``, ``deferred``, ``refused``,
+``action-started``, ``handled``, ``send-failed``, ``reply-refused``, ``interrupted``, ``ended``, ``finished``). Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with
 :func:`event_from_dict`, without loss.
 """
 
@@ -59,6 +59,7 @@ class InformEvent:
     type: str = _kind("inform")
     text: str
     act: str | None = None
+    element: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -71,6 +72,8 @@ class AskEvent:
     options: tuple[Option, ...] = attrs.field(default=(), converter=_options)
     id: str = ""
     timeout: float | None = None
+    asked: bool = True
+    element: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -154,6 +157,7 @@ class DeclareEvent:
     type: str = _kind("declare")
     context_key: str
     value: Any
+    element: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -162,6 +166,7 @@ class PhaticEvent:
 
     type: str = _kind("phatic")
     signal: str
+    element: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -173,6 +178,7 @@ class DelegateEvent:
     intent: str | None = None
     text: str | None = None
     payload: Any = None
+    element: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -182,6 +188,7 @@ class ExecuteEvent:
     type: str = _kind("execute")
     id: str | None = None
     steps: tuple[Step, ...] = attrs.field(default=(), converter=_steps)
+    element: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -194,13 +201,16 @@ class SaidEvent:
 
 @attrs.frozen(kw_only=True)
 class ProposedEvent:
-    """A suggestion was read from a reply; ``numbered`` when the runtime assigned its ``sg-N`` id."""
+    """A suggestion was read from a reply (``element``: the last element it used, its declare included);
+    ``numbered`` when the runtime assigned its ``sg-N`` id."""
 
     type: str = _kind("proposed")
     id: str
     action: str
     payload: Any
     numbered: bool
+    element: int
+    text: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -211,17 +221,72 @@ class AnsweredEvent:
     ask_id: str
     text: str
     expired: bool = False
+    by: str | None = None
 
 
 @attrs.frozen(kw_only=True)
 class DecidedEvent:
-    """The person decided on a suggestion: ``accept``, ``dismiss``, ``edit`` (with ``payload``) or ``say``."""
+    """The person (``by``, when known) decided: ``accept``, ``dismiss``, ``edit``, ``say`` or ``expire``.
+
+    An edit carries the payload before (``previous``) and after (``payload``); a say carries its ``text``.
+    """
 
     type: str = _kind("decided")
     suggestion_id: str
     decision: str
     payload: Any = None
+    previous: Any = None
     text: str | None = None
+    by: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class DeferredEvent:
+    """The person will decide on a suggestion (or answer an ask) later; the call returns ``awaiting``."""
+
+    type: str = _kind("deferred")
+    subject_id: str
+    kind: str
+
+
+@attrs.frozen(kw_only=True)
+class RefusedEvent:
+    """The domain refused the payload the person accepted or edited; they see ``issue`` and decide again."""
+
+    type: str = _kind("refused")
+    suggestion_id: str
+    payload: Any
+    code: str | None = None
+    field: str | None = None
+    hint: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ActionStartedEvent:
+    """An action is about to run with this (validated) payload; its outcome follows, unless the process dies."""
+
+    type: str = _kind("action-started")
+    suggestion_id: str
+    action: str
+    payload: Any
+    preview: str
+    edited: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ResumedEvent:
+    """A call took up a conversation that was awaiting the person (``decide``, ``answer`` or ``resume``)."""
+
+    type: str = _kind("resumed")
+    call: str
+
+
+@attrs.frozen(kw_only=True)
+class HandledEvent:
+    """Every element of the turn's reply has been handled and nothing awaits the person."""
+
+    type: str = _kind("handled")
+    turn: int
 
 
 @attrs.frozen(kw_only=True)
@@ -241,6 +306,7 @@ class ReplyRefusedEvent:
     turn: int
     reply_id: str
     reason: str
+    element: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -262,7 +328,7 @@ class EndedEvent:
 
 @attrs.frozen(kw_only=True)
 class FinishedEvent:
-    """A ``say`` finished with this status after this many turns."""
+    """A call finished with this status (a ``TurnResult`` status, ``awaiting`` or ``interrupted``)."""
 
     type: str = _kind("finished")
     status: str
@@ -286,6 +352,11 @@ Event = (
     | ProposedEvent
     | AnsweredEvent
     | DecidedEvent
+    | DeferredEvent
+    | RefusedEvent
+    | ActionStartedEvent
+    | ResumedEvent
+    | HandledEvent
     | SendFailedEvent
     | ReplyRefusedEvent
     | InterruptedEvent

@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .records import Accept, Ask, Decision, Dismiss, Edit, Say, Suggestion, as_decision
+from .records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, as_decision
 
 
 class PolicyHuman:
@@ -40,14 +40,16 @@ class ScriptedHuman:
             raise LookupError(f"scripted_human: no scripted step left for this {purpose}")
         return self._steps.popleft()
 
-    def decide(self, suggestion: Suggestion) -> Decision:
+    def decide(self, suggestion: Suggestion) -> Decision | Defer:
         self.seen.append(suggestion)
         step = self._next("decision")
         if step == "accept":
             return Accept()
         if step == "dismiss":
             return Dismiss()
-        if isinstance(step, (Accept, Dismiss, Edit, Say)) or (
+        if step == "defer":
+            return Defer()
+        if isinstance(step, (Accept, Dismiss, Edit, Say, Defer)) or (
             isinstance(step, Mapping) and len(step) == 1 and ("edit" in step or "say" in step)
         ):
             return as_decision(step)
@@ -56,6 +58,8 @@ class ScriptedHuman:
     def answer(self, ask: Ask) -> Any:
         self.seen.append(ask)
         step = self._next("ask")
+        if step == "defer" or isinstance(step, Defer):
+            return Defer()
         if isinstance(step, Mapping) and "answer" in step:
             return step["answer"]
         raise TypeError(f"scripted_human: expected {{'answer': ...}}, got {step!r}")
@@ -67,6 +71,6 @@ def policy_human(decision: str = "accept", *, answer_with: str = "") -> PolicyHu
 
 
 def scripted_human(steps: Iterable[Any]) -> ScriptedHuman:
-    """A person following a script: ``"accept"``, ``"dismiss"``, ``{"edit": p}``, ``{"say": t}``,
+    """A person following a script: ``"accept"``, ``"dismiss"``, ``"defer"``, ``{"edit": p}``, ``{"say": t}``,
     ``{"answer": a}`` or decision records, used in order."""
     return ScriptedHuman(steps)

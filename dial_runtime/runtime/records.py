@@ -94,27 +94,37 @@ class Say:
     text: str
 
 
+@attrs.frozen
+class Defer:
+    """Decide (or answer) later: the call returns ``awaiting`` and the conversation waits, persisted, for
+    ``Conversation.decide`` or ``Conversation.answer`` (in any process, when the conversation has a store)."""
+
+
 Decision = Accept | Dismiss | Edit | Say
 
 
 @attrs.frozen(kw_only=True)
 class TurnResult:
-    """What one ``say`` came to: ``status`` (idle, no-reply, turn-limit or ended), turns, this call's outcomes."""
+    """What one call came to: ``status`` (idle, no-reply, turn-limit, ended or awaiting), the turns it ran, its
+    outcomes, and (``awaiting``) the suggestions and asks waiting for the person."""
 
     status: str
     turns: int
     outcomes: tuple[Outcome, ...] = ()
+    pending: tuple[Suggestion | Ask, ...] = ()
 
 
-def as_decision(value: object) -> Decision:
+def as_decision(value: object) -> Decision | Defer:
     """A decision record from a record or the seed's dict form; ``TypeError`` naming anything else."""
-    if isinstance(value, (Accept, Dismiss, Edit, Say)):
+    if isinstance(value, (Accept, Dismiss, Edit, Say, Defer)):
         return value
     if isinstance(value, Mapping) and len(value) == 1:
         if value.get("accept") is True:
             return Accept()
         if value.get("dismiss") is True:
             return Dismiss()
+        if value.get("defer") is True:
+            return Defer()
         if "edit" in value:
             return Edit(value["edit"])
         if isinstance(value.get("say"), str):

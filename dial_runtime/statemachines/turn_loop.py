@@ -10,6 +10,8 @@
 #   session-complete, or end() was called). Otherwise another turn follows at once when words are owed (an
 #   answer, or what the person wrote instead of deciding), when an outcome needs a reply (done, failed,
 #   invalid), or when the reply could not be used (the agent is told why). Otherwise the loop ends `idle`.
+# - A reply whose suggestions or asks the person deferred is `awaiting` their decisions: the loop is parked
+#   between calls and resumes `handling` when a decision or an answer arrives (in any process).
 # - Cancelling say ends the loop `cancelled` from any state that is not final.
 # - The flags `out_of_turns`, `ending`, `words_pending`, `needs_reply` and `unusable_reply` are the caller's
 #   facts; the declared machine reads them from its model.
@@ -29,6 +31,7 @@ class TurnLoop(StateMachine):
     composing = State(initial=True)
     awaiting_reply = State()
     handling = State()
+    awaiting = State()
     idle = State(final=True)
     no_reply = State(final=True)
     turn_limit = State(final=True)
@@ -40,6 +43,8 @@ class TurnLoop(StateMachine):
     reply = awaiting_reply.to(handling)
     time_out = awaiting_reply.to(no_reply)
     send_fail = awaiting_reply.to(send_failed)
+    park = handling.to(awaiting)
+    resume = awaiting.to(handling)
     cancel = cancelled.from_(composing, awaiting_reply, handling)
     handled = (
         handling.to(ended, cond="ending")
