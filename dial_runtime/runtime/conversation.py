@@ -176,6 +176,8 @@ class Conversation:
         self._stored = len(self._log) if store is None else 0
         self._state = ConversationState.fold(entry.event for entry in self._log)
         self._in_call = False
+        if store is None:
+            self._recover()
 
     @classmethod
     async def open(cls, store: Store, conversation_id: str, **options: Any) -> Conversation:
@@ -293,7 +295,6 @@ class Conversation:
         self._in_call = True
         try:
             if self._store is None:
-                self._recover()
                 yield
                 return
             async with self._store.lock(self.id or ""):

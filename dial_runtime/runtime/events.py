@@ -4,8 +4,9 @@
 ``outcome``, ``no-reply``, ``turn-limit``, and ``declare``, ``phatic``, ``delegate``, ``execute`` for the elements
 the seed contract ignores). The log also holds the events the conversation's state depends on but no surface
 renders (``said``, ``resumed``, ``proposed``, ``answered``, ``decided``, ``deferred``, ``refused``,
-``action-started``, ``handled``, ``send-failed``, ``reply-refused``, ``interrupted``, ``ended``, ``finished``). Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with
-:func:`event_from_dict`, without loss.
+``action-started``, ``handled``, ``send-failed``, ``reply-refused``, ``interrupted``, ``ended``, ``finished``).
+Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with :func:`event_from_dict`,
+without loss.
 """
 
 from __future__ import annotations
