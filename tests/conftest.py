@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import trio.testing
 
+from .pg import postgres_url  # noqa: F401  (a session fixture: a PostgreSQL server)
+
 
 @pytest.fixture(
     params=[

@@ -1,0 +1,95 @@
+"""The protocol of the durable event-log stores, and :func:`open_store`, which picks one by URL.
+
+A conversation's state is a fold over its log, so persisting the log is persisting the conversation. A store keeps
+the logs of many conversations, keyed by conversation id; appends are optimistic (each names the sequence number it
+expects to follow) and the per-conversation lock keeps two workers from driving one conversation at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from ..errors import ConversationBusy
+from ..runtime.events import LogEntry, entry_from_dict, entry_to_dict
+
+
+class StoreConflict(ConversationBusy):
+    """An append whose expected sequence number is not the stored last one: another writer got there first."""
+
+
+class Store(Protocol):
+    """A durable home for conversation logs."""
+
+    async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
+        """Append ``entries`` (numbered ``expected_seq + 1``, ``+ 2``, ...) atomically, iff the stored log ends
+        at ``expected_seq``; else raise :class:`StoreConflict` and write nothing."""
+        ...
+
+    async def read(self, conversation_id: str, *, after_seq: int = 0) -> list[LogEntry]:
+        """The entries after ``after_seq``, in order; ``[]`` for a conversation never appended to."""
+        ...
+
+    async def conversations(self) -> list[str]:
+        """The ids of every conversation with at least one entry, sorted."""
+        ...
+
+    def lock(self, conversation_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold the conversation exclusively; raise :class:`ConversationBusy` at once when it is held elsewhere
+        (another task, worker, process or connection). Released on exit, and when the holding process dies."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the store's connections."""
+        ...
+
+
+def check_entries(entries: Sequence[LogEntry], expected_seq: int) -> None:
+    """Refuse entries that do not number on from ``expected_seq``: a log has no gaps and no repeats."""
+    for offset, entry in enumerate(entries, start=1):
+        if entry.seq != expected_seq + offset:
+            raise ValueError(f"entry {offset} has seq {entry.seq}, expected {expected_seq + offset}")
+
+
+def encode(entry: LogEntry) -> str:
+    """An entry as compact JSON text (a text column, not a JSON type: Python's JSON, ``NaN`` included, round-trips
+    exactly, and the escapes keep NUL, which PostgreSQL's text cannot hold, and lone surrogates storable)."""
+    return json.dumps(entry_to_dict(entry), separators=(",", ":"))
+
+
+def decode(text: str) -> LogEntry:
+    """The entry :func:`encode` wrote."""
+    return entry_from_dict(json.loads(text))
+
+
+def open_store(url: str) -> Store:
+    """The store a URL names: ``memory:`` (or ``memory``), ``sqlite:relative/path.db`` or
+    ``sqlite:///absolute/path.db``, ``postgresql://...`` or ``postgres://...`` (libpq's URI form).
+
+    Nothing is opened yet: a store connects on first use. ``ValueError`` (naming the URL) for anything else.
+    """
+    scheme, colon, rest = url.partition(":")
+    scheme = scheme.lower()
+    if scheme == "memory" and not rest:
+        from .memory import MemoryStore
+
+        return MemoryStore()
+    if scheme == "sqlite" and colon:
+        if rest.startswith("///"):
+            rest = rest[2:]
+        elif rest.startswith("//"):
+            raise ValueError(f"store URL {url!r}: a SQLite URL has no host (use sqlite:path or sqlite:///path)")
+        if not rest:
+            raise ValueError(f"store URL {url!r}: a SQLite URL needs a file path")
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore(rest)
+    if scheme in ("postgresql", "postgres") and rest.startswith("//"):
+        from .postgres import PostgresStore
+
+        return PostgresStore(url)
+    raise ValueError(
+        f"store URL {url!r} is not one of memory:, sqlite:PATH, sqlite:///PATH, postgresql://... or postgres://..."
+    )

@@ -1,0 +1,51 @@
+"""The in-process store: logs in a dict, for a single process (the default, and for tests)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from ..errors import ConversationBusy
+from ..runtime.events import LogEntry
+from .base import StoreConflict, check_entries
+
+
+class MemoryStore:
+    """Logs kept in this process; they end with it. Every method runs without awaiting, so each is atomic on
+    the event loop."""
+
+    def __init__(self) -> None:
+        self._logs: dict[str, list[LogEntry]] = {}
+        self._held: set[str] = set()
+
+    async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
+        """Append ``entries`` iff the log ends at ``expected_seq``; else :class:`StoreConflict`."""
+        check_entries(entries, expected_seq)
+        log = self._logs.get(conversation_id, [])
+        last = log[-1].seq if log else 0
+        if last != expected_seq:
+            raise StoreConflict(f"conversation {conversation_id!r} is at seq {last}, not {expected_seq}")
+        if entries:
+            self._logs.setdefault(conversation_id, []).extend(entries)
+
+    async def read(self, conversation_id: str, *, after_seq: int = 0) -> list[LogEntry]:
+        """The entries after ``after_seq``, in order (a log's seq ``n`` is at index ``n - 1``)."""
+        return self._logs.get(conversation_id, [])[max(after_seq, 0) :]
+
+    async def conversations(self) -> list[str]:
+        """The ids of the conversations with entries, sorted."""
+        return sorted(self._logs)
+
+    @asynccontextmanager
+    async def lock(self, conversation_id: str) -> AsyncIterator[None]:
+        """Hold the conversation in this process; :class:`ConversationBusy` when it is held already."""
+        if conversation_id in self._held:
+            raise ConversationBusy(f"conversation {conversation_id!r} is held by another task")
+        self._held.add(conversation_id)
+        try:
+            yield
+        finally:
+            self._held.discard(conversation_id)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the logs stay readable."""

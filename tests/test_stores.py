@@ -1,0 +1,379 @@
+"""The event-log stores: one suite over the in-process, SQLite and PostgreSQL stores, on trio and asyncio."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
+from pathlib import Path
+from urllib.parse import urlencode
+
+import anyio
+import anyio.to_thread
+import psycopg
+import pytest
+
+from dial_runtime.demo import run_demo
+from dial_runtime.errors import ConversationBusy
+from dial_runtime.runtime.events import LogEntry, SaidEvent
+from dial_runtime.stores import MemoryStore, PostgresStore, SQLiteStore, Store, StoreConflict, open_store
+
+pytestmark = pytest.mark.anyio
+
+DURABLE = ["sqlite", "postgres"]
+KINDS = ["memory", *DURABLE]
+
+#: A process that takes a conversation's lock, says so, and holds it until it is killed.
+HOLDER = """
+import sys, anyio
+from dial_runtime.stores import open_store
+
+async def main() -> None:
+    async with open_store(sys.argv[1]).lock(sys.argv[2]):
+        print("locked", flush=True)
+        await anyio.sleep_forever()
+
+anyio.run(main)
+"""
+
+
+@pytest.fixture(params=["trio", "asyncio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Real clocks: the stores wait on threads, processes and servers, which a virtual clock would skip past."""
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def demo_log() -> tuple[LogEntry, ...]:
+    """The log of the shipped demo conversation: many kinds of event, payloads, results, outcomes."""
+    conversation = anyio.run(partial(run_demo, write=lambda _: None))
+    return conversation.log
+
+
+@pytest.fixture
+def pg_schema_url(postgres_url: str) -> Iterator[str]:
+    """The server's URL with a fresh schema first on the ``search_path``: each test gets its own ``dial_log``."""
+    schema = f"test_{uuid.uuid4().hex}"
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(f"CREATE SCHEMA {schema}")
+    yield f"{postgres_url}{'&' if '?' in postgres_url else '?'}{urlencode({'options': f'-csearch_path={schema}'})}"
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=KINDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL of each kind, naming an empty log."""
+    if request.param == "memory":
+        return "memory:"
+    if request.param == "sqlite":
+        return f"sqlite:{tmp_path / 'logs.db'}"
+    return request.getfixturevalue("pg_schema_url")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL that other processes can reach."""
+    if request.param == "sqlite":
+        return f"sqlite:{tmp_path / 'logs.db'}"
+    return request.getfixturevalue("pg_schema_url")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def keep() -> AsyncIterator[Callable[[Store], Store]]:
+    """Remembers the stores a test opens, and closes them when it ends, passed or failed."""
+    opened: list[Store] = []
+
+    def remember(store: Store) -> Store:
+        opened.append(store)
+        return store
+
+    yield remember
+    for store in opened:
+        await store.aclose()
+
+
+@pytest.fixture
+def connect(url: str, keep: Callable[[Store], Store]) -> Callable[[], Store]:
+    """Opens stores on one backend, each with its own connection (one shared store for ``memory:``, which has no
+    other way to share a log)."""
+    shared = keep(open_store(url))
+    return lambda: shared if url == "memory:" else keep(open_store(url))
+
+
+def said(seq: int, text: str) -> LogEntry:
+    return LogEntry(seq=seq, time=1_700_000_000.0 + seq / 8, event=SaidEvent(text=text))
+
+
+async def write(store: Store, conversation_id: str, entries: tuple[LogEntry, ...] | list[LogEntry]) -> None:
+    """Append a log the way a conversation does: a few entries at a time."""
+    position = 0
+    for size in itertools.cycle((1, 3, 2)):
+        if position >= len(entries):
+            break
+        await store.append(conversation_id, entries[position : position + size], expected_seq=position)
+        position += size
+
+
+async def test_a_real_log_round_trips(connect: Callable[[], Store], demo_log: tuple[LogEntry, ...]) -> None:
+    assert len({entry.event.type for entry in demo_log}) >= 10
+    store = connect()
+    await write(store, "demo", demo_log)
+    assert await store.read("demo") == list(demo_log)
+    assert await connect().read("demo") == list(demo_log)
+
+
+durable = pytest.mark.parametrize("durable_url", DURABLE, indirect=True)
+
+
+@durable
+async def test_a_log_outlives_its_store(
+    durable_url: str, demo_log: tuple[LogEntry, ...], keep: Callable[[Store], Store]
+) -> None:
+    first = keep(open_store(durable_url))
+    await write(first, "demo", demo_log)
+    await first.aclose()
+    with pytest.raises(RuntimeError, match="closed"):
+        await first.read("demo")
+    assert await keep(open_store(durable_url)).read("demo") == list(demo_log)
+
+
+async def test_reads_after_a_seq(connect: Callable[[], Store], demo_log: tuple[LogEntry, ...]) -> None:
+    store = connect()
+    assert await store.read("demo") == []
+    await write(store, "demo", demo_log)
+    for after in (0, 1, 7, len(demo_log) - 1, len(demo_log), len(demo_log) + 5):
+        assert await store.read("demo", after_seq=after) == list(demo_log[after:])
+    assert await store.read("other") == []
+
+
+async def test_a_stale_append_conflicts_and_writes_nothing(connect: Callable[[], Store]) -> None:
+    store = connect()
+    await store.append("c", [said(1, "a"), said(2, "b"), said(3, "c")], expected_seq=0)
+    for expected in (0, 2, 4):
+        with pytest.raises(StoreConflict) as caught:
+            await store.append("c", [said(expected + 1, "x"), said(expected + 2, "y")], expected_seq=expected)
+        assert isinstance(caught.value, ConversationBusy)
+        with pytest.raises(StoreConflict):
+            await store.append("c", [], expected_seq=expected)
+    with pytest.raises(StoreConflict):
+        await store.append("new", [said(2, "x")], expected_seq=1)
+    await store.append("c", [], expected_seq=3)
+    assert [entry.event for entry in await store.read("c")] == [SaidEvent(text=t) for t in "abc"]
+    assert await store.read("new") == []
+
+
+async def test_misnumbered_entries_are_refused(connect: Callable[[], Store]) -> None:
+    store = connect()
+    await store.append("c", [said(1, "a")], expected_seq=0)
+    for entries in ([said(3, "gap")], [said(2, "b"), said(2, "repeat")], [said(1, "stale")]):
+        with pytest.raises(ValueError, match="seq"):
+            await store.append("c", entries, expected_seq=1)
+    assert await store.read("c") == [said(1, "a")]
+
+
+@pytest.mark.parametrize("via", ["tasks", "connections"])
+async def test_racing_appends_one_wins(connect: Callable[[], Store], via: str) -> None:
+    first = connect()
+    racers = [first if via == "tasks" else connect() for _ in range(6)]
+    won: list[int] = []
+    lost: list[int] = []
+    for round_ in range(8):
+        start = anyio.Event()
+        last = round_ * 2
+
+        async def race(store: Store, racer: int, last: int, start: anyio.Event) -> None:
+            await start.wait()
+            try:
+                await store.append(
+                    "c", [said(last + 1, f"{racer}"), said(last + 2, f"{racer}")], expected_seq=last
+                )
+            except StoreConflict:
+                lost.append(racer)
+            else:
+                won.append(racer)
+
+        async with anyio.create_task_group() as group:
+            for racer, store in enumerate(racers):
+                group.start_soon(race, store, racer, last, start)
+            await anyio.sleep(0.01)
+            start.set()
+        assert len(won) == round_ + 1
+        assert len(lost) == (round_ + 1) * (len(racers) - 1)
+    log = await first.read("c")
+    assert [entry.seq for entry in log] == list(range(1, 17))
+    assert [entry.event for entry in log] == [SaidEvent(text=f"{racer}") for racer in won for _ in range(2)]
+
+
+async def test_postgres_unique_violation_is_a_conflict(pg_schema_url: str, keep: Callable[[Store], Store]) -> None:
+    """An append that passed its seq check while another inserted the same seq waits for it, then conflicts."""
+    store = keep(open_store(pg_schema_url))
+    await store.append("c", [said(1, "a")], expected_seq=0)
+    rival = await anyio.to_thread.run_sync(partial(psycopg.connect, pg_schema_url))
+    try:
+        await anyio.to_thread.run_sync(
+            rival.execute,
+            "INSERT INTO dial_log VALUES ('c', 2, 0, %s)",
+            ('{"seq":2,"time":0,"event":{"type":"said","text":"rival"}}',),
+        )
+        outcome: list[BaseException | None] = []
+
+        async def append() -> None:
+            try:
+                await store.append("c", [said(2, "mine")], expected_seq=1)
+            except StoreConflict as error:
+                outcome.append(error)
+            else:
+                outcome.append(None)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(append)
+            with anyio.fail_after(10):
+                while not await anyio.to_thread.run_sync(waiting_on_a_lock, pg_schema_url):
+                    await anyio.sleep(0.02)
+            await anyio.to_thread.run_sync(rival.commit)
+        assert isinstance(outcome[0], StoreConflict)
+    finally:
+        await anyio.to_thread.run_sync(rival.close)
+    assert [entry.event for entry in await store.read("c")] == [SaidEvent(text="a"), SaidEvent(text="rival")]
+
+
+def waiting_on_a_lock(url: str) -> bool:
+    """Whether a session of the test database waits for a lock."""
+    with psycopg.connect(url, autocommit=True) as probe:
+        row = probe.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        ).fetchone()
+    return row is not None and row[0] == 1
+
+
+async def test_a_lock_is_exclusive(connect: Callable[[], Store]) -> None:
+    store, other = connect(), connect()
+    async with store.lock("a"):
+        for contender in (store, other):
+            with pytest.raises(ConversationBusy, match="'a'"):
+                async with contender.lock("a"):
+                    pytest.fail("a held conversation was locked again")
+        async with other.lock("b"):
+            pass
+    async with other.lock("a"):
+        with pytest.raises(ConversationBusy):
+            async with store.lock("a"):
+                pass
+    with pytest.raises(KeyError):
+        async with store.lock("a"):
+            raise KeyError("the holder failed")
+    async with other.lock("a"):
+        pass
+
+
+@durable
+async def test_a_lock_dies_with_its_process(durable_url: str, keep: Callable[[Store], Store]) -> None:
+    store = keep(open_store(durable_url))
+    holder = await anyio.open_process(
+        [sys.executable, "-c", HOLDER, durable_url, "held"], stdout=subprocess.PIPE, cwd=Path(__file__).parents[1]
+    )
+    try:
+        assert holder.stdout is not None
+        said_so = b""
+        with anyio.fail_after(20):
+            while not said_so.endswith(b"\n"):
+                said_so += await holder.stdout.receive()
+        assert said_so == b"locked\n"
+        with pytest.raises(ConversationBusy):
+            async with store.lock("held"):
+                pass
+        async with store.lock("free"):
+            pass
+    finally:
+        holder.kill()
+        await holder.wait()
+    assert holder.returncode == -signal.SIGKILL
+    with anyio.fail_after(10):
+        while True:
+            try:
+                async with store.lock("held"):
+                    break
+            except ConversationBusy:
+                await anyio.sleep(0.05)  # the server notices a dead client's session a moment later
+
+
+async def test_conversations_are_listed_sorted(connect: Callable[[], Store]) -> None:
+    store = connect()
+    assert await store.conversations() == []
+    ids = ["b", "a", "é", "B", "z-10", "z-9", "😀"]
+    for conversation_id in ids:
+        await store.append(conversation_id, [said(1, "hi")], expected_seq=0)
+    await store.append("b", [said(2, "again")], expected_seq=1)
+    await store.append("empty", [], expected_seq=0)
+    async with store.lock("only-locked"):
+        assert await connect().conversations() == sorted(ids)
+
+
+async def test_sqlite_runs_in_wal_mode(tmp_path: Path, keep: Callable[[Store], Store]) -> None:
+    path = tmp_path / "logs.db"
+    store = keep(open_store(f"sqlite:{path}"))
+    await store.append("c", [said(1, "a")], expected_seq=0)
+    assert (tmp_path / "logs.db-wal").exists()
+    async with store.lock("c"):
+        assert list((tmp_path / "logs.db.locks").iterdir()) == [
+            tmp_path / "logs.db.locks" / f"{hashlib.sha1(b'c').hexdigest()}.lock"
+        ]
+    await store.aclose()
+    connection = sqlite3.connect(path)
+    assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:logs.db", "logs.db"),
+        ("SQLite:var/logs.db", "var/logs.db"),
+        ("sqlite:/var/logs.db", "/var/logs.db"),
+        ("sqlite:///var/logs.db", "/var/logs.db"),
+    ],
+)
+def test_open_store_reads_sqlite_urls(url: str, path: str) -> None:
+    store = open_store(url)
+    assert isinstance(store, SQLiteStore)
+    assert store.path == Path(path)
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://user@db.example:5432/dial", "postgres://db.example/dial", "postgresql:///d?host=/run/pg"]
+)
+def test_open_store_reads_postgres_urls(url: str) -> None:
+    store = open_store(url)
+    assert isinstance(store, PostgresStore)
+    assert store.url == url
+
+
+@pytest.mark.parametrize("url", ["memory:", "memory", "MEMORY:"])
+def test_open_store_reads_memory_urls(url: str) -> None:
+    assert isinstance(open_store(url), MemoryStore)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "",
+        "memory:x",
+        "sqlite:",
+        "sqlite://",
+        "sqlite://host/logs.db",
+        "logs.db",
+        "postgresql:/dial",
+        "mysql://h/d",
+    ],
+)
+def test_open_store_refuses_other_urls(url: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(repr(url))):
+        open_store(url)
