@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, ClassVar
 
 import anyio
+import anyio.lowlevel
 
 from dial_runtime import ActionError, ActionSpec
 
@@ -89,3 +90,17 @@ class Notes:
 
     def context(self) -> str:
         return self._context
+
+
+class StreamingAgent(Agent):
+    """Like :class:`Agent`, and also streams each reply in chunks of ``size`` characters."""
+
+    def __init__(self, replies: Iterable[str | Callable[[str], Any]], *, size: int = 7) -> None:
+        super().__init__(replies)
+        self.size = size
+
+    async def stream(self, message: str) -> AsyncIterator[str]:
+        reply = await self.send(message)
+        for start in range(0, len(reply), self.size):
+            await anyio.lowlevel.checkpoint()
+            yield reply[start : start + self.size]

@@ -14,16 +14,19 @@ import contextlib
 import inspect
 import json
 import logging
+import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ..errors import ConversationBusy, DialError, DialSizeError
 from ..language.outcomes import Outcome, outcome_reply, refusal_reply, to_json_ready
 from ..language.parser import extract_prose, parse
 from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest, is_json_type
+from ..language.stream import StreamParser
 from ..statemachines import OUTCOME_STATUS, SUGGESTION, TURN_LOOP
 from .events import (
     ActionStartedEvent,
@@ -48,6 +51,7 @@ from .events import (
     RefusedEvent,
     ReplyEvent,
     ReplyRefusedEvent,
+    ReplyStartedEvent,
     ResumedEvent,
     SaidEvent,
     SendFailedEvent,
@@ -399,6 +403,7 @@ class _Run:
         self.state = conversation._state
         self.words = words
         self.outcomes: list[Outcome] = []
+        self.streaming: StreamParser | None = None
 
     async def drive(self, first: Any = None) -> TurnResult:
         """Run the turn loop (after ``first``, a step that must happen first) until this call is done."""
@@ -437,7 +442,10 @@ class _Run:
                 self.words = ""
                 conversation._emit(SentEvent(turn=turn, message=message))
                 await conversation.flush()
-                reply = await self._send(message)
+                if callable(getattr(conversation.agent, "stream", None)):
+                    reply = await self._stream(message)
+                else:
+                    reply = await self._send(message)
                 if reply is None:
                     return state.loop
                 conversation._emit(ReplyEvent(turn=turn, text=reply))
@@ -468,6 +476,102 @@ class _Run:
             raise
         return "" if reply is None else str(reply)
 
+    async def _stream(self, message: str) -> str | None:
+        """Stream the agent's reply, handling each speech act as soon as it is complete; return the whole reply.
+
+        The deadline covers the stream until its first chunk: before that, a deadline that passes is no reply
+        and an error is a failed send. A stream that breaks off later ends the reply where it stopped. The rest
+        of the reply (elements the early view could not read, prose after the envelope) is handled afterwards
+        from the whole text, as for a reply that was not streamed.
+        """
+        conversation, state = self.conversation, self.state
+        parser = self.streaming = StreamParser()
+        arrived: list[Element] = []
+        sender, receiver = anyio.create_memory_object_stream[int](math.inf)
+        answering = anyio.Event()
+        started: list[bool] = []
+        failure: list[BaseException] = []
+
+        async def produce() -> None:
+            with sender:
+                try:
+                    async for chunk in conversation.agent.stream(message):
+                        if not started:
+                            started.append(True)
+                            conversation._record(ReplyStartedEvent(turn=state.turn))
+                            answering.set()
+                        completed = parser.feed(chunk)
+                        if completed:
+                            arrived.extend(completed)
+                            sender.send_nowait(len(arrived))
+                    if not started:
+                        started.append(True)
+                        conversation._record(ReplyStartedEvent(turn=state.turn))
+                except Exception as error:
+                    failure.append(error)
+                finally:
+                    answering.set()
+
+        timeout = conversation.timeout
+        handling_error: Exception | None = None
+        with receiver:
+            async with anyio.create_task_group() as group:
+                group.start_soon(produce)
+                with anyio.move_on_after(math.inf if timeout is None else timeout):
+                    await answering.wait()
+                try:
+                    if started:
+                        await self._consume(parser, arrived, receiver)
+                except Exception as error:
+                    handling_error = error
+                group.cancel_scope.cancel()
+        if handling_error is not None:
+            raise handling_error
+        if not started:
+            if failure:
+                conversation._record(SendFailedEvent(turn=state.turn, error=_reason(failure[0])))
+                raise failure[0]
+            conversation._emit(NoReplyEvent(turn=state.turn, error=f"The agent didn't reply within {timeout:g}s"))
+            return None
+        return parser.text
+
+    async def _consume(
+        self, parser: StreamParser, arrived: list[Element], receiver: MemoryObjectReceiveStream[int]
+    ) -> None:
+        """Handle streamed elements in order; a suggest without its own payload waits for what follows it."""
+        available, done = 0, False
+        index = max(self.state.cursor + 1, 0)
+        prose_shown = False
+        with receiver:
+            while True:
+                if not prose_shown and parser.started:
+                    prose_shown = True
+                    if parser.prose_before and parser.prose_before.strip():
+                        self.conversation._emit(InformEvent(text=parser.prose_before.strip(), element=-1))
+                ready = index < available and (
+                    not isinstance(arrived[index], Suggest)
+                    or arrived[index].payload_text is not None  # type: ignore[union-attr]
+                    or index + 1 < available
+                    or done
+                )
+                if ready:
+                    element = arrived[index]
+                    if isinstance(element, Suggest):
+                        index = await self._suggest(arrived[:available], index)
+                    else:
+                        await _HANDLERS[element.type](self, element, index)
+                        index += 1
+                    continue
+                if done:
+                    break
+                try:
+                    available = await receiver.receive()
+                except anyio.EndOfStream:
+                    done = True
+        trailing = parser.prose_after()
+        if prose_shown and trailing:
+            self.conversation._emit(InformEvent(text=trailing))
+
     def _elements(self) -> tuple[Element, ...]:
         """The current reply's elements, or none after recording why it cannot be used or has no envelope."""
         conversation, state = self.conversation, self.state
@@ -490,7 +594,7 @@ class _Run:
         return envelope.elements
 
     def _refuse(self, reason: str) -> tuple[Element, ...]:
-        if self.state.cursor < -1:
+        if not self.state.owed_refusals:
             reply_id = f"reply-{self.state.replies}"
             self.conversation._record(
                 ReplyRefusedEvent(turn=self.state.turn, reply_id=reply_id, reason=reason, element=-1)
@@ -586,7 +690,7 @@ class _Run:
     async def _execute(self, element: Execute, index: int) -> None:
         self.conversation._emit(ExecuteEvent(id=element.id, steps=element.steps, element=index))
 
-    def _payload(self, elements: tuple[Element, ...], index: int) -> tuple[Any, str | None, int]:
+    def _payload(self, elements: Sequence[Element], index: int) -> tuple[Any, str | None, int]:
         """The suggestion's payload, why it is unusable (or ``None``), and the index after what it used."""
         element = elements[index]
         assert isinstance(element, Suggest)
@@ -618,7 +722,7 @@ class _Run:
         )
         return state.open_suggestions[ident]
 
-    async def _suggest(self, elements: tuple[Element, ...], index: int) -> int:
+    async def _suggest(self, elements: Sequence[Element], index: int) -> int:
         """Run one suggestion's lifecycle to its outcome (or to a deferral); return the next element's index."""
         conversation = self.conversation
         element = elements[index]
@@ -789,8 +893,9 @@ class _Run:
                 self.finish(opened, "supersede")
         for ask_id in [*state.asked, *state.open_asks]:
             self.conversation._record(AnsweredEvent(ask_id=ask_id, text=""))
+        received = self.streaming.text if self.streaming is not None else state.reply
         try:
-            elements = parse(state.reply or "") if state.loop in ("handling", "awaiting") else None
+            elements = parse(received or "") if state.loop in ("handling", "awaiting") else None
         except DialSizeError:
             elements = None
         remaining = elements.elements if elements is not None else ()

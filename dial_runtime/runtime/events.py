@@ -3,8 +3,9 @@
 ``on_event`` sees the events a surface renders (``sent``, ``reply``, ``inform``, ``ask``, ``suggestion``,
 ``outcome``, ``no-reply``, ``turn-limit``, and ``declare``, ``phatic``, ``delegate``, ``execute`` for the elements
 the seed contract ignores). The log also holds the events the conversation's state depends on but no surface
-renders (``said``, ``resumed``, ``proposed``, ``answered``, ``decided``, ``deferred``, ``refused``,
-``action-started``, ``handled``, ``send-failed``, ``reply-refused``, ``interrupted``, ``ended``, ``finished``).
+renders (``said``, ``resumed``, ``reply-started``, ``proposed``, ``answered``, ``decided``, ``deferred``,
+``refused``, ``action-started``, ``handled``, ``send-failed``, ``reply-refused``, ``interrupted``, ``ended``,
+``finished``).
 Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with :func:`event_from_dict`,
 without loss.
 """
@@ -46,11 +47,20 @@ class SentEvent:
 
 @attrs.frozen(kw_only=True)
 class ReplyEvent:
-    """The agent's raw reply arrived; everything the message carried counts as delivered."""
+    """The agent's raw reply arrived (whole: a streamed reply is reported when its last chunk is in);
+    everything the message carried counts as delivered."""
 
     type: str = _kind("reply")
     turn: int
     text: str
+
+
+@attrs.frozen(kw_only=True)
+class ReplyStartedEvent:
+    """The first chunk of a streamed reply arrived: the message was delivered, and handling begins."""
+
+    type: str = _kind("reply-started")
+    turn: int
 
 
 @attrs.frozen(kw_only=True)
@@ -339,6 +349,7 @@ class FinishedEvent:
 Event = (
     SentEvent
     | ReplyEvent
+    | ReplyStartedEvent
     | InformEvent
     | AskEvent
     | SuggestionEvent

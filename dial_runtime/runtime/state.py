@@ -36,6 +36,7 @@ from .events import (
     RefusedEvent,
     ReplyEvent,
     ReplyRefusedEvent,
+    ReplyStartedEvent,
     ResumedEvent,
     SentEvent,
     SuggestionEvent,
@@ -170,9 +171,14 @@ class ConversationState:
         self.loop = TURN_LOOP.fire(self.loop, "start_turn", out_of_turns=True)
 
     def _reply(self, event: ReplyEvent) -> None:
+        if self.loop == "awaiting_reply":
+            self._reply_started(event)
+        self.reply = event.text
+
+    def _reply_started(self, event: ReplyEvent | ReplyStartedEvent) -> None:
         self.loop = TURN_LOOP.fire(self.loop, "reply")
         self.replies += 1
-        self.reply = event.text
+        self.reply = ""
         self.cursor = -2
         self.instead = None
         self.asked.clear()
@@ -277,6 +283,7 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
     "sent": ConversationState._sent,
     "turn-limit": ConversationState._turn_limit,
     "reply": ConversationState._reply,
+    "reply-started": ConversationState._reply_started,
     "no-reply": ConversationState._no_reply,
     "send-failed": ConversationState._send_failed,
     "interrupted": ConversationState._interrupted,

@@ -1,0 +1,196 @@
+"""Streamed replies: each speech act is handled as soon as it is complete; outcomes as for a whole reply."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+
+from dial_runtime import Conversation, policy_human, scripted_human
+from dial_runtime.language.stream import StreamParser
+from dial_runtime.runtime.events import entry_from_dict, entry_to_dict
+
+from .fakes import Agent, Notes, StreamingAgent, envelope, suggest
+from .test_runtime import LIFECYCLE
+
+pytestmark = pytest.mark.anyio
+
+
+def comparable(conversation: Conversation) -> list[dict[str, Any]]:
+    """The log's events, without the ones whose place or form differs when a reply streams."""
+    skipped = {"reply", "reply-started", "inform"}
+    return [entry_to_dict(entry)["event"] for entry in conversation.log if entry.event.type not in skipped]
+
+
+@pytest.mark.parametrize("size", [1, 5, 1000])
+@pytest.mark.parametrize(
+    ("elements", "steps"), [case[1:3] for case in LIFECYCLE], ids=[case[0] for case in LIFECYCLE]
+)
+async def test_every_lifecycle_case_ends_the_same_streamed_or_not(
+    elements: list[str], steps: list[Any], size: int
+) -> None:
+    reply = envelope(*elements, "<dial-inform>and that is all</dial-inform>", prose="Here you go.") + " Bye."
+    runs = []
+    expected_informs = [["Here you go.\n Bye.", "and that is all"], ["Here you go.", "and that is all", "Bye."]]
+    for agent, informs in zip(
+        (Agent([reply, "ok"]), StreamingAgent([reply, "ok"], size=size)), expected_informs, strict=True
+    ):
+        conversation = Conversation(agent=agent, domain=Notes(), human=scripted_human(steps))
+        result = await conversation.say("go")
+        runs.append((result, agent.sent, comparable(conversation)))
+        follow = ["ok"] if result.turns == 2 else []
+        assert [e.event.text for e in conversation.log if e.event.type == "inform"] == informs + follow
+    assert runs[0] == runs[1]
+
+
+async def test_an_inform_is_shown_while_the_rest_is_still_arriving() -> None:
+    shown = anyio.Event()
+
+    class Slow:
+        def send(self, message: str) -> str:
+            raise AssertionError("the runtime must stream")
+
+        async def stream(self, message: str) -> AsyncIterator[str]:
+            yield "<dial><dial-inform>first</dial-inform>"
+            with anyio.fail_after(5):
+                await shown.wait()
+            yield "<dial-inform>second</dial-inform></dial>"
+
+    def on_event(event: Any) -> None:
+        if event.type == "inform" and event.text == "first":
+            shown.set()
+
+    conversation = Conversation(agent=Slow(), domain=Notes(), human=policy_human(), on_event=on_event)
+    result = await conversation.say("go")
+    assert result.status == "idle"
+    assert [e.event.text for e in conversation.log if e.event.type == "inform"] == ["first", "second"]
+
+
+async def test_a_suggestion_waits_for_the_declare_that_may_follow_it() -> None:
+    reply = envelope(suggest("add-note"), '<dial-declare context-key="add-note">{"text":"milk"}</dial-declare>')
+    domain = Notes()
+    conversation = Conversation(agent=StreamingAgent([reply, "ok"], size=3), domain=domain, human=policy_human())
+    result = await conversation.say("go")
+    assert [(o.status, o.preview) for o in result.outcomes] == [("done", "Add the note 'milk'")]
+    assert domain.ran == [("add-note", {"text": "milk"})]
+
+
+async def test_no_first_chunk_before_the_deadline_is_no_reply() -> None:
+    class Silent:
+        def send(self, message: str) -> str:
+            raise AssertionError
+
+        async def stream(self, message: str) -> AsyncIterator[str]:
+            await anyio.sleep_forever()
+            yield ""
+
+    conversation = Conversation(agent=Silent(), domain=Notes(), human=policy_human(), timeout=0.02)
+    result = await conversation.say("go")
+    assert result.status == "no-reply"
+
+
+async def test_a_stream_that_fails_before_its_first_chunk_raises_the_original_error() -> None:
+    class Refusing:
+        def send(self, message: str) -> str:
+            raise AssertionError
+
+        async def stream(self, message: str) -> AsyncIterator[str]:
+            raise ConnectionResetError("gone")
+            yield ""
+
+    conversation = Conversation(agent=Refusing(), domain=Notes(), human=policy_human())
+    with pytest.raises(ConnectionResetError, match="gone"):
+        await conversation.say("go")
+    assert [e.event.type for e in conversation.log][-2:] == ["send-failed", "finished"]
+
+
+async def test_a_stream_that_breaks_off_ends_the_reply_where_it_stopped() -> None:
+    class Broken:
+        def send(self, message: str) -> str:
+            raise AssertionError
+
+        async def stream(self, message: str) -> AsyncIterator[str]:
+            yield envelope(suggest("list-notes", "{}"))[: -len("</dial>")]
+            raise ConnectionResetError("cut")
+
+    conversation = Conversation(agent=Broken(), domain=Notes(), human=policy_human(), max_turns=1)
+    result = await conversation.say("go")
+    assert [o.status for o in result.outcomes] == ["done"]
+    assert result.status == "turn-limit"
+
+
+async def test_streamed_logs_round_trip_and_rebuild() -> None:
+    agent = StreamingAgent([envelope(suggest("add-note", '{"text":"a"}')), "ok"], size=4)
+    conversation = Conversation(agent=agent, domain=Notes(), human=policy_human())
+    await conversation.say("go")
+    entries = [entry_from_dict(entry_to_dict(entry)) for entry in conversation.log]
+    assert entries == list(conversation.log)
+    assert "reply-started" in [entry.event.type for entry in entries]
+    rebuilt = Conversation(agent=Agent([]), domain=Notes(), human=policy_human(), log=entries)
+    assert rebuilt.owed == conversation.owed
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64])
+def test_the_stream_parser_finds_every_element_however_the_reply_is_cut(size: int) -> None:
+    reply = (
+        'Sure. <dial version="0.1"><dial-inform>a &amp; b</dial-inform><!-- <dial-ask>no</dial-ask> -->'
+        '<dial-suggest action="x"><dial-payload>{"k": "<&>"}</dial-payload></dial-suggest>'
+        '<dial-phatic signal="typing"/></dial> after'
+    ).replace('{"k": "<&>"}', '{"k": "\\u003c"}')
+    parser = StreamParser()
+    seen = []
+    for start in range(0, len(reply), size):
+        seen.extend(parser.feed(reply[start : start + size]))
+    final = parser.close()
+    assert final is not None
+    assert seen == list(final.elements)
+    assert parser.prose_before == "Sure. " and parser.prose_after() == "after"
+
+
+def test_a_broken_stream_leaves_the_rest_to_the_final_parse() -> None:
+    parser = StreamParser()
+    seen = parser.feed("<dial><dial-inform>ok</dial-inform><dial-inform>a & b</dial-inform>")
+    seen += parser.feed("<dial-inform>c</dial-inform></dial>")
+    final = parser.close()
+    assert final is not None
+    assert [e.text for e in seen] == ["ok"]
+    assert [e.text for e in final.elements] == ["ok", "a & b", "c"]
+
+
+@pytest.mark.parametrize("how", ["human raises", "caller cancels"])
+async def test_interruptions_of_a_streamed_turn_keep_outcomes_owed_and_raise_plainly(how: str) -> None:
+    class Person:
+        async def decide(self, suggestion: Any) -> Any:
+            if how == "human raises":
+                raise ValueError("the UI crashed")
+            await anyio.sleep_forever()
+
+    reply = envelope(suggest("list-notes", "{}"), suggest("add-note", '{"text":"x"}'), suggest("list-notes", "{}"))
+    conversation = Conversation(agent=StreamingAgent([reply], size=len(reply)), domain=Notes(), human=Person())
+    if how == "human raises":
+        with pytest.raises(ValueError, match="the UI crashed"):
+            await conversation.say("go")
+    else:
+        with anyio.move_on_after(1):
+            await conversation.say("go")
+    assert [(o.id, o.status) for o in conversation.owed] == [
+        ("sg-1", "done"),
+        ("sg-2", "superseded"),
+        ("sg-3", "superseded"),
+    ]
+
+
+async def test_an_empty_stream_is_an_empty_reply() -> None:
+    class Mute:
+        def send(self, message: str) -> str:
+            raise AssertionError
+
+        async def stream(self, message: str) -> AsyncIterator[str]:
+            for chunk in ():
+                yield chunk
+
+    conversation = Conversation(agent=Mute(), domain=Notes(), human=policy_human(), timeout=None)
+    result = await conversation.say("go")
+    assert (result.status, result.turns) == ("idle", 1)
