@@ -6,7 +6,9 @@ the person, runs what the person accepts (or edits), and tells the agent exactly
 
 from __future__ import annotations
 
+from .agents import AgentError, ChatAgent, RecordedAgent, ScriptedAgent, agent_from_uri, system_prompt
 from .errors import ConversationBusy, DialError, DialSizeError, IllegalTransition
+from .jsonl import export_jsonl, import_jsonl
 from .language.outcomes import Outcome, outcome_reply
 from .language.parser import extract_prose, parse
 from .language.records import (
@@ -25,6 +27,8 @@ from .language.records import (
     Suggest,
 )
 from .language.schema import SchemaIssue, validate
+from .language.stream import StreamParser
+from .replay import Divergence, ReplayReport, replay
 from .runtime import (
     Accept,
     ActionError,
@@ -42,6 +46,7 @@ from .runtime import (
     scripted_human,
 )
 from .runtime.events import Event, LogEntry, event_from_dict, event_to_dict
+from .stores import Store, StoreConflict, open_store
 
 __version__ = "0.1.0"
 
@@ -50,16 +55,19 @@ __all__ = [
     "Acknowledge",
     "ActionError",
     "ActionSpec",
+    "AgentError",
     "Ask",
     "AskElement",
+    "ChatAgent",
     "Conversation",
     "ConversationBusy",
     "Declare",
-    "Delegate",
     "Defer",
+    "Delegate",
     "DialError",
     "DialSizeError",
     "Dismiss",
+    "Divergence",
     "Edit",
     "Envelope",
     "Event",
@@ -72,20 +80,32 @@ __all__ = [
     "Outcome",
     "ParseIssue",
     "Phatic",
+    "RecordedAgent",
+    "ReplayReport",
     "RootAttributes",
     "Say",
     "SchemaIssue",
+    "ScriptedAgent",
     "Step",
+    "Store",
+    "StoreConflict",
+    "StreamParser",
     "Suggest",
     "Suggestion",
     "TurnResult",
     "__version__",
+    "agent_from_uri",
     "event_from_dict",
     "event_to_dict",
+    "export_jsonl",
     "extract_prose",
+    "import_jsonl",
+    "open_store",
     "outcome_reply",
     "parse",
     "policy_human",
+    "replay",
     "scripted_human",
+    "system_prompt",
     "validate",
 ]

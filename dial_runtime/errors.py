@@ -4,8 +4,10 @@ Every error raised on purpose derives from :class:`DialError`::
 
     DialError
     ├── DialSizeError        an envelope is larger than the parser's limit (also a ValueError)
-    ├── ConversationBusy     say() or a decision came while another call drives the conversation
-    └── IllegalTransition    a state machine was asked for a transition its table does not have
+    ├── ConversationBusy     a call came while another call (here or in another worker) drives the conversation
+    │   └── StoreConflict    an append to a store whose log moved on (dial_runtime.stores)
+    ├── IllegalTransition    a state machine was asked for a transition its table does not have
+    └── AgentError           an agent's endpoint refused the request (dial_runtime.agents)
 
 Built-in types are used where they fit: ``TypeError`` for a collaborator without a required method or a
 decision of the wrong shape, ``ValueError`` for a value the caller should not have passed.

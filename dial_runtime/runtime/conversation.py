@@ -313,12 +313,24 @@ class Conversation:
             self._in_call = False
 
     async def _catch_up(self) -> None:
-        """Fold in what other workers appended to the stored log since this object last saw it."""
+        """Fold in what other workers appended to the stored log since this object last saw it.
+
+        Events this object recorded between calls (``end()``) and has not written yet go after them.
+        """
         assert self._store is not None
-        for entry in await self._store.read(self.id or "", after_seq=self._stored):
+        fresh = await self._store.read(self.id or "", after_seq=self._stored)
+        if not fresh:
+            return
+        local = [entry.event for entry in self._log[self._stored :]]
+        if local:
+            del self._log[self._stored :]
+            self._state = ConversationState.fold(entry.event for entry in self._log)
+        for entry in fresh:
             self._log.append(entry)
             self._state.apply(entry.event)
         self._stored = len(self._log)
+        for event in local:
+            self._record(event)
 
     def _recover(self) -> None:
         """Close a call that a dead process left open, as :meth:`open` describes."""

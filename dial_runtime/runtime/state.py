@@ -227,7 +227,7 @@ class ConversationState:
         if event.subject_id in self.open_suggestions:
             self.open_suggestions[event.subject_id].deferred = True
         else:
-            self.open_asks[event.subject_id] = self.asked[event.subject_id]
+            self.open_asks[event.subject_id] = self.asked.pop(event.subject_id)
 
     def _proposed(self, event: ProposedEvent) -> None:
         self.suggestions_numbered += event.numbered

@@ -1,0 +1,411 @@
+"""An agent that talks to any OpenAI-compatible chat-completions endpoint over HTTP.
+
+:class:`ChatAgent` keeps its conversation's chat history (the system prompt, then alternating user and assistant
+messages) and POSTs it to ``{base_url}/chat/completions`` on every turn, plainly (:meth:`ChatAgent.send`) or
+streamed as server-sent events (:meth:`ChatAgent.stream`). A turn joins the history once its answer is complete,
+or, for a stream, once the caller has seen part of it; a send that fails or is cancelled before any answer leaves
+nothing half-said behind, so the conversation can resend what it still owes.
+
+Transient failures (connection errors, timeouts, HTTP 408, 409, 429 and 5xx) are retried up to ``max_retries``
+times, waiting as the server's ``Retry-After`` (or ``retry-after-ms``) asks, else a random time between 0 and
+``min(max_backoff, backoff * 2**retry)`` seconds (exponential backoff with full jitter). The waits are
+``anyio.sleep`` calls, so the caller's deadline (the conversation's ``timeout``, or any cancel scope) cuts them
+short; each retry is logged at INFO level on the ``dial_runtime.agents`` logger. A streamed answer is never
+retried once its first content has arrived: the caller has already seen it. Every other failure raises
+:class:`AgentError` at once, with the server's own message and the HTTP status.
+
+The API key is sent in the ``Authorization`` header only: it is kept out of reprs, log records and exception
+messages, and removed from any server message that quotes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import functools
+import json
+import logging
+import random
+import re
+import ssl
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from datetime import timezone
+from types import TracebackType
+from typing import Any
+
+import anyio
+import attrs
+import httpx
+
+from ..errors import DialError
+
+__all__ = ["TRANSIENT_STATUSES", "AgentError", "ChatAgent", "ChatMessage", "parse_retry_after"]
+
+logger = logging.getLogger("dial_runtime.agents")
+
+#: HTTP statuses worth another try besides every 5xx: request timeout, conflict, too many requests.
+TRANSIENT_STATUSES = frozenset({408, 409, 429})
+
+# httpx errors that say the request may succeed when tried again; every other httpx error is final.
+_TRANSIENT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+_SECONDS = re.compile(r"\d+(?:\.\d+)?")
+_REDACTED = "[redacted]"
+# At most this much of a server's error body is quoted in an AgentError.
+_QUOTE_LIMIT = 500
+
+
+class AgentError(DialError):
+    """A chat-completions request failed for good.
+
+    Raised at once for an error that is not transient (``status`` 400, 401, 404, ... with the server's message),
+    for a response that is not a chat completion, for a streamed answer that broke off after it had started, and
+    when the retries of a transient failure are used up. ``status`` is the last HTTP status, ``None`` when no
+    response came.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@attrs.frozen
+class ChatMessage:
+    """One message of a chat history: ``role`` is ``system``, ``user`` or ``assistant``."""
+
+    role: str
+    content: str
+
+
+@attrs.frozen(kw_only=True)
+class _Failure:
+    """A transient failure of one attempt: why, the HTTP status if any, and the wait the server asked for."""
+
+    reason: str
+    status: int | None = None
+    retry_after: float | None = None
+    cause: BaseException | None = None
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """The seconds a server asks the client to wait, from ``retry-after-ms`` or ``Retry-After``.
+
+    ``Retry-After`` holds seconds (fractions are accepted) or an HTTP date, read against ``now`` (epoch seconds,
+    default the current time); a date in the past means no wait. ``None`` when neither header is there or
+    readable. ``headers`` is looked up by lower-case name, as ``httpx.Headers`` does case-insensitively.
+    """
+    milliseconds = headers.get("retry-after-ms", "").strip()
+    if _SECONDS.fullmatch(milliseconds):
+        return float(milliseconds) / 1000.0
+    value = headers.get("retry-after", "").strip()
+    if _SECONDS.fullmatch(value):
+        return float(value)
+    if not value:
+        return None
+    try:
+        date = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if date.tzinfo is None:  # "-0000" dates come back naive; HTTP dates are always GMT
+        date = date.replace(tzinfo=timezone.utc)
+    return max(0.0, date.timestamp() - (time.time() if now is None else now))
+
+
+def _server_message(response: httpx.Response) -> str:
+    """What the server said went wrong: the JSON ``error.message`` (or ``error``, ``message``, ``detail``), else
+    the start of the body, else the reason phrase."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if isinstance(data, Mapping):
+        error = data.get("error")
+        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        for candidate in (error, data.get("message"), data.get("detail")):
+            if isinstance(candidate, str) and candidate:
+                return candidate
+    text = response.text.strip()
+    if text:
+        return text[:_QUOTE_LIMIT]
+    return response.reason_phrase or "no message"
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """httpx's default TLS context, made once: loading the CA bundle takes tens of milliseconds per client."""
+    return httpx.create_ssl_context()
+
+
+@contextlib.asynccontextmanager
+async def _lines(response: httpx.Response) -> AsyncIterator[AsyncIterator[str]]:
+    """``response.aiter_lines()``, brought to its end on exit however the reading stopped.
+
+    httpx reads through nested async generators and does not close the inner ones, so leaving the lines early would
+    leave them to the garbage collector (which trio reports as a ResourceWarning). After a finished stream the rest
+    of the body (normally nothing) is read, which keeps the connection reusable; after an early exit the response
+    is closed first, so the reads fail or run out at once. That cleanup is shielded from cancellation: it must
+    finish, and it waits on nothing remote.
+    """
+    lines = response.aiter_lines()
+    try:
+        yield lines
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+            with contextlib.suppress(Exception):
+                async for _ in lines:
+                    pass
+        raise
+    with contextlib.suppress(httpx.HTTPError):
+        async for _ in lines:
+            pass
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).rstrip(".")
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class ChatAgent:
+    """An agent behind an OpenAI-compatible ``/chat/completions`` endpoint, keeping its conversation's history.
+
+    ``timeout`` bounds each HTTP request (seconds, or an ``httpx.Timeout``); ``None`` sets no bound of its own,
+    leaving the conversation's deadline to bound the whole send, retries included. With ``client`` the requests
+    go through that ``httpx.AsyncClient`` (its own timeout applies unless ``timeout`` is given) and
+    :meth:`aclose` leaves it open; otherwise the agent owns a client and :meth:`aclose` (or ``async with``)
+    closes it. ``extra_headers`` go with every request. One send or stream at a time: each continues the history
+    the previous one left.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        system_prompt: str = "",
+        client: httpx.AsyncClient | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if max_retries < 0:
+            raise ValueError(f"ChatAgent: max_retries must be 0 or more, got {max_retries}")
+        if not (backoff >= 0 and max_backoff >= 0):
+            raise ValueError(f"ChatAgent: backoff and max_backoff must be 0 or more, got {backoff}, {max_backoff}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.system_prompt = system_prompt
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._url = f"{self.base_url}/chat/completions"
+        self._api_key = api_key or None
+        self._headers = dict(extra_headers or {})
+        if self._api_key:
+            self._headers["Authorization"] = f"Bearer {self._api_key}"
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient(timeout=timeout, verify=_ssl_context())
+        self._timeout: Any = timeout if timeout is not None or client is None else httpx.USE_CLIENT_DEFAULT
+        self._history: list[ChatMessage] = []
+
+    def __repr__(self) -> str:
+        key = "'<hidden>'" if self._api_key else "None"
+        return f"ChatAgent(base_url={self.base_url!r}, model={self.model!r}, api_key={key})"
+
+    @property
+    def history(self) -> tuple[ChatMessage, ...]:
+        """The conversation so far, without the system prompt: user and assistant messages, alternating."""
+        return tuple(self._history)
+
+    async def send(self, message: str) -> str:
+        """Send ``message`` with the history and return the assistant's reply, retrying transient failures."""
+        body = self._body(message, stream=False)
+        attempt = 0
+        while True:
+            answer = await self._post(body)
+            if isinstance(answer, str):
+                self._remember(message, answer)
+                return answer
+            await self._pause(attempt, answer)
+            attempt += 1
+
+    async def stream(self, message: str) -> AsyncGenerator[str, None]:
+        """Send ``message`` with ``"stream": true`` and yield the reply's text as it arrives.
+
+        The reply joins the history when the stream completes. Once some text has arrived, what arrived joins it
+        however the stream ends (completed, broken off, or left early: close it with ``contextlib.aclosing``),
+        since the caller has seen that much; a stream that ends before any text leaves the history as it was.
+        Transient failures are retried until the first piece of text arrives, never after.
+        """
+        body = self._body(message, stream=True)
+        pieces: list[str] = []
+        completed = False
+        try:
+            attempt = 0
+            while True:
+                failure: _Failure | None = None
+                try:
+                    async with self._client.stream(
+                        "POST", self._url, json=body, headers=self._headers, timeout=self._timeout
+                    ) as response:
+                        failure = await self._status_failure(response)
+                        if failure is None:
+                            async with contextlib.aclosing(self._stream_contents(response)) as contents:
+                                async for piece in contents:
+                                    pieces.append(piece)
+                                    yield piece
+                except httpx.HTTPError as error:
+                    if pieces:
+                        reason = f"{self._url}: the streamed answer broke off after it had started"
+                        reason = self._redact(f"{reason}: {_describe(error)}")
+                        raise AgentError(reason, status=response.status_code) from error
+                    failure = self._transport_failure(error)
+                if failure is None:
+                    completed = True
+                    return
+                await self._pause(attempt, failure)
+                attempt += 1
+        finally:
+            if completed or pieces:
+                self._remember(message, "".join(pieces))
+
+    async def aclose(self) -> None:
+        """Close the HTTP client, if the agent made it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> ChatAgent:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _body(self, message: str, *, stream: bool) -> dict[str, Any]:
+        history = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
+        history += [*self._history, ChatMessage("user", message)]
+        body: dict[str, Any] = {"model": self.model, "messages": [attrs.asdict(entry) for entry in history]}
+        if stream:
+            body["stream"] = True
+        return body
+
+    def _remember(self, message: str, reply: str) -> None:
+        self._history += [ChatMessage("user", message), ChatMessage("assistant", reply)]
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._api_key, _REDACTED) if self._api_key else text
+
+    async def _post(self, body: dict[str, Any]) -> str | _Failure:
+        """One plain attempt: the reply's text, a transient failure to retry, or ``AgentError``."""
+        try:
+            response = await self._client.post(self._url, json=body, headers=self._headers, timeout=self._timeout)
+        except httpx.HTTPError as error:
+            return self._transport_failure(error)
+        failure = await self._status_failure(response)
+        return failure if failure is not None else self._completion_content(response)
+
+    def _transport_failure(self, error: httpx.HTTPError) -> _Failure:
+        """A transient failure to retry, or ``AgentError`` at once for an error another try would not fix."""
+        if isinstance(error, _TRANSIENT_ERRORS):
+            return _Failure(reason=self._redact(_describe(error)), cause=error)
+        raise AgentError(self._redact(f"{self._url}: {_describe(error)}")) from error
+
+    async def _status_failure(self, response: httpx.Response) -> _Failure | None:
+        """``None`` for a 2xx response, a transient failure to retry, or ``AgentError`` at once."""
+        if response.is_success:
+            return None
+        await response.aread()
+        status = response.status_code
+        message = self._redact(_server_message(response))
+        if status in TRANSIENT_STATUSES or status >= 500:
+            return _Failure(
+                reason=f"HTTP {status}: {message}", status=status, retry_after=parse_retry_after(response.headers)
+            )
+        raise AgentError(f"{self._url} answered HTTP {status}: {message}", status=status)
+
+    async def _pause(self, attempt: int, failure: _Failure) -> None:
+        """Wait before retry ``attempt + 1``, or raise ``AgentError`` when the retries are used up."""
+        if attempt >= self.max_retries:
+            tries = "1 attempt" if attempt == 0 else f"{attempt + 1} attempts"
+            error = AgentError(f"{self._url}: gave up after {tries}: {failure.reason}", status=failure.status)
+            raise error from failure.cause
+        if failure.retry_after is not None:
+            delay = failure.retry_after
+        else:
+            delay = random.uniform(0.0, min(self.max_backoff, self.backoff * 2.0 ** min(attempt, 64)))
+        logger.info(
+            "%s: %s; retry %d of %d in %.2fs", self._url, failure.reason, attempt + 1, self.max_retries, delay
+        )
+        await anyio.sleep(delay)
+
+    def _completion_content(self, response: httpx.Response) -> str:
+        try:
+            data = response.json()
+        except ValueError:
+            raise AgentError(
+                self._redact(f"{self._url}: the response is not JSON: {response.text[:_QUOTE_LIMIT]!r}"),
+                status=response.status_code,
+            ) from None
+        return self._content(data, "message", response.status_code)
+
+    def _content(self, data: Any, key: str, status: int) -> str:
+        """``choices[0][key].content`` of a completion (``message``) or of a stream chunk (``delta``).
+
+        A chunk without content (a role, a finish reason, usage) gives ``""``; a completion without content, or
+        any payload with an ``error``, raises ``AgentError``.
+        """
+        error = data.get("error") if isinstance(data, Mapping) else None
+        if error:
+            message = error.get("message", error) if isinstance(error, Mapping) else error
+            raise AgentError(self._redact(f"{self._url}: the server reported an error: {message}"), status=status)
+        choices = data.get("choices") if isinstance(data, Mapping) else None
+        first = choices[0] if isinstance(choices, list) and choices else None
+        part = first.get(key) if isinstance(first, Mapping) else None
+        content = part.get("content") if isinstance(part, Mapping) else None
+        if isinstance(content, str):
+            return content
+        if key == "delta":
+            return ""
+        shown = json.dumps(data, ensure_ascii=False)[:_QUOTE_LIMIT]
+        raise AgentError(self._redact(f"{self._url}: no choices[0].message.content in {shown}"), status=status)
+
+    async def _stream_contents(self, response: httpx.Response) -> AsyncGenerator[str, None]:
+        """The non-empty ``choices[0].delta.content`` pieces of a server-sent event stream, up to ``[DONE]``.
+
+        A server that answers a streamed request with a plain JSON completion gives its content as one piece.
+        """
+        if response.headers.get("content-type", "").startswith("application/json"):
+            await response.aread()
+            content = self._completion_content(response)
+            if content:
+                yield content
+            return
+        data: list[str] = []
+        async with _lines(response) as lines:
+            async for line in lines:
+                if line:
+                    field, _, value = line.partition(":")
+                    if field == "data":
+                        data.append(value[1:] if value.startswith(" ") else value)
+                    continue
+                if not data:
+                    continue
+                event, data = "\n".join(data), []
+                if event == "[DONE]":
+                    return
+                try:
+                    chunk = json.loads(event)
+                except ValueError:
+                    reason = f"{self._url}: a streamed event is not JSON: {event[:_QUOTE_LIMIT]!r}"
+                    raise AgentError(self._redact(reason), status=response.status_code) from None
+                piece = self._content(chunk, "delta", response.status_code)
+                if piece:
+                    yield piece

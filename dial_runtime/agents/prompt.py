@@ -1,0 +1,331 @@
+"""The system prompt that teaches an agent DIAL and one application's vocabulary, generated from its domain.
+
+:func:`system_prompt` writes a short DIAL primer (informing, asking, suggesting an action with its payload, how
+outcomes come back and how to react to each status) followed by the domain's actions. Nothing in it is written
+per application: it is read from the domain, where everything but ``actions`` is optional:
+
+- ``domain.actions``: action name -> ``ActionSpec`` or ``{"mutates": ..., "destructive": ..., "handoff": ...}``;
+- ``domain.description``: one or two sentences on what the application is for;
+- ``domain.vocabulary``: action name -> a mapping with any of ``"description"`` (text), ``"schema"`` (a JSON
+  Schema of the payload) and ``"example"`` (an example payload);
+- ``domain.describe(action)``: the action's description when the vocabulary gives none;
+- the keys ``description``, ``payload_schema`` and ``payload_example`` of a dict action spec (or attributes of
+  those names on a spec object), when the two above give nothing;
+- ``domain.preview(action, payload)``: the text of each example suggestion (the action's name when it fails).
+
+An action with a schema but no example gets an example built from the schema (its required properties, else all,
+with placeholder values). Every DIAL example in the prompt is a fenced ``xml`` block holding one ``<dial>``
+document that validates against the lenient XSD; the outcome example is written by
+:func:`~dial_runtime.outcome_reply` itself, so it always matches what the agent will receive.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ..language.outcomes import Outcome, compact_json, escape_attribute, escape_text, outcome_reply
+from ..runtime.records import ActionSpec, as_action_spec
+
+__all__ = ["VocabularyEntry", "system_prompt", "vocabulary"]
+
+# Placeholders for the values of a payload built from a schema, by JSON type.
+_PLACEHOLDERS: dict[str, Any] = {"string": "…", "integer": 0, "number": 0, "boolean": False, "null": None}
+# How deep a schema is followed when building an example from it.
+_SCHEMA_DEPTH = 8
+
+
+@attrs.frozen(kw_only=True)
+class VocabularyEntry:
+    """What the prompt says of one action: its spec, description, payload schema and example payload.
+
+    ``example`` is the domain's own example, else one built from ``schema``, else ``None`` (the payload is not
+    described).
+    """
+
+    name: str
+    spec: ActionSpec
+    description: str = ""
+    schema: Any = None
+    example: Any = None
+
+
+#: What the primer's examples show when no action of the domain has an example payload.
+_PLACEHOLDER_ENTRY = VocabularyEntry(
+    name="ACTION", spec=ActionSpec(mutates=True), description="What it will do", example={"field": "value"}
+)
+
+
+def vocabulary(domain: Any) -> tuple[VocabularyEntry, ...]:
+    """The domain's actions, in its order, with what the domain says of each (see the module docstring)."""
+    actions: Mapping[str, Any] = getattr(domain, "actions", None) or {}
+    documented: Mapping[str, Any] = getattr(domain, "vocabulary", None) or {}
+    describe = getattr(domain, "describe", None)
+    entries = []
+    for name, raw_spec in actions.items():
+        entry = documented.get(name) or {}
+        description = entry.get("description") or (describe(name) if callable(describe) else None)
+        description = description or _spec_value(raw_spec, "description")
+        schema = entry.get("schema") or _spec_value(raw_spec, "payload_schema")
+        example = entry.get("example")
+        if example is None:
+            example = _spec_value(raw_spec, "payload_example")
+        if example is None and isinstance(schema, Mapping):
+            example = _example_from_schema(schema, _SCHEMA_DEPTH)
+        entries.append(
+            VocabularyEntry(
+                name=name,
+                spec=as_action_spec(raw_spec),
+                description=str(description or "").strip(),
+                schema=schema,
+                example=example,
+            )
+        )
+    return tuple(entries)
+
+
+def system_prompt(domain: Any) -> str:
+    """The system prompt for an agent working in ``domain``: the DIAL primer, then the domain's actions."""
+    entries = vocabulary(domain)
+    about = str(getattr(domain, "description", "") or "").strip()
+    parts = [_INTRODUCTION, f"The application: {about}"] if about else [_INTRODUCTION]
+    parts.append(_REPLYING)
+    if entries:
+        shown = _example_entry(entries)
+        # Without a domain example, the primer shows a placeholder action rather than a payload that misleads.
+        owner = domain if shown is not None else None
+        shown = shown or _PLACEHOLDER_ENTRY
+        note = "" if owner is not None else "\n\n(`ACTION` stands for one of the actions listed at the end.)"
+        parts.append(_SUGGESTING.format(example=_envelope(_suggest(owner, shown)), note=note))
+        parts.append(_OUTCOMES.format(example=_outcome_example(owner, shown)))
+    parts.append(_RECEIVING)
+    parts.append(_vocabulary_section(domain, entries))
+    return "\n\n".join(parts) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- primer
+
+_INTRODUCTION = """\
+You are the assistant inside an application. You help the person by talking with them and by proposing actions \
+the application can run. You never run anything yourself: you speak DIAL, an XML speech-act language, and the \
+application checks every proposal, shows it to the person, runs what they accept, and tells you how each one \
+ended."""
+
+_REPLYING = """\
+# Replying in DIAL
+
+Write every reply as one `<dial>` envelope holding one or more elements; they are handled in order. A short \
+sentence of plain text before the envelope is shown to the person too. Element text is XML: write `&` as `&amp;` \
+and `<` as `&lt;`.
+
+## Inform
+
+Tell the person something. Nothing comes back.
+
+```xml
+<dial>
+  <dial-inform>Here is what I found.</dial-inform>
+</dial>
+```
+
+## Ask
+
+Ask when you need something from the person; their answer is the next message you receive. `response-type` is \
+`text` (the default), `confirm` (yes or no), `number` or `choice`. For a choice, give each `<dial-option>` the \
+`value` you want back and a label, and mark at most one `default="true"`.
+
+```xml
+<dial>
+  <dial-ask response-type="choice">Which one should I use?\
+<dial-option value="first" default="true">The first one</dial-option>\
+<dial-option value="second">The second one</dial-option></dial-ask>
+</dial>
+```"""
+
+_SUGGESTING = """\
+## Suggest an action
+
+Propose one action per `<dial-suggest>`: `action` is one of the actions listed at the end, the text says in a \
+few plain words what will happen, and `<dial-payload>` holds the action's arguments as JSON. One reply may hold \
+several suggestions. Leave out `id`: the application numbers suggestions sg-1, sg-2, … across the conversation \
+and names that id when it reports back. An action that changes data waits for the person to accept, edit or \
+dismiss it; a read-only action runs at once. Never say an action is done before its outcome says so.
+
+```xml
+{example}
+```{note}"""
+
+_OUTCOMES = """\
+## Outcomes
+
+Every suggestion ends in exactly one outcome, reported to you in DIAL: a `<dial-acknowledge>` whose `yield` is \
+`ID:STATUS`, then a `<dial-declare context-key="outcome:ID">` whose JSON payload holds the `action`, the \
+`status` and, depending on how it ended, `result` (what the action returned), `error`, `code`, `field`, `hint`, \
+`edited: true` (the person changed the payload before it ran) or `expired: true` (nobody decided in time). \
+For example:
+
+```xml
+{example}
+```
+
+React to each status:
+
+- `done`: it ran; `result` holds what it returned. Tell the person briefly and go on.
+- `failed`: it ran and did not work; `error`, `code` and `hint` say why. Explain it, then fix the cause or \
+propose a corrected action; do not repeat the same proposal unchanged.
+- `invalid`: the person never saw it, because the action is unknown or its payload was refused. Correct it \
+using `code`, `field` and `hint` and suggest it again, or ask the person for what is missing.
+- `dismissed`: the person declined it. Do not propose it again unless they ask for it.
+- `superseded`: the person said something else instead of deciding; their words come in the same message. \
+Answer them, and propose the action again only if it still fits.
+- `handed-off`: the application opened it in its own panel, where the person carries on. Do not propose it \
+again.
+
+`done`, `failed` and `invalid` are reported at once; `dismissed`, `superseded` and `handed-off` come with the \
+person's next words."""
+
+_RECEIVING = """\
+## What you receive
+
+Each message holds, in this order: outcome reports (if any), the application's current context (if any), then \
+the person's words. A reply the application could not use at all comes back as \
+`<dial-acknowledge of="reply-N" yield="reply-N:invalid">` with the reason: send a usable reply. When the person \
+says they are finished, end your last envelope with `<dial-phatic signal="session-complete"/>`."""
+
+
+# ---------------------------------------------------------------------------------------------- vocabulary
+
+
+def _vocabulary_section(domain: Any, entries: tuple[VocabularyEntry, ...]) -> str:
+    lines = ["# This application's actions"]
+    if not entries:
+        lines += ["", "This application offers no actions: inform the person and ask them, but suggest nothing."]
+        return "\n".join(lines)
+    lines += ["", "Use only these actions, with the payload each one describes."]
+    for entry in entries:
+        lines += ["", f"## `{entry.name}`", ""]
+        if entry.description:
+            lines += [entry.description, ""]
+        lines.append(f"- {_kind(entry.spec)}")
+        if entry.schema is not None:
+            schema = json.dumps(entry.schema, ensure_ascii=False, default=str)
+            lines += ["- Payload (JSON Schema):", "", "```json", schema, "```", ""]
+        if entry.example is None:
+            lines.append(
+                "- Payload: not described. Send a JSON object with what the action needs; an `invalid` outcome's "
+                "`hint` says what is missing."
+            )
+        else:
+            lines += ["- Example:", "", "```xml", _envelope(_suggest(domain, entry)), "```"]
+    return "\n".join(lines)
+
+
+def _kind(spec: ActionSpec) -> str:
+    if spec.handoff:
+        kind = (
+            "Hand-off: the application opens it in its own panel for the person to complete, without asking "
+            "first; its outcome is `handed-off`."
+        )
+    elif spec.mutates:
+        kind = "Changes data: the person accepts, edits or dismisses it before it runs."
+    else:
+        kind = "Read-only: it runs at once, without asking the person; its result comes back in the outcome."
+    if spec.destructive:
+        kind += " Destructive: it deletes or overwrites something, so say so plainly in the suggestion's text."
+    return kind
+
+
+def _example_entry(entries: tuple[VocabularyEntry, ...]) -> VocabularyEntry | None:
+    """The action the primer's examples use: one with an example payload, preferably one that changes data."""
+    described = [entry for entry in entries if entry.example is not None]
+    return min(described, key=lambda entry: not entry.spec.mutates or entry.spec.handoff, default=None)
+
+
+def _outcome_example(domain: Any | None, entry: VocabularyEntry) -> str:
+    preview = _preview(domain, entry)
+    return outcome_reply(
+        [
+            Outcome(id="sg-1", action=entry.name, status="done", preview=preview),
+            Outcome(
+                id="sg-2",
+                action=entry.name,
+                status="failed",
+                preview=preview,
+                error="the service is unavailable",
+                code="unavailable",
+                hint="Try again later.",
+            ),
+        ]
+    )
+
+
+def _suggest(domain: Any | None, entry: VocabularyEntry) -> str:
+    payload = {} if entry.example is None else entry.example
+    return (
+        f'<dial-suggest action="{escape_attribute(entry.name)}">{escape_text(_preview(domain, entry))}'
+        f"<dial-payload>{escape_text(compact_json(payload))}</dial-payload></dial-suggest>"
+    )
+
+
+def _envelope(element: str) -> str:
+    return f"<dial>\n  {element}\n</dial>"
+
+
+def _preview(domain: Any | None, entry: VocabularyEntry) -> str:
+    """What the person would be shown for the example payload: ``domain.preview``, else the action's name; the
+    placeholder's description when there is no domain."""
+    if domain is None:
+        return entry.description
+    preview = getattr(domain, "preview", None)
+    if callable(preview):
+        try:
+            text = preview(entry.name, {} if entry.example is None else entry.example)
+        except Exception:  # a preview that cannot handle the example only loses its wording
+            text = None
+        if text:
+            return str(text)
+    return entry.name
+
+
+def _spec_value(spec: Any, name: str) -> Any:
+    """A documentation field of an action spec: the dict key, else the attribute, else ``None``."""
+    if isinstance(spec, Mapping):
+        return spec.get(name)
+    return getattr(spec, name, None)
+
+
+def _example_from_schema(schema: Mapping[str, Any], depth: int) -> Any:
+    """A payload shaped like ``schema``: its own example, default, const or first enum value where it gives one,
+    else placeholders by type; objects list their required properties (all of them when none is required)."""
+    for key in ("example", "default", "const"):
+        if key in schema:
+            return schema[key]
+    for key in ("examples", "enum"):
+        values = schema.get(key)
+        if isinstance(values, list) and values:
+            return values[0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((item for item in kind if item != "null"), "null")
+    if depth <= 0:
+        return None
+    if kind == "object" or "properties" in schema:
+        properties = _mapping(schema.get("properties"))
+        required = schema.get("required")
+        names = required if isinstance(required, list) and required else list(properties)
+        return {
+            name: _example_from_schema(_mapping(properties.get(name)), depth - 1)
+            for name in names
+            if isinstance(name, str)
+        }
+    if kind == "array":
+        items = schema.get("items")
+        return [_example_from_schema(items, depth - 1)] if isinstance(items, Mapping) else []
+    return _PLACEHOLDERS.get(kind, "…") if isinstance(kind, str) else "…"
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}

@@ -1,0 +1,64 @@
+"""An agent that replays the replies of a recorded conversation, for regression tests, demos and evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..runtime.events import LogEntry, ReplyEvent, SentEvent, event_from_dict
+
+__all__ = ["RecordedAgent"]
+
+
+class RecordedAgent:
+    """Replies with the recorded replies in order and records every message it was sent in ``sent``.
+
+    ``expected`` holds the messages the recorded conversation sent (empty when built from bare replies), so a
+    replay can check that the runtime still sends what it sent then: ``agent.sent == list(agent.expected)``.
+    When the replies run out it raises ``LookupError``, which ``say`` re-raises like any failed send.
+    """
+
+    def __init__(self, replies: Iterable[str], *, expected: Iterable[str] = ()) -> None:
+        self._replies = list(replies)
+        self._next = 0
+        self.expected = tuple(expected)
+        self.sent: list[str] = []
+
+    @classmethod
+    def from_log(cls, entries: Iterable[Any]) -> RecordedAgent:
+        """The agent that replays a conversation's log: the ``text`` of its ``reply`` events, in order.
+
+        ``entries`` are :class:`~dial_runtime.LogEntry` records, events, or their JSON forms (what
+        ``entry_to_dict`` and ``event_to_dict`` give); ``TypeError`` names anything else.
+        """
+        replies: list[str] = []
+        sent: list[str] = []
+        for item in entries:
+            event = _event(item)
+            if isinstance(event, ReplyEvent):
+                replies.append(event.text)
+            elif isinstance(event, SentEvent):
+                sent.append(event.message)
+        return cls(replies, expected=sent)
+
+    def send(self, message: str) -> str:
+        """The next recorded reply; ``message`` is kept in ``sent``."""
+        self.sent.append(message)
+        if self._next >= len(self._replies):
+            raise LookupError(f"RecordedAgent: no recorded reply left for message {len(self.sent)}")
+        reply = self._replies[self._next]
+        self._next += 1
+        return reply
+
+
+def _event(item: Any) -> Any:
+    """The event of a log entry, an event, or the JSON form of either."""
+    if isinstance(item, LogEntry):
+        return item.event
+    if isinstance(item, Mapping):
+        event = item.get("event", item)
+        if isinstance(event, Mapping) and "type" in event:
+            return event_from_dict(event)
+    elif isinstance(getattr(item, "type", None), str):
+        return item
+    raise TypeError(f"RecordedAgent.from_log: expected log entries or events, got {item!r}")

@@ -1,0 +1,411 @@
+"""The terminal surface: a person holds a conversation with an agent in a terminal.
+
+rich renders the events (suggestions as cards, a spinner while the agent thinks); prompt_toolkit reads the person's
+words, decisions and answers. It runs on asyncio: ``PromptSession.prompt_async`` is an asyncio coroutine, so a
+prompt is cancelled like any other await (by Ctrl-C, by an ask's ``timeout``) and leaves the terminal clean.
+
+What it shows goes, as plain text, to a :class:`~dial_runtime.transcript.Transcript` too (``lines``,
+:meth:`TerminalSurface.save`): the lines ``dial-runtime demo`` prints, a card as its one-line form. The surface
+holds no rules of its own: the conversation decides what happens, the surface shows it and asks the person.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing, asynccontextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+import anyio
+import anyio.lowlevel
+from prompt_toolkit import PromptSession
+from prompt_toolkit.completion import Completer, PathCompleter
+from prompt_toolkit.history import InMemoryHistory
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from rich.console import Console, Group, RenderableType
+from rich.json import JSON
+from rich.panel import Panel
+from rich.status import Status
+from rich.text import Text
+
+from ..runtime import Conversation
+from ..runtime.events import Event, OutcomeEvent, SentEvent, SuggestionEvent
+from ..runtime.records import Accept, Ask, Decision, Dismiss, Edit, Say, Suggestion, TurnResult
+from ..transcript import Transcript
+
+#: The choices a person has on a suggestion, as typed at the prompt.
+CHOICES = "a accept · d dismiss · e edit · s say something else"
+CHAT_HELP = "Type a message. Ctrl-C cancels a turn; /quit, or Ctrl-D at an empty prompt, leaves."
+EDIT_HELP = "Edit the payload as JSON; Esc then Enter finishes, an empty payload cancels."
+
+_OUTCOME_STYLES = {"done": "green", "failed": "red", "invalid": "red"}
+_EVENT_STYLES = {"inform": "", "ask": "bold", "no-reply": "yellow", "turn-limit": "yellow"}
+
+
+def _words_bindings() -> KeyBindings:
+    """Ctrl-C clears a line being typed, and ends the session at an empty prompt."""
+    bindings = KeyBindings()
+
+    @bindings.add("c-c")
+    def _interrupt(event: KeyPressEvent) -> None:
+        buffer = event.app.current_buffer
+        if buffer.text:
+            buffer.reset()
+        else:
+            event.app.exit(exception=KeyboardInterrupt(), style="class:aborting")
+
+    return bindings
+
+
+class StreamingAgent:
+    """Sends through ``agent.stream`` and tells ``progress`` how many characters of the reply have arrived."""
+
+    def __init__(self, agent: Any, progress: Callable[[int], object]) -> None:
+        self.agent = agent
+        self.progress = progress
+
+    async def send(self, message: str) -> str:
+        """The whole streamed reply; leaving early (a cancelled turn) closes the stream."""
+        pieces: list[str] = []
+        arrived = 0
+        async with aclosing(self.agent.stream(message)) as stream:
+            async for piece in stream:
+                pieces.append(piece)
+                arrived += len(piece)
+                self.progress(arrived)
+        return "".join(pieces)
+
+
+class TerminalSurface:
+    """Renders a conversation's events in a terminal and plays its person: pass it as ``human`` and its
+    :meth:`on_event` as ``on_event``; :meth:`chat` then holds the conversation until the person leaves.
+
+    ``editor`` is the command that edits payloads (default: ``$EDITOR``; empty: edit inline).
+    """
+
+    def __init__(self, console: Console | None = None, *, editor: str | None = None) -> None:
+        self.console = console or Console(highlight=False)
+        self.editor = os.environ.get("EDITOR", "") if editor is None else editor
+        self.lines: list[str] = []
+        self.transcript = Transcript(self.lines.append)
+        self._status: Status | None = None
+        self._turn: anyio.CancelScope | None = None
+        self._sessions: dict[str, PromptSession[str]] = {}
+
+    # Rendering -----------------------------------------------------------------------------------------------
+
+    def on_event(self, event: Event) -> None:
+        """Show one event (the conversation's ``on_event`` callback); a spinner runs while the agent thinks."""
+        self._stop_spinner()
+        if isinstance(event, SuggestionEvent):
+            self.transcript.show(event)
+            if event.handoff or not event.mutates:
+                note = "hand-off: runs at once" if event.handoff else "read-only: runs at once"
+            else:
+                note = "waits for your decision"
+            card = self._card(
+                event.id, event.action, event.preview, event.text, event.payload, event.destructive, note
+            )
+            self.console.print(card)
+            return
+        if isinstance(event, OutcomeEvent):
+            style = _OUTCOME_STYLES.get(event.status, "dim")
+        else:
+            style = _EVENT_STYLES.get(event.type, "dim")
+        self._show(style, self.transcript.show, event)
+        if isinstance(event, SentEvent):
+            self._status = self.console.status("the agent is thinking…")
+            self._status.start()
+
+    def person(self, words: str, *, echo: bool = True) -> None:
+        """Record the person's words; ``echo`` shows them too (typed words are on screen already)."""
+        if echo:
+            self._show("bold", self.transcript.person, words)
+        else:
+            self.transcript.person(words)
+
+    def note(self, text: str, style: str = "dim") -> None:
+        """Show a line of the surface's own and keep it in the transcript."""
+        self._show(style, self.transcript.write, text)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the transcript, as plain text, to ``path``."""
+        Path(path).write_text("\n".join(self.lines) + "\n", encoding="utf-8")
+
+    def _show(self, style: str, write: Callable[..., object], *args: Any) -> None:
+        """Run a transcript writer and show the lines it wrote."""
+        start = len(self.lines)
+        write(*args)
+        for line in self.lines[start:]:
+            self.console.print(Text(line, style=style))
+
+    def _card(
+        self,
+        ident: str,
+        action: str,
+        preview: str,
+        text: str,
+        payload: Any,
+        destructive: bool,
+        note: str,
+        refused: str | None = None,
+    ) -> Panel:
+        """A suggestion as a card: the preview, the agent's wording, the payload; destructive ones in red."""
+        title = Text(f" {ident} · {action} ")
+        if destructive:
+            title.append("· DESTRUCTIVE ", style="bold red")
+        body: list[RenderableType] = [Text(preview, style="bold")]
+        if text:
+            body.append(Text(f"in the agent's words: {text}", style="italic"))
+        if refused:
+            body.append(Text(refused, style="red"))
+        body.append(JSON.from_data(payload, default=str))
+        content = Group(*body)
+        subtitle = Text(f" {note} ")
+        # Wide enough for the title and the note, which a panel would otherwise cut short.
+        width = max(self.console.measure(content).maximum + 4, title.cell_len + 6, subtitle.cell_len + 6)
+        return Panel(
+            content,
+            title=title,
+            title_align="left",
+            subtitle=subtitle,
+            subtitle_align="right",
+            border_style="red" if destructive else "cyan",
+            width=min(width, self.console.width),
+        )
+
+    def streaming(self, agent: Any) -> StreamingAgent:
+        """``agent`` (one with ``stream(message)``, as :class:`~dial_runtime.agents.ChatAgent` has) with its
+        replies streamed: the spinner counts the characters as they arrive."""
+        return StreamingAgent(agent, self._arrived)
+
+    def _arrived(self, characters: int) -> None:
+        if self._status is not None:
+            self._status.update(f"the agent is writing… {characters} characters")
+
+    def _stop_spinner(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    # The person ----------------------------------------------------------------------------------------------
+
+    async def decide(self, suggestion: Suggestion) -> Decision:
+        """Ask the person to accept, dismiss, edit the payload of, or say something instead of ``suggestion``."""
+        self._stop_spinner()
+        issue = suggestion.issue
+        if issue is not None:
+            self._show("red", self.transcript.refused, suggestion)
+            where = ", ".join(
+                f"{name} {value}" for name, value in (("field", issue.field), ("code", issue.code)) if value
+            )
+            reason = f"refused: {issue.hint or issue.code or 'no reason given'}" + (f" ({where})" if where else "")
+            self.console.print(
+                self._card(
+                    suggestion.id,
+                    suggestion.action,
+                    suggestion.preview,
+                    suggestion.text,
+                    suggestion.payload,
+                    suggestion.destructive,
+                    "waits for your decision",
+                    refused=reason,
+                )
+            )
+        decision: Decision | None = None
+        while decision is None:
+            choice = (await self._prompt("menu", f"{suggestion.id} › {CHOICES}: ")).strip().lower()
+            if choice in ("a", "accept"):
+                decision = Accept()
+            elif choice in ("d", "dismiss"):
+                decision = Dismiss()
+            elif choice in ("e", "edit"):
+                decision = await self._edit(suggestion.payload)
+            elif choice in ("s", "say"):
+                words = (await self._prompt("menu", "say: ")).strip()
+                decision = Say(words) if words else None
+            else:
+                self.console.print(Text("Type a, d, e or s.", style="yellow"))
+        self._show("dim", self.transcript.decided, suggestion, decision)
+        return decision
+
+    async def answer(self, ask: Ask) -> str:
+        """Put an ask to the person: a numbered choice, yes/no, a number, a path or text; empty leaves it open."""
+        self._stop_spinner()
+        try:
+            given = await self._answer(ask)
+        except anyio.get_cancelled_exc_class():
+            if self._turn is None or not self._turn.cancel_called:
+                self.note("   (no answer in time: the question stays open)", "yellow")
+            raise
+        self._show("dim", self.transcript.answered, ask, given)
+        return given
+
+    async def _answer(self, ask: Ask) -> str:
+        within = f" within {ask.timeout:g}s" if ask.timeout is not None else ""
+        if ask.response_type == "choice" and any(not option.disabled for option in ask.options):
+            default = next((number for number, option in enumerate(ask.options, 1) if option.default), None)
+            hint = f"Enter for {default}" if default else "Enter leaves it open"
+            while True:
+                given = (await self._prompt("menu", f"choose 1-{len(ask.options)}{within} ({hint}): ")).strip()
+                if not given:
+                    return ask.options[default - 1].value if default else ""
+                for number, option in enumerate(ask.options, 1):
+                    if given in (str(number), option.value, option.label) and not option.disabled:
+                        return option.value
+                self.console.print(Text(f"Type a number from 1 to {len(ask.options)}.", style="yellow"))
+        if ask.response_type == "confirm":
+            while True:
+                given = (await self._prompt("menu", f"yes or no{within}: ")).strip().lower()
+                if given in ("", "yes", "no"):
+                    return given
+                if given in ("y", "n"):
+                    return {"y": "yes", "n": "no"}[given]
+                self.console.print(Text("Type yes or no.", style="yellow"))
+        if ask.response_type == "number":
+            while True:
+                given = (await self._prompt("menu", f"a number{within}: ")).strip()
+                try:
+                    float(given or "0")
+                except ValueError:
+                    self.console.print(Text("That is not a number.", style="yellow"))
+                    continue
+                return given
+        completer = PathCompleter(expanduser=True) if ask.response_type == "file" else None
+        label = "a path" if completer else "your answer"
+        return (await self._prompt("menu", f"{label}{within}: ", completer=completer)).strip()
+
+    async def _edit(self, payload: Any) -> Edit | None:
+        """The person's edit of ``payload`` as JSON, re-asked while it is not JSON; ``None`` when they give up."""
+        text = json.dumps(payload, indent=2, ensure_ascii=False, default=str)
+        while True:
+            if self.editor:
+                edited = await self._edit_in_editor(text)
+                if edited is None:
+                    return None
+            else:
+                self.console.print(Text(EDIT_HELP, style="dim"))
+                edited = await self._prompt("edit", "", default=text, multiline=True)
+            if not edited.strip():
+                return None
+            try:
+                value = json.loads(edited)
+            except ValueError as error:
+                self.console.print(Text(f"That is not JSON ({error}); edit it again.", style="red"))
+                text = edited
+                continue
+            if value == payload:
+                self.console.print(Text("(no change)", style="dim"))
+                return None
+            return Edit(value)
+
+    async def _edit_in_editor(self, text: str) -> str | None:
+        """``text`` as edited in the person's editor (a temporary file), or ``None`` when the editor failed."""
+        with tempfile.TemporaryDirectory(prefix="dial-runtime-") as folder:
+            path = Path(folder) / "payload.json"
+            path.write_text(text + "\n", encoding="utf-8")
+            try:
+                done = await anyio.run_process(
+                    [*shlex.split(self.editor), str(path)], stdout=None, stderr=None, check=False
+                )
+            except OSError as error:
+                self.console.print(Text(f"The editor {self.editor!r} could not start: {error}", style="red"))
+                return None
+            if done.returncode != 0:
+                self.console.print(Text(f"The editor {self.editor!r} exited with {done.returncode}.", style="red"))
+                return None
+            return path.read_text(encoding="utf-8")
+
+    async def _prompt(
+        self,
+        purpose: str,
+        message: str,
+        *,
+        default: str = "",
+        multiline: bool = False,
+        completer: Completer | None = None,
+    ) -> str:
+        """One line (or block) from the person; Ctrl-C or Ctrl-D cancels the turn."""
+        self._stop_spinner()
+        try:
+            return await self._session(purpose).prompt_async(
+                message, default=default, multiline=multiline, completer=completer, handle_sigint=False
+            )
+        except (KeyboardInterrupt, EOFError):
+            await self._cancel_turn()
+
+    def _session(self, purpose: str) -> PromptSession[str]:
+        """The prompt session for words (with history and Ctrl-C bindings), menus, or edits."""
+        session = self._sessions.get(purpose)
+        if session is None:
+            if purpose == "words":
+                session = PromptSession(history=InMemoryHistory(), key_bindings=_words_bindings())
+            else:
+                session = PromptSession()
+            self._sessions[purpose] = session
+        return session
+
+    # Driving -------------------------------------------------------------------------------------------------
+
+    async def chat(self, conversation: Conversation) -> None:
+        """Hold the conversation: read the person's words and say them, until ``/quit``, Ctrl-C or Ctrl-D at an
+        empty prompt, or the end of the conversation."""
+        self.console.print(Text(CHAT_HELP, style="dim"))
+        async with self.interruptible():
+            while not conversation.ended:
+                try:
+                    words = await self._session("words").prompt_async("you: ", handle_sigint=False)
+                except (KeyboardInterrupt, EOFError):
+                    break
+                if words.strip() == "/quit":
+                    break
+                if words.strip():
+                    self.person(words, echo=False)
+                    await self.turn(conversation, words)
+
+    async def turn(self, conversation: Conversation, words: str) -> TurnResult | None:
+        """``say`` the words in a cancel scope Ctrl-C cancels; show how it went. ``None`` when it did not finish:
+        cancelled (what the agent was not told stays owed), or it raised (a failed send: the agent's error)."""
+        result: TurnResult | None = None
+        with anyio.CancelScope() as scope:
+            self._turn = scope
+            try:
+                result = await conversation.say(words)
+            except Exception as error:
+                self.note(f"   (the turn stopped: {type(error).__name__}: {error})", "red")
+            finally:
+                self._turn = None
+                self._stop_spinner()
+        if scope.cancelled_caught:
+            self.note("   (turn cancelled: what the agent was not told goes with your next message)", "yellow")
+        if result is not None:
+            self._show("dim", self.transcript.result, result)
+            if result.status == "ended":
+                self.note("   (the conversation has ended)")
+        return result
+
+    @asynccontextmanager
+    async def interruptible(self) -> AsyncIterator[None]:
+        """While open, SIGINT (Ctrl-C while no prompt is up) cancels the running turn, or the session between
+        turns. At a prompt the terminal is raw and Ctrl-C arrives as a key instead."""
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._listen, group.cancel_scope)
+            yield
+            group.cancel_scope.cancel()
+
+    async def _listen(self, session: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                (self._turn or session).cancel()
+
+    async def _cancel_turn(self) -> NoReturn:
+        """Cancel the running turn from inside it; outside a turn, interrupt the caller."""
+        if self._turn is not None:
+            self._turn.cancel()
+            await anyio.lowlevel.checkpoint()
+        raise KeyboardInterrupt

@@ -1,0 +1,287 @@
+"""The terminal surface, used as a person would: the real ``dial-runtime chat`` and ``demo --interactive``
+processes in a pseudo-terminal, talking to a real chat-completions server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shlex
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from dial_runtime.cli import main
+
+from .openai_server import OpenAIServer, Reply, Request
+
+# pexpect forks while the server's threads run; the child only execs the command line.
+pytestmark = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+
+DOMAIN = "dial_runtime.demo:NotesDomain"
+ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[=>])")
+EDITOR = """\
+import json, pathlib, sys
+queue, seen, target = (pathlib.Path(arg) for arg in sys.argv[1:])
+edits = json.loads(queue.read_text())
+seen.write_text(seen.read_text() + json.dumps(target.read_text()) + "\\n")
+target.write_text(edits.pop(0))
+queue.write_text(json.dumps(edits))
+"""
+
+
+def dial(*elements: str) -> str:
+    return "<dial>\n  " + "\n  ".join(elements) + "\n</dial>"
+
+
+def suggest(action: str, text: str, payload: str) -> str:
+    return f'<dial-suggest action="{action}">{text}<dial-payload>{payload}</dial-payload></dial-suggest>'
+
+
+class Terminal:
+    """A command line running in a 40x120 pseudo-terminal; ``screen`` is everything it showed, as text."""
+
+    def __init__(self, *args: str, editor: str = "") -> None:
+        env = {**os.environ, "TERM": "xterm", "NO_COLOR": "1", "PROMPT_TOOLKIT_NO_CPR": "1", "EDITOR": editor}
+        self.output = io.StringIO()
+        self.child = pexpect.spawn(
+            sys.executable,
+            ["-m", "dial_runtime.cli", *args],
+            env=env,
+            dimensions=(40, 120),
+            encoding="utf-8",
+            timeout=10,
+        )
+        self.child.logfile_read = self.output
+
+    def expect(self, *texts: str) -> None:
+        """Wait until each text has appeared, in order."""
+        for text in texts:
+            self.child.expect_exact(text)
+
+    def type(self, line: str, *, after: str) -> None:
+        """Wait for the prompt ``after``, then type ``line`` and Enter."""
+        self.expect(after)
+        self.child.send(line + "\r")
+
+    def press(self, keys: str, *, after: str | None = None) -> None:
+        """Press keys (after the prompt ``after``, when given)."""
+        if after is not None:
+            self.expect(after)
+        self.child.send(keys)
+
+    def finish(self) -> int:
+        """Wait for the process to end; its exit status."""
+        self.child.expect(pexpect.EOF)
+        self.child.close()
+        status: int = self.child.exitstatus
+        return status
+
+    @property
+    def screen(self) -> str:
+        return ANSI.sub("", self.output.getvalue()).replace("\r", "")
+
+
+Start = Callable[..., Terminal]
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as running:
+        yield running
+
+
+@pytest.fixture
+def terminal() -> Iterator[Start]:
+    """Starts command lines in terminals; any still running when the test ends is killed."""
+    started: list[Terminal] = []
+
+    def start(*args: str, editor: str = "") -> Terminal:
+        started.append(Terminal(*args, editor=editor))
+        return started[-1]
+
+    yield start
+    for term in started:
+        if term.child.isalive():
+            term.child.terminate(force=True)
+
+
+def told(request: Request) -> str:
+    """The last user message of a request: what the runtime sent in that turn."""
+    return str(request.messages[-1]["content"])
+
+
+def test_a_whole_chat_session(server: OpenAIServer, tmp_path: Path, terminal: Start) -> None:
+    arrived = threading.Event()
+
+    def slow(request: Request) -> Reply:
+        arrived.set()
+        return Reply(dial("<dial-inform>Sorry, I was slow.</dial-inform>"), delay=60)
+
+    server.add(
+        dial(suggest("add-note", "Add milk to your notes", '{"text": "buy milk"}')),
+        dial("<dial-inform>Added.</dial-inform>"),
+        dial(suggest("add-note", "Add a dentist reminder", '{"text": "call the dentist"}')),
+        dial(
+            "<dial-inform>Noted.</dial-inform>",
+            '<dial-ask response-type="choice">Which note should I share?'
+            '<dial-option value="milk">The milk note</dial-option>'
+            '<dial-option value="dentist" default="true">The dentist note</dial-option></dial-ask>',
+        ),
+        dial(suggest("remove-note", "Remove the milk note", '{"text": "buy milk"}')),
+        slow,
+        dial("<dial-inform>Yes, I am here.</dial-inform>"),
+    )
+    queue, seen, editor = tmp_path / "edits.json", tmp_path / "seen.txt", tmp_path / "editor.py"
+    long = "call the dentist before the long weekend, about the crown, in the morning"
+    queue.write_text(json.dumps(["not json", json.dumps({"text": long}), '{"text": "call the dentist at 9"}']))
+    seen.write_text("")
+    editor.write_text(EDITOR)
+    transcript = tmp_path / "transcript.txt"
+    term = terminal(
+        "chat",
+        "--agent",
+        f"{server.base_url}#test-model",
+        "--domain",
+        DOMAIN,
+        "--transcript",
+        str(transcript),
+        editor=shlex.join([sys.executable, str(editor), str(queue), str(seen)]),
+    )
+
+    # Accepted.
+    term.type("add milk", after="you:")
+    term.expect("╭─", "sg-1 · add-note", "Add the note 'buy milk'", "in the agent's words: Add milk to your notes")
+    term.type("a", after="sg-1 ›")
+    term.expect("✓ done: Add the note 'buy milk'", "agent: Added.", "turn(s)")
+
+    # Edited in $EDITOR: not JSON (asked again), then refused by the domain, then accepted.
+    term.type("add the dentist", after="you:")
+    term.type("e", after="sg-2 ›")
+    term.expect("That is not JSON", "the edit was refused: Keep a note under 60 chars.")
+    term.expect("refused: Keep a note under 60 chars. (field text, code too-long)", long[:40])
+    term.type("e", after="sg-2 ›")
+    term.expect("✓ done: Add the note 'call the dentist at 9'", "edited)")
+
+    # A choice answered from the numbered menu, the default marked.
+    term.expect("agent asks: Which note should I share?", "1. The milk note", "2. The dentist note (default)")
+    term.type("1", after="choose 1-2 (Enter for 2)")
+    term.expect("you answer: milk")
+
+    # A destructive suggestion, dismissed.
+    term.expect("sg-3 · remove-note", "DESTRUCTIVE", "Remove the note 'buy milk'")
+    term.type("d", after="sg-3 ›")
+    term.expect("– dismissed: Remove the note 'buy milk'", "turn(s)")
+
+    # Ctrl-C while the agent is slow cancels the turn; the next message still carries the dismissal.
+    term.type("hello?", after="you:")
+    term.expect("the agent is told sg-3:dismissed", "the agent is thinking")
+    assert arrived.wait(10)
+    term.press("\x03")
+    term.expect("turn cancelled")
+    term.type("are you there", after="you:")
+    term.expect("agent: Yes, I am here.", "turn(s)")
+    term.type("/quit", after="you:")
+    assert term.finish() == 0
+
+    requests = server.requests
+    assert len(requests) == 7
+    assert requests[0].messages[0]["role"] == "system" and "remove-note" in requests[0].messages[0]["content"]
+    assert 'yield="sg-1:done"' in told(requests[1])
+    assert [json.loads(line) for line in seen.read_text().splitlines()] == [
+        json.dumps({"text": "call the dentist"}, indent=2) + "\n",
+        "not json\n",
+        json.dumps({"text": long}, indent=2) + "\n",
+    ]
+    assert 'yield="sg-2:done"' in told(requests[3]) and '"edited":true' in told(requests[3])
+    assert told(requests[4]).endswith("milk")
+    assert 'yield="sg-3:dismissed"' in told(requests[5]) and told(requests[5]).endswith("hello?")
+    last = told(requests[6])
+    assert 'yield="sg-3:dismissed"' in last and last.endswith("are you there")
+    assert not any("hello?" in str(message["content"]) for message in requests[6].messages)
+
+    lines = transcript.read_text(encoding="utf-8").splitlines()
+    for line in [
+        "you: add milk",
+        "agent proposes sg-1: Add the note 'buy milk'",
+        "   you decide on sg-1: accept",
+        "   the edit was refused: Keep a note under 60 chars.",
+        '   you decide on sg-2: edit → {"text": "call the dentist at 9"}',
+        "   2. The dentist note (default)",
+        "   you answer: milk",
+        "agent proposes sg-3: Remove the note 'buy milk'  [DESTRUCTIVE]",
+        "   – dismissed: Remove the note 'buy milk'",
+        "   (turn cancelled: what the agent was not told goes with your next message)",
+        "agent: Yes, I am here.",
+    ]:
+        assert line in lines, line
+    assert lines.index("you: hello?") < lines.index("you: are you there")
+
+
+def test_streamed_replies_and_ctrl_c_at_a_decision(server: OpenAIServer, terminal: Start) -> None:
+    server.add(
+        Reply(dial(suggest("add-note", "Add milk", '{"text": "buy milk"}')), chunks=4, interval=0.05),
+        Reply(dial("<dial-inform>Fine, I will not.</dial-inform>"), chunks=2),
+        dial("<dial-inform>Bye.</dial-inform>"),
+    )
+    term = terminal("chat", "--agent", f"{server.base_url}#test-model", "--domain", DOMAIN, "--stream")
+    term.type("add milk", after="you:")
+    term.expect("the agent is writing…", "characters", "sg-1 · add-note")
+    term.press("\x03", after="sg-1 ›")
+    term.expect("– superseded: Add the note 'buy milk'", "turn cancelled")
+    term.type("never mind", after="you:")
+    term.expect("agent: Fine, I will not.", "turn(s)")
+    # Ctrl-C clears a line being typed; Ctrl-D at the empty prompt ends the session.
+    term.press("draft", after="you:")
+    term.press("\x03" + "ok\r")
+    term.expect("agent: Bye.", "turn(s)")
+    term.press("\x04", after="you:")
+    assert term.finish() == 0
+
+    assert [request.stream for request in server.requests] == [True, True, True]
+    assert 'yield="sg-1:superseded"' in told(server.requests[1])
+    assert told(server.requests[1]).endswith("never mind")
+    assert told(server.requests[2]).split("\n\n")[-1] == "ok"
+
+
+def test_ctrl_c_at_the_empty_prompt_ends_the_session(
+    server: OpenAIServer, tmp_path: Path, terminal: Start
+) -> None:
+    transcript = tmp_path / "transcript.txt"
+    term = terminal("chat", "--agent", f"{server.base_url}#m", "--domain", DOMAIN, "--transcript", str(transcript))
+    term.press("\x03", after="you:")
+    assert term.finish() == 0
+    assert transcript.exists() and not server.requests
+
+
+def test_the_interactive_demo_lets_the_person_decide(terminal: Start) -> None:
+    term = terminal("demo", "--interactive")
+    term.expect("you: add a note: buy milk", "sg-1 · add-note")
+    term.type("a", after="sg-1 ›")
+    term.expect("✓ done: Add the note 'buy milk'", "agent: Added. You have 1 note.")
+    # Edited inline (no $EDITOR): the payload is shown for editing; Esc Enter submits.
+    term.expect("you: add one for the dentist, and tidy up", "sg-2 · add-note")
+    term.type("e", after="sg-2 ›")
+    term.expect("Esc then Enter finishes", '"call the dentist"')
+    term.press("\x7f" * 40 + '{"text": "call the dentist soon"}' + "\x1b\r")
+    term.expect("✓ done: Add the note 'call the dentist soon'")
+    term.expect("sg-3 · remove-note", "DESTRUCTIVE")
+    term.type("x", after="sg-3 ›")
+    term.expect("Type a, d, e or s.")
+    term.type("d", after="sg-3 ›")
+    term.expect("– dismissed: Remove the note 'buy milk'", "List the notes", "read-only: runs at once")
+    # Enter takes the marked default.
+    term.type("", after="choose 1-2 (Enter for 2)")
+    term.expect("you answer: none", "(the conversation has ended)")
+    assert term.finish() == 0
+    assert '"notes": ["buy milk", "call the dentist soon"]' in term.screen
+
+
+def test_chat_refuses_a_domain_it_cannot_load(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["chat", "--agent", "ollama:m", "--domain", "dial_runtime.demo:NoSuchDomain"]) == 2
+    assert "has no callable NoSuchDomain" in capsys.readouterr().err
