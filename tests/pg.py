@@ -8,6 +8,7 @@ Without a server the tests that need one fail, saying why: they are never skippe
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -54,6 +55,14 @@ def _run(command: list[str], cwd: Path) -> None:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A libpq URL of a PostgreSQL database the tests may create (and drop) schemas in."""
+    with server() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def server(*, fsync: bool = False) -> Iterator[str]:
+    """The URL of the server ``DIAL_TEST_POSTGRES_URL`` names, else of a throwaway cluster for the block's length
+    (``fsync``: whether it syncs its commits to disk)."""
     given = os.environ.get(ENV)
     if given:
         yield given
@@ -78,7 +87,7 @@ def postgres_url() -> Iterator[str]:
         if owner is not None:
             os.chown(root, owner.pw_uid, owner.pw_gid)
         _run([str(folder / "initdb"), "-D", data, "-U", USER, "-A", "trust", "-E", "UTF8", "--no-sync"], root)
-        options = f"-c listen_addresses='' -k {root} -c fsync=off"
+        options = f"-c listen_addresses='' -k {root} -c fsync={'on' if fsync else 'off'}"
         _run([pg_ctl, "-D", data, "-l", log, "-w", "-o", options, "start"], root)
         started = True
         yield f"postgresql:///postgres?host={root}&user={USER}"
