@@ -4,8 +4,9 @@ Every status comes from a compiled machine table (:mod:`dial_runtime.statemachin
 event appended to the log and folded into :class:`~dial_runtime.runtime.state.ConversationState`, which is where
 the driver reads the turn loop's and each suggestion's state from. The driver awaits the agent, the person and the
 domain under anyio cancel scopes, so it runs on trio and asyncio alike. With a store, the log is written through
-at every step that must survive a crash: before a message is sent, when a reply arrives, before the person is
-asked, before an action runs and after it ran.
+before every step with an effect outside the process (a message sent, a question or a suggestion put to the
+person, an action run) and when a call ends: a crash then loses at most the processing since the last write, never
+the record of an effect (an action whose result was not written is reported as interrupted, never run again).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from types import CoroutineType, NoneType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -99,9 +101,16 @@ UNKNOWN_EFFECT = "The turn stopped while the action ran; its effect is unknown."
 async def _call(function: Callable[..., Any], *args: Any) -> Any:
     """Call a plain or coroutine function and return its result."""
     result = function(*args)
-    if inspect.isawaitable(result):
+    if _awaitable(result):
         result = await result
     return result
+
+
+def _awaitable(value: object) -> bool:
+    """``inspect.isawaitable``, with the common cases (a coroutine, a plain value) decided without an ABC check."""
+    return isinstance(value, CoroutineType) or (
+        not isinstance(value, (str, dict, list, tuple, int, float, NoneType)) and inspect.isawaitable(value)
+    )
 
 
 def _require(obj: object, role: str, method: str) -> None:
@@ -461,7 +470,6 @@ class _Run:
                 if reply is None:
                     return state.loop
                 conversation._emit(ReplyEvent(turn=turn, text=reply))
-                await conversation.flush()
             await self._handle()
             if state.pending():
                 return "awaiting"
@@ -474,15 +482,17 @@ class _Run:
         conversation = self.conversation
         timeout = conversation.timeout
         try:
-            if timeout is None:
-                reply = await _call(conversation.agent.send, message)
-            else:
-                with anyio.move_on_after(timeout) as scope:
-                    reply = await _call(conversation.agent.send, message)
-                if scope.cancelled_caught:
-                    error = f"The agent didn't reply within {timeout:g}s"
-                    conversation._emit(NoReplyEvent(turn=self.state.turn, error=error))
-                    return None
+            reply = conversation.agent.send(message)
+            if _awaitable(reply):
+                if timeout is None:
+                    reply = await reply
+                else:
+                    with anyio.move_on_after(timeout) as scope:
+                        reply = await reply
+                    if scope.cancelled_caught:
+                        error = f"The agent didn't reply within {timeout:g}s"
+                        conversation._emit(NoReplyEvent(turn=self.state.turn, error=error))
+                        return None
         except Exception as error:
             conversation._record(SendFailedEvent(turn=self.state.turn, error=_reason(error)))
             raise
@@ -873,7 +883,6 @@ class _Run:
             )
             return
         self.finish(opened, "succeed", result=to_json_ready(result), edited=edited)
-        await conversation.flush()
 
     def finish(
         self, opened: OpenSuggestion, event: str | None, *, preview: str | None = None, **fields: Any

@@ -139,9 +139,19 @@ class OutcomeEvent:
     @property
     def outcome(self) -> Outcome:
         """The outcome this event reports."""
-        fields = attrs.asdict(self, recurse=False)
-        del fields["type"]
-        return Outcome(**fields)
+        return Outcome(
+            id=self.id,
+            action=self.action,
+            status=self.status,
+            preview=self.preview,
+            result=self.result,
+            error=self.error,
+            code=self.code,
+            field=self.field,
+            hint=self.hint,
+            edited=self.edited,
+            expired=self.expired,
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -378,6 +388,10 @@ Event = (
 
 EVENT_TYPES: dict[str, type[Event]] = {attrs.fields(cls).type.default: cls for cls in get_args(Event)}
 
+_FIELD_NAMES: dict[str, tuple[str, ...]] = {
+    kind: tuple(field.name for field in attrs.fields(cls)) for kind, cls in EVENT_TYPES.items()
+}
+
 #: Events a surface renders; the others exist for the log (state, audit, replay).
 RENDERED = frozenset(
     {
@@ -406,9 +420,16 @@ class LogEntry:
     event: Event
 
 
+def _plain(value: Any) -> Any:
+    """A field's value as JSON-ready data: options and steps become dicts, tuples lists."""
+    if isinstance(value, tuple):
+        return [attrs.asdict(item) if attrs.has(type(item)) else _plain(item) for item in value]
+    return value
+
+
 def event_to_dict(event: Event) -> dict[str, Any]:
     """The event as JSON-ready data, ``type`` first."""
-    return attrs.asdict(event)
+    return {name: _plain(getattr(event, name)) for name in _FIELD_NAMES[event.type]}
 
 
 def event_from_dict(data: Mapping[str, Any]) -> Event:
