@@ -59,6 +59,7 @@ def _chat(args: argparse.Namespace) -> int:
     from .agents import agent_from_uri, system_prompt
     from .runtime import Conversation
     from .surfaces import TerminalSurface
+    from .surfaces.terminal import PlainAgent
 
     try:
         domain = _load_domain(args.domain)
@@ -68,7 +69,7 @@ def _chat(args: argparse.Namespace) -> int:
         return 2
     surface = TerminalSurface()
     conversation = Conversation(
-        agent=surface.streaming(agent) if args.stream else agent,
+        agent=PlainAgent(agent) if args.no_stream else surface.streaming(agent),
         domain=domain,
         human=surface,
         on_event=surface.on_event,
@@ -362,7 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=90.0, metavar="S", help="seconds to wait for each reply (default: 90)"
     )
     chat.add_argument(
-        "--stream", action="store_true", help="receive replies streamed, counting them as they arrive"
+        "--no-stream",
+        action="store_true",
+        help="wait for each whole reply (by default replies stream: each element is shown as it arrives)",
     )
     chat.set_defaults(run=_chat)
 

@@ -151,6 +151,7 @@ def test_a_whole_chat_session(server: OpenAIServer, tmp_path: Path, terminal: St
         DOMAIN,
         "--transcript",
         str(transcript),
+        "--no-stream",
         editor=shlex.join([sys.executable, str(editor), str(queue), str(seen)]),
     )
 
@@ -190,6 +191,7 @@ def test_a_whole_chat_session(server: OpenAIServer, tmp_path: Path, terminal: St
     assert term.finish() == 0
 
     requests = server.requests
+    assert not any(request.stream for request in requests)
     assert len(requests) == 7
     assert requests[0].messages[0]["role"] == "system" and "remove-note" in requests[0].messages[0]["content"]
     assert 'yield="sg-1:done"' in told(requests[1])
@@ -229,7 +231,7 @@ def test_streamed_replies_and_ctrl_c_at_a_decision(server: OpenAIServer, termina
         Reply(dial("<dial-inform>Fine, I will not.</dial-inform>"), chunks=2),
         dial("<dial-inform>Bye.</dial-inform>"),
     )
-    term = terminal("chat", "--agent", f"{server.base_url}#test-model", "--domain", DOMAIN, "--stream")
+    term = terminal("chat", "--agent", f"{server.base_url}#test-model", "--domain", DOMAIN)
     term.type("add milk", after="you:")
     term.expect("the agent is writing…", "characters", "sg-1 · add-note")
     term.press("\x03", after="sg-1 ›")

@@ -63,22 +63,36 @@ def _words_bindings() -> KeyBindings:
 
 
 class StreamingAgent:
-    """Sends through ``agent.stream`` and tells ``progress`` how many characters of the reply have arrived."""
+    """Streams through ``agent.stream`` (so the runtime handles each element as it arrives) and tells
+    ``progress`` how many characters of the reply have arrived."""
 
     def __init__(self, agent: Any, progress: Callable[[int], object]) -> None:
         self.agent = agent
         self.progress = progress
 
     async def send(self, message: str) -> str:
-        """The whole streamed reply; leaving early (a cancelled turn) closes the stream."""
-        pieces: list[str] = []
+        """The whole reply, for callers that do not stream."""
+        return "".join([piece async for piece in self.stream(message)])
+
+    async def stream(self, message: str) -> AsyncIterator[str]:
+        """The reply's pieces as they arrive; leaving early (a cancelled turn) closes the stream."""
         arrived = 0
         async with aclosing(self.agent.stream(message)) as stream:
             async for piece in stream:
-                pieces.append(piece)
                 arrived += len(piece)
                 self.progress(arrived)
-        return "".join(pieces)
+                yield piece
+
+
+class PlainAgent:
+    """Hides an agent's ``stream``, so each reply is handled once it is complete."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+
+    async def send(self, message: str) -> str:
+        reply: str = await self.agent.send(message)
+        return reply
 
 
 class TerminalSurface:
