@@ -23,7 +23,7 @@ import trio
 from dial_runtime import ChatAgent, Conversation, policy_human
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from tests.openai_server import OpenAIServer, Reply  # noqa: E402
+from tests.openai_server import OpenAIServer, Reply
 
 CHUNKS, INTERVAL = 40, 0.020
 REPLY = (

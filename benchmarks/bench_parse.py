@@ -1,0 +1,109 @@
+"""Parser benchmarks: prints one JSON line.
+
+- ``typical_reply_us``: microseconds to parse (and validate against the lenient XSD) a typical reply, a short
+  sentence and an envelope with one ``dial-suggest`` and a ``dial-declare`` with a bare JSON body; best of
+  several runs. ``extract_prose_us``: the same for :func:`extract_prose`.
+- ``*_ratio_*``: time for an input of size 2n over time for size n (1.0 is free, 2.0 is linear), best of several
+  runs each: prose around an envelope, an envelope of many informs, unclosed tags, nested elements, and a text
+  full of raw ``&`` and ``<`` that takes the repair path.
+
+``--smoke`` runs small sizes and few iterations, for CI: it checks that the benchmark runs, not the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from collections.abc import Callable
+
+from dial_runtime.language.parser import extract_prose, parse
+
+TYPICAL_REPLY = (
+    "Sure, I can add that to your list.\n<dial>\n"
+    '  <dial-suggest action="add-item">Add "buy milk" to the list</dial-suggest>\n'
+    '  <dial-declare context-key="add-item">{"text":"buy milk"}</dial-declare>\n'
+    "</dial>"
+)
+PROSE_LINE = "Some words, a <b>tag</b>, an & and a < sign, <dialog> and 3 > 2 in ordinary prose.\n"
+INFORM = '<dial-inform id="i" yield="a b">An inform with ordinary text &amp; an entity.</dial-inform>\n'
+
+
+def per_call_us(function: Callable[[], object], calls: int, rounds: int) -> float:
+    """Best average over ``rounds`` rounds of ``calls`` calls, in microseconds."""
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _ in range(calls):
+            function()
+        best = min(best, (time.perf_counter() - started) / calls)
+    return best * 1e6
+
+
+def best_seconds(function: Callable[[], object], repetitions: int) -> float:
+    """The least CPU time of a few runs (CPU time, unlike wall time, does not count other processes' turns).
+
+    The cyclic garbage collector is paused meanwhile: its passes depend on everything else alive in the process.
+    """
+    best = float("inf")
+    gc.disable()
+    try:
+        for _ in range(repetitions):
+            started = time.process_time()
+            function()
+            best = min(best, time.process_time() - started)
+    finally:
+        gc.enable()
+    return best
+
+
+def ratio(make: Callable[[int], str], size: int, repetitions: int) -> float:
+    small, large = make(size), make(2 * size)
+    parse(small)
+    return best_seconds(lambda: parse(large), repetitions) / best_seconds(lambda: parse(small), repetitions)
+
+
+def prose(size: int) -> str:
+    half = PROSE_LINE * (size // len(PROSE_LINE) // 2)
+    return half + TYPICAL_REPLY + half
+
+
+def informs(size: int) -> str:
+    return "<dial>" + INFORM * (size // len(INFORM)) + "</dial>"
+
+
+def unclosed(count: int) -> str:
+    return "<dial>" + "<dial-inform>x <b>y</dial-inform>\n" * count + "</dial>"
+
+
+def nested(count: int) -> str:
+    return "<dial>" + "<dial-inform>" * count + "x" + "</dial-inform>" * count + "</dial>"
+
+
+def raw_markup(count: int) -> str:
+    return "<dial><dial-execute><step>" + "a && b < c " * count + "</step></dial-execute></dial>"
+
+
+def main() -> None:
+    options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    options.add_argument("--smoke", action="store_true", help="small sizes and few iterations, for CI")
+    smoke = options.parse_args().smoke
+    scale = 100 if smoke else 1
+    calls, rounds, repetitions = (200, 3, 1) if smoke else (20_000, 15, 5)
+    parse(TYPICAL_REPLY)
+    figures = {
+        "typical_reply_us": round(per_call_us(lambda: parse(TYPICAL_REPLY), calls, rounds), 2),
+        "extract_prose_us": round(per_call_us(lambda: extract_prose(TYPICAL_REPLY), calls, rounds), 2),
+        "prose_ratio_10mb_vs_5mb": round(ratio(prose, 5_000_000 // scale, repetitions), 2),
+        "envelope_ratio_4mb_vs_2mb": round(ratio(informs, 2_000_000 // scale, repetitions), 2),
+        "unclosed_ratio_100k_vs_50k": round(ratio(unclosed, 50_000 // scale, repetitions), 2),
+        "nested_ratio_100k_vs_50k": round(ratio(nested, 50_000 // scale, repetitions), 2),
+        "raw_markup_ratio_40k_vs_20k": round(ratio(raw_markup, 20_000 // scale, repetitions), 2),
+        "smoke": smoke,
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
