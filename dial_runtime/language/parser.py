@@ -1,0 +1,911 @@
+"""Find the ``<dial>`` envelope in an agent's reply and parse it into frozen records.
+
+The envelope is located by one linear scan of the reply: it starts at the first ``<dial`` start tag proper
+(``<dial>``, ``<dial …>``, ``<dial/>``; never ``<dialog>`` or a ``<dial-ask>`` mentioned in prose) and ends at the
+first ``</dial>`` (whitespace allowed before the ``>``) that is not inside a comment, a CDATA section or a
+processing instruction. Without an end it runs to the end of the reply. Only the envelope is handed to lxml,
+so the prose around it (an XML declaration, a DOCTYPE, stray markup) is never parsed.
+
+The envelope is parsed by libxml2 with entity expansion, DTD loading and network access off, its size limits on,
+comments and processing instructions dropped and CDATA read as text. A well-formed envelope takes that fast path.
+Anything else is repaired without inventing elements and parsed again in recovery mode, each repair and each
+libxml2 complaint becoming a :class:`~dial_runtime.language.records.ParseIssue` with code ``"recovered"``.
+Only the five predefined entities and character references are decoded: any other entity reference is kept as
+literal text (code ``"entity"``) and a DOCTYPE inside the envelope is dropped (code ``"doctype"``), so nothing is
+ever expanded, fetched or read. The tree is then checked against the lenient XSD (code ``"schema"``).
+
+Other issue codes: ``"unknown-element"``, ``"misplaced-element"``, ``"nested-element"`` (a speech act inside
+another one: ignored, not promoted), ``"extra-payload"``, ``"extra-context"``, ``"invalid-json"``,
+``"invalid-attribute"`` and ``"extra-envelope"`` (a later envelope, left unparsed and in the prose).
+Lines are 1-based in the whole reply. At most :data:`MAX_ISSUES_PER_CODE` issues are listed per code, plus one
+that counts the rest, so a hostile reply cannot make the list grow without bound.
+
+``parse`` may be called from several threads at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, cast
+
+from lxml import etree
+
+from dial_runtime.errors import DialSizeError
+from dial_runtime.language.records import (
+    ELEMENT_TYPES,
+    Acknowledge,
+    AskElement,
+    Declare,
+    Delegate,
+    Element,
+    Envelope,
+    Execute,
+    Inform,
+    Option,
+    ParseIssue,
+    Phatic,
+    RootAttributes,
+    Step,
+    Suggest,
+)
+from dial_runtime.language.schema import describe_lxml_error, lxml_schema
+
+__all__ = ["DEFAULT_MAX_SIZE", "MAX_ISSUES_PER_CODE", "extract_prose", "parse"]
+
+DEFAULT_MAX_SIZE: Final = 8 * 1024 * 1024
+"""The largest envelope :func:`parse` accepts, in bytes of UTF-8."""
+
+MAX_ISSUES_PER_CODE: Final = 100
+"""Issues listed per code in one envelope; the rest are counted in one more issue."""
+
+# Schema validation looks at no more than this many siblings at a time (see _windows).
+_WINDOW: Final = 64
+
+
+def _hardened_parser(*, recover: bool) -> etree.XMLParser:
+    """An lxml parser that expands no entity, loads no DTD, uses no network and keeps libxml2's size limits.
+
+    Comments and processing instructions are dropped, CDATA sections read as text, ``xml:id`` not indexed.
+    """
+    return etree.XMLParser(
+        recover=recover,
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        dtd_validation=False,
+        huge_tree=False,
+        remove_comments=True,
+        remove_pis=True,
+        strip_cdata=True,
+        collect_ids=False,
+    )
+
+
+# Shared: a failed parse raises with its own error log, so nothing is read from the parser afterwards.
+_STRICT_PARSER: Final = _hardened_parser(recover=False)
+# One per thread: recovery reads the parser's error log after the parse.
+_RECOVERY = threading.local()
+_RESOURCE_LIMIT: Final = int(etree.ErrorTypes.ERR_RESOURCE_LIMIT)
+# An XMLSchema keeps the log of its last run: validate and read the log under one lock.
+_SCHEMA_LOCK: Final = threading.Lock()
+
+# ---------------------------------------------------------------------------------------------- locating
+
+_START: Final = re.compile(r"<dial(?=[\s/>])")
+# The rest of a start tag, quote-aware; each alternative starts with a different character and none crosses a
+# '<', so a failed attempt costs at most the distance to the next '<'.
+_TAG_TAIL: Final = re.compile(r"""[^<>"']*(?:(?:"[^"<]*"|'[^'<]*')[^<>"']*)*>""")
+_LOOSE_TAG_TAIL: Final = re.compile(r"[^<>]*>")
+_END_SCAN: Final = re.compile(r"</dial\s*>|<!--|<!\[CDATA\[|<\?")
+_TERMINATORS: Final = {"<!--": "-->", "<![CDATA[": "]]>", "<?": "?>"}
+
+
+def _find_start(text: str, pos: int) -> tuple[int, int, bool] | None:
+    """The next ``<dial`` start tag proper at or after ``pos``: (start, end of the tag, self-closing)."""
+    while True:
+        match = _START.search(text, pos)
+        if match is None:
+            return None
+        if text.startswith(">", match.end()):  # the common bare <dial>
+            return match.start(), match.end() + 1, False
+        tail = _TAG_TAIL.match(text, match.end()) or _LOOSE_TAG_TAIL.match(text, match.end())
+        if tail is not None:
+            end = tail.end()
+            return match.start(), end, text[end - 2] == "/"
+        pos = match.end()
+
+
+def _find_end(text: str, pos: int) -> tuple[int, bool]:
+    """Where the envelope whose content starts at ``pos`` ends, and whether it has a ``</dial>``.
+
+    An unterminated comment, CDATA section or processing instruction is read as text. Each terminator is searched
+    for forward only (its next position is remembered), so the scan stays linear.
+    """
+    match = _END_SCAN.search(text, pos)
+    if match is not None and match.group()[1] == "/":  # the common case: nothing to skip on the way
+        return match.end(), True
+    next_terminator: dict[str, int] = {}
+    while True:
+        match = _END_SCAN.search(text, pos)
+        if match is None:
+            return len(text), False
+        terminator = _TERMINATORS.get(match.group())
+        if terminator is None:
+            return match.end(), True
+        found = next_terminator.get(terminator, -2)
+        if found != -1 and found < match.end():
+            found = text.find(terminator, match.end())
+            next_terminator[terminator] = found
+        pos = match.end() if found == -1 else found + len(terminator)
+
+
+def _locate(text: str, pos: int) -> tuple[int, int, bool] | None:
+    """The next envelope at or after ``pos``: (start, end, has its end tag)."""
+    start = _find_start(text, pos)
+    if start is None:
+        return None
+    begin, tag_end, self_closing = start
+    if self_closing:
+        return begin, tag_end, True
+    end, closed = _find_end(text, tag_end)
+    return begin, end, closed
+
+
+def extract_prose(text: str) -> str:
+    """The reply without its first envelope, ends trimmed (internal whitespace is kept).
+
+    ``"Hello <dial>…</dial> bye"`` gives ``"Hello  bye"``. A later envelope stays in the prose, so nothing the
+    agent wrote disappears unreported; with no envelope the whole reply is returned, trimmed.
+    """
+    found = _locate(text, 0)
+    if found is None:
+        return text.strip()
+    start, end, _ = found
+    return (text[:start] + text[end:]).strip()
+
+
+# ---------------------------------------------------------------------------------------------- issues
+
+
+class _Issues:
+    """Collects issues, listing at most :data:`MAX_ISSUES_PER_CODE` per code.
+
+    ``wide`` records that some element has more than :data:`_WINDOW` children, which validation must know.
+    """
+
+    __slots__ = ("counts", "items", "wide")
+
+    def __init__(self) -> None:
+        self.items: list[ParseIssue] = []
+        self.counts: dict[str, int] = {}
+        self.wide = False
+
+    def full(self, code: str) -> bool:
+        return self.counts.get(code, 0) >= MAX_ISSUES_PER_CODE
+
+    def add(self, code: str, message: str, line: int | None) -> None:
+        count = self.counts.get(code, 0) + 1
+        self.counts[code] = count
+        if count <= MAX_ISSUES_PER_CODE:
+            self.items.append(ParseIssue(code=code, message=message, line=line))
+
+    def result(self) -> tuple[ParseIssue, ...]:
+        if not self.counts:
+            return ()
+        for code, count in self.counts.items():
+            if count > MAX_ISSUES_PER_CODE:
+                message = f"{count - MAX_ISSUES_PER_CODE} more '{code}' issues are not listed"
+                self.items.append(ParseIssue(code=code, message=message, line=None))
+        return tuple(self.items)
+
+
+# ---------------------------------------------------------------------------------------------- repair
+
+_REPAIR_SCAN: Final = re.compile(
+    r"(?P<ref>&)|(?P<comment><!--)|(?P<cdata><!\[CDATA\[)|(?P<pi><\?)|(?P<doctype><!(?i:doctype))"
+    r"|(?P<end></(?=[^\W\d]|:))|(?P<tag><(?=[^\W\d]|:))|(?P<lt><)|(?P<cdata_end>\]\]>)"
+)
+_REF: Final = re.compile(r"&(?:#[0-9]+|#x[0-9a-fA-F]+|([^\W\d][\w.:-]*|:[\w.:-]*));")
+_PREDEFINED: Final = frozenset({"amp", "lt", "gt", "quot", "apos"})
+_AMP: Final = re.compile("&")
+_TAG_NAME: Final = re.compile(r"""[^\s/>"'<=&]+""")
+_ATTRIBUTE: Final = re.compile(
+    r"""(\s*)([^\s=/>"'<&]+)(?:(\s*=\s*)(?:"([^"<]*)"|'([^'<]*)'|((?:[^\s"'<>=`/]|/(?!>))+)))?"""
+)
+_TAG_CLOSE: Final = re.compile(r"\s*/?>")
+# A start tag that needs no repair: quoted values without '<' or '&'. Bounded by the next '<' like the rest.
+_CLEAN_START_TAG: Final = re.compile(
+    r"""<([^\s/>"'<=&]+)(?:\s+[^\s=/>"'<&]+\s*=\s*(?:"[^"<&]*"|'[^'<&]*'))*\s*(/?)>"""
+)
+_SPACE: Final = re.compile(r"\s*")
+_SUBSET_END: Final = re.compile(r"\]\s*>")
+_DOCTYPE_HEAD: Final = re.compile(r"[^\[>]*")
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_SECTION_TERMINATORS: Final = {"comment": "-->", "cdata": "]]>", "pi": "?>"}
+_SECTION_NAMES: Final = {"comment": "comment", "cdata": "CDATA section", "pi": "processing instruction"}
+
+
+class _Repairer:
+    """Rewrites a malformed envelope into text libxml2 recovers from without losing what the agent wrote.
+
+    - raw ``&``, ``<`` and ``]]>`` in text become references; an undefined entity reference becomes literal text;
+    - unquoted attribute values get quotes;
+    - unclosed elements are closed where an enclosing element ends (or at the end); an end tag that closes no
+      open element becomes text;
+    - a DOCTYPE is dropped (its newlines kept, so lines stay right);
+    - an unterminated comment, CDATA section or processing instruction becomes text.
+
+    Every rewrite is recorded. One forward pass; a tag is examined up to the next ``<`` at most.
+    """
+
+    def __init__(self, raw: str, base: int, issues: _Issues) -> None:
+        self.raw = raw
+        self.issues = issues
+        self.out: list[str] = []
+        self.copied = 0
+        self.line_pos = 0
+        self.line = base + 1
+        self.next_terminator: dict[str, int] = {}
+        self.open_tags: list[str] = []
+        self.open_counts: dict[str, int] = {}
+
+    def line_at(self, pos: int) -> int:
+        if pos > self.line_pos:
+            self.line += self.raw.count("\n", self.line_pos, pos)
+            self.line_pos = pos
+        return self.line
+
+    def replace(self, start: int, end: int, replacement: str) -> None:
+        self.out.append(self.raw[self.copied : start])
+        self.out.append(replacement)
+        self.copied = end
+
+    def run(self) -> str:
+        raw = self.raw
+        scan = 0
+        while True:
+            match = _REPAIR_SCAN.search(raw, scan)
+            if match is None:
+                break
+            kind = match.lastgroup
+            at = match.start()
+            if kind == "ref":
+                scan = self.reference(at)
+            elif kind in _SECTION_TERMINATORS:
+                scan = self.section(kind, at, match.end())
+            elif kind == "doctype":
+                scan = self.doctype(at, match.end())
+            elif kind == "tag":
+                scan = self.tag(at)
+            elif kind == "end":
+                scan = self.end_tag(at)
+            elif kind == "lt":
+                self.escape_lt(at, "a '<' that starts no tag")
+                scan = at + 1
+            else:
+                self.replace(at, match.end(), "]]&gt;")
+                self.issues.add("recovered", "']]>' in text written as ']]&gt;'", self.line_at(at))
+                scan = match.end()
+        self.out.append(raw[self.copied :])
+        if self.open_tags:
+            line = self.line_at(len(raw))
+            for depth in range(len(self.open_tags) - 1, -1, -1):
+                name = self.open_tags[depth]
+                self.out.append(f"</{name}>")
+                if depth:  # the root's missing end tag is reported by the caller
+                    self.issues.add(
+                        "recovered", f"<{name}> was not closed; closed at the end of the envelope", line
+                    )
+        return "".join(self.out)
+
+    def escape_lt(self, at: int, what: str) -> None:
+        self.replace(at, at + 1, "&lt;")
+        self.issues.add("recovered", f"{what} kept as text", self.line_at(at))
+
+    def fix_reference(self, text: str, at: int, line: int) -> tuple[str, int]:
+        """The replacement for the ``&`` at ``at`` in ``text`` and where scanning resumes."""
+        ref = _REF.match(text, at)
+        if ref is None:
+            self.issues.add("recovered", "a raw '&' written as '&amp;'", line)
+            return "&amp;", at + 1
+        name = ref.group(1)
+        if name is None or name in _PREDEFINED:
+            return "&", ref.end()
+        self.issues.add(
+            "entity",
+            f"entity reference '&{name};' kept as text: only the five XML entities and character "
+            "references are decoded, nothing is expanded or fetched",
+            line,
+        )
+        return "&amp;", at + 1
+
+    def reference(self, at: int) -> int:
+        replacement, resume = self.fix_reference(self.raw, at, self.line_at(at))
+        if replacement != "&":
+            self.replace(at, at + 1, replacement)
+        return resume
+
+    def fix_value(self, value: str, line: int) -> str:
+        if "&" not in value:
+            return value
+        parts: list[str] = []
+        copied = scan = 0
+        while (match := _AMP.search(value, scan)) is not None:
+            replacement, scan = self.fix_reference(value, match.start(), line)
+            parts.append(value[copied : match.start()])
+            parts.append(replacement)
+            copied = match.start() + 1
+        parts.append(value[copied:])
+        return "".join(parts)
+
+    def section(self, kind: str, at: int, content: int) -> int:
+        terminator = _SECTION_TERMINATORS[kind]
+        found = self.next_terminator.get(terminator, -2)
+        if found != -1 and found < content:
+            found = self.raw.find(terminator, content)
+            self.next_terminator[terminator] = found
+        if found == -1:
+            self.escape_lt(at, f"an unterminated {_SECTION_NAMES[kind]}")
+            return at + 1
+        return found + len(terminator)
+
+    def doctype(self, at: int, after_keyword: int) -> int:
+        raw = self.raw
+        head = _DOCTYPE_HEAD.match(raw, after_keyword)
+        end = head.end() if head is not None else after_keyword
+        if end < len(raw) and raw[end] == "[":
+            subset_end = _SUBSET_END.search(raw, end)
+            end = subset_end.end() if subset_end is not None else len(raw)
+        else:
+            end = min(end + 1, len(raw))
+        self.replace(at, end, "\n" * raw.count("\n", at, end))
+        self.issues.add(
+            "doctype",
+            "a DOCTYPE inside the envelope was dropped: DIAL takes none and its entities are never expanded",
+            self.line_at(at),
+        )
+        return end
+
+    def end_tag(self, at: int) -> int:
+        """Close the open elements up to this end tag's, writing the missing end tags.
+
+        libxml2's own recovery from mismatched tags misplaces and drops text, so it is not left to it. An end tag
+        that closes no open element is kept as text.
+        """
+        name = _TAG_NAME.match(self.raw, at + 2)
+        tag = name.group() if name is not None else ""
+        if self.open_tags and self.open_tags[-1] == tag:
+            self.open_tags.pop()
+            self.open_counts[tag] -= 1
+            return at + 2 + len(tag)
+        if not self.open_counts.get(tag):
+            self.escape_lt(at, f"an end tag </{tag}> that closes no open element")
+            return at + 1
+        unclosed = []
+        while (top := self.open_tags.pop()) != tag:
+            self.open_counts[top] -= 1
+            unclosed.append(top)
+        self.open_counts[tag] -= 1
+        if unclosed:
+            self.replace(at, at, "".join(f"</{inner}>" for inner in unclosed))
+            line = self.line_at(at)
+            for inner in unclosed:
+                self.issues.add("recovered", f"<{inner}> was not closed; closed before </{tag}>", line)
+        return at + 2 + len(tag)
+
+    def open(self, name: str) -> None:
+        self.open_tags.append(name)
+        self.open_counts[name] = self.open_counts.get(name, 0) + 1
+
+    def tag(self, at: int) -> int:
+        raw = self.raw
+        clean = _CLEAN_START_TAG.match(raw, at)
+        if clean is not None:
+            if not clean.group(2):
+                self.open(clean.group(1))
+            return clean.end()
+        name = _TAG_NAME.match(raw, at + 1)
+        pos = name.end() if name is not None else at + 1
+        pieces = [raw[at:pos]]
+        changed = False
+        line = self.line_at(at)
+        while (attribute := _ATTRIBUTE.match(raw, pos)) is not None:
+            space, attr_name, equals, double, single, bare = attribute.groups()
+            pos = attribute.end()
+            if not space:  # only possible right after a quoted value
+                space = " "
+                changed = True
+                self.issues.add("recovered", f"a space inserted before attribute '{attr_name}'", line)
+            if equals is None:
+                pieces.append(space + attr_name)
+                continue
+            if bare is not None:
+                changed = True
+                self.issues.add("recovered", f"unquoted value of attribute '{attr_name}' quoted", line)
+                pieces.append(f'{space}{attr_name}{equals}"{self.fix_value(bare, line)}"')
+            else:
+                quote = '"' if double is not None else "'"
+                value = double if double is not None else single
+                fixed = self.fix_value(value, line)
+                changed = changed or fixed != value
+                pieces.append(f"{space}{attr_name}{equals}{quote}{fixed}{quote}")
+        close = _TAG_CLOSE.match(raw, pos)
+        if close is not None:
+            if changed:
+                self.replace(at, close.end(), "".join(pieces) + close.group())
+            if name is not None and not close.group().endswith("/>"):
+                self.open(name.group())
+            return close.end()
+        if at == 0:  # the root's start tag: left to libxml2, never turned into text, and its end tag still ends it
+            if name is not None:
+                self.open(name.group())
+            return pos
+        rest = _SPACE.match(raw, pos)
+        after = rest.end() if rest is not None else pos
+        if after == len(raw) or raw[after] == "<":
+            self.escape_lt(at, "a '<' that starts no complete tag")
+            return at + 1
+        return pos
+
+
+def _recover(raw: str, base: int, issues: _Issues, *, repair: bool) -> etree._Element | None:
+    """Parse a malformed envelope in recovery mode, repaired first; ``None`` when libxml2 builds no root.
+
+    ``repair=False`` when the strict parse stopped at a libxml2 limit (such as the nesting depth): everything
+    before that point was well-formed and nothing after it is read, so there is nothing to repair.
+    """
+    if _SURROGATE.search(raw) is not None:
+        raw = _SURROGATE.sub("\ufffd", raw)
+        issues.add("recovered", "lone surrogate code points replaced by U+FFFD", base + 1)
+    repaired = _Repairer(raw, base, issues).run() if repair else raw
+    parser: etree.XMLParser | None = getattr(_RECOVERY, "parser", None)
+    if parser is None:
+        parser = _hardened_parser(recover=True)
+        _RECOVERY.parser = parser
+    root: etree._Element | None
+    try:
+        root = etree.fromstring(repaired.encode(), parser)
+    except etree.XMLSyntaxError as error:
+        root = None
+        log: Iterable[etree._LogEntry] = cast("Iterable[etree._LogEntry]", error.error_log)
+    else:
+        log = cast("Iterable[etree._LogEntry]", parser.error_log)
+    for entry in log:
+        issues.add("recovered", str(entry.message).strip(), _entry_line(entry.line, base))
+    return root
+
+
+def _entry_line(line: object, base: int) -> int | None:
+    return base + line if isinstance(line, int) and line > 0 else None
+
+
+# ---------------------------------------------------------------------------------------------- values
+
+_U32: Final = re.compile(r"\+?([0-9]+)\Z")
+_DECIMAL: Final = re.compile(r"\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*\Z")
+_U32_MAX: Final = 4294967295
+_JSON_TYPE: Final = "application/json"
+_HELPER_NAMES: Final = frozenset({"dial", "dial-payload", "dial-option", "dial-context", "step"})
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+_JSON: Final = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _is_json(mime: str | None) -> bool:
+    if mime is None:
+        return True
+    essence = mime.split(";", 1)[0].strip().lower()
+    return essence == _JSON_TYPE or essence.endswith("+json")
+
+
+def _line(element: etree._Element, base: int) -> int:
+    """The element's 1-based line in the whole reply."""
+    line = element.sourceline
+    return base + line if isinstance(line, int) else base + 1
+
+
+def _stray(child: etree._Element, parent: str, issues: _Issues, base: int) -> None:
+    """Report a child that is not one of the parent's own helper elements; it is not read."""
+    tag = child.tag
+    if tag in ELEMENT_TYPES:
+        code, message = "nested-element", f"<{tag}> inside <{parent}> is ignored: speech acts are not nested"
+    elif tag in _HELPER_NAMES:
+        code, message = "misplaced-element", f"<{tag}> is not allowed inside <{parent}>; it is ignored"
+    else:
+        code, message = "unknown-element", f"<{tag}> inside <{parent}> is not a DIAL element; it is ignored"
+    issues.add(code, message, _line(child, base))
+
+
+_NO_CHILDREN: Final[tuple[etree._Element, ...]] = ()
+
+
+def _content(
+    element: etree._Element, allowed: str | None, issues: _Issues, base: int
+) -> tuple[str | None, Sequence[etree._Element]]:
+    """The element's own text and its children's tails, trimmed (``None`` if empty), and its ``allowed`` children.
+
+    The content of every child is left out of the text; children other than ``allowed`` are reported.
+    """
+    text = element.text
+    count = len(element)
+    if not count:
+        return (text.strip() or None) if text else None, _NO_CHILDREN
+    if count > _WINDOW:
+        issues.wide = True
+    parts = [text or ""]
+    found: list[etree._Element] = []
+    tag = str(element.tag)
+    for child in element:
+        if child.tag == allowed:
+            found.append(child)
+        else:
+            _stray(child, tag, issues, base)
+        if child.tail:
+            parts.append(child.tail)
+    return "".join(parts).strip() or None, found
+
+
+def _invalid(element: etree._Element, name: str, value: str, expected: str, issues: _Issues, base: int) -> None:
+    issues.add("invalid-attribute", f"<{element.tag}> {name}={value!r} is not {expected}", _line(element, base))
+
+
+def _events(value: str, name: str, element: etree._Element, issues: _Issues, base: int) -> tuple[str, ...]:
+    """A ``yield`` list: event names separated by any whitespace."""
+    return tuple(value.split())
+
+
+def _boolean(value: str, name: str, element: etree._Element, issues: _Issues, base: int) -> bool:
+    """An ``xs:boolean``: ``true``/``1`` and ``false``/``0``; anything else is false, with an issue."""
+    word = value.strip()
+    if word in ("true", "1"):
+        return True
+    if word not in ("false", "0"):
+        _invalid(element, name, value, "true, false, 1 or 0; read as false", issues, base)
+    return False
+
+
+def _seconds(value: str, name: str, element: etree._Element, issues: _Issues, base: int) -> float | None:
+    """A non-negative number of seconds (fractions allowed); ``None``, with an issue, when unreadable."""
+    if _DECIMAL.match(value) is not None:
+        seconds = float(value) + 0.0
+        if seconds >= 0 and math.isfinite(seconds):
+            return seconds
+    _invalid(element, name, value, "a number of seconds (0 or more); ignored", issues, base)
+    return None
+
+
+def _unsigned(value: str, name: str, element: etree._Element, issues: _Issues, base: int) -> int | None:
+    """An unsigned 32-bit integer (``^\\+?[0-9]+$``); ``None``, with an issue, otherwise."""
+    match = _U32.match(value)
+    if match is not None:
+        digits = match.group(1).lstrip("0") or "0"
+        if len(digits) <= 10 and int(digits) <= _U32_MAX:
+            return int(digits)
+    _invalid(element, name, value, "a whole number from 0 to 4294967295; ignored", issues, base)
+    return None
+
+
+def _payload(payloads: Sequence[etree._Element], parent: str, issues: _Issues, base: int) -> dict[str, Any]:
+    """The payload fields read from the first of ``payloads``; later ones are reported."""
+    first = payloads[0]
+    for extra in payloads[1:]:
+        issues.add(
+            "extra-payload",
+            f"a second <dial-payload> in <{parent}> is ignored; only the first counts",
+            _line(extra, base),
+        )
+    mime = first.get("type")
+    raw = (first.text or "") if not len(first) else (_content(first, None, issues, base)[0] or "")
+    text = raw.strip()
+    fields: dict[str, Any] = {"payload_text": text, "payload_type": _JSON_TYPE if mime is None else mime}
+    if not _is_json(mime):
+        return fields
+    try:
+        fields["payload"] = _JSON.decode(text)
+        return fields
+    except json.JSONDecodeError as error:
+        leading = raw[: len(raw) - len(raw.lstrip())].count("\n")
+        line = _line(first, base) + leading + error.lineno - 1
+        column = f"column {error.colno}" if error.lineno > 1 else f"character {error.colno} of the payload"
+        reason = f"{error.msg}: line {line}, {column}"
+    except (ValueError, RecursionError) as error:
+        line = _line(first, base)
+        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+    issues.add("invalid-json", f"the <dial-payload> of <{parent}> is not valid JSON: {reason}", line)
+    return fields
+
+
+# ---------------------------------------------------------------------------------------------- speech acts
+
+_Converter = Callable[[str, str, etree._Element, _Issues, int], Any]
+# XML attribute name -> (record field, converter or None to keep the string). Absent attributes are not
+# passed, so the records' own defaults (SPEC-NOTES section 1) apply.
+_Attributes = dict[str, tuple[str, _Converter | None]]
+
+_ACT: Final[_Attributes] = {
+    "id": ("id", None),
+    "observe": ("observe", None),
+    "yield": ("yields", _events),
+    "addressed-to": ("addressed_to", None),
+    "lang": ("lang", None),
+}
+_ATTRIBUTES: Final[dict[str, _Attributes]] = {
+    "dial": {
+        "version": ("version", None),
+        "turn": ("turn", _unsigned),
+        "actor": ("actor", None),
+        "session": ("session", None),
+    },
+    "dial-inform": {**_ACT, "render": ("render", None)},
+    "dial-ask": {**_ACT, "response-type": ("response_type", None), "timeout": ("timeout", _seconds)},
+    "dial-suggest": {**_ACT, "render": ("render", None), "action": ("action", None), "multi": ("multi", _boolean)},
+    "dial-execute": _ACT,
+    "dial-acknowledge": {**_ACT, "of": ("of", None)},
+    "dial-declare": {**_ACT, "context-key": ("context_key", None)},
+    "dial-delegate": {**_ACT, "to": ("to", None), "intent": ("intent", None), "resume": ("resume", _boolean)},
+    "dial-phatic": {**_ACT, "signal": ("signal", None), "interval": ("interval", _seconds)},
+    "dial-option": {
+        "value": ("value", None),
+        "default": ("default", _boolean),
+        "disabled": ("disabled", _boolean),
+    },
+    "step": {
+        "env": ("env", None),
+        "id": ("id", None),
+        "label": ("label", None),
+        "observe": ("observe", None),
+        "yield": ("yields", _events),
+    },
+}
+
+
+def _fields(element: etree._Element, issues: _Issues, base: int) -> dict[str, Any]:
+    """The record fields the element's attributes give, converted; unknown attributes are skipped."""
+    table = _ATTRIBUTES[element.tag]
+    fields: dict[str, Any] = {}
+    for name, value in cast("list[tuple[str, str]]", element.items()):
+        spec = table.get(name)
+        if spec is not None:
+            field, convert = spec
+            fields[field] = value if convert is None else convert(value, name, element, issues, base)
+    return fields
+
+
+def _carrier(element: etree._Element, issues: _Issues, base: int) -> Inform | Suggest | Declare:
+    """An inform, suggest or declare: text and an optional ``<dial-payload>``."""
+    tag = element.tag
+    text, payloads = _content(element, "dial-payload", issues, base)
+    fields = _fields(element, issues, base)
+    if payloads:
+        fields.update(_payload(payloads, tag, issues, base))
+    return _CARRIERS[tag](**fields, line=_line(element, base), text=text)
+
+
+def _ask(element: etree._Element, issues: _Issues, base: int) -> AskElement:
+    text, option_elements = _content(element, "dial-option", issues, base)
+    options = []
+    for option in option_elements:
+        label = _content(option, None, issues, base)[0] or ""
+        fields = _fields(option, issues, base)
+        fields.setdefault("value", label)
+        options.append(Option(**fields, label=label))
+    return AskElement(
+        **_fields(element, issues, base), line=_line(element, base), text=text, options=tuple(options)
+    )
+
+
+def _execute(element: etree._Element, issues: _Issues, base: int) -> Execute:
+    steps = tuple(
+        Step(**_fields(step, issues, base), command=_content(step, None, issues, base)[0] or "")
+        for step in _content(element, "step", issues, base)[1]
+    )
+    return Execute(**_fields(element, issues, base), line=_line(element, base), steps=steps)
+
+
+def _acknowledge(element: etree._Element, issues: _Issues, base: int) -> Acknowledge:
+    text = _content(element, None, issues, base)[0]
+    return Acknowledge(**_fields(element, issues, base), line=_line(element, base), text=text)
+
+
+def _delegate(element: etree._Element, issues: _Issues, base: int) -> Delegate:
+    """A delegate: description text, and the payload of its ``<dial-context>`` (not part of the text)."""
+    text, contexts = _content(element, "dial-context", issues, base)
+    fields = _fields(element, issues, base)
+    if contexts:
+        for extra in contexts[1:]:
+            issues.add(
+                "extra-context",
+                "a second <dial-context> in <dial-delegate> is ignored; only the first counts",
+                _line(extra, base),
+            )
+        payloads = _content(contexts[0], "dial-payload", issues, base)[1]
+        if payloads:
+            fields.update(_payload(payloads, "dial-delegate", issues, base))
+    return Delegate(**fields, line=_line(element, base), text=text)
+
+
+def _phatic(element: etree._Element, issues: _Issues, base: int) -> Phatic:
+    _content(element, None, issues, base)  # the content is dropped, but stray children are still reported
+    return Phatic(**_fields(element, issues, base), line=_line(element, base))
+
+
+_CARRIERS: Final[dict[str, type[Inform] | type[Suggest] | type[Declare]]] = {
+    "dial-inform": Inform,
+    "dial-suggest": Suggest,
+    "dial-declare": Declare,
+}
+_BUILDERS: Final[dict[str, Callable[[etree._Element, _Issues, int], Element]]] = {
+    "dial-inform": _carrier,
+    "dial-ask": _ask,
+    "dial-suggest": _carrier,
+    "dial-execute": _execute,
+    "dial-acknowledge": _acknowledge,
+    "dial-declare": _carrier,
+    "dial-delegate": _delegate,
+    "dial-phatic": _phatic,
+}
+_NO_ROOT_ATTRIBUTES: Final = RootAttributes()
+
+
+# ---------------------------------------------------------------------------------------------- parse
+
+
+# The lenient schema, fetched on first use (compiling it at import would slow every import down).
+_schema: etree.XMLSchema | None = None
+
+
+def _strip_namespaces(root: etree._Element) -> None:
+    """Read ``<dial xmlns="…">`` as plain DIAL, as the reference does: drop the default namespace from tags."""
+    for element in root.iter():
+        tag = element.tag
+        if isinstance(tag, str) and tag[:1] == "{":
+            element.tag = tag.rpartition("}")[2]
+
+
+def _shell(element: etree._Element, *, first: bool) -> etree._Element:
+    """An empty copy of ``element`` with its line; the ``first`` copy also gets its attributes and text.
+
+    Later copies have no attributes, so an attribute error is reported once (the lenient XSD requires none).
+    """
+    shell = etree.Element(element.tag)
+    shell.sourceline = element.sourceline
+    if first:
+        for name, value in element.items():
+            shell.set(name, value)
+        shell.text = element.text
+    return shell
+
+
+def _windows(root: etree._Element) -> list[etree._Element]:
+    """The tree cut into copies of ``<dial>`` holding at most :data:`_WINDOW` acts of at most as many children.
+
+    libxml2 writes into each error the path of the element at fault, counting the element's preceding siblings
+    to do so: many errors among many siblings cost quadratic time. Cut into windows, the same checks cost linear
+    time. Only the content models with unbounded children need cutting (the root's acts, an ask's options, an
+    execute's steps): elsewhere libxml2 stops at the first unexpected child. The tree is taken apart; the records
+    were built from it already.
+    """
+    pieces: list[etree._Element] = []
+    for act in list(root):
+        children = list(act)
+        if len(children) <= _WINDOW:
+            pieces.append(act)
+            continue
+        for start in range(0, len(children), _WINDOW):
+            shell = _shell(act, first=not start)
+            shell.extend(children[start : start + _WINDOW])
+            pieces.append(shell)
+        pieces[-1].tail = act.tail
+    windows = []
+    for start in range(0, len(pieces), _WINDOW):
+        window = _shell(root, first=not start)
+        window.extend(pieces[start : start + _WINDOW])
+        windows.append(window)
+    return windows
+
+
+def _validate(root: etree._Element, issues: _Issues, base: int) -> None:
+    """Check the tree against the lenient XSD; each error becomes a ``"schema"`` issue.
+
+    A tree with more than :data:`_WINDOW` siblings anywhere is checked in windows (see :func:`_windows`).
+    """
+    global _schema
+    schema = _schema
+    if schema is None:
+        schema = _schema = lxml_schema(strict=False)
+    trees = _windows(root) if issues.wide or len(root) > _WINDOW else (root,)
+    for tree in trees:
+        with _SCHEMA_LOCK:
+            try:
+                if schema.validate(tree):
+                    continue
+            except etree.XMLSchemaValidateError as error:
+                issues.add("schema", f"the schema validator failed: {error}", None)
+                continue
+            entries = list(cast("Iterable[etree._LogEntry]", schema.error_log))
+        for entry in entries:
+            line = _entry_line(entry.line, base)
+            if issues.full("schema"):  # only counted from here on: no need to describe it
+                issues.add("schema", "", line)
+                continue
+            issues.add("schema", describe_lxml_error(entry, root=tree), line)
+
+
+def _extra_envelopes(text: str, pos: int, line: int, line_pos: int, issues: _Issues) -> None:
+    """Report every later envelope with its line; they are not parsed and stay in the prose."""
+    while (found := _locate(text, pos)) is not None:
+        start, pos, _ = found
+        line += text.count("\n", line_pos, start)
+        line_pos = start
+        issues.add(
+            "extra-envelope",
+            "a second <dial> envelope is not parsed: only the first one of a reply counts; it stays in the prose",
+            line,
+        )
+
+
+def parse(text: str, *, max_size: int = DEFAULT_MAX_SIZE) -> Envelope | None:
+    """Parse the first DIAL envelope of an agent's reply; ``None`` when the reply holds none.
+
+    ``max_size`` limits the envelope (not the prose around it) in bytes of UTF-8; it is checked before any XML
+    parsing, and a larger envelope raises :class:`~dial_runtime.errors.DialSizeError`. Never raises on content:
+    whatever could not be read as written is repaired or skipped and reported in ``Envelope.issues``.
+    """
+    found = _locate(text, 0)
+    if found is None:
+        return None
+    start, end, closed = found
+    raw = text[start:end]
+    clean = True
+    data: bytes | None = None
+    if raw.isascii():
+        size = len(raw)
+    else:
+        try:
+            data = raw.encode()
+        except UnicodeEncodeError:
+            clean = False
+            data = raw.encode("utf-8", "surrogatepass")
+        size = len(data)
+    if size > max_size:
+        raise DialSizeError(size, max_size)
+    base = text.count("\n", 0, start)
+    issues = _Issues()
+    root: etree._Element | None = None
+    repair = True
+    if clean:
+        try:
+            root = etree.fromstring(raw.encode() if data is None else data, _STRICT_PARSER)
+        except etree.XMLSyntaxError as error:
+            repair = getattr(error, "code", None) != _RESOURCE_LIMIT
+    if root is None:
+        if not closed:
+            issues.add(
+                "recovered", "the envelope has no </dial> end tag; it runs to the end of the reply", base + 1
+            )
+        root = _recover(raw, base, issues, repair=repair)
+    attributes = _NO_ROOT_ATTRIBUTES
+    elements: list[Element] = []
+    if root is not None:
+        if root.tag[:1] == "{":
+            _strip_namespaces(root)
+        if root.attrib:
+            attributes = RootAttributes(**_fields(root, issues, base))
+        for child in root:
+            builder = _BUILDERS.get(child.tag)
+            if builder is None:
+                _stray(child, "dial", issues, base)
+            else:
+                elements.append(builder(child, issues, base))
+        _validate(root, issues, base)
+    if _START.search(text, end) is not None:
+        _extra_envelopes(text, end, base + 1, start, issues)
+    return Envelope(attributes=attributes, elements=tuple(elements), raw=raw, issues=issues.result())
