@@ -354,4 +354,6 @@ def test_time_grows_linearly(make: Callable[[int], str], size: int) -> None:
     repetitions = 2 if first > 0.1 else 6  # more runs when one is short, so a hiccup cannot decide
     small_time = min(first, best_time(lambda: parse(small), repetitions - 1))
     ratio = best_time(lambda: parse(large), repetitions) / small_time
-    assert ratio <= 3.0, f"doubling the input multiplied the time by {ratio:.2f}"
+    # Linear work doubles (2.0); quadratic work quadruples (4.0). Between them lies what a shared machine adds to
+    # the larger input (caches, memory), measured here up to about 3.3.
+    assert ratio <= 3.5, f"doubling the input multiplied the time by {ratio:.2f}"
