@@ -7,6 +7,7 @@ import argparse
 import importlib
 import json
 import sys
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -56,36 +57,58 @@ def _load_domain(spec: str) -> Any:
 
 
 def _chat(args: argparse.Namespace) -> int:
-    from .agents import agent_from_uri, system_prompt
+    from .agents import agent_from_uri, history_from_log, system_prompt
     from .runtime import Conversation
+    from .stores import open_store
     from .surfaces import TerminalSurface
     from .surfaces.terminal import PlainAgent
 
     try:
         domain = _load_domain(args.domain)
-        agent = agent_from_uri(args.agent, system_prompt=system_prompt(domain))
+        store = open_store(args.store) if args.store else None
     except ValueError as error:
         print(f"dial-runtime chat: {error}", file=sys.stderr)
         return 2
+    if args.id and store is None:
+        print("dial-runtime chat: --id needs --store", file=sys.stderr)
+        return 2
+    ident = args.id or uuid.uuid4().hex[:12]
     surface = TerminalSurface()
-    conversation = Conversation(
-        agent=PlainAgent(agent) if args.no_stream else surface.streaming(agent),
-        domain=domain,
-        human=surface,
-        on_event=surface.on_event,
-        timeout=args.timeout,
-    )
 
-    async def hold() -> None:
+    async def hold() -> int:
+        earlier = await store.read(ident) if store is not None else []
+        try:
+            agent = agent_from_uri(
+                args.agent, system_prompt=system_prompt(domain), history=history_from_log(earlier)
+            )
+        except ValueError as error:
+            print(f"dial-runtime chat: {error}", file=sys.stderr)
+            return 2
+        options: dict[str, Any] = {
+            "agent": PlainAgent(agent) if args.no_stream else surface.streaming(agent),
+            "domain": domain,
+            "human": surface,
+            "on_event": surface.on_event,
+            "timeout": args.timeout,
+        }
         async with agent:
-            await surface.chat(conversation)
+            if store is None:
+                await surface.chat(Conversation(**options))
+                return 0
+            try:
+                conversation = await Conversation.open(store, ident, **options)
+                print(f"conversation {ident} ({len(conversation.log)} earlier events) in {args.store}")
+                await surface.take_up(conversation)
+                await surface.chat(conversation)
+            finally:
+                await store.aclose()
+        return 0
 
     try:
-        anyio.run(hold, backend="asyncio")
+        return anyio.run(hold, backend="asyncio")
     finally:
         if args.transcript:
             surface.save(args.transcript)
-    return 0
 
 
 async def _interactive_demo() -> None:
@@ -361,6 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat.add_argument(
         "--timeout", type=float, default=90.0, metavar="S", help="seconds to wait for each reply (default: 90)"
+    )
+    chat.add_argument(
+        "--store", metavar="URL", help="keep the conversation in this store (sqlite:FILE, postgresql://...)"
+    )
+    chat.add_argument(
+        "--id", default=None, help="the conversation to hold or take up in the store (default: a new one)"
     )
     chat.add_argument(
         "--no-stream",

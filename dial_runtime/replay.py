@@ -431,14 +431,33 @@ class _Turns:
         return turns
 
 
+def _streamed_reply(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A streamed turn's events without its ``reply``, and the ``reply``: a streamed reply is recorded when its
+    last chunk is in, which may fall anywhere among the events its elements cause."""
+    if not any(event["type"] == "reply-started" for event in events):
+        return events, []
+    return [e for e in events if e["type"] != "reply"], [e for e in events if e["type"] == "reply"]
+
+
 def _compare(
     call: int, recorded: dict[int, list[dict[str, Any]]], replayed: dict[int, list[dict[str, Any]]]
 ) -> list[Divergence]:
     """The divergences of one call, turn by turn, aligning the two sides so one extra or missing event shows as
-    that event alone."""
+    that event alone (a streamed reply's text is compared on its own: its place among the events varies)."""
     found = []
     for turn in sorted({*recorded, *replayed}):
-        theirs, ours = recorded.get(turn, []), replayed.get(turn, [])
+        theirs, their_reply = _streamed_reply(recorded.get(turn, []))
+        ours, our_reply = _streamed_reply(replayed.get(turn, []))
+        if their_reply != our_reply:
+            found.append(
+                Divergence(
+                    call,
+                    turn,
+                    len(theirs),
+                    their_reply[0] if their_reply else None,
+                    our_reply[0] if our_reply else None,
+                )
+            )
         matcher = difflib.SequenceMatcher(
             a=[json.dumps(e, sort_keys=True, default=str) for e in theirs],
             b=[json.dumps(e, sort_keys=True, default=str) for e in ours],

@@ -287,3 +287,38 @@ def test_the_interactive_demo_lets_the_person_decide(terminal: Start) -> None:
 def test_chat_refuses_a_domain_it_cannot_load(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["chat", "--agent", "ollama:m", "--domain", "dial_runtime.demo:NoSuchDomain"]) == 2
     assert "has no callable NoSuchDomain" in capsys.readouterr().err
+
+
+def test_a_stored_chat_is_taken_up_where_a_killed_session_left_it(
+    server: OpenAIServer, tmp_path: Path, terminal: Start
+) -> None:
+    server.add(
+        dial(suggest("add-note", "Add milk", '{"text": "buy milk"}')),
+        dial("<dial-inform>Added.</dial-inform>"),
+        dial(suggest("add-note", "Add bread", '{"text": "buy bread"}')),
+        dial("<dial-inform>Both are in.</dial-inform>"),
+    )
+    store = f"sqlite:{tmp_path / 'chats.db'}"
+    chat = ("chat", "--agent", f"{server.base_url}#m", "--domain", DOMAIN, "--store", store, "--id", "kitchen")
+    first = terminal(*chat)
+    first.expect("conversation kitchen (0 earlier events)")
+    first.type("add milk", after="you:")
+    first.type("a", after="sg-1 ›")
+    first.expect("agent: Added.")
+    first.type("and bread", after="you:")
+    first.expect("sg-2 · add-note", "sg-2 ›")
+    first.child.kill(9)
+    first.child.expect(pexpect.EOF)
+
+    second = terminal(*chat)
+    second.expect("conversation kitchen", "sg-2 · add-note", "waited for your decision")
+    second.type("a", after="sg-2 ›")
+    second.expect("✓ done: Add the note 'buy bread'", "agent: Both are in.")
+    second.type("/quit", after="you:")
+    assert second.finish() == 0
+
+    last = server.requests[-1]
+    assert 'yield="sg-2:done"' in told(last)
+    spoken = [message["content"] for message in last.messages if message["role"] == "user"]
+    assert spoken[0].endswith("add milk") and spoken[2].endswith("and bread")
+    assert [message["role"] for message in last.messages[1:]] == ["user", "assistant"] * 3 + ["user"]

@@ -3,7 +3,7 @@ for any OpenAI-compatible chat-completions endpoint, with the system prompt gene
 
 from __future__ import annotations
 
-from .chat import AgentError, ChatAgent, ChatMessage
+from .chat import AgentError, ChatAgent, ChatMessage, history_from_log
 from .prompt import VocabularyEntry, system_prompt, vocabulary
 from .recorded import RecordedAgent
 from .scripted import ScriptedAgent
@@ -17,6 +17,7 @@ __all__ = [
     "ScriptedAgent",
     "VocabularyEntry",
     "agent_from_uri",
+    "history_from_log",
     "system_prompt",
     "vocabulary",
 ]

@@ -29,7 +29,7 @@ import random
 import re
 import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from datetime import timezone
 from types import TracebackType
 from typing import Any
@@ -39,6 +39,7 @@ import attrs
 import httpx
 
 from ..errors import DialError
+from ..runtime.events import LogEntry, ReplyEvent, SentEvent
 
 __all__ = ["TRANSIENT_STATUSES", "AgentError", "ChatAgent", "ChatMessage", "parse_retry_after"]
 
@@ -168,6 +169,20 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+def history_from_log(entries: Iterable[LogEntry]) -> list[ChatMessage]:
+    """The chat history a conversation's log implies: each message sent that got a reply, and that reply."""
+    history: list[ChatMessage] = []
+    sent: str | None = None
+    for entry in entries:
+        event = entry.event
+        if isinstance(event, SentEvent):
+            sent = event.message
+        elif isinstance(event, ReplyEvent) and sent is not None:
+            history += [ChatMessage("user", sent), ChatMessage("assistant", event.text)]
+            sent = None
+    return history
+
+
 class ChatAgent:
     """An agent behind an OpenAI-compatible ``/chat/completions`` endpoint, keeping its conversation's history.
 
@@ -176,7 +191,8 @@ class ChatAgent:
     go through that ``httpx.AsyncClient`` (its own timeout applies unless ``timeout`` is given) and
     :meth:`aclose` leaves it open; otherwise the agent owns a client and :meth:`aclose` (or ``async with``)
     closes it. ``extra_headers`` go with every request. One send or stream at a time: each continues the history
-    the previous one left.
+    the previous one left. ``history`` starts the agent where a stored conversation left off
+    (:func:`history_from_log`).
     """
 
     def __init__(
@@ -192,6 +208,7 @@ class ChatAgent:
         backoff: float = 0.5,
         max_backoff: float = 8.0,
         extra_headers: Mapping[str, str] | None = None,
+        history: Iterable[ChatMessage] = (),
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"ChatAgent: max_retries must be 0 or more, got {max_retries}")
@@ -211,7 +228,7 @@ class ChatAgent:
         self._owns_client = client is None
         self._client = client if client is not None else httpx.AsyncClient(timeout=timeout, verify=_ssl_context())
         self._timeout: Any = timeout if timeout is not None or client is None else httpx.USE_CLIENT_DEFAULT
-        self._history: list[ChatMessage] = []
+        self._history: list[ChatMessage] = list(history)
 
     def __repr__(self) -> str:
         key = "'<hidden>'" if self._api_key else "None"

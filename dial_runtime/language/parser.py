@@ -20,6 +20,8 @@ another one: ignored, not promoted), ``"extra-payload"``, ``"extra-context"``, `
 Lines are 1-based in the whole reply. At most :data:`MAX_ISSUES_PER_CODE` issues are listed per code, plus one
 that counts the rest, so a hostile reply cannot make the list grow without bound.
 
+Time is linear in the size of the reply: every scan moves forward only, and the schema check is cut into windows
+when an element has many children (libxml2's error paths would otherwise cost quadratic time).
 ``parse`` may be called from several threads at once.
 """
 
@@ -90,7 +92,6 @@ _STRICT_PARSER: Final = _hardened_parser(recover=False)
 # One per thread: recovery reads the parser's error log after the parse.
 _RECOVERY = threading.local()
 _RESOURCE_LIMIT: Final = int(etree.ErrorTypes.ERR_RESOURCE_LIMIT)
-# An XMLSchema keeps the log of its last run: validate and read the log under one lock.
 _SCHEMA_LOCK: Final = threading.Lock()
 
 # ---------------------------------------------------------------------------------------------- locating
@@ -489,7 +490,7 @@ _U32: Final = re.compile(r"\+?([0-9]+)\Z")
 _DECIMAL: Final = re.compile(r"\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*\Z")
 _U32_MAX: Final = 4294967295
 _JSON_TYPE: Final = "application/json"
-_HELPER_NAMES: Final = frozenset({"dial", "dial-payload", "dial-option", "dial-context", "step"})
+_KNOWN_NON_ACTS: Final = frozenset({"dial", "dial-payload", "dial-option", "dial-context", "step"})
 
 
 def _reject_constant(name: str) -> float:
@@ -513,11 +514,11 @@ def _line(element: etree._Element, base: int) -> int:
 
 
 def _stray(child: etree._Element, parent: str, issues: _Issues, base: int) -> None:
-    """Report a child that is not one of the parent's own helper elements; it is not read."""
+    """Report a child the parent does not hold (a misplaced, nested or unknown element); it is not read."""
     tag = child.tag
     if tag in ELEMENT_TYPES:
         code, message = "nested-element", f"<{tag}> inside <{parent}> is ignored: speech acts are not nested"
-    elif tag in _HELPER_NAMES:
+    elif tag in _KNOWN_NON_ACTS:
         code, message = "misplaced-element", f"<{tag}> is not allowed inside <{parent}>; it is ignored"
     else:
         code, message = "unknown-element", f"<{tag}> inside <{parent}> is not a DIAL element; it is ignored"
@@ -667,9 +668,8 @@ _ATTRIBUTES: Final[dict[str, _Attributes]] = {
 }
 
 
-def _fields(element: etree._Element, issues: _Issues, base: int) -> dict[str, Any]:
-    """The record fields the element's attributes give, converted; unknown attributes are skipped."""
-    table = _ATTRIBUTES[element.tag]
+def _fields(element: etree._Element, table: _Attributes, issues: _Issues, base: int) -> dict[str, Any]:
+    """The record fields the element's attributes give through ``table``; other attributes are skipped."""
     fields: dict[str, Any] = {}
     for name, value in cast("list[tuple[str, str]]", element.items()):
         spec = table.get(name)
@@ -683,7 +683,7 @@ def _carrier(element: etree._Element, issues: _Issues, base: int) -> Inform | Su
     """An inform, suggest or declare: text and an optional ``<dial-payload>``."""
     tag = element.tag
     text, payloads = _content(element, "dial-payload", issues, base)
-    fields = _fields(element, issues, base)
+    fields = _fields(element, _ATTRIBUTES[tag], issues, base)
     if payloads:
         fields.update(_payload(payloads, tag, issues, base))
     return _CARRIERS[tag](**fields, line=_line(element, base), text=text)
@@ -694,31 +694,39 @@ def _ask(element: etree._Element, issues: _Issues, base: int) -> AskElement:
     options = []
     for option in option_elements:
         label = _content(option, None, issues, base)[0] or ""
-        fields = _fields(option, issues, base)
+        fields = _fields(option, _ATTRIBUTES["dial-option"], issues, base)
         fields.setdefault("value", label)
         options.append(Option(**fields, label=label))
     return AskElement(
-        **_fields(element, issues, base), line=_line(element, base), text=text, options=tuple(options)
+        **_fields(element, _ATTRIBUTES["dial-ask"], issues, base),
+        line=_line(element, base),
+        text=text,
+        options=tuple(options),
     )
 
 
 def _execute(element: etree._Element, issues: _Issues, base: int) -> Execute:
     steps = tuple(
-        Step(**_fields(step, issues, base), command=_content(step, None, issues, base)[0] or "")
+        Step(
+            **_fields(step, _ATTRIBUTES["step"], issues, base), command=_content(step, None, issues, base)[0] or ""
+        )
         for step in _content(element, "step", issues, base)[1]
     )
-    return Execute(**_fields(element, issues, base), line=_line(element, base), steps=steps)
+    return Execute(
+        **_fields(element, _ATTRIBUTES["dial-execute"], issues, base), line=_line(element, base), steps=steps
+    )
 
 
 def _acknowledge(element: etree._Element, issues: _Issues, base: int) -> Acknowledge:
     text = _content(element, None, issues, base)[0]
-    return Acknowledge(**_fields(element, issues, base), line=_line(element, base), text=text)
+    fields = _fields(element, _ATTRIBUTES["dial-acknowledge"], issues, base)
+    return Acknowledge(**fields, line=_line(element, base), text=text)
 
 
 def _delegate(element: etree._Element, issues: _Issues, base: int) -> Delegate:
     """A delegate: description text, and the payload of its ``<dial-context>`` (not part of the text)."""
     text, contexts = _content(element, "dial-context", issues, base)
-    fields = _fields(element, issues, base)
+    fields = _fields(element, _ATTRIBUTES["dial-delegate"], issues, base)
     if contexts:
         for extra in contexts[1:]:
             issues.add(
@@ -734,7 +742,7 @@ def _delegate(element: etree._Element, issues: _Issues, base: int) -> Delegate:
 
 def _phatic(element: etree._Element, issues: _Issues, base: int) -> Phatic:
     _content(element, None, issues, base)  # the content is dropped, but stray children are still reported
-    return Phatic(**_fields(element, issues, base), line=_line(element, base))
+    return Phatic(**_fields(element, _ATTRIBUTES["dial-phatic"], issues, base), line=_line(element, base))
 
 
 _CARRIERS: Final[dict[str, type[Inform] | type[Suggest] | type[Declare]]] = {
@@ -765,9 +773,8 @@ _schema: etree.XMLSchema | None = None
 def _strip_namespaces(root: etree._Element) -> None:
     """Read ``<dial xmlns="…">`` as plain DIAL, as the reference does: drop the default namespace from tags."""
     for element in root.iter():
-        tag = element.tag
-        if isinstance(tag, str) and tag[:1] == "{":
-            element.tag = tag.rpartition("}")[2]
+        if element.tag[:1] == "{":
+            element.tag = element.tag.rpartition("}")[2]
 
 
 def _shell(element: etree._Element, *, first: bool) -> etree._Element:
@@ -821,21 +828,30 @@ def _validate(root: etree._Element, issues: _Issues, base: int) -> None:
     schema = _schema
     if schema is None:
         schema = _schema = lxml_schema(strict=False)
-    trees = _windows(root) if issues.wide or len(root) > _WINDOW else (root,)
-    for tree in trees:
-        with _SCHEMA_LOCK:
-            try:
-                if schema.validate(tree):
-                    continue
-            except etree.XMLSchemaValidateError as error:
-                issues.add("schema", f"the schema validator failed: {error}", None)
-                continue
-            entries = list(cast("Iterable[etree._LogEntry]", schema.error_log))
-        for entry in entries:
-            line = _entry_line(entry.line, base)
-            if issues.full("schema"):  # only counted from here on: no need to describe it
-                issues.add("schema", "", line)
-                continue
+    if issues.wide or len(root) > _WINDOW:
+        for window in _windows(root):
+            _check(schema, window, issues, base)
+    else:
+        _check(schema, root, issues, base)
+
+
+def _check(schema: etree.XMLSchema, tree: etree._Element, issues: _Issues, base: int) -> None:
+    """Validate one tree. An XMLSchema keeps the log of its last run: validate and read it under the lock."""
+    _SCHEMA_LOCK.acquire()
+    try:
+        if schema.validate(tree):
+            return
+        entries = list(cast("Iterable[etree._LogEntry]", schema.error_log))
+    except etree.XMLSchemaValidateError as error:
+        issues.add("schema", f"the schema validator failed: {error}", None)
+        return
+    finally:
+        _SCHEMA_LOCK.release()
+    for entry in entries:
+        line = _entry_line(entry.line, base)
+        if issues.full("schema"):  # only counted from here on: no need to describe it
+            issues.add("schema", "", line)
+        else:
             issues.add("schema", describe_lxml_error(entry, root=tree), line)
 
 
@@ -847,7 +863,7 @@ def _extra_envelopes(text: str, pos: int, line: int, line_pos: int, issues: _Iss
         line_pos = start
         issues.add(
             "extra-envelope",
-            "a second <dial> envelope is not parsed: only the first one of a reply counts; it stays in the prose",
+            "a later <dial> envelope is not parsed: only the first one of a reply counts; it stays in the prose",
             line,
         )
 
@@ -898,7 +914,7 @@ def parse(text: str, *, max_size: int = DEFAULT_MAX_SIZE) -> Envelope | None:
         if root.tag[:1] == "{":
             _strip_namespaces(root)
         if root.attrib:
-            attributes = RootAttributes(**_fields(root, issues, base))
+            attributes = RootAttributes(**_fields(root, _ATTRIBUTES["dial"], issues, base))
         for child in root:
             builder = _BUILDERS.get(child.tag)
             if builder is None:

@@ -22,6 +22,7 @@ from types import CoroutineType, NoneType
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ..errors import ConversationBusy, DialError, DialSizeError
@@ -189,6 +190,7 @@ class Conversation:
         self._stored = len(self._log) if store is None else 0
         self._state = ConversationState.fold(entry.event for entry in self._log)
         self._in_call = False
+        self._writing: tuple[object, anyio.Lock] | None = None
         if store is None:
             self._recover()
 
@@ -239,10 +241,23 @@ class Conversation:
         self._record(EndedEvent(reason="end() was called"))
 
     async def flush(self) -> None:
-        """Write what the log holds beyond the store's copy (a no-op without a store)."""
-        if self._store is not None and self._stored < len(self._log):
-            await self._store.append(self.id or "", self._log[self._stored :], expected_seq=self._stored)
-            self._stored = len(self._log)
+        """Write what the log holds beyond the store's copy (a no-op without a store); one write at a time."""
+        if self._store is None:
+            return
+        async with self._writing_lock():
+            written = len(self._log)
+            if self._stored < written:
+                await self._store.append(
+                    self.id or "", self._log[self._stored : written], expected_seq=self._stored
+                )
+                self._stored = written
+
+    def _writing_lock(self) -> anyio.Lock:
+        """The lock that keeps writes in order, made for the event loop running now (a lock binds to its loop)."""
+        token = anyio.lowlevel.current_token()
+        if self._writing is None or self._writing[0] != token:
+            self._writing = (token, anyio.Lock())
+        return self._writing[1]
 
     async def say(self, text: str | None = "") -> TurnResult:
         """Send the person's words (with whatever is owed) and run turns until the agent needs nothing back.
@@ -464,12 +479,13 @@ class _Run:
                 conversation._emit(SentEvent(turn=turn, message=message))
                 await conversation.flush()
                 if callable(getattr(conversation.agent, "stream", None)):
-                    reply = await self._stream(message)
+                    if not await self._stream(message):
+                        return state.loop
                 else:
                     reply = await self._send(message)
-                if reply is None:
-                    return state.loop
-                conversation._emit(ReplyEvent(turn=turn, text=reply))
+                    if reply is None:
+                        return state.loop
+                    conversation._emit(ReplyEvent(turn=turn, text=reply))
             await self._handle()
             if state.pending():
                 return "awaiting"
@@ -498,8 +514,11 @@ class _Run:
             raise
         return "" if reply is None else str(reply)
 
-    async def _stream(self, message: str) -> str | None:
-        """Stream the agent's reply, handling each speech act as soon as it is complete; return the whole reply.
+    async def _stream(self, message: str) -> bool:
+        """Stream the agent's reply, handling each speech act as soon as it is complete; ``False``: no reply.
+
+        The whole reply is recorded (and written to the store) as soon as its last chunk is in, while its
+        elements may still be waiting for the person.
 
         The deadline covers the stream until its first chunk: before that, a deadline that passes is no reply
         and an error is a failed send. A stream that breaks off later ends the reply where it stopped. The rest
@@ -533,6 +552,9 @@ class _Run:
                     failure.append(error)
                 finally:
                     answering.set()
+                if started:
+                    conversation._emit(ReplyEvent(turn=state.turn, text=parser.text))
+                    await conversation.flush()
 
         timeout = conversation.timeout
         handling_error: Exception | None = None
@@ -554,8 +576,8 @@ class _Run:
                 conversation._record(SendFailedEvent(turn=state.turn, error=_reason(failure[0])))
                 raise failure[0]
             conversation._emit(NoReplyEvent(turn=state.turn, error=f"The agent didn't reply within {timeout:g}s"))
-            return None
-        return parser.text
+            return False
+        return True
 
     async def _consume(
         self, parser: StreamParser, arrived: list[Element], receiver: MemoryObjectReceiveStream[int]

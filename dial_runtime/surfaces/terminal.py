@@ -34,7 +34,7 @@ from rich.status import Status
 from rich.text import Text
 
 from ..runtime import Conversation
-from ..runtime.events import Event, OutcomeEvent, SentEvent, SuggestionEvent
+from ..runtime.events import AskEvent, Event, OutcomeEvent, SentEvent, SuggestionEvent
 from ..runtime.records import Accept, Ask, Decision, Dismiss, Edit, Say, Suggestion, TurnResult
 from ..transcript import Transcript
 
@@ -381,6 +381,35 @@ class TerminalSurface:
                 if words.strip():
                     self.person(words, echo=False)
                     await self.turn(conversation, words)
+
+    async def take_up(self, conversation: Conversation) -> None:
+        """Put to the person what a stored conversation was waiting for (suggestions and asks left undecided
+        when it was last held), then carry on with the rest of its reply."""
+        for item in conversation.pending:
+            if isinstance(item, Suggestion):
+                if item.issue is None:
+                    self.console.print(
+                        self._card(
+                            item.id,
+                            item.action,
+                            item.preview,
+                            item.text,
+                            item.payload,
+                            item.destructive,
+                            "waited for your decision",
+                        )
+                    )
+                result = await conversation.decide(item.id, await self.decide(item))
+            else:
+                self._show(
+                    "bold",
+                    self.transcript.show,
+                    AskEvent(id=item.id, text=item.text, response_type=item.response_type, options=item.options),
+                )
+                result = await conversation.answer(item.id, await self.answer(item))
+            self._show("dim", self.transcript.result, result)
+        if not conversation.pending:
+            await conversation.resume()
 
     async def turn(self, conversation: Conversation, words: str) -> TurnResult | None:
         """``say`` the words in a cancel scope Ctrl-C cancels; show how it went. ``None`` when it did not finish:
