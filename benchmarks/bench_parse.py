@@ -1,11 +1,13 @@
 """Parser benchmarks: prints one JSON line.
 
 - ``typical_reply_us``: microseconds to parse (and validate against the lenient XSD) a typical reply, a short
-  sentence and an envelope with one ``dial-suggest`` and a ``dial-declare`` with a bare JSON body; best of
-  several runs. ``extract_prose_us``: the same for :func:`extract_prose`.
+  sentence and an envelope with one ``dial-suggest`` and a ``dial-declare`` with a bare JSON body; the best
+  average of several rounds. ``extract_prose_us``: the same for :func:`extract_prose`.
 - ``*_ratio_*``: time for an input of size 2n over time for size n (1.0 is free, 2.0 is linear), best of several
   runs each: prose around an envelope, an envelope of many informs, unclosed tags, nested elements, and a text
   full of raw ``&`` and ``<`` that takes the repair path.
+
+Times are CPU times of this process, so other processes on the machine disturb them less than wall time.
 
 ``--smoke`` runs small sizes and few iterations, for CI: it checks that the benchmark runs, not the figures.
 """
@@ -31,37 +33,38 @@ INFORM = '<dial-inform id="i" yield="a b">An inform with ordinary text &amp; an 
 
 
 def per_call_us(function: Callable[[], object], calls: int, rounds: int) -> float:
-    """Best average over ``rounds`` rounds of ``calls`` calls, in microseconds."""
+    """Best average CPU time over ``rounds`` rounds of ``calls`` calls, in microseconds."""
     best = float("inf")
     for _ in range(rounds):
-        started = time.perf_counter()
+        started = time.process_time()
         for _ in range(calls):
             function()
-        best = min(best, (time.perf_counter() - started) / calls)
+        best = min(best, (time.process_time() - started) / calls)
     return best * 1e6
 
 
-def best_seconds(function: Callable[[], object], repetitions: int) -> float:
-    """The least CPU time of a few runs (CPU time, unlike wall time, does not count other processes' turns).
-
-    The cyclic garbage collector is paused meanwhile: its passes depend on everything else alive in the process.
-    """
-    best = float("inf")
-    gc.disable()
-    try:
-        for _ in range(repetitions):
-            started = time.process_time()
-            function()
-            best = min(best, time.process_time() - started)
-    finally:
-        gc.enable()
-    return best
+def cpu_seconds(reply: str) -> float:
+    started = time.process_time()
+    parse(reply)
+    return time.process_time() - started
 
 
 def ratio(make: Callable[[int], str], size: int, repetitions: int) -> float:
+    """Time for ``make(2 * size)`` over time for ``make(size)``: the least of interleaved runs of each.
+
+    The cyclic garbage collector is paused meanwhile, since its passes depend on everything else in the process.
+    """
     small, large = make(size), make(2 * size)
-    parse(small)
-    return best_seconds(lambda: parse(large), repetitions) / best_seconds(lambda: parse(small), repetitions)
+    gc.disable()
+    try:
+        best_small = cpu_seconds(small)
+        best_large = float("inf")
+        for _ in range(repetitions):
+            best_large = min(best_large, cpu_seconds(large))
+            best_small = min(best_small, cpu_seconds(small))
+    finally:
+        gc.enable()
+    return best_large / best_small
 
 
 def prose(size: int) -> str:

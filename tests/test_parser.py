@@ -61,6 +61,11 @@ def only(body: str) -> Element:
     return result.elements[0]
 
 
+def value_of(element: object, name: str) -> Any:
+    """A field that only some element types have."""
+    return getattr(element, name)
+
+
 def codes(result: Envelope) -> list[str]:
     return [issue.code for issue in result.issues]
 
@@ -286,7 +291,7 @@ def test_the_typical_reply() -> None:
 )
 def test_text_content(body: str, expected: str | None) -> None:
     element = only(body)
-    assert getattr(element, "text") == expected  # noqa: B009 - not every element type has a text field
+    assert value_of(element, "text") == expected
 
 
 def test_entities_are_decoded_everywhere() -> None:
@@ -345,7 +350,7 @@ def test_end_tag_inside_cdata_does_not_end_the_envelope() -> None:
     reply = "<dial><dial-inform><![CDATA[write </dial> to close]]></dial-inform></dial>"
     result = envelope(reply)
     assert result.raw == reply
-    assert getattr(result.elements[0], "text") == "write </dial> to close"  # noqa: B009
+    assert value_of(result.elements[0], "text") == "write </dial> to close"
 
 
 # ---------------------------------------------------------------------------------------------- options and steps
@@ -588,9 +593,9 @@ def test_second_payload_is_reported_and_not_used() -> None:
 @pytest.mark.parametrize("tag", ["dial-inform", "dial-suggest", "dial-declare"])
 def test_payload_carriers(tag: str) -> None:
     element = only(f'<{tag}>words<dial-payload type="application/json">{{"k": [1]}}</dial-payload></{tag}>')
-    assert getattr(element, "payload") == {"k": [1]}  # noqa: B009
-    assert getattr(element, "payload_text") == '{"k": [1]}'  # noqa: B009
-    assert getattr(element, "text") == "words"  # noqa: B009
+    assert value_of(element, "payload") == {"k": [1]}
+    assert value_of(element, "payload_text") == '{"k": [1]}'
+    assert value_of(element, "text") == "words"
 
 
 def test_delegate_reads_its_context_payload() -> None:
@@ -666,7 +671,7 @@ def test_nested_act_is_not_promoted() -> None:
     [
         pytest.param("<dial-foo/>", "dial-foo", id="unknown-child-of-root"),
         pytest.param('<dial-ask timeout="soon"/>', "timeout", id="typed-attribute"),
-        pytest.param("<dial-execute><dial-payload/></dial-execute>", "dial-payload", id="misplaced-helper"),
+        pytest.param("<dial-execute><dial-payload/></dial-execute>", "dial-payload", id="misplaced-payload"),
     ],
 )
 def test_schema_errors_are_reported_with_readable_messages(body: str, needle: str) -> None:
@@ -715,7 +720,7 @@ def test_no_envelope(reply: str) -> None:
 
 def test_unclosed_envelope_runs_to_the_end_with_an_issue() -> None:
     result = envelope("Here:\n<dial>\n<dial-inform>one</dial-inform>\n<dial-inform>two")
-    assert [getattr(element, "text") for element in result.elements] == ["one", "two"]  # noqa: B009
+    assert [value_of(element, "text") for element in result.elements] == ["one", "two"]
     assert result.issues[0].code == "recovered"
     assert "no </dial>" in result.issues[0].message
     assert result.issues[0].line == 2
@@ -724,7 +729,7 @@ def test_unclosed_envelope_runs_to_the_end_with_an_issue() -> None:
 def test_later_envelopes_are_reported_not_parsed_and_kept_in_the_prose() -> None:
     reply = "A\n<dial><dial-inform>1</dial-inform></dial>\nB\n<dial><dial-inform>2</dial-inform></dial>\n<dial/>"
     result = envelope(reply)
-    assert [getattr(element, "text") for element in result.elements] == ["1"]  # noqa: B009
+    assert [value_of(element, "text") for element in result.elements] == ["1"]
     assert [(issue.code, issue.line) for issue in result.issues] == [("extra-envelope", 4), ("extra-envelope", 5)]
     assert extract_prose(reply) == "A\n\nB\n<dial><dial-inform>2</dial-inform></dial>\n<dial/>"
 
@@ -770,7 +775,7 @@ def test_defaults_constants() -> None:
 )
 def test_malformed_text_is_recovered_and_reported(body: str, expected: str) -> None:
     result = envelope(f"<dial>{body}</dial>")
-    assert [getattr(element, "text") for element in result.elements] == [expected]  # noqa: B009
+    assert [value_of(element, "text") for element in result.elements] == [expected]
     assert {"recovered", "entity"} & set(codes(result))
     assert all(issue.line == 1 for issue in result.issues)
 
@@ -790,7 +795,7 @@ def test_malformed_attributes_are_recovered(tag: str, field: str, expected: str)
     result = envelope(f"<dial>{tag}text</dial-inform></dial>")
     element = result.elements[0]
     assert getattr(element, field) == expected
-    assert getattr(element, "text") == "text"  # noqa: B009
+    assert value_of(element, "text") == "text"
     assert "recovered" in codes(result)
 
 
@@ -803,7 +808,7 @@ def test_mismatched_tags_invent_no_element() -> None:
 def test_malformed_first_envelope_is_recovered_not_skipped() -> None:
     reply = "<dial><dial-inform>a & b</dial-inform></dial> <dial><dial-inform>good</dial-inform></dial>"
     result = envelope(reply)
-    assert [getattr(element, "text") for element in result.elements] == ["a & b"]  # noqa: B009
+    assert [value_of(element, "text") for element in result.elements] == ["a & b"]
     assert "extra-envelope" in codes(result)
 
 
@@ -928,11 +933,11 @@ ROWS = [
         {"texts": ["x"], "codes": []},
         id="row16-space-in-end-tag",
     ),
-    # 17: unknown and top-level helper elements are reported instead of silently dropped.
+    # 17: unknown elements and top-level payloads or options are reported instead of silently dropped.
     pytest.param(
         "<dial><dial-foo>f</dial-foo><dial-payload>{}</dial-payload><dial-option>o</dial-option></dial>",
         {"types": [], "codes": ["unknown-element", "misplaced-element", "misplaced-element"]},
-        id="row17-unknown-and-top-level-helpers-reported",
+        id="row17-unknown-and-top-level-payload-option-reported",
     ),
     # 18: a mismatched end tag is recovered; <dial-inform-x> is an unknown element, not an inform.
     pytest.param(
@@ -1045,7 +1050,7 @@ def test_spec_notes_table_3_5(reply: str, expected: dict[str, Any] | None) -> No
 
 def test_bug01_entities_and_cdata_are_decoded() -> None:
     element = only("<dial-inform>battery_level &lt; 0.1 <![CDATA[& <ok>]]></dial-inform>")
-    assert getattr(element, "text") == "battery_level < 0.1 & <ok>"  # noqa: B009
+    assert value_of(element, "text") == "battery_level < 0.1 & <ok>"
 
 
 def test_bug02_tags_inside_comments_are_not_elements() -> None:
@@ -1093,7 +1098,7 @@ def test_bug06_quotes_and_spaces_around_equals() -> None:
 
 def test_bug07_nesting_whitespace_and_unclosed_elements() -> None:
     result = envelope("<dial><dial-inform>x</dial-inform ><dial-inform>open <dial-ask>Q</dial-ask></dial>")
-    assert [(element.type, getattr(element, "text")) for element in result.elements] == [  # noqa: B009
+    assert [(element.type, value_of(element, "text")) for element in result.elements] == [
         ("dial-inform", "x"),
         ("dial-inform", "open"),
     ]
@@ -1117,8 +1122,8 @@ def test_bug09_escaped_end_tags_in_text_and_json_do_not_truncate() -> None:
         '<dial-declare><dial-payload>{"x": "&lt;/dial-payload>"}</dial-payload></dial-declare></dial>'
     )
     inform, declare = result.elements
-    assert getattr(inform, "text") == "Close it with </dial> or </dial>."  # noqa: B009
-    assert getattr(declare, "payload") == {"x": "</dial-payload>"}  # noqa: B009
+    assert value_of(inform, "text") == "Close it with </dial> or </dial>."
+    assert value_of(declare, "payload") == {"x": "</dial-payload>"}
     assert result.issues == ()
 
 
@@ -1128,8 +1133,8 @@ def test_bug10_payloads_that_are_not_json_are_kept_and_type_is_read() -> None:
         "<dial-inform><dial-payload>{oops}</dial-payload></dial-inform></dial>"
     )
     csv, broken = result.elements
-    assert (getattr(csv, "payload_text"), getattr(csv, "payload_type")) == ("a,b", "text/csv")  # noqa: B009
-    assert (getattr(broken, "payload"), getattr(broken, "payload_text")) == (None, "{oops}")  # noqa: B009
+    assert (value_of(csv, "payload_text"), value_of(csv, "payload_type")) == ("a,b", "text/csv")
+    assert (value_of(broken, "payload"), value_of(broken, "payload_text")) == (None, "{oops}")
     assert codes(result) == ["invalid-json"]
 
 
@@ -1141,14 +1146,14 @@ def test_bug11_lang_multi_resume_interval_disabled_are_read() -> None:
     )
     inform, suggest, delegate, phatic, ask = result.elements
     assert inform.lang == "fr"
-    assert getattr(suggest, "multi") is True  # noqa: B009
-    assert getattr(delegate, "resume") is True  # noqa: B009
-    assert getattr(phatic, "interval") == 0.5  # noqa: B009
-    assert getattr(ask, "options") == (Option(value="A", label="A", default=True, disabled=True),)  # noqa: B009
+    assert value_of(suggest, "multi") is True
+    assert value_of(delegate, "resume") is True
+    assert value_of(phatic, "interval") == 0.5
+    assert value_of(ask, "options") == (Option(value="A", label="A", default=True, disabled=True),)
 
 
 def test_bug12_timeout_fractions_are_read() -> None:
-    assert getattr(only('<dial-ask timeout="1.5">Q</dial-ask>'), "timeout") == 1.5  # noqa: B009
+    assert value_of(only('<dial-ask timeout="1.5">Q</dial-ask>'), "timeout") == 1.5
 
 
 def test_bug13_delegate_text_excludes_context_and_payload_is_extracted() -> None:
@@ -1172,8 +1177,8 @@ def test_bug23_json_null_payload_differs_from_no_payload() -> None:
         "<dial-suggest action='b'/></dial>"
     )
     first, second = result.elements
-    assert (getattr(first, "payload"), getattr(first, "payload_text")) == (None, "null")  # noqa: B009
-    assert (getattr(second, "payload"), getattr(second, "payload_text")) == (None, None)  # noqa: B009
+    assert (value_of(first, "payload"), value_of(first, "payload_text")) == (None, "null")
+    assert (value_of(second, "payload"), value_of(second, "payload_text")) == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -1215,20 +1220,20 @@ def test_extract_prose(reply: str, prose: str) -> None:
 @given(xml_text)
 def test_inform_text_round_trips(text: str) -> None:
     element = only(f"<dial-inform>{escape_text(text)}</dial-inform>")
-    assert getattr(element, "text") == (text.strip() or None)  # noqa: B009
+    assert value_of(element, "text") == (text.strip() or None)
 
 
 @given(xml_text)
 def test_attribute_values_round_trip(value: str) -> None:
     element = only(f'<dial-suggest action="{escape_attribute(value)}" id="{escape_attribute(value)}"/>')
-    assert (element.id, getattr(element, "action")) == (value, value)  # noqa: B009
+    assert (element.id, value_of(element, "action")) == (value, value)
 
 
 @given(json_values)
 def test_json_payload_round_trips(value: Any) -> None:
     body = escape_text(json.dumps(value))
     element = only(f"<dial-declare><dial-payload>{body}</dial-payload></dial-declare>")
-    assert getattr(element, "payload") == value  # noqa: B009
+    assert value_of(element, "payload") == value
 
 
 MARKUP = st.sampled_from(
