@@ -32,7 +32,7 @@ import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, cast
+from typing import Any, Final, TypedDict, cast
 
 from lxml import etree
 
@@ -68,23 +68,38 @@ MAX_ISSUES_PER_CODE: Final = 100
 _WINDOW: Final = 64
 
 
-def _hardened_parser(*, recover: bool) -> etree.XMLParser:
-    """An lxml parser that expands no entity, loads no DTD, uses no network and keeps libxml2's size limits.
+class HardenedOptions(TypedDict):
+    """The keyword options of lxml's parsers that :data:`HARDENED_OPTIONS` sets."""
 
-    Comments and processing instructions are dropped, CDATA sections read as text, ``xml:id`` not indexed.
-    """
-    return etree.XMLParser(
-        recover=recover,
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        dtd_validation=False,
-        huge_tree=False,
-        remove_comments=True,
-        remove_pis=True,
-        strip_cdata=True,
-        collect_ids=False,
-    )
+    resolve_entities: bool
+    no_network: bool
+    load_dtd: bool
+    dtd_validation: bool
+    huge_tree: bool
+    remove_comments: bool
+    remove_pis: bool
+    strip_cdata: bool
+    collect_ids: bool
+
+
+#: The options of every parser that reads an envelope: no entity expansion, no DTD, no network, libxml2's size
+#: limits kept; comments and processing instructions dropped, CDATA sections read as text, ``xml:id`` not indexed.
+HARDENED_OPTIONS: Final[HardenedOptions] = {
+    "resolve_entities": False,
+    "no_network": True,
+    "load_dtd": False,
+    "dtd_validation": False,
+    "huge_tree": False,
+    "remove_comments": True,
+    "remove_pis": True,
+    "strip_cdata": True,
+    "collect_ids": False,
+}
+
+
+def _hardened_parser(*, recover: bool) -> etree.XMLParser:
+    """An lxml parser with :data:`HARDENED_OPTIONS`, recovering from malformed input or not."""
+    return etree.XMLParser(recover=recover, **HARDENED_OPTIONS)
 
 
 # Shared: a failed parse raises with its own error log, so nothing is read from the parser afterwards.

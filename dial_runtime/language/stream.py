@@ -15,27 +15,22 @@ from typing import Final
 
 from lxml import etree
 
-from dial_runtime.language.parser import _BUILDERS, _START, DEFAULT_MAX_SIZE, _find_start, _Issues, _locate, parse
+from dial_runtime.language.parser import (
+    _BUILDERS,
+    _START,
+    DEFAULT_MAX_SIZE,
+    HARDENED_OPTIONS,
+    _find_start,
+    _Issues,
+    _locate,
+    parse,
+)
 from dial_runtime.language.records import Element, Envelope
 
 __all__ = ["StreamParser"]
 
 # How far back a new chunk's search for the start tag begins, so a "<dial" split across chunks is found.
 _OVERLAP: Final = len("<dial ")
-
-
-def _pull_parser() -> etree.XMLPullParser:
-    return etree.XMLPullParser(
-        events=("end",),
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        dtd_validation=False,
-        huge_tree=False,
-        remove_comments=True,
-        remove_pis=True,
-        strip_cdata=True,
-    )
 
 
 class StreamParser:
@@ -94,7 +89,7 @@ class StreamParser:
         start, _, _ = found
         self.prose_before = head[:start]
         self._base = head.count("\n", 0, start)
-        self._pull = _pull_parser()
+        self._pull = etree.XMLPullParser(events=("end",), **HARDENED_OPTIONS)
         self._head = ""
         return self._push(head[start:])
 
