@@ -27,7 +27,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ..errors import ConversationBusy, DialError, DialSizeError
 from ..language.outcomes import Outcome, outcome_reply, refusal_reply, to_json_ready
-from ..language.parser import extract_prose, parse
+from ..language.parser import parse
 from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest, is_json_type
 from ..language.stream import StreamParser
 from ..statemachines import OUTCOME_STATUS, SUGGESTION, TURN_LOOP
@@ -632,7 +632,8 @@ class _Run:
         if not envelope.elements and envelope.issues:
             return self._refuse("; ".join(issue.message for issue in envelope.issues))
         if state.cursor < -1:
-            prose = extract_prose(reply)
+            start = reply.find(envelope.raw)
+            prose = (reply[:start] + reply[start + len(envelope.raw) :]).strip()
             if prose:
                 conversation._emit(InformEvent(text=prose, element=-1))
         return envelope.elements
