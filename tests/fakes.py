@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import anyio
 import anyio.lowlevel
 
-from dial_runtime import ActionError, ActionSpec
+from dial_runtime import ActionError, ActionSpec, Conversation, policy_human
 
 
 def suggest(action: str, payload: str | None = None, *, ident: str | None = None, text: str = "") -> str:
@@ -104,3 +104,30 @@ class StreamingAgent(Agent):
         for start in range(0, len(reply), self.size):
             await anyio.lowlevel.checkpoint()
             yield reply[start : start + self.size]
+
+
+def make(
+    replies: list[Any], human: Any = None, *, domain: Any = None, **options: Any
+) -> tuple[Conversation, Agent, list[Any]]:
+    """A conversation with an :class:`Agent` replying ``replies``, the :class:`Notes` domain (unless given) and a
+    person who accepts (unless given), recording every event it shows; with its agent and events."""
+    events: list[Any] = []
+    agent = Agent(replies)
+    conversation = Conversation(
+        agent=agent,
+        domain=domain if domain is not None else Notes(),
+        human=human if human is not None else policy_human("accept"),
+        on_event=events.append,
+        **options,
+    )
+    return conversation, agent, events
+
+
+def types(events: list[Any]) -> list[str]:
+    """The types of these events, in order."""
+    return [event.type for event in events]
+
+
+def statuses(outcomes: Any) -> list[tuple[str, str]]:
+    """Each outcome's id and status."""
+    return [(outcome.id, outcome.status) for outcome in outcomes]

@@ -30,34 +30,11 @@ from dial_runtime.language.outcomes import STATUSES
 from dial_runtime.runtime.events import RENDERED, TurnLimitEvent
 from dial_runtime.statemachines import NEEDS_REPLY, OUTCOME_STATUS
 
-from .fakes import Agent, Notes, envelope, hang, suggest
+from .fakes import Agent, Notes, envelope, hang, make, statuses, suggest, types
 
 pytestmark = pytest.mark.anyio
 
 CONTEXT = '<context notes="0"/>'
-
-
-def make(
-    replies: list[Any], human: Any = None, *, domain: Any = None, **options: Any
-) -> tuple[Conversation, Agent, list[Any]]:
-    events: list[Any] = []
-    agent = Agent(replies)
-    conversation = Conversation(
-        agent=agent,
-        domain=domain if domain is not None else Notes(),
-        human=human if human is not None else policy_human("accept"),
-        on_event=events.append,
-        **options,
-    )
-    return conversation, agent, events
-
-
-def types(events: list[Any]) -> list[str]:
-    return [event.type for event in events]
-
-
-def statuses(outcomes: Any) -> list[tuple[str, str]]:
-    return [(outcome.id, outcome.status) for outcome in outcomes]
 
 
 class Bare:

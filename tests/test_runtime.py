@@ -30,35 +30,12 @@ from dial_runtime import (
 )
 from dial_runtime.runtime.events import RENDERED
 
-from .fakes import Agent, Notes, envelope, hang, suggest
+from .fakes import Agent, Notes, envelope, hang, make, statuses, suggest, types
 
 pytestmark = pytest.mark.anyio
 
 ADD_MILK = envelope(suggest("add-note"), '<dial-declare context-key="add-note">{"text":"buy milk"}</dial-declare>')
 THANKS = envelope("<dial-acknowledge>Noted.</dial-acknowledge>")
-
-
-def make(
-    replies: list[Any], human: Any = None, *, domain: Any = None, **options: Any
-) -> tuple[Conversation, Agent, list[Any]]:
-    events: list[Any] = []
-    agent = Agent(replies)
-    conversation = Conversation(
-        agent=agent,
-        domain=domain if domain is not None else Notes(),
-        human=human if human is not None else policy_human("accept"),
-        on_event=events.append,
-        **options,
-    )
-    return conversation, agent, events
-
-
-def types(events: list[Any]) -> list[str]:
-    return [event.type for event in events]
-
-
-def statuses(outcomes: Any) -> list[tuple[str, str]]:
-    return [(outcome.id, outcome.status) for outcome in outcomes]
 
 
 # ------------------------------------------------------------------------------------------- the seed's turns
