@@ -7,6 +7,7 @@ import hashlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -62,13 +63,32 @@ class SQLiteStore:
     def _connect(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
         try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")
-            connection.execute(_SCHEMA)
+            self._set_up(connection)
         except BaseException:
             connection.close()
             raise
         return connection
+
+    @staticmethod
+    def _set_up(connection: sqlite3.Connection) -> None:
+        """Switch the file to WAL (once: the mode is kept in the file) and create the table.
+
+        Switching the journal mode needs the file to itself and answers "database is locked" at once, without
+        SQLite's busy wait, while other connections are opening it too: so it is retried for a while.
+        """
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+                if str(mode).lower() != "wal":
+                    connection.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
+        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.execute(_SCHEMA)
 
     def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
         with self._guard:
