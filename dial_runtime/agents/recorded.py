@@ -6,11 +6,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..runtime.events import LogEntry, ReplyEvent, SentEvent, event_from_dict
+from .scripted import ScriptedAgent
 
 __all__ = ["RecordedAgent"]
 
 
-class RecordedAgent:
+class RecordedAgent(ScriptedAgent):
     """Replies with the recorded replies in order and records every message it was sent in ``sent``.
 
     ``expected`` holds the messages the recorded conversation sent (empty when built from bare replies), so a
@@ -18,11 +19,11 @@ class RecordedAgent:
     When the replies run out it raises ``LookupError``, which ``say`` re-raises like any failed send.
     """
 
+    exhausted = "no recorded reply left"
+
     def __init__(self, replies: Iterable[str], *, expected: Iterable[str] = ()) -> None:
-        self._replies = list(replies)
-        self._next = 0
+        super().__init__(replies)
         self.expected = tuple(expected)
-        self.sent: list[str] = []
 
     @classmethod
     def from_log(cls, entries: Iterable[Any]) -> RecordedAgent:
@@ -40,15 +41,6 @@ class RecordedAgent:
             elif isinstance(event, SentEvent):
                 sent.append(event.message)
         return cls(replies, expected=sent)
-
-    def send(self, message: str) -> str:
-        """The next recorded reply; ``message`` is kept in ``sent``."""
-        self.sent.append(message)
-        if self._next >= len(self._replies):
-            raise LookupError(f"RecordedAgent: no recorded reply left for message {len(self.sent)}")
-        reply = self._replies[self._next]
-        self._next += 1
-        return reply
 
 
 def _event(item: Any) -> Any:

@@ -11,15 +11,19 @@ class ScriptedAgent:
     When the script runs out it raises ``LookupError``, which ``say`` re-raises like any failed send.
     """
 
+    #: How :meth:`send` says the script ran out.
+    exhausted = "no reply left"
+
     def __init__(self, replies: Iterable[str]) -> None:
         self._replies = list(replies)
         self._next = 0
         self.sent: list[str] = []
 
     def send(self, message: str) -> str:
+        """The next reply; ``message`` is kept in ``sent``."""
         self.sent.append(message)
         if self._next >= len(self._replies):
-            raise LookupError(f"ScriptedAgent: no reply left for message {len(self.sent)}")
+            raise LookupError(f"{type(self).__name__}: {self.exhausted} for message {len(self.sent)}")
         reply = self._replies[self._next]
         self._next += 1
         return reply
