@@ -17,10 +17,15 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from dial_runtime.language.parser import extract_prose, parse
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+from tests.test_parser_hardening import informs, nested, prose, raw_markup, unclosed
 
 TYPICAL_REPLY = (
     "Sure, I can add that to your list.\n<dial>\n"
@@ -28,8 +33,6 @@ TYPICAL_REPLY = (
     '  <dial-declare context-key="add-item">{"text":"buy milk"}</dial-declare>\n'
     "</dial>"
 )
-PROSE_LINE = "Some words, a <b>tag</b>, an & and a < sign, <dialog> and 3 > 2 in ordinary prose.\n"
-INFORM = '<dial-inform id="i" yield="a b">An inform with ordinary text &amp; an entity.</dial-inform>\n'
 
 
 def per_call_us(function: Callable[[], object], calls: int, rounds: int) -> float:
@@ -65,27 +68,6 @@ def ratio(make: Callable[[int], str], size: int, repetitions: int) -> float:
     finally:
         gc.enable()
     return best_large / best_small
-
-
-def prose(size: int) -> str:
-    half = PROSE_LINE * (size // len(PROSE_LINE) // 2)
-    return half + TYPICAL_REPLY + half
-
-
-def informs(size: int) -> str:
-    return "<dial>" + INFORM * (size // len(INFORM)) + "</dial>"
-
-
-def unclosed(count: int) -> str:
-    return "<dial>" + "<dial-inform>x <b>y</dial-inform>\n" * count + "</dial>"
-
-
-def nested(count: int) -> str:
-    return "<dial>" + "<dial-inform>" * count + "x" + "</dial-inform>" * count + "</dial>"
-
-
-def raw_markup(count: int) -> str:
-    return "<dial><dial-execute><step>" + "a && b < c " * count + "</step></dial-execute></dial>"
 
 
 def main() -> None:
