@@ -127,6 +127,12 @@ SUGGESTION_PATHS: list[Step] = [
     ("running", "fail", {}, "failed"),
     ("handing_off", "succeed", {}, "handed_off"),
     ("handing_off", "fail", {}, "failed"),
+    ("running", "interrupt", {}, "failed"),
+    ("handing_off", "interrupt", {}, "failed"),
+    *(
+        (state, "interrupt", {}, "superseded")
+        for state in ("proposed", "pending", "pending_refused_once", "pending_refused_twice")
+    ),
 ]
 
 TURN_LOOP_PATHS: list[Step] = [
@@ -189,12 +195,12 @@ def test_paths_cover_every_transition(table: Table) -> None:
 
 ALLOWED = {
     SUGGESTION.name: {
-        "proposed": {"reject", "supersede", "run_read_only", "hand_off", "present"},
-        "pending": {"supersede", "dismiss", "expire", "accept", "refuse"},
-        "pending_refused_once": {"supersede", "dismiss", "expire", "accept", "refuse"},
-        "pending_refused_twice": {"supersede", "dismiss", "expire", "accept", "refuse"},
-        "running": {"succeed", "fail"},
-        "handing_off": {"succeed", "fail"},
+        "proposed": {"reject", "supersede", "run_read_only", "hand_off", "present", "interrupt"},
+        "pending": {"supersede", "dismiss", "expire", "accept", "refuse", "interrupt"},
+        "pending_refused_once": {"supersede", "dismiss", "expire", "accept", "refuse", "interrupt"},
+        "pending_refused_twice": {"supersede", "dismiss", "expire", "accept", "refuse", "interrupt"},
+        "running": {"succeed", "fail", "interrupt"},
+        "handing_off": {"succeed", "fail", "interrupt"},
         **{final: set() for final in ("done", "failed", "invalid", "dismissed", "superseded", "handed_off")},
     },
     TURN_LOOP.name: {

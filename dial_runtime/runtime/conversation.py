@@ -364,7 +364,7 @@ class Conversation:
         run = _Run(self)
         for opened in list(state.open_suggestions.values()):
             if opened.state in ("running", "handing_off"):
-                run.finish(opened, "fail", error="the process stopped", code="interrupted", hint=UNKNOWN_EFFECT)
+                run.interrupt(opened, "the process stopped")
         if state.loop == "handling":
             for opened in state.open_suggestions.values():
                 if opened.state in DECIDING and not opened.deferred:
@@ -923,6 +923,14 @@ class _Run:
         self.outcomes.append(outcome)
         self.conversation._emit(OutcomeEvent.of(outcome))
 
+    def interrupt(self, opened: OpenSuggestion, reason: str) -> None:
+        """End a suggestion its turn no longer carries (the machine's ``interrupt``): an action that was running
+        fails as ``interrupted``, its effect unknown; anything else is superseded."""
+        if OUTCOME_STATUS[SUGGESTION.fire(opened.state, "interrupt")] == "failed":
+            self.finish(opened, "interrupt", error=reason, code="interrupted", hint=UNKNOWN_EFFECT)
+        else:
+            self.finish(opened, "interrupt")
+
     def abandon(self, reason: str) -> None:
         """Give every open suggestion, and the reply's unhandled ones, their outcome after an interruption.
 
@@ -931,10 +939,7 @@ class _Run:
         """
         state = self.state
         for opened in list(state.open_suggestions.values()):
-            if opened.state in ("running", "handing_off"):
-                self.finish(opened, "fail", error=reason, code="interrupted", hint=UNKNOWN_EFFECT)
-            else:
-                self.finish(opened, "supersede")
+            self.interrupt(opened, reason)
         for ask_id in [*state.asked, *state.open_asks]:
             self.conversation._record(AnsweredEvent(ask_id=ask_id, text=""))
         received = self.streaming.text if self.streaming is not None else state.reply
@@ -948,7 +953,7 @@ class _Run:
             element = remaining[index]
             if isinstance(element, Suggest):
                 payload, _, after = self._payload(remaining, index)
-                self.finish(self._propose(element, payload, after - 1), "supersede")
+                self.interrupt(self._propose(element, payload, after - 1), reason)
                 index = after
             else:
                 index += 1

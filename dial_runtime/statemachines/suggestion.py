@@ -14,7 +14,9 @@
 #   decides again; the third refusal ends `invalid`.
 # - When the person says something else during the reply, or the turn is cancelled, a suggestion not yet
 #   running ends `superseded`.
-# - A running action ends `done`, or `failed` when it raised or was interrupted.
+# - A running action ends `done`, or `failed` when it raised.
+# - When a turn is interrupted (cancelled, a callback raised, the process died), every suggestion without an
+#   outcome gets one: a running action ends `failed` (its effect is unknown), any other suggestion `superseded`.
 # - Only `done`, `failed` and `invalid` make a turn follow at once (NEEDS_REPLY); the other outcomes go with
 #   the person's next words.
 
@@ -58,6 +60,9 @@ class SuggestionLifecycle(StateMachine):
     )
     succeed = running.to(done) | handing_off.to(handed_off)
     fail = running.to(failed) | handing_off.to(failed)
+    interrupt = failed.from_(running, handing_off) | superseded.from_(
+        proposed, pending, pending_refused_once, pending_refused_twice
+    )
 
 
 SUGGESTION = compile_machine(SuggestionLifecycle)
