@@ -297,6 +297,58 @@ async def test_a_second_driver_is_turned_away_while_one_drives(
     assert list(second.log) == stored and first.log == second.log[: len(first.log)]
 
 
+ASKED = envelope('<dial-ask id="q">Which list?</dial-ask>')
+
+
+class StoredWhenAsked:
+    """A person who, as each question reaches them, notes the types of the events the store holds."""
+
+    def __init__(self, store: Store, conversation_id: str, *, waits: bool) -> None:
+        self.store, self.conversation_id, self.waits = store, conversation_id, waits
+        self.stored: list[list[str]] = []
+
+    def _answer(self, reply: Any) -> Any:
+        if not self.waits:
+            return reply
+
+        async def later() -> Any:
+            self.stored.append([entry.event.type for entry in await self.store.read(self.conversation_id)])
+            return reply
+
+        return later()
+
+    def decide(self, suggestion: Any) -> Any:
+        return self._answer(Accept())
+
+    def answer(self, ask: Any) -> Any:
+        return self._answer("groceries")
+
+
+@pytest.mark.parametrize("reply", [FIRST_REPLY, ASKED], ids=["decide", "answer"])
+@pytest.mark.parametrize("timeout", [None, 30.0], ids=["no-deadline", "deadline"])
+async def test_the_log_is_stored_before_the_person_is_awaited(
+    url: str, connect: Callable[[str], Store], conversation_id: str, reply: str, timeout: float | None
+) -> None:
+    """A question the person takes time over is stored first; a plain function's instant reply is stored with
+    what follows it. Either way the call ends with everything stored."""
+    store = connect(url)
+    waiting = StoredWhenAsked(store, conversation_id, waits=True)
+    conversation = await Conversation.open(
+        store, conversation_id, agent=Agent([reply, OK, OK]), domain=Notes(), human=waiting, decide_timeout=timeout
+    )
+    await conversation.say("go")
+    asked = "suggestion" if reply == FIRST_REPLY else "ask"
+    assert waiting.stored and all(types[-1] == asked for types in waiting.stored)
+    assert await store.read(conversation_id) == list(conversation.log)
+
+    other = f"{conversation_id}-plain"
+    instant = StoredWhenAsked(store, other, waits=False)
+    plain = await Conversation.open(store, other, agent=Agent([reply, OK, OK]), domain=Notes(), human=instant)
+    await plain.say("go")
+    assert await store.read(other) == list(plain.log)
+    assert [e.event.type for e in plain.log] == [e.event.type for e in conversation.log]
+
+
 async def test_an_ending_between_calls_is_stored_after_another_workers_call(
     url: str, connect: Callable[[str], Store], conversation_id: str
 ) -> None:

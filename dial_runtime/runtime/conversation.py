@@ -687,15 +687,7 @@ class _Run:
         )
         if answer is None or not asked:
             return
-        await conversation.flush()
-        expired = False
-        if ask.timeout is None:
-            given = await _call(answer, ask)
-        else:
-            given = None
-            with anyio.move_on_after(ask.timeout) as scope:
-                given = await _call(answer, ask)
-            expired = scope.cancelled_caught
+        given, expired = await self._consult(answer, ask, ask.timeout)
         if isinstance(given, Defer):
             conversation._record(DeferredEvent(subject_id=ask.id, kind="ask"))
             return
@@ -807,22 +799,41 @@ class _Run:
             await self._run(opened)
         return after
 
+    async def _consult(
+        self, function: Callable[[Any], Any], question: Any, deadline: float | None
+    ) -> tuple[Any, bool]:
+        """The person's decision or answer, and whether ``deadline`` (seconds) passed without one.
+
+        A plain function is taken as an instant reply: it is called at once, and what it returns is written with
+        what follows. A reply that has to be awaited is awaited only once the log is written, so a process that
+        dies while the person thinks leaves the question waiting in the store (see ``Conversation.open``).
+        """
+        reply = function(question)
+        if not _awaitable(reply):
+            return reply, False
+        try:
+            await self.conversation.flush()
+        except BaseException:
+            if isinstance(reply, CoroutineType):
+                reply.close()
+            raise
+        if deadline is None:
+            return await reply, False
+        with anyio.move_on_after(deadline):
+            return await reply, False
+        return None, True
+
     async def _decide(self, opened: OpenSuggestion) -> None:
         """Put the suggestion to the person until it ends or is deferred."""
         conversation = self.conversation
         while opened.id in self.state.open_suggestions:
-            await conversation.flush()
-            deadline = conversation.decide_timeout
-            if deadline is None:
-                raw = await _call(conversation.human.decide, opened.suggestion())
-            else:
-                raw = None
-                with anyio.move_on_after(deadline) as scope:
-                    raw = await _call(conversation.human.decide, opened.suggestion())
-                if scope.cancelled_caught:
-                    conversation._record(DecidedEvent(suggestion_id=opened.id, decision="expire"))
-                    self.finish(opened, "expire", expired=True)
-                    return
+            raw, expired = await self._consult(
+                conversation.human.decide, opened.suggestion(), conversation.decide_timeout
+            )
+            if expired:
+                conversation._record(DecidedEvent(suggestion_id=opened.id, decision="expire"))
+                self.finish(opened, "expire", expired=True)
+                return
             decision = as_decision(raw)
             if isinstance(decision, Defer):
                 conversation._record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
