@@ -24,6 +24,7 @@ from dial_runtime.demo import run_demo
 from dial_runtime.errors import ConversationBusy
 from dial_runtime.runtime.events import LogEntry, SaidEvent
 from dial_runtime.stores import MemoryStore, PostgresStore, SQLiteStore, Store, StoreConflict, open_store
+from dial_runtime.stores.base import encode
 
 pytestmark = pytest.mark.anyio
 
@@ -330,6 +331,44 @@ async def test_sqlite_runs_in_wal_mode(tmp_path: Path, keep: Callable[[Store], S
     connection = sqlite3.connect(path)
     assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     connection.close()
+
+
+@pytest.mark.parametrize("died", [False, True], ids=["committed", "died-before-its-mark"])
+async def test_sqlite_reads_the_end_of_a_log_from_its_lock_file(
+    tmp_path: Path, keep: Callable[[Store], Store], died: bool
+) -> None:
+    """A read after where the last append ended, or of a locked conversation never appended to, is answered from
+    the lock file; a mark that an append left pending (it died between its commit and its mark), or a read from
+    elsewhere in the log, goes to the database."""
+    path = tmp_path / "logs.db"
+    store, other = keep(open_store(f"sqlite:{path}")), keep(open_store(f"sqlite:{path}"))
+    assert isinstance(store, SQLiteStore)
+    await store.append("c", [said(1, "a"), said(2, "b")], expected_seq=0)
+    assert await other.read("c", after_seq=1) == [said(2, "b")]
+    lock_file = tmp_path / "logs.db.locks" / f"{hashlib.sha1(b'c').hexdigest()}.lock"
+    assert lock_file.read_bytes() == b"%020dc" % 2
+    if died:
+        lock_file.write_bytes(b"%020dp" % 3)
+        connection = sqlite3.connect(path)
+        with connection:
+            connection.execute(
+                "INSERT INTO dial_log VALUES (?, ?, ?, ?)", ("c", 3, said(3, "c").time, encode(said(3, "c")))
+            )
+        connection.close()
+        assert await other.read("c", after_seq=2) == [said(3, "c")]
+        return
+    await other.append("c", [said(3, "c")], expected_seq=2)
+    assert await store.read("c", after_seq=2) == [said(3, "c")]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store, "_run", partial(pytest.fail, "the read went to the database"))
+        assert await store.read("c", after_seq=3) == []
+        async with store.lock("new"):
+            assert await store.read("new") == []
+    assert await store.read("c", after_seq=1) == [said(2, "b"), said(3, "c")]
+    with pytest.raises(StoreConflict):
+        await store.append("c", [said(3, "x")], expected_seq=2)
+    assert lock_file.read_bytes() == b"%020dp" % 3
+    assert await store.read("c", after_seq=2) == [said(3, "c")]
 
 
 @pytest.mark.parametrize(

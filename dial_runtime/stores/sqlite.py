@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,6 +35,17 @@ _LAST = "SELECT coalesce(max(seq), 0) FROM dial_log WHERE conversation_id = ?"
 _INSERT = "INSERT INTO dial_log (conversation_id, seq, time, entry) VALUES (?, ?, ?, ?)"
 _READ = "SELECT entry FROM dial_log WHERE conversation_id = ? AND seq > ? ORDER BY seq"
 _CONVERSATIONS = "SELECT DISTINCT conversation_id FROM dial_log"
+_MARK_SIZE = 21
+
+
+def _mark(seq: int, *, committed: bool) -> bytes:
+    """A lock file's mark: the seq an append ends at (20 digits), then ``c`` once committed, ``p`` before."""
+    return b"%020d%s" % (seq, b"c" if committed else b"p")
+
+
+@functools.lru_cache(maxsize=4096)
+def _lock_name(conversation_id: str) -> str:
+    return hashlib.sha1(conversation_id.encode(), usedforsecurity=False).hexdigest() + ".lock"
 
 
 class SQLiteStore:
@@ -50,12 +62,22 @@ class SQLiteStore:
     behind a lock; ``sqlite3`` caches its prepared statements.
 
     :meth:`lock` takes an ``flock`` on ``<db>.locks/<sha1 of the id>.lock``: the kernel releases it when the
-    holder exits or dies, so no lock outlives its process (a row in a table would). Lock files stay behind,
-    empty, to be reused.
+    holder exits or dies, so no lock outlives its process (a row in a table would). Lock files stay behind, to be
+    reused, and delete with their database.
+
+    The lock file also marks where the conversation's log ends: every append writes "pending" with the seq it
+    will end at before its transaction and "committed" after its commit. A :meth:`read` after the seq that a
+    committed mark names returns ``[]`` from the mark, without waiting for a worker thread: a worker taking up a
+    conversation it drove last (the common case) reads nothing from the database, and neither does one taking up a
+    conversation whose lock file is empty (locked, never appended to). Any other mark, or none, an append that
+    died between its commit and its mark included, makes the read ask the database. Appends are conflict-checked
+    whatever the mark says, so a stale mark could only ever cost a spurious :class:`StoreConflict`.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._locks = self.path.with_name(self.path.name + ".locks")
+        self._locks_made = False
         self._connection: sqlite3.Connection | None = None
         self._closed = False
         self._guard = threading.Lock()
@@ -105,24 +127,39 @@ class SQLiteStore:
         """Append ``entries`` in one transaction iff the log ends at ``expected_seq``; else StoreConflict."""
         check_entries(entries, expected_seq)
         rows = [(conversation_id, entry.seq, entry.time, encode(entry)) for entry in entries]
+        end = expected_seq + len(rows)
+        lock_file = self._lock_file(conversation_id)
 
         def work(connection: sqlite3.Connection) -> None:
-            connection.execute("BEGIN IMMEDIATE")
+            descriptor = os.open(lock_file, os.O_WRONLY | os.O_CREAT, 0o644)
             try:
-                (last,) = connection.execute(_LAST, (conversation_id,)).fetchone()
-                if last != expected_seq:
-                    raise StoreConflict(f"conversation {conversation_id!r} is at seq {last}, not {expected_seq}")
-                connection.executemany(_INSERT, rows)
-                connection.execute("COMMIT")
-            except BaseException:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
-                raise
+                os.pwrite(descriptor, _mark(end, committed=False), 0)
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    (last,) = connection.execute(_LAST, (conversation_id,)).fetchone()
+                    if last != expected_seq:
+                        raise StoreConflict(
+                            f"conversation {conversation_id!r} is at seq {last}, not {expected_seq}"
+                        )
+                    connection.executemany(_INSERT, rows)
+                    connection.execute("COMMIT")
+                except BaseException:
+                    if connection.in_transaction:
+                        connection.execute("ROLLBACK")
+                    raise
+                os.pwrite(descriptor, _mark(end, committed=True), 0)
+            finally:
+                os.close(descriptor)
 
         await self._run(work)
 
     async def read(self, conversation_id: str, *, after_seq: int = 0) -> list[LogEntry]:
-        """The entries after ``after_seq``, in order."""
+        """The entries after ``after_seq``, in order (``[]`` at once when the lock file's mark says the log ends
+        there, or the lock file is empty: nothing was ever appended)."""
+        if not self._closed:
+            mark = self._marked(conversation_id)
+            if mark == _mark(after_seq, committed=True) or (mark == b"" and after_seq == 0):
+                return []
 
         def work(connection: sqlite3.Connection) -> list[tuple[str]]:
             return connection.execute(_READ, (conversation_id, after_seq)).fetchall()
@@ -137,16 +174,13 @@ class SQLiteStore:
 
         return sorted(conversation_id for (conversation_id,) in await self._run(work))
 
-    @asynccontextmanager
+    @contextlib.asynccontextmanager
     async def lock(self, conversation_id: str) -> AsyncIterator[None]:
         """Hold the conversation across processes; :class:`ConversationBusy` at once when it is held elsewhere.
 
         Creating and ``flock``-ing a local file with ``LOCK_NB`` never waits, so it runs on the event loop.
         """
-        folder = self.path.with_name(self.path.name + ".locks")
-        folder.mkdir(exist_ok=True)
-        name = hashlib.sha1(conversation_id.encode(), usedforsecurity=False).hexdigest()
-        descriptor = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = os.open(self._lock_file(conversation_id), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -159,6 +193,27 @@ class SQLiteStore:
             yield
         finally:
             os.close(descriptor)  # closing the only descriptor of the open file releases its flock
+
+    def _lock_file(self, conversation_id: str) -> str:
+        """The conversation's lock file (its folder is made on first use)."""
+        if not self._locks_made:
+            self._locks.mkdir(exist_ok=True)
+            self._locks_made = True
+        return os.path.join(self._locks, _lock_name(conversation_id))
+
+    def _marked(self, conversation_id: str) -> bytes | None:
+        """The mark in the conversation's lock file, ``None`` when there is no lock file yet.
+
+        Reading a few bytes of a small local file never waits on another process, so it runs on the event loop.
+        """
+        try:
+            descriptor = os.open(self._lock_file(conversation_id), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            return os.pread(descriptor, _MARK_SIZE, 0)
+        finally:
+            os.close(descriptor)
 
     async def aclose(self) -> None:
         """Close the connection (the last one to close checkpoints the write-ahead log into the database)."""
