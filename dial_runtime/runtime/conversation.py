@@ -242,7 +242,7 @@ class Conversation:
 
     async def flush(self) -> None:
         """Write what the log holds beyond the store's copy (a no-op without a store); one write at a time."""
-        if self._store is None:
+        if self._store is None or self._stored >= len(self._log):
             return
         async with self._writing_lock():
             written = len(self._log)
@@ -256,7 +256,7 @@ class Conversation:
         """The lock that keeps writes in order, made for the event loop running now (a lock binds to its loop)."""
         token = anyio.lowlevel.current_token()
         if self._writing is None or self._writing[0] != token:
-            self._writing = (token, anyio.Lock())
+            self._writing = (token, anyio.Lock(fast_acquire=True))
         return self._writing[1]
 
     async def say(self, text: str | None = "") -> TurnResult:

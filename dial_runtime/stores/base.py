@@ -53,10 +53,13 @@ def check_entries(entries: Sequence[LogEntry], expected_seq: int) -> None:
             raise ValueError(f"entry {offset} has seq {entry.seq}, expected {expected_seq + offset}")
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
 def encode(entry: LogEntry) -> str:
     """An entry as compact JSON text (a text column, not a JSON type: Python's JSON, ``NaN`` included, round-trips
     exactly, and the escapes keep NUL, which PostgreSQL's text cannot hold, and lone surrogates storable)."""
-    return json.dumps(entry_to_dict(entry), separators=(",", ":"))
+    return _COMPACT.encode(entry_to_dict(entry))
 
 
 def decode(text: str) -> LogEntry:
