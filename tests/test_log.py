@@ -90,6 +90,34 @@ async def test_the_log_is_numbered_and_timed() -> None:
     assert times == sorted(times)
 
 
+async def test_a_log_gives_back_the_entries_it_was_built_from() -> None:
+    original, _ = await rich_conversation()
+    entries = [entry_from_dict(json.loads(json.dumps(entry_to_dict(entry)))) for entry in original.log]
+    rebuilt = Conversation(agent=Agent([]), domain=Notes(), human=scripted_human([]), log=entries)
+    assert rebuilt.log == original.log == tuple(entries)
+    assert all(kept is given for kept, given in zip(rebuilt.log, entries, strict=True))
+    assert original.log[-1] is original.log[-1]  # an entry is made once, then kept
+
+
+@pytest.mark.parametrize(
+    ("cut", "numbered"),
+    [(slice(None, 2), True), (slice(1, None), False), (slice(None, None, 2), False)],
+    ids=["a-prefix", "no-first-entry", "a-gap"],
+)
+async def test_a_log_must_number_its_entries_from_1(cut: slice, numbered: bool) -> None:
+    original, _ = await rich_conversation()
+    entries = list(original.log)[cut]
+
+    def rebuilt() -> Conversation:
+        return Conversation(agent=Agent([]), domain=Notes(), human=scripted_human([]), log=entries)
+
+    if numbered:
+        assert rebuilt().log[: len(entries)] == tuple(entries)  # then the recovery of the call it cuts short
+    else:
+        with pytest.raises(ValueError, match="numbers from 1"):
+            rebuilt()
+
+
 async def test_the_log_holds_what_on_event_never_sees() -> None:
     events: list[Any] = []
     agent = Agent([hang])

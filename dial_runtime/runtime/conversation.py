@@ -62,6 +62,7 @@ from .events import (
     SuggestionEvent,
     TurnLimitEvent,
 )
+from .log import EventLog
 from .records import (
     Accept,
     ActionSpec,
@@ -186,9 +187,9 @@ class Conversation:
         self._store = store
         self._actions: Mapping[str, Any] = getattr(domain, "actions", None) or {}
         self._specs: dict[str, ActionSpec] = {}
-        self._log: list[LogEntry] = list(log)
+        self._log = EventLog(log)
         self._stored = len(self._log) if store is None else 0
-        self._state = ConversationState.fold(entry.event for entry in self._log)
+        self._state = ConversationState.fold(self._log.events)
         self._in_call = False
         self._writing: tuple[object, anyio.Lock] | None = None
         if store is None:
@@ -211,7 +212,7 @@ class Conversation:
     @property
     def log(self) -> tuple[LogEntry, ...]:
         """Every event so far, in order: the conversation's state is a fold over it."""
-        return tuple(self._log)
+        return tuple(self._log.entries())
 
     @property
     def facts(self) -> dict[str, Any]:
@@ -248,7 +249,7 @@ class Conversation:
             written = len(self._log)
             if self._stored < written:
                 await self._store.append(
-                    self.id or "", self._log[self._stored : written], expected_seq=self._stored
+                    self.id or "", self._log.entries(self._stored, written), expected_seq=self._stored
                 )
                 self._stored = written
 
@@ -345,12 +346,12 @@ class Conversation:
         fresh = await self._store.read(self.id or "", after_seq=self._stored)
         if not fresh:
             return
-        local = [entry.event for entry in self._log[self._stored :]]
+        local = self._log.events[self._stored :]
         if local:
-            del self._log[self._stored :]
-            self._state = ConversationState.fold(entry.event for entry in self._log)
+            self._log.truncate(self._stored)
+            self._state = ConversationState.fold(self._log.events)
         for entry in fresh:
-            self._log.append(entry)
+            self._log.add_entry(entry)
             self._state.apply(entry.event)
         self._stored = len(self._log)
         for event in local:
@@ -379,7 +380,7 @@ class Conversation:
     def _record(self, event: Event, *, notify: bool = False) -> None:
         """Append an event to the log, fold it into the state, and show it to ``on_event`` when asked."""
         self._state.apply(event)
-        self._log.append(LogEntry(seq=len(self._log) + 1, time=time.time(), event=event))
+        self._log.add(event, time.time())
         if notify and self.on_event is not None:
             try:
                 self.on_event(event)
