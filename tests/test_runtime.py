@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from types import coroutine as types_coroutine
 from typing import Any
 
 import anyio
@@ -313,6 +314,44 @@ async def test_an_ask_timeout_is_no_answer() -> None:
     assert (result.status, result.turns) == ("idle", 1)
     answered = [entry.event for entry in conversation.log if entry.event.type == "answered"]
     assert answered[0].expired is True
+
+
+class Later:
+    """An awaitable that is neither a coroutine nor a future: its type only has ``__await__``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self) -> Any:
+        yield from anyio.sleep(0).__await__()
+        return self.value
+
+
+@types_coroutine
+def generator_based(value: Any) -> Any:
+    yield from anyio.sleep(0).__await__()
+    return value
+
+
+async def coroutine(value: Any) -> Any:
+    await anyio.sleep(0)
+    return value
+
+
+@pytest.mark.parametrize("wrap", [coroutine, Later, generator_based, lambda value: value], ids=str)
+async def test_a_plain_human_may_return_any_awaitable(wrap: Any) -> None:
+    class Deferring:
+        def decide(self, suggestion: Suggestion) -> Any:
+            return wrap(Edit({"text": "edited"}))
+
+        def answer(self, ask: Ask) -> Any:
+            return wrap("blue")
+
+    reply = envelope("<dial-ask>Colour?</dial-ask>", suggest("add-note", '{"text":"x"}'))
+    conversation, agent, _ = make([reply, "ok"], Deferring())
+    result = await conversation.say("go")
+    assert statuses(result.outcomes) == [("sg-1", "done")] and result.outcomes[0].edited
+    assert "blue" in agent.sent[1]
 
 
 async def test_an_undecided_suggestion_expires_as_dismissed() -> None:

@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from types import CoroutineType, NoneType
+from types import CoroutineType, GeneratorType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -109,9 +109,13 @@ async def _call(function: Callable[..., Any], *args: Any) -> Any:
 
 
 def _awaitable(value: object) -> bool:
-    """``inspect.isawaitable``, with the common cases (a coroutine, a plain value) decided without an ABC check."""
-    return isinstance(value, CoroutineType) or (
-        not isinstance(value, (str, dict, list, tuple, int, float, NoneType)) and inspect.isawaitable(value)
+    """``inspect.isawaitable`` without its ABC check: a coroutine, an object whose type has ``__await__``, or a
+    generator-based coroutine."""
+    kind = type(value)
+    return (
+        kind is CoroutineType
+        or hasattr(kind, "__await__")
+        or (kind is GeneratorType and inspect.isawaitable(value))
     )
 
 
@@ -488,7 +492,7 @@ class _Run:
                         return state.loop
                     conversation._emit(ReplyEvent(turn=turn, text=reply))
             await self._handle()
-            if state.pending():
+            if state.awaits_person():
                 return "awaiting"
             conversation._record(HandledEvent(turn=state.turn))
             if TURN_LOOP.is_final(state.loop):
@@ -925,15 +929,16 @@ class _Run:
         """Report the outcome the suggestion reaches by ``event`` (``None``: the state it is already in)."""
         final = opened.state if event is None else SUGGESTION.fire(opened.state, event)
         shown = opened.preview if preview is None else preview
-        outcome = Outcome(
-            id=opened.id,
-            action=opened.action,
-            status=OUTCOME_STATUS[final],
-            preview="" if final == "invalid" else shown,
-            **fields,
+        self.conversation._emit(
+            OutcomeEvent(
+                id=opened.id,
+                action=opened.action,
+                status=OUTCOME_STATUS[final],
+                preview="" if final == "invalid" else shown,
+                **fields,
+            )
         )
-        self.outcomes.append(outcome)
-        self.conversation._emit(OutcomeEvent.of(outcome))
+        self.outcomes.append(self.state.owed_outcomes[-1])  # the Outcome the fold made of the event
 
     def interrupt(self, opened: OpenSuggestion, reason: str) -> None:
         """End a suggestion its turn no longer carries (the machine's ``interrupt``): an action that was running

@@ -119,23 +119,6 @@ class OutcomeEvent:
     edited: bool = False
     expired: bool = False
 
-    @classmethod
-    def of(cls, outcome: Outcome) -> OutcomeEvent:
-        """The event that reports ``outcome``."""
-        return cls(
-            id=outcome.id,
-            action=outcome.action,
-            status=outcome.status,
-            preview=outcome.preview,
-            result=outcome.result,
-            error=outcome.error,
-            code=outcome.code,
-            field=outcome.field,
-            hint=outcome.hint,
-            edited=outcome.edited,
-            expired=outcome.expired,
-        )
-
     @property
     def outcome(self) -> Outcome:
         """The outcome this event reports."""

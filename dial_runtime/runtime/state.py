@@ -124,6 +124,10 @@ class ConversationState:
         deferred = [each.suggestion() for each in self.open_suggestions.values() if each.deferred]
         return (*deferred, *self.open_asks.values())
 
+    def awaits_person(self) -> bool:
+        """Whether a deferred decision or answer is pending (:meth:`pending` without making the records)."""
+        return bool(self.open_asks) or any(each.deferred for each in self.open_suggestions.values())
+
     def handled_flags(self) -> dict[str, bool]:
         """What the turn loop decides on once a reply is handled: everything owed now came from that reply."""
         return {
