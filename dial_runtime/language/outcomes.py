@@ -58,7 +58,7 @@ def to_json_ready(value: Any) -> Any:
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
-    if isinstance(value, Mapping):
+    if isinstance(value, (dict, Mapping)):
         return {str(key): to_json_ready(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_json_ready(item) for item in value]

@@ -35,7 +35,6 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 import attrs
-import xmlschema
 from lxml import etree
 
 __all__ = [
@@ -120,6 +119,11 @@ def _lxml_schema(strict: bool) -> etree.XMLSchema:
 
 @functools.cache
 def _xmlschema(strict: bool) -> Any:
+    """The schema as xmlschema reads it. Imported here: xmlschema is needed only to describe a rejected document
+    and to list the language's elements, and loading it adds ~30,000 objects that every full garbage collection
+    of a long-running process would walk again."""
+    import xmlschema
+
     return xmlschema.XMLSchema10(str(xsd_path(strict)))
 
 

@@ -320,16 +320,17 @@ class Conversation:
             self._record(ResumedEvent(call="resume"))
             return await _Run(self).drive()
 
-    @contextlib.asynccontextmanager
-    async def _driving(self) -> AsyncIterator[None]:
+    def _driving(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Hold the conversation for one call: in this process, and in the store across processes."""
         if self._in_call:
             raise ConversationBusy("Conversation: a call is already driving this conversation")
+        return _InProcess(self) if self._store is None else self._driving_stored()
+
+    @contextlib.asynccontextmanager
+    async def _driving_stored(self) -> AsyncIterator[None]:
+        assert self._store is not None
         self._in_call = True
         try:
-            if self._store is None:
-                yield
-                return
             async with self._store.lock(self.id or ""):
                 await self._catch_up()
                 try:
@@ -397,7 +398,7 @@ class Conversation:
     def _spec(self, action: str) -> ActionSpec | None:
         spec = self._specs.get(action)
         if spec is None:
-            declared = self._actions.get(action) if isinstance(self._actions, Mapping) else None
+            declared = self._actions.get(action) if isinstance(self._actions, (dict, Mapping)) else None
             if declared is None:
                 return None
             spec = self._specs[action] = as_action_spec(declared)
@@ -434,6 +435,21 @@ class Conversation:
         if spoken:
             parts.append("\n\n".join(spoken))
         return "\n\n".join(parts)
+
+
+class _InProcess:
+    """Holds a conversation without a store for one call (what ``_driving`` is without the store's part)."""
+
+    __slots__ = ("conversation",)
+
+    def __init__(self, conversation: Conversation) -> None:
+        self.conversation = conversation
+
+    async def __aenter__(self) -> None:
+        self.conversation._in_call = True
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.conversation._in_call = False
 
 
 class _Run:
@@ -607,8 +623,11 @@ class _Run:
                     element = arrived[index]
                     if isinstance(element, Suggest):
                         index = await self._suggest(arrived[:available], index)
+                    elif isinstance(element, AskElement):
+                        await self._ask(element, index)
+                        index += 1
                     else:
-                        await _HANDLERS[element.type](self, element, index)
+                        _HANDLERS[element.type](self, element, index)
                         index += 1
                     continue
                 if done:
@@ -659,11 +678,14 @@ class _Run:
             element = elements[index]
             if isinstance(element, Suggest):
                 index = await self._suggest(elements, index)
+            elif isinstance(element, AskElement):
+                await self._ask(element, index)
+                index += 1
             else:
-                await _HANDLERS[element.type](self, element, index)
+                _HANDLERS[element.type](self, element, index)
                 index += 1
 
-    async def _inform(self, element: Any, index: int) -> None:
+    def _inform(self, element: Any, index: int) -> None:
         if element.text:
             act = "acknowledge" if element.type == "dial-acknowledge" else "inform"
             self.conversation._emit(InformEvent(text=element.text, act=act, element=index))
@@ -699,7 +721,7 @@ class _Run:
         text = "" if given is None else str(given)
         conversation._record(AnsweredEvent(ask_id=ask.id, text=text, expired=expired))
 
-    async def _declare(self, element: Declare, index: int) -> None:
+    def _declare(self, element: Declare, index: int) -> None:
         if element.context_key is None:
             return
         if element.payload_text is not None:
@@ -712,13 +734,13 @@ class _Run:
                 value = element.text
         self.conversation._emit(DeclareEvent(context_key=element.context_key, value=value, element=index))
 
-    async def _phatic(self, element: Phatic, index: int) -> None:
+    def _phatic(self, element: Phatic, index: int) -> None:
         if element.signal:
             self.conversation._emit(PhaticEvent(signal=element.signal, element=index))
             if element.signal == SESSION_COMPLETE and not self.conversation.ended:
                 self.conversation._record(EndedEvent(reason=f"the agent signalled {SESSION_COMPLETE}"))
 
-    async def _delegate(self, element: Delegate, index: int) -> None:
+    def _delegate(self, element: Delegate, index: int) -> None:
         self.conversation._emit(
             DelegateEvent(
                 to=element.to or "",
@@ -729,7 +751,7 @@ class _Run:
             )
         )
 
-    async def _execute(self, element: Execute, index: int) -> None:
+    def _execute(self, element: Execute, index: int) -> None:
         self.conversation._emit(ExecuteEvent(id=element.id, steps=element.steps, element=index))
 
     def _payload(self, elements: Sequence[Element], index: int) -> tuple[Any, str | None, int]:
@@ -748,7 +770,8 @@ class _Run:
         return (*_json_text(following.text), index + 2)
 
     def _propose(self, element: Suggest, payload: Any, last: int) -> OpenSuggestion:
-        """Record a suggestion read from the reply (``last``: the last element it used) and return it open."""
+        """Record a suggestion read from the reply (``last``: the last element it used; ``payload`` JSON-ready) and
+        return it open."""
         state = self.state
         numbered = not element.id
         ident = element.id or f"sg-{state.suggestions_numbered + 1}"
@@ -756,7 +779,7 @@ class _Run:
             ProposedEvent(
                 id=ident,
                 action=element.action or "",
-                payload=to_json_ready(payload),
+                payload=payload,
                 numbered=numbered,
                 text=element.text or "",
                 element=last,
@@ -770,7 +793,7 @@ class _Run:
         element = elements[index]
         assert isinstance(element, Suggest)
         payload, problem, after = self._payload(elements, index)
-        opened = self._propose(element, payload, after - 1)
+        opened = self._propose(element, to_json_ready(payload), after - 1)
         spec = conversation._spec(opened.action)
         if spec is None:
             self.finish(opened, "reject", code="unknown-action", hint=f"There is no action '{opened.action}'.")
@@ -791,7 +814,7 @@ class _Run:
                 id=opened.id,
                 action=opened.action,
                 text=element.text or "",
-                payload=to_json_ready(payload),
+                payload=opened.payload,
                 preview=preview,
                 destructive=spec.destructive,
                 mutates=spec.mutates,
@@ -970,16 +993,16 @@ class _Run:
             element = remaining[index]
             if isinstance(element, Suggest):
                 payload, _, after = self._payload(remaining, index)
-                self.interrupt(self._propose(element, payload, after - 1), reason)
+                self.interrupt(self._propose(element, to_json_ready(payload), after - 1), reason)
                 index = after
             else:
                 index += 1
 
 
-_HANDLERS: dict[str, Callable[[_Run, Any, int], Any]] = {
+#: The handlers of the speech acts that need no waiting (a suggest and an ask may wait for the person).
+_HANDLERS: dict[str, Callable[[_Run, Any, int], None]] = {
     "dial-inform": _Run._inform,
     "dial-acknowledge": _Run._inform,
-    "dial-ask": _Run._ask,
     "dial-declare": _Run._declare,
     "dial-phatic": _Run._phatic,
     "dial-delegate": _Run._delegate,
@@ -987,4 +1010,4 @@ _HANDLERS: dict[str, Callable[[_Run, Any, int], Any]] = {
 }
 
 #: Every speech act the turn loop handles (a test holds it equal to the lenient XSD's set).
-HANDLED_ELEMENTS = frozenset([*_HANDLERS, "dial-suggest"])
+HANDLED_ELEMENTS = frozenset([*_HANDLERS, "dial-suggest", "dial-ask"])

@@ -118,7 +118,7 @@ def as_decision(value: object) -> Decision | Defer:
     """A decision record from a record or the seed's dict form; ``TypeError`` naming anything else."""
     if isinstance(value, (Accept, Dismiss, Edit, Say, Defer)):
         return value
-    if isinstance(value, Mapping) and len(value) == 1:
+    if isinstance(value, (dict, Mapping)) and len(value) == 1:
         if value.get("accept") is True:
             return Accept()
         if value.get("dismiss") is True:
@@ -136,7 +136,7 @@ def as_issue(value: object) -> Issue | None:
     """``None`` when ``domain.validate`` accepted the payload, else the :class:`Issue` it reported."""
     if value is None or isinstance(value, Issue):
         return value
-    if isinstance(value, Mapping) and "ok" in value:
+    if isinstance(value, (dict, Mapping)) and "ok" in value:
         if value["ok"]:
             return None
         return Issue(code=value.get("code"), field=value.get("field"), hint=value.get("hint"))
@@ -150,7 +150,7 @@ def as_action_spec(value: object) -> ActionSpec:
     """An :class:`ActionSpec` from a record or the dict form ``{"mutates": ..., "destructive": ...}``."""
     if isinstance(value, ActionSpec):
         return value
-    if isinstance(value, Mapping) and "mutates" in value:
+    if isinstance(value, (dict, Mapping)) and "mutates" in value:
         return ActionSpec(
             mutates=bool(value["mutates"]),
             destructive=bool(value.get("destructive", False)),
