@@ -29,6 +29,10 @@ SUGGESTION_REPLY = (
 ACKNOWLEDGE_REPLY = '<dial>\n  <dial-acknowledge of="sg-1">Added.</dial-acknowledge>\n</dial>'
 
 
+#: Timed runs per figure; the best one is reported (the machine's other load only ever adds time).
+ROUNDS = 5
+
+
 class Notes:
     """The reference scenario's domain: one mutating action, validated, previewed, run."""
 
@@ -83,21 +87,35 @@ def scenario_a(count: int) -> float:
             result = await each.say("add a note: buy milk")
             assert result.turns == 2 and result.outcomes[0].status == "done"
 
-    return min(timed(run) for _ in range(3)) / (2 * count) * 1e6
+    return min(timed(run) for _ in range(ROUNDS)) / (2 * count) * 1e6
 
 
-def many_suggestions(count: int) -> float:
-    elements = "".join(
-        f'<dial-suggest action="add-note"><dial-payload>{{"text":"note {n}"}}</dial-payload></dial-suggest>'
-        for n in range(count)
-    )
-    reply = f"<dial>{elements}</dial>"
+def scenario_b(count: int) -> tuple[float, float]:
+    """Seconds to handle one reply of ``count`` and of ``2 * count`` suggestions, each the best of ``ROUNDS``
+    runs taken in turns, so that the machine's drift weighs on both alike."""
 
-    async def run() -> None:
-        result = await conversation([reply, ACKNOWLEDGE_REPLY]).say("add them all")
-        assert len(result.outcomes) == count
+    def reply_of(size: int) -> str:
+        elements = "".join(
+            f'<dial-suggest action="add-note"><dial-payload>{{"text":"note {n}"}}</dial-payload></dial-suggest>'
+            for n in range(size)
+        )
+        return f"<dial>{elements}</dial>"
 
-    return min(timed(run) for _ in range(3))
+    def run_with(size: int) -> Callable[[], Any]:
+        reply = reply_of(size)
+
+        async def run() -> None:
+            result = await conversation([reply, ACKNOWLEDGE_REPLY]).say("add them all")
+            assert len(result.outcomes) == size
+
+        return run
+
+    small, large = run_with(count), run_with(2 * count)
+    best_small = best_large = float("inf")
+    for _ in range(ROUNDS):
+        best_small = min(best_small, timed(small))
+        best_large = min(best_large, timed(large))
+    return best_small, best_large
 
 
 def scenario_c(calls: int) -> float:
@@ -142,7 +160,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="small sizes, to check the benchmark runs")
     smoke = parser.parse_args().smoke
     scale = 10 if smoke else 1
-    small, large = many_suggestions(500 // scale), many_suggestions(1000 // scale)
+    small, large = scenario_b(500 // scale)
     print(
         json.dumps(
             {
