@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -277,6 +278,7 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "store",
+                "python": platform.python_version(),
                 "smoke": smoke,
                 "load_average_1m": round(load, 2),
                 "a_conversations": count,
