@@ -35,7 +35,7 @@ ACKNOWLEDGE_REPLY = '<dial>\n  <dial-acknowledge of="sg-1">Added.</dial-acknowle
 
 
 #: Timed runs per figure; the best one is reported (the machine's other load only ever adds time).
-ROUNDS = 5
+ROUNDS = 7
 
 
 class Notes:
@@ -124,21 +124,24 @@ def scenario_b(count: int) -> tuple[float, float]:
 
 
 def scenario_c(calls: int) -> float:
-    """The last tenth of ``calls`` say calls over the first tenth, on one conversation."""
-    talk = conversation([SUGGESTION_REPLY, ACKNOWLEDGE_REPLY])
+    """The last tenth of ``calls`` say calls over the first tenth, on one conversation: each tenth's best time
+    over ``ROUNDS`` conversations, so that one noisy lap cannot pass for drift (drift shows in every round)."""
     tenth = calls // 10
-    laps: list[float] = []
+    first = last = float("inf")
+    for _ in range(ROUNDS):
+        talk = conversation([SUGGESTION_REPLY, ACKNOWLEDGE_REPLY])
+        laps: list[float] = []
 
-    async def run() -> None:
-        for start in range(0, calls, tenth):
-            began = time.perf_counter()
-            for _ in range(tenth):
-                await talk.say("add a note: buy milk")
-            laps.append(time.perf_counter() - began)
-            del start
+        async def run(talk: Conversation = talk, laps: list[float] = laps) -> None:
+            for _ in range(10):
+                began = time.perf_counter()
+                for _ in range(tenth):
+                    await talk.say("add a note: buy milk")
+                laps.append(time.perf_counter() - began)
 
-    trio.run(run)
-    return laps[-1] / laps[0]
+        trio.run(run)
+        first, last = min(first, laps[0]), min(last, laps[-1])
+    return last / first
 
 
 def scenario_m(count: int) -> float:

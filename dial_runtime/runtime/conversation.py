@@ -328,6 +328,7 @@ class Conversation:
 
     @contextlib.asynccontextmanager
     async def _driving_stored(self) -> AsyncIterator[None]:
+        """Hold a stored conversation: its lock, what others stored since, recovery, and a last write."""
         assert self._store is not None
         self._in_call = True
         try:
