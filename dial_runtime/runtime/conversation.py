@@ -157,8 +157,8 @@ class Conversation:
     ``agent.send(message)``, ``human.decide(suggestion)``, ``human.answer(ask)`` and ``domain.run(action,
     payload)`` may be plain or coroutine functions; ``domain.validate``, ``domain.preview`` and
     ``domain.context`` are plain. ``timeout`` bounds each wait for the agent and ``decide_timeout`` each
-    decision, in seconds (``None``: no bound). ``log`` rebuilds a conversation from its events; ``store`` and
-    ``conversation_id`` make it durable (see :meth:`open`).
+    decision, in seconds (``None``: no bound). ``log`` rebuilds a conversation from its entries (numbered from 1,
+    else ``ValueError``); ``store`` and ``conversation_id`` make it durable (see :meth:`open`).
     """
 
     def __init__(
