@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -369,6 +370,11 @@ async def test_sqlite_reads_the_end_of_a_log_from_its_lock_file(
         await store.append("c", [said(3, "x")], expected_seq=2)
     assert lock_file.read_bytes() == b"%020dp" % 3
     assert await store.read("c", after_seq=2) == [said(3, "c")]
+    shutil.rmtree(tmp_path / "logs.db.locks")
+    assert await keep(open_store(f"sqlite:{path}")).read("c", after_seq=2) == [said(3, "c")]
+    assert not (tmp_path / "logs.db.locks").exists()  # a read writes nothing (a reader may not be allowed to)
+    await store.append("c", [said(4, "d")], expected_seq=3)
+    assert lock_file.read_bytes() == b"%020dc" % 4
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,15 @@ def _lock_name(conversation_id: str) -> str:
     return hashlib.sha1(conversation_id.encode(), usedforsecurity=False).hexdigest() + ".lock"
 
 
+def _open_lock_file(path: str, flags: int) -> int:
+    """Open (creating) a lock file, and its folder when it is missing; only writers call this, never a read."""
+    try:
+        return os.open(path, flags | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return os.open(path, flags | os.O_CREAT, 0o644)
+
+
 class SQLiteStore:
     """Logs in a SQLite file (``sqlite3`` from the standard library), for workers on one machine.
 
@@ -77,7 +86,6 @@ class SQLiteStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._locks = self.path.with_name(self.path.name + ".locks")
-        self._locks_made = False
         self._connection: sqlite3.Connection | None = None
         self._closed = False
         self._guard = threading.Lock()
@@ -131,7 +139,7 @@ class SQLiteStore:
         lock_file = self._lock_file(conversation_id)
 
         def work(connection: sqlite3.Connection) -> None:
-            descriptor = os.open(lock_file, os.O_WRONLY | os.O_CREAT, 0o644)
+            descriptor = _open_lock_file(lock_file, os.O_WRONLY)
             try:
                 os.pwrite(descriptor, _mark(end, committed=False), 0)
                 connection.execute("BEGIN IMMEDIATE")
@@ -180,7 +188,7 @@ class SQLiteStore:
 
         Creating and ``flock``-ing a local file with ``LOCK_NB`` never waits, so it runs on the event loop.
         """
-        descriptor = os.open(self._lock_file(conversation_id), os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = _open_lock_file(self._lock_file(conversation_id), os.O_RDWR)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -195,10 +203,7 @@ class SQLiteStore:
             os.close(descriptor)  # closing the only descriptor of the open file releases its flock
 
     def _lock_file(self, conversation_id: str) -> str:
-        """The conversation's lock file (its folder is made on first use)."""
-        if not self._locks_made:
-            self._locks.mkdir(exist_ok=True)
-            self._locks_made = True
+        """Where the conversation's lock file is (it may not exist yet)."""
         return os.path.join(self._locks, _lock_name(conversation_id))
 
     def _marked(self, conversation_id: str) -> bytes | None:
