@@ -75,7 +75,7 @@ def main() -> None:
     options.add_argument("--smoke", action="store_true", help="small sizes and few iterations, for CI")
     smoke = options.parse_args().smoke
     scale = 100 if smoke else 1
-    calls, rounds, repetitions = (200, 3, 1) if smoke else (20_000, 15, 5)
+    calls, rounds, repetitions = (200, 3, 1) if smoke else (20_000, 15, 9)
     parse(TYPICAL_REPLY)
     figures = {
         "typical_reply_us": round(per_call_us(lambda: parse(TYPICAL_REPLY), calls, rounds), 2),

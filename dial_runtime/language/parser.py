@@ -800,7 +800,7 @@ def _shell(element: etree._Element, *, first: bool) -> etree._Element:
     shell = etree.Element(element.tag)
     shell.sourceline = element.sourceline
     if first:
-        for name, value in cast("list[tuple[str, str]]", element.items()):
+        for name, value in element.items():
             shell.set(name, value)
         shell.text = element.text
     return shell
