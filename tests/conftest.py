@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio.testing
 
-from .pg import postgres_url  # noqa: F401  (a session fixture: a PostgreSQL server)
+from .pg import pg_schema_url, postgres_url  # noqa: F401  (a PostgreSQL server, and a fresh schema on it)
 
 
 @pytest.fixture(

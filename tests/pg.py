@@ -16,9 +16,12 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlencode
 
+import psycopg
 import pytest
 
 ENV = "DIAL_TEST_POSTGRES_URL"
@@ -57,6 +60,17 @@ def postgres_url() -> Iterator[str]:
     """A libpq URL of a PostgreSQL database the tests may create (and drop) schemas in."""
     with server() as url:
         yield url
+
+
+@pytest.fixture
+def pg_schema_url(postgres_url: str) -> Iterator[str]:
+    """The server's URL with a fresh schema first on the ``search_path``: each test gets its own ``dial_log``."""
+    schema = f"test_{uuid.uuid4().hex}"
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(f"CREATE SCHEMA {schema}")
+    yield f"{postgres_url}{'&' if '?' in postgres_url else '?'}{urlencode({'options': f'-csearch_path={schema}'})}"
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @contextlib.contextmanager

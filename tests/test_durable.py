@@ -14,14 +14,12 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import anyio
-import psycopg
 import pytest
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
@@ -57,17 +55,6 @@ FIRST_REPLY = envelope(
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Real clocks: the stores wait on threads, processes and servers, which a virtual clock would skip past."""
     return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def pg_schema_url(postgres_url: str) -> Iterator[str]:
-    """The server's URL with a fresh schema first on the ``search_path``."""
-    schema = f"durable_{uuid.uuid4().hex}"
-    with psycopg.connect(postgres_url, autocommit=True) as connection:
-        connection.execute(f"CREATE SCHEMA {schema}")
-    yield f"{postgres_url}{'&' if '?' in postgres_url else '?'}{urlencode({'options': f'-csearch_path={schema}'})}"
-    with psycopg.connect(postgres_url, autocommit=True) as connection:
-        connection.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def _store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:

@@ -6,10 +6,11 @@ import json
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
-from dial_runtime import Conversation, Dismiss, event_from_dict, event_to_dict, scripted_human
-from dial_runtime.runtime.events import EVENT_TYPES, entry_from_dict, entry_to_dict
+from dial_runtime import Conversation, Dismiss, Outcome, event_from_dict, event_to_dict, scripted_human
+from dial_runtime.runtime.events import EVENT_TYPES, OutcomeEvent, entry_from_dict, entry_to_dict
 from dial_runtime.runtime.state import ConversationState
 
 from .fakes import Agent, Notes, envelope, hang, suggest
@@ -127,3 +128,10 @@ async def test_the_log_holds_what_on_event_never_sees() -> None:
     logged = [entry.event.type for entry in conversation.log]
     assert logged == ["said", "sent", "interrupted", "finished"]
     assert [event.type for event in events] == ["sent"]
+
+
+def test_an_outcome_event_carries_exactly_the_fields_of_its_outcome() -> None:
+    event_fields = [field.name for field in attrs.fields(OutcomeEvent) if field.name != "type"]
+    assert event_fields == [field.name for field in attrs.fields(Outcome)]
+    outcome = Outcome(id="sg-1", action="a", status="failed", error="e", code="c", hint="h", edited=True)
+    assert OutcomeEvent(**attrs.asdict(outcome)).outcome == outcome

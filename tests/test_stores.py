@@ -10,11 +10,9 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
-from urllib.parse import urlencode
 
 import anyio
 import anyio.to_thread
@@ -57,17 +55,6 @@ def demo_log() -> tuple[LogEntry, ...]:
     """The log of the shipped demo conversation: many kinds of event, payloads, results, outcomes."""
     conversation = anyio.run(partial(run_demo, write=lambda _: None))
     return conversation.log
-
-
-@pytest.fixture
-def pg_schema_url(postgres_url: str) -> Iterator[str]:
-    """The server's URL with a fresh schema first on the ``search_path``: each test gets its own ``dial_log``."""
-    schema = f"test_{uuid.uuid4().hex}"
-    with psycopg.connect(postgres_url, autocommit=True) as connection:
-        connection.execute(f"CREATE SCHEMA {schema}")
-    yield f"{postgres_url}{'&' if '?' in postgres_url else '?'}{urlencode({'options': f'-csearch_path={schema}'})}"
-    with psycopg.connect(postgres_url, autocommit=True) as connection:
-        connection.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @pytest.fixture(params=KINDS)

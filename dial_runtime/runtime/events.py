@@ -102,6 +102,10 @@ class SuggestionEvent:
     handoff: bool = False
 
 
+#: The fields an OutcomeEvent shares with the Outcome it reports (all of the Outcome's).
+_OUTCOME_FIELDS = tuple(field.name for field in attrs.fields(Outcome))
+
+
 @attrs.frozen(kw_only=True)
 class OutcomeEvent:
     """How a suggestion ended; the fields of its :class:`Outcome`."""
@@ -122,19 +126,7 @@ class OutcomeEvent:
     @property
     def outcome(self) -> Outcome:
         """The outcome this event reports."""
-        return Outcome(
-            id=self.id,
-            action=self.action,
-            status=self.status,
-            preview=self.preview,
-            result=self.result,
-            error=self.error,
-            code=self.code,
-            field=self.field,
-            hint=self.hint,
-            edited=self.edited,
-            expired=self.expired,
-        )
+        return Outcome(**{name: getattr(self, name) for name in _OUTCOME_FIELDS})
 
 
 @attrs.frozen(kw_only=True)
