@@ -23,6 +23,7 @@ from dial_runtime.demo import run_demo
 from dial_runtime.errors import ConversationBusy
 from dial_runtime.runtime.events import LogEntry, SaidEvent
 from dial_runtime.stores import MemoryStore, PostgresStore, SQLiteStore, Store, StoreConflict, open_store
+from dial_runtime.stores import sqlite as sqlite_store
 from dial_runtime.stores.base import encode
 
 pytestmark = pytest.mark.anyio
@@ -319,6 +320,59 @@ async def test_sqlite_runs_in_wal_mode(tmp_path: Path, keep: Callable[[Store], S
     connection = sqlite3.connect(path)
     assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     connection.close()
+
+
+async def test_sqlite_waits_for_another_writer_off_the_event_loop(
+    tmp_path: Path, keep: Callable[[Store], Store]
+) -> None:
+    """An append that finds the write lock taken neither fails nor stalls the event loop: it waits in a worker
+    thread until the lock is free, then appends."""
+    path = tmp_path / "logs.db"
+    store = keep(open_store(f"sqlite:{path}"))
+    await store.append("c", [said(1, "a")], expected_seq=0)
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    appended = anyio.Event()
+
+    async def append() -> None:
+        await store.append("c", [said(2, "b")], expected_seq=1)
+        appended.set()
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(append)
+            ticks = 0
+            with anyio.move_on_after(0.3):
+                while True:
+                    await anyio.sleep(0.01)
+                    ticks += 1
+            assert not appended.is_set()
+            assert ticks >= 10  # the loop ran other tasks all along
+            writer.execute("ROLLBACK")
+            with anyio.fail_after(10):
+                await appended.wait()
+    finally:
+        writer.close()
+    assert await store.read("c") == [said(1, "a"), said(2, "b")]
+
+
+async def test_sqlite_checkpoints_its_log_as_it_goes(
+    tmp_path: Path, keep: Callable[[Store], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Appends made on the event loop never checkpoint; every ``CHECKPOINT_EVERY`` of them, the next append
+    checkpoints in a worker thread, so the write-ahead log is reused instead of growing with every append."""
+
+    async def wal_size_after(appends: int, name: str) -> int:
+        store = keep(open_store(f"sqlite:{tmp_path / name}"))
+        for seq in range(1, appends + 1):
+            await store.append("c", [said(seq, "x" * 200)], expected_seq=seq - 1)
+        return (tmp_path / f"{name}-wal").stat().st_size
+
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 10**9)
+    unchecked = await wal_size_after(300, "unchecked.db")
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 16)
+    checked = await wal_size_after(300, "checked.db")
+    assert unchecked > 8 * 16 * 4096 > checked
 
 
 @pytest.mark.parametrize("died", [False, True], ids=["committed", "died-before-its-mark"])

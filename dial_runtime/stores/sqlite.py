@@ -57,6 +57,43 @@ def _open_lock_file(path: str, flags: int) -> int:
         return os.open(path, flags | os.O_CREAT, 0o644)
 
 
+#: Appends made on the event loop between two checkpoints (the worker thread's next append checkpoints first).
+CHECKPOINT_EVERY = 256
+
+
+def _busy(error: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused for a lock another connection holds (``SQLITE_BUSY``)."""
+    return str(error) == "database is locked"
+
+
+def _write(
+    lock_file: str,
+    conversation_id: str,
+    rows: list[tuple[str, int, float, str]],
+    expected_seq: int,
+    connection: sqlite3.Connection,
+) -> None:
+    """One append's transaction, between its "pending" and its "committed" mark; rolled back if it fails."""
+    end = expected_seq + len(rows)
+    descriptor = _open_lock_file(lock_file, os.O_WRONLY)
+    try:
+        os.pwrite(descriptor, _mark(end, committed=False), 0)
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            (last,) = connection.execute(_LAST, (conversation_id,)).fetchone()
+            if last != expected_seq:
+                raise StoreConflict(f"conversation {conversation_id!r} is at seq {last}, not {expected_seq}")
+            connection.executemany(_INSERT, rows)
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        os.pwrite(descriptor, _mark(end, committed=True), 0)
+    finally:
+        os.close(descriptor)
+
+
 class SQLiteStore:
     """Logs in a SQLite file (``sqlite3`` from the standard library), for workers on one machine.
 
@@ -67,8 +104,18 @@ class SQLiteStore:
 
     Every append is one ``BEGIN IMMEDIATE`` transaction (check the last seq, insert), so appends from any number
     of connections and processes serialise and a stale ``expected_seq`` is refused. The table's primary key is
-    ``(conversation_id, seq)``. One connection per store is shared by the worker threads the calls run in,
-    behind a lock; ``sqlite3`` caches its prepared statements.
+    ``(conversation_id, seq)``. ``sqlite3`` caches each connection's prepared statements.
+
+    What may wait runs in anyio's worker threads: opening the database, reads, checkpoints (they sync the file to
+    disk), and any append that would have to wait for another writer. An append that cannot wait runs on the
+    event loop instead, on a connection of its own that never waits for a lock (busy timeout 0) and never
+    checkpoints: it writes a few pages to the write-ahead log in the OS's cache, tens of microseconds, where a
+    round trip through a worker thread costs several times that. If the write lock is taken (another connection
+    or process is writing), or the worker's connection is busy, or the log is due a checkpoint (every
+    :data:`CHECKPOINT_EVERY` appends made on the loop), the append goes to a worker thread, which waits for the
+    lock as long as it takes (30 s at most) and checkpoints first when one is due. The first append after a
+    checkpoint starts the write-ahead log over, which syncs its header: running checkpoints in the worker keeps
+    that there too, except when another process sharing the file checkpointed last.
 
     :meth:`lock` takes an ``flock`` on ``<db>.locks/<sha1 of the id>.lock``: the kernel releases it when the
     holder exits or dies, so no lock outlives its process (a row in a table would). Lock files stay behind, to be
@@ -87,16 +134,27 @@ class SQLiteStore:
         self.path = Path(path)
         self._locks = self.path.with_name(self.path.name + ".locks")
         self._connection: sqlite3.Connection | None = None
+        self._on_loop: sqlite3.Connection | None = None
+        self._appends_on_loop = 0
         self._closed = False
         self._guard = threading.Lock()
 
     def _connect(self) -> sqlite3.Connection:
+        """Open the worker threads' connection (returned) and the event loop's, which never waits for a lock and
+        never checkpoints."""
         connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        on_loop: sqlite3.Connection | None = None
         try:
             self._set_up(connection)
+            on_loop = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0.0)
+            on_loop.execute("PRAGMA synchronous=NORMAL")
+            on_loop.execute("PRAGMA wal_autocheckpoint=0")
         except BaseException:
-            connection.close()
+            for opened in (on_loop, connection):
+                if opened is not None:
+                    opened.close()
             raise
+        self._on_loop = on_loop
         return connection
 
     @staticmethod
@@ -131,33 +189,42 @@ class SQLiteStore:
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         return await anyio.to_thread.run_sync(self._call, work)
 
+    def _on_the_loop(self, write: Callable[[sqlite3.Connection], None]) -> bool:
+        """Run ``write`` on the event loop's connection if it can run without waiting; whether it ran.
+
+        It cannot when the connections are not open yet, a worker thread is using them, a checkpoint is due, or
+        another connection holds the write lock (SQLite answers "database is locked" at once: nothing was written).
+        """
+        if self._on_loop is None or self._appends_on_loop >= CHECKPOINT_EVERY or not self._guard.acquire(False):
+            return False
+        try:
+            if self._on_loop is None:
+                return False
+            write(self._on_loop)
+        except sqlite3.OperationalError as error:
+            if _busy(error):
+                return False
+            raise
+        finally:
+            self._guard.release()
+        self._appends_on_loop += 1
+        return True
+
     async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
         """Append ``entries`` in one transaction iff the log ends at ``expected_seq``; else StoreConflict."""
         check_entries(entries, expected_seq)
         rows = [(conversation_id, entry.seq, entry.time, encode(entry)) for entry in entries]
-        end = expected_seq + len(rows)
-        lock_file = self._lock_file(conversation_id)
+        write = functools.partial(_write, self._lock_file(conversation_id), conversation_id, rows, expected_seq)
+        if self._on_the_loop(write):
+            return
+        checkpoint = self._appends_on_loop >= CHECKPOINT_EVERY
+        if checkpoint:
+            self._appends_on_loop = 0
 
         def work(connection: sqlite3.Connection) -> None:
-            descriptor = _open_lock_file(lock_file, os.O_WRONLY)
-            try:
-                os.pwrite(descriptor, _mark(end, committed=False), 0)
-                connection.execute("BEGIN IMMEDIATE")
-                try:
-                    (last,) = connection.execute(_LAST, (conversation_id,)).fetchone()
-                    if last != expected_seq:
-                        raise StoreConflict(
-                            f"conversation {conversation_id!r} is at seq {last}, not {expected_seq}"
-                        )
-                    connection.executemany(_INSERT, rows)
-                    connection.execute("COMMIT")
-                except BaseException:
-                    if connection.in_transaction:
-                        connection.execute("ROLLBACK")
-                    raise
-                os.pwrite(descriptor, _mark(end, committed=True), 0)
-            finally:
-                os.close(descriptor)
+            if checkpoint:
+                connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            write(connection)
 
         await self._run(work)
 
@@ -226,8 +293,9 @@ class SQLiteStore:
         def work() -> None:
             with self._guard:
                 self._closed = True
-                if self._connection is not None:
-                    self._connection.close()
-                    self._connection = None
+                for connection in (self._on_loop, self._connection):
+                    if connection is not None:
+                        connection.close()
+                self._on_loop = self._connection = None
 
         await anyio.to_thread.run_sync(work)
