@@ -682,6 +682,30 @@ def test_schema_errors_are_reported_with_readable_messages(body: str, needle: st
     assert schema[0].line == 3
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param('Sure.\n<dial><dial-suggest action="a">Do it</dial-suggest></dial>', id="valid"),
+        pytest.param('<dial turn="x"><dial-ask timeout="soon">Now?</dial-ask><dial-foo/></dial>', id="invalid"),
+        pytest.param(
+            "<dial>" + '<dial-inform render="nope">x</dial-inform>' * (MAX_ISSUES_PER_CODE + 3) + "</dial>",
+            id="many-schema-errors",
+        ),
+        pytest.param("<dial><dial-inform>a <b>bold</b> move</dial-inform> <dial></dial>", id="stray-and-extra"),
+    ],
+)
+def test_parse_without_the_schema_reads_the_same_envelope_less_its_schema_issues(reply: str) -> None:
+    checked, unchecked = envelope(reply), parse(reply, schema=False)
+    assert unchecked is not None
+    assert (unchecked.attributes, unchecked.elements, unchecked.raw) == (
+        checked.attributes,
+        checked.elements,
+        checked.raw,
+    )
+    assert unchecked.issues == tuple(issue for issue in checked.issues if issue.code != "schema")
+    assert "schema" not in codes(unchecked)
+
+
 # ---------------------------------------------------------------------------------------------- envelope location
 
 

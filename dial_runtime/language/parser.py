@@ -883,12 +883,16 @@ def _extra_envelopes(text: str, pos: int, line: int, line_pos: int, issues: _Iss
         )
 
 
-def parse(text: str, *, max_size: int = DEFAULT_MAX_SIZE) -> Envelope | None:
+def parse(text: str, *, max_size: int = DEFAULT_MAX_SIZE, schema: bool = True) -> Envelope | None:
     """Parse the first DIAL envelope of an agent's reply; ``None`` when the reply holds none.
 
     ``max_size`` limits the envelope (not the prose around it) in bytes of UTF-8; it is checked before any XML
     parsing, and a larger envelope raises :class:`~dial_runtime.errors.DialSizeError`. Never raises on content:
     whatever could not be read as written is repaired or skipped and reported in ``Envelope.issues``.
+
+    ``schema=False`` skips the check against the lenient XSD, whose findings are only ever issues (``"schema"``):
+    the elements are the same either way. It is for callers that read the elements and not the issues, as the
+    runtime does while a reply has elements to handle.
     """
     found = _locate(text, 0)
     if found is None:
@@ -936,7 +940,8 @@ def parse(text: str, *, max_size: int = DEFAULT_MAX_SIZE) -> Envelope | None:
                 _stray(child, "dial", issues, base)
             else:
                 elements.append(builder(child, issues, base))
-        _validate(root, issues, base)
+        if schema:
+            _validate(root, issues, base)
     if _START.search(text, end) is not None:
         _extra_envelopes(text, end, base + 1, start, issues)
     return Envelope(attributes=attributes, elements=tuple(elements), raw=raw, issues=issues.result())

@@ -383,18 +383,20 @@ class Conversation:
             self._record(InterruptedEvent(turn=state.turn, reason="the process stopped"))
             self._record(FinishedEvent(status="interrupted", turns=state.turn))
 
-    def _record(self, event: Event, *, notify: bool = False) -> None:
-        """Append an event to the log, fold it into the state, and show it to ``on_event`` when asked."""
+    def _record(self, event: Event) -> None:
+        """Fold an event into the state and append it to the log (the state refuses it first if it must)."""
         self._state.apply(event)
         self._log.add(event, time.time())
-        if notify and self.on_event is not None:
+
+    def _emit(self, event: Event) -> None:
+        """Record an event and show it to ``on_event``, whose exceptions are logged and go no further."""
+        self._state.apply(event)
+        self._log.add(event, time.time())
+        if self.on_event is not None:
             try:
                 self.on_event(event)
             except Exception:
                 logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
-
-    def _emit(self, event: Event) -> None:
-        self._record(event, notify=True)
 
     def _spec(self, action: str) -> ActionSpec | None:
         spec = self._specs.get(action)
@@ -646,7 +648,7 @@ class _Run:
         conversation, state = self.conversation, self.state
         reply = state.reply or ""
         try:
-            envelope = parse(reply)
+            envelope = parse(reply, schema=False)
         except DialSizeError as error:
             return self._refuse(str(error))
         if envelope is None:
@@ -654,8 +656,10 @@ class _Run:
             if text and state.cursor < -1:
                 conversation._emit(InformEvent(text=text, element=-1))
             return ()
-        if not envelope.elements and envelope.issues:
-            return self._refuse("; ".join(issue.message for issue in envelope.issues))
+        if not envelope.elements:
+            checked = parse(reply)  # with the schema's findings, which may be all there is to say about it
+            if checked is not None and checked.issues:
+                return self._refuse("; ".join(issue.message for issue in checked.issues))
         if state.cursor < -1:
             start = reply.find(envelope.raw)
             prose = (reply[:start] + reply[start + len(envelope.raw) :]).strip()
@@ -985,7 +989,7 @@ class _Run:
             self.conversation._record(AnsweredEvent(ask_id=ask_id, text=""))
         received = self.streaming.text if self.streaming is not None else state.reply
         try:
-            elements = parse(received or "") if state.loop in ("handling", "awaiting") else None
+            elements = parse(received or "", schema=False) if state.loop in ("handling", "awaiting") else None
         except DialSizeError:
             elements = None
         remaining = elements.elements if elements is not None else ()
