@@ -386,12 +386,16 @@ class Conversation:
     def _record(self, event: Event) -> None:
         """Fold an event into the state and append it to the log (the state refuses it first if it must)."""
         self._state.apply(event)
-        self._log.add(event, time.time())
+        log = self._log
+        log.events.append(event)
+        log.times.append(time.time())
 
     def _emit(self, event: Event) -> None:
         """Record an event and show it to ``on_event``, whose exceptions are logged and go no further."""
         self._state.apply(event)
-        self._log.add(event, time.time())
+        log = self._log
+        log.events.append(event)
+        log.times.append(time.time())
         if self.on_event is not None:
             try:
                 self.on_event(event)

@@ -15,7 +15,11 @@ from .events import Event, LogEntry
 
 
 class EventLog:
-    """Events numbered from 1, with their wall-clock times; :meth:`entries` gives them as log entries."""
+    """Events numbered from 1, with their wall-clock times; :meth:`entries` gives them as log entries.
+
+    ``events`` and ``times`` grow together: the conversation appends to both, once per event (a method call per
+    event is a measurable share of a turn), and everything else goes through :meth:`add`.
+    """
 
     __slots__ = ("_entries", "events", "times")
 
