@@ -706,6 +706,21 @@ def test_parse_without_the_schema_reads_the_same_envelope_less_its_schema_issues
     assert "schema" not in codes(unchecked)
 
 
+@pytest.mark.parametrize(
+    "broken",
+    [
+        pytest.param("<dial><<<>>></dial>", id="refused-while-fed"),
+        pytest.param("<dial><dial-inform>open", id="refused-at-the-end"),
+        pytest.param("<dial><dial-inform>&bogus;</dial-inform></dial>", id="undefined-entity"),
+    ],
+)
+def test_a_broken_envelope_leaves_nothing_behind_for_the_next_one(broken: str) -> None:
+    """The strict parser is reused: after a reply it could not read, the next one is read on its own."""
+    assert envelope(broken).issues
+    after = envelope('<dial><dial-inform id="i">fine</dial-inform></dial>')
+    assert (after.issues, after.elements) == ((), (Inform(id="i", text="fine", line=1),))
+
+
 # ---------------------------------------------------------------------------------------------- envelope location
 
 
