@@ -6,7 +6,6 @@ import json
 import re
 from typing import Any, ClassVar
 
-import attrs
 import pytest
 
 from dial_runtime import ActionSpec, Outcome, outcome_reply, parse, validate
@@ -61,8 +60,7 @@ class Tasks:
         return None
 
 
-@attrs.frozen(kw_only=True)
-class DocumentedSpec(ActionSpec):
+class DocumentedSpec(ActionSpec, frozen=True, kw_only=True):
     """An action spec that carries its own documentation."""
 
     description: str = ""

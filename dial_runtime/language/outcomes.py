@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import attrs
+import msgspec
 
 STATUSES = ("done", "failed", "invalid", "dismissed", "superseded", "handed-off")
 
@@ -74,8 +74,7 @@ def to_json_ready(value: Any) -> Any:
     return str(value)
 
 
-@attrs.frozen(kw_only=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     """How one suggestion ended: exactly one per suggestion, reported to the agent."""
 
     id: str

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
+import msgspec
 
 
-@attrs.frozen(kw_only=True)
-class ParseIssue:
+class ParseIssue(msgspec.Struct, frozen=True, kw_only=True):
     """Something the parser repaired, kept aside or could not read; ``line`` is 1-based in the whole reply."""
 
     code: str
@@ -23,8 +22,7 @@ class ParseIssue:
     line: int | None = None
 
 
-@attrs.frozen(kw_only=True)
-class RootAttributes:
+class RootAttributes(msgspec.Struct, frozen=True, kw_only=True):
     """The attributes of the ``<dial>`` root; ``turn`` is ``None`` unless it is an unsigned integer."""
 
     version: str | None = None
@@ -33,8 +31,7 @@ class RootAttributes:
     session: str | None = None
 
 
-@attrs.frozen(kw_only=True)
-class Option:
+class Option(msgspec.Struct, frozen=True, kw_only=True):
     """One ``<dial-option>`` of a choice ask; ``value`` falls back to the label when absent."""
 
     value: str
@@ -43,8 +40,7 @@ class Option:
     disabled: bool = False
 
 
-@attrs.frozen(kw_only=True)
-class Step:
+class Step(msgspec.Struct, frozen=True, kw_only=True):
     """One ``<step>`` of a ``<dial-execute>``; ``command`` is the trimmed text content."""
 
     env: str = "shell"
@@ -55,8 +51,7 @@ class Step:
     command: str = ""
 
 
-@attrs.frozen(kw_only=True)
-class _Act:
+class _Act(msgspec.Struct, frozen=True, kw_only=True):
     """The base attributes every speech act carries."""
 
     id: str | None = None
@@ -67,8 +62,7 @@ class _Act:
     line: int | None = None
 
 
-@attrs.frozen(kw_only=True)
-class _PayloadCarrier(_Act):
+class _PayloadCarrier(_Act, frozen=True, kw_only=True):
     """An act that may carry a ``<dial-payload>``."""
 
     text: str | None = None
@@ -77,16 +71,14 @@ class _PayloadCarrier(_Act):
     payload_type: str = "application/json"
 
 
-@attrs.frozen(kw_only=True)
-class Inform(_PayloadCarrier):
+class Inform(_PayloadCarrier, frozen=True, kw_only=True):
     """``<dial-inform>``: an assertion that expects no response."""
 
     type: str = "dial-inform"
     render: str = "prose"
 
 
-@attrs.frozen(kw_only=True)
-class AskElement(_Act):
+class AskElement(_Act, frozen=True, kw_only=True):
     """``<dial-ask>``: a question; ``timeout`` is in seconds (``None``: wait forever)."""
 
     type: str = "dial-ask"
@@ -96,8 +88,7 @@ class AskElement(_Act):
     options: tuple[Option, ...] = ()
 
 
-@attrs.frozen(kw_only=True)
-class Suggest(_PayloadCarrier):
+class Suggest(_PayloadCarrier, frozen=True, kw_only=True):
     """``<dial-suggest>``: a proposed action, with the agent's wording in ``text``."""
 
     type: str = "dial-suggest"
@@ -106,16 +97,14 @@ class Suggest(_PayloadCarrier):
     multi: bool = False
 
 
-@attrs.frozen(kw_only=True)
-class Execute(_Act):
+class Execute(_Act, frozen=True, kw_only=True):
     """``<dial-execute>``: a graph of steps linked by observe/yield."""
 
     type: str = "dial-execute"
     steps: tuple[Step, ...] = ()
 
 
-@attrs.frozen(kw_only=True)
-class Acknowledge(_Act):
+class Acknowledge(_Act, frozen=True, kw_only=True):
     """``<dial-acknowledge>``: closes a loop; ``of`` names the acknowledged element."""
 
     type: str = "dial-acknowledge"
@@ -123,16 +112,14 @@ class Acknowledge(_Act):
     text: str | None = None
 
 
-@attrs.frozen(kw_only=True)
-class Declare(_PayloadCarrier):
+class Declare(_PayloadCarrier, frozen=True, kw_only=True):
     """``<dial-declare>``: a named fact; the body may be a payload or bare JSON text (kept in ``text``)."""
 
     type: str = "dial-declare"
     context_key: str | None = None
 
 
-@attrs.frozen(kw_only=True)
-class Delegate(_PayloadCarrier):
+class Delegate(_PayloadCarrier, frozen=True, kw_only=True):
     """``<dial-delegate>``: a hand-off to another actor; the payload is the one inside ``<dial-context>``."""
 
     type: str = "dial-delegate"
@@ -141,8 +128,7 @@ class Delegate(_PayloadCarrier):
     resume: bool = False
 
 
-@attrs.frozen(kw_only=True)
-class Phatic(_Act):
+class Phatic(_Act, frozen=True, kw_only=True):
     """``<dial-phatic>``: a channel signal such as ``typing`` or ``session-complete``."""
 
     type: str = "dial-phatic"
@@ -164,8 +150,7 @@ ELEMENT_TYPES: dict[str, type[Element]] = {
 }
 
 
-@attrs.frozen(kw_only=True)
-class Envelope:
+class Envelope(msgspec.Struct, frozen=True, kw_only=True):
     """A parsed ``<dial>`` envelope: root attributes, speech acts in document order, the raw text, repairs."""
 
     attributes: RootAttributes = RootAttributes()

@@ -13,9 +13,9 @@ without loss.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, get_args
+from typing import Any, ClassVar, get_args
 
-import attrs
+import msgspec
 
 from ..language.outcomes import Outcome
 from ..language.records import Option, Step
@@ -32,66 +32,59 @@ def _steps(values: Iterable[Step | Mapping[str, Any]]) -> tuple[Step, ...]:
     )
 
 
-def _kind(name: str) -> Any:
-    return attrs.field(default=name, init=False)
-
-
-@attrs.frozen(kw_only=True)
-class SentEvent:
+class SentEvent(msgspec.Struct, frozen=True, kw_only=True):
     """A message went to the agent (``turn`` counts from 1 in each ``say``)."""
 
-    type: str = _kind("sent")
+    type: ClassVar[str] = "sent"
     turn: int
     message: str
 
 
-@attrs.frozen(kw_only=True)
-class ReplyEvent:
+class ReplyEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The agent's raw reply arrived (whole: a streamed reply is reported when its last chunk is in);
     everything the message carried counts as delivered."""
 
-    type: str = _kind("reply")
+    type: ClassVar[str] = "reply"
     turn: int
     text: str
 
 
-@attrs.frozen(kw_only=True)
-class ReplyStartedEvent:
+class ReplyStartedEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The first chunk of a streamed reply arrived: the message was delivered, and handling begins."""
 
-    type: str = _kind("reply-started")
+    type: ClassVar[str] = "reply-started"
     turn: int
 
 
-@attrs.frozen(kw_only=True)
-class InformEvent:
+class InformEvent(msgspec.Struct, frozen=True, kw_only=True):
     """Something to show the person; ``act`` is ``inform`` or ``acknowledge`` when it came from an element."""
 
-    type: str = _kind("inform")
+    type: ClassVar[str] = "inform"
     text: str
     act: str | None = None
     element: int | None = None
 
 
-@attrs.frozen(kw_only=True)
-class AskEvent:
+class AskEvent(msgspec.Struct, frozen=True, kw_only=True):
     """A question the agent asked (put to the person unless they already said something else in this reply)."""
 
-    type: str = _kind("ask")
+    type: ClassVar[str] = "ask"
     text: str
     response_type: str = "text"
-    options: tuple[Option, ...] = attrs.field(default=(), converter=_options)
+    options: tuple[Option, ...] = ()
     id: str = ""
     timeout: float | None = None
     asked: bool = True
     element: int | None = None
 
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "options", _options(self.options))
 
-@attrs.frozen(kw_only=True)
-class SuggestionEvent:
+
+class SuggestionEvent(msgspec.Struct, frozen=True, kw_only=True):
     """A valid suggestion, shown to the person (or run at once when read-only or a hand-off)."""
 
-    type: str = _kind("suggestion")
+    type: ClassVar[str] = "suggestion"
     id: str
     action: str
     text: str
@@ -103,14 +96,13 @@ class SuggestionEvent:
 
 
 #: The fields an OutcomeEvent shares with the Outcome it reports (all of the Outcome's).
-_OUTCOME_FIELDS = tuple(field.name for field in attrs.fields(Outcome))
+_OUTCOME_FIELDS = Outcome.__struct_fields__
 
 
-@attrs.frozen(kw_only=True)
-class OutcomeEvent:
+class OutcomeEvent(msgspec.Struct, frozen=True, kw_only=True):
     """How a suggestion ended; the fields of its :class:`Outcome`."""
 
-    type: str = _kind("outcome")
+    type: ClassVar[str] = "outcome"
     id: str
     action: str
     status: str
@@ -129,47 +121,42 @@ class OutcomeEvent:
         return Outcome(**{name: getattr(self, name) for name in _OUTCOME_FIELDS})
 
 
-@attrs.frozen(kw_only=True)
-class NoReplyEvent:
+class NoReplyEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The agent did not answer within the deadline; what it was not told stays owed."""
 
-    type: str = _kind("no-reply")
+    type: ClassVar[str] = "no-reply"
     turn: int
     error: str
 
 
-@attrs.frozen(kw_only=True)
-class TurnLimitEvent:
+class TurnLimitEvent(msgspec.Struct, frozen=True, kw_only=True):
     """``max_turns`` turns were used in one ``say``; what is owed goes with the next one."""
 
-    type: str = _kind("turn-limit")
+    type: ClassVar[str] = "turn-limit"
     turns: int
 
 
-@attrs.frozen(kw_only=True)
-class DeclareEvent:
+class DeclareEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The agent declared a fact (an unpaired ``dial-declare``); stored in ``conversation.facts``."""
 
-    type: str = _kind("declare")
+    type: ClassVar[str] = "declare"
     context_key: str
     value: Any
     element: int | None = None
 
 
-@attrs.frozen(kw_only=True)
-class PhaticEvent:
+class PhaticEvent(msgspec.Struct, frozen=True, kw_only=True):
     """A channel signal from the agent (``session-complete`` ends the conversation)."""
 
-    type: str = _kind("phatic")
+    type: ClassVar[str] = "phatic"
     signal: str
     element: int | None = None
 
 
-@attrs.frozen(kw_only=True)
-class DelegateEvent:
+class DelegateEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The agent handed something to another actor; shown, not acted on."""
 
-    type: str = _kind("delegate")
+    type: ClassVar[str] = "delegate"
     to: str
     intent: str | None = None
     text: str | None = None
@@ -177,30 +164,30 @@ class DelegateEvent:
     element: int | None = None
 
 
-@attrs.frozen(kw_only=True)
-class ExecuteEvent:
+class ExecuteEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The agent sent a step graph; shown, never run by this runtime."""
 
-    type: str = _kind("execute")
+    type: ClassVar[str] = "execute"
     id: str | None = None
-    steps: tuple[Step, ...] = attrs.field(default=(), converter=_steps)
+    steps: tuple[Step, ...] = ()
     element: int | None = None
 
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "steps", _steps(self.steps))
 
-@attrs.frozen(kw_only=True)
-class SaidEvent:
+
+class SaidEvent(msgspec.Struct, frozen=True, kw_only=True):
     """A ``say`` began with these words of the person's (logged even after the conversation ended)."""
 
-    type: str = _kind("said")
+    type: ClassVar[str] = "said"
     text: str
 
 
-@attrs.frozen(kw_only=True)
-class ProposedEvent:
+class ProposedEvent(msgspec.Struct, frozen=True, kw_only=True):
     """A suggestion was read from a reply (``element``: the last element it used, its declare included);
     ``numbered`` when the runtime assigned its ``sg-N`` id."""
 
-    type: str = _kind("proposed")
+    type: ClassVar[str] = "proposed"
     id: str
     action: str
     payload: Any
@@ -209,25 +196,23 @@ class ProposedEvent:
     text: str = ""
 
 
-@attrs.frozen(kw_only=True)
-class AnsweredEvent:
+class AnsweredEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The person answered an ask; an empty answer (or ``expired``) means the question stands."""
 
-    type: str = _kind("answered")
+    type: ClassVar[str] = "answered"
     ask_id: str
     text: str
     expired: bool = False
     by: str | None = None
 
 
-@attrs.frozen(kw_only=True)
-class DecidedEvent:
+class DecidedEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The person (``by``, when known) decided: ``accept``, ``dismiss``, ``edit``, ``say`` or ``expire``.
 
     An edit carries the payload before (``previous``) and after (``payload``); a say carries its ``text``.
     """
 
-    type: str = _kind("decided")
+    type: ClassVar[str] = "decided"
     suggestion_id: str
     decision: str
     payload: Any = None
@@ -236,20 +221,18 @@ class DecidedEvent:
     by: str | None = None
 
 
-@attrs.frozen(kw_only=True)
-class DeferredEvent:
+class DeferredEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The person will decide on a suggestion (or answer an ask) later; the call returns ``awaiting``."""
 
-    type: str = _kind("deferred")
+    type: ClassVar[str] = "deferred"
     subject_id: str
     kind: str
 
 
-@attrs.frozen(kw_only=True)
-class RefusedEvent:
+class RefusedEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The domain refused the payload the person accepted or edited; they see ``issue`` and decide again."""
 
-    type: str = _kind("refused")
+    type: ClassVar[str] = "refused"
     suggestion_id: str
     payload: Any
     code: str | None = None
@@ -257,11 +240,10 @@ class RefusedEvent:
     hint: str | None = None
 
 
-@attrs.frozen(kw_only=True)
-class ActionStartedEvent:
+class ActionStartedEvent(msgspec.Struct, frozen=True, kw_only=True):
     """An action is about to run with this (validated) payload; its outcome follows, unless the process dies."""
 
-    type: str = _kind("action-started")
+    type: ClassVar[str] = "action-started"
     suggestion_id: str
     action: str
     payload: Any
@@ -269,64 +251,57 @@ class ActionStartedEvent:
     edited: bool = False
 
 
-@attrs.frozen(kw_only=True)
-class ResumedEvent:
+class ResumedEvent(msgspec.Struct, frozen=True, kw_only=True):
     """A call took up a conversation that was awaiting the person (``decide``, ``answer`` or ``resume``)."""
 
-    type: str = _kind("resumed")
+    type: ClassVar[str] = "resumed"
     call: str
 
 
-@attrs.frozen(kw_only=True)
-class HandledEvent:
+class HandledEvent(msgspec.Struct, frozen=True, kw_only=True):
     """Every element of the turn's reply has been handled and nothing awaits the person."""
 
-    type: str = _kind("handled")
+    type: ClassVar[str] = "handled"
     turn: int
 
 
-@attrs.frozen(kw_only=True)
-class SendFailedEvent:
+class SendFailedEvent(msgspec.Struct, frozen=True, kw_only=True):
     """``agent.send`` raised; ``say`` re-raises the error and everything owed stays owed."""
 
-    type: str = _kind("send-failed")
+    type: ClassVar[str] = "send-failed"
     turn: int
     error: str
 
 
-@attrs.frozen(kw_only=True)
-class ReplyRefusedEvent:
+class ReplyRefusedEvent(msgspec.Struct, frozen=True, kw_only=True):
     """A reply could not be used at all; the agent is told why on the next turn."""
 
-    type: str = _kind("reply-refused")
+    type: ClassVar[str] = "reply-refused"
     turn: int
     reply_id: str
     reason: str
     element: int | None = None
 
 
-@attrs.frozen(kw_only=True)
-class InterruptedEvent:
+class InterruptedEvent(msgspec.Struct, frozen=True, kw_only=True):
     """A turn stopped early: cancelled by the caller, or a callback of the person's or domain's raised."""
 
-    type: str = _kind("interrupted")
+    type: ClassVar[str] = "interrupted"
     turn: int
     reason: str
 
 
-@attrs.frozen(kw_only=True)
-class EndedEvent:
+class EndedEvent(msgspec.Struct, frozen=True, kw_only=True):
     """The conversation ended (the agent's ``session-complete`` or ``end()``); later words are only logged."""
 
-    type: str = _kind("ended")
+    type: ClassVar[str] = "ended"
     reason: str
 
 
-@attrs.frozen(kw_only=True)
-class FinishedEvent:
+class FinishedEvent(msgspec.Struct, frozen=True, kw_only=True):
     """A call finished with this status (a ``TurnResult`` status, ``awaiting`` or ``interrupted``)."""
 
-    type: str = _kind("finished")
+    type: ClassVar[str] = "finished"
     status: str
     turns: int
 
@@ -361,11 +336,7 @@ Event = (
     | FinishedEvent
 )
 
-EVENT_TYPES: dict[str, type[Event]] = {attrs.fields(cls).type.default: cls for cls in get_args(Event)}
-
-_FIELD_NAMES: dict[str, tuple[str, ...]] = {
-    kind: tuple(field.name for field in attrs.fields(cls)) for kind, cls in EVENT_TYPES.items()
-}
+EVENT_TYPES: dict[str, type[Event]] = {cls.type: cls for cls in get_args(Event)}
 
 #: Events a surface renders; the others exist for the log (state, audit, replay).
 RENDERED = frozenset(
@@ -386,8 +357,7 @@ RENDERED = frozenset(
 )
 
 
-@attrs.frozen(kw_only=True)
-class LogEntry:
+class LogEntry(msgspec.Struct, frozen=True, kw_only=True):
     """One line of a conversation's log: its 1-based sequence number, wall-clock time, and the event."""
 
     seq: int
@@ -396,15 +366,20 @@ class LogEntry:
 
 
 def _plain(value: Any) -> Any:
-    """A field's value as JSON-ready data: options and steps become dicts, tuples lists."""
+    """A field's value as JSON-ready data: records (options, steps) become dicts, tuples lists."""
     if isinstance(value, tuple):
-        return [attrs.asdict(item) if attrs.has(type(item)) else _plain(item) for item in value]
+        return [_plain(item) for item in value]
+    if isinstance(value, msgspec.Struct):
+        return {name: _plain(item) for name, item in msgspec.structs.asdict(value).items()}
     return value
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
     """The event as JSON-ready data, ``type`` first."""
-    return {name: _plain(getattr(event, name)) for name in _FIELD_NAMES[event.type]}
+    data: dict[str, Any] = {"type": event.type}
+    for name in event.__struct_fields__:
+        data[name] = _plain(getattr(event, name))
+    return data
 
 
 def event_from_dict(data: Mapping[str, Any]) -> Event:

@@ -10,14 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
+import msgspec
 
 from ..language.outcomes import Outcome
 from ..language.records import Option
 
 
-@attrs.frozen(kw_only=True)
-class Issue:
+class Issue(msgspec.Struct, frozen=True, kw_only=True):
     """Why the domain refused a payload: a machine-readable ``code``, the ``field`` at fault, a ``hint``."""
 
     code: str | None = None
@@ -25,8 +24,7 @@ class Issue:
     hint: str | None = None
 
 
-@attrs.frozen(kw_only=True)
-class ActionSpec:
+class ActionSpec(msgspec.Struct, frozen=True, kw_only=True):
     """What the domain says of one action: does it change anything, is it destructive, is it a hand-off."""
 
     mutates: bool
@@ -46,8 +44,7 @@ class ActionError(Exception):
         self.hint = hint
 
 
-@attrs.frozen(kw_only=True)
-class Suggestion:
+class Suggestion(msgspec.Struct, frozen=True, kw_only=True):
     """A valid proposal as the person sees it; ``issue`` is set after a refused edit."""
 
     id: str
@@ -59,8 +56,7 @@ class Suggestion:
     issue: Issue | None = None
 
 
-@attrs.frozen(kw_only=True)
-class Ask:
+class Ask(msgspec.Struct, frozen=True, kw_only=True):
     """A question put to the person; ``timeout`` (seconds) bounds the wait for an answer."""
 
     id: str
@@ -70,32 +66,27 @@ class Ask:
     timeout: float | None = None
 
 
-@attrs.frozen
-class Accept:
+class Accept(msgspec.Struct, frozen=True):
     """Run the suggestion as shown (its payload is validated once more first)."""
 
 
-@attrs.frozen
-class Dismiss:
+class Dismiss(msgspec.Struct, frozen=True):
     """Do not run the suggestion."""
 
 
-@attrs.frozen
-class Edit:
+class Edit(msgspec.Struct, frozen=True):
     """Run the suggestion with this payload instead, once the domain has validated it."""
 
     payload: Any
 
 
-@attrs.frozen
-class Say:
+class Say(msgspec.Struct, frozen=True):
     """Decide nothing and say this instead: this suggestion and the reply's remaining ones are superseded."""
 
     text: str
 
 
-@attrs.frozen
-class Defer:
+class Defer(msgspec.Struct, frozen=True):
     """Decide (or answer) later: the call returns ``awaiting`` and the conversation waits, persisted, for
     ``Conversation.decide`` or ``Conversation.answer`` (in any process, when the conversation has a store)."""
 
@@ -103,8 +94,7 @@ class Defer:
 Decision = Accept | Dismiss | Edit | Say
 
 
-@attrs.frozen(kw_only=True)
-class TurnResult:
+class TurnResult(msgspec.Struct, frozen=True, kw_only=True):
     """What one call came to: ``status`` (idle, no-reply, turn-limit, ended or awaiting), the turns it ran, its
     outcomes, and (``awaiting``) the suggestions and asks waiting for the person."""
 
