@@ -2,8 +2,9 @@
 
 Scenarios (ARCHITECTURE.md): (a) 1,000 conversations x one ``say`` (a suggestion + declare, accepted, then an
 acknowledge: 2 turns each), in microseconds per turn; (b) one reply with 500 and with 1,000 suggestions, and the
-ratio of their times (the median over pairs of runs); (c) one conversation of 2,000 ``say`` calls, the last tenth's time over the first tenth's; (m) bytes
-held per conversation after one ``say``. ``--smoke`` runs small sizes, for CI.
+ratio of their times (the median over pairs of runs); (c) one conversation of 2,000 ``say`` calls, the last
+tenth's time over the first tenth's; (m) bytes held per conversation after one ``say``. ``--smoke`` runs small
+sizes, for CI.
 
 The figures depend on the interpreter's build as much as on the machine: a CPython built without profile-guided
 and link-time optimisation (pyenv's default) runs scenario (a) about a quarter slower than the same version built

@@ -21,8 +21,15 @@ import pytest
 
 from dial_runtime import Conversation, outcome_reply, policy_human
 from dial_runtime.agents import AgentError, ChatAgent, ChatMessage, RecordedAgent, agent_from_uri, system_prompt
-from dial_runtime.agents.chat import parse_retry_after
-from dial_runtime.runtime.events import entry_to_dict
+from dial_runtime.agents.chat import history_from_log, parse_retry_after
+from dial_runtime.runtime.events import (
+    Event,
+    LogEntry,
+    ReplyEvent,
+    ReplyStartedEvent,
+    SentEvent,
+    entry_to_dict,
+)
 
 from .fakes import Agent, Notes, envelope, suggest
 from .openai_server import Drop, Error, OpenAIServer, Reply
@@ -161,6 +168,46 @@ def test_keys_come_from_the_environment_only(monkeypatch: pytest.MonkeyPatch) ->
 
 
 # ---------------------------------------------------------------------------------------------- conversation state
+
+
+def logged(*events: Event) -> list[LogEntry]:
+    return [LogEntry(seq=seq, time=0.0, event=event) for seq, event in enumerate(events, start=1)]
+
+
+@pytest.mark.parametrize(
+    ("events", "history"),
+    [
+        pytest.param(
+            [SentEvent(turn=1, message="q"), ReplyEvent(turn=1, text="a")],
+            [ChatMessage("user", "q"), ChatMessage("assistant", "a")],
+            id="answered",
+        ),
+        pytest.param(
+            [SentEvent(turn=1, message="q"), ReplyStartedEvent(turn=1), ReplyEvent(turn=1, text="a")],
+            [ChatMessage("user", "q"), ChatMessage("assistant", "a")],
+            id="streamed",
+        ),
+        pytest.param([SentEvent(turn=1, message="q")], [], id="never-answered"),
+        pytest.param(
+            [SentEvent(turn=1, message="q"), ReplyStartedEvent(turn=1)],
+            [ChatMessage("user", "q")],
+            id="died-while-streaming",
+        ),
+        pytest.param(
+            [
+                SentEvent(turn=1, message="q"),
+                ReplyStartedEvent(turn=1),
+                SentEvent(turn=1, message="outcome"),
+                ReplyEvent(turn=1, text="ok"),
+            ],
+            [ChatMessage("user", "q"), ChatMessage("user", "outcome"), ChatMessage("assistant", "ok")],
+            id="taken-up-after-dying-while-streaming",
+        ),
+    ],
+)
+def test_the_history_a_log_implies(events: list[Event], history: list[ChatMessage]) -> None:
+    """Every message the agent began to answer is in the history, even when the log lost the reply's end."""
+    assert history_from_log(logged(*events)) == history
 
 
 async def test_the_agent_keeps_its_conversations_history(server: OpenAIServer) -> None:

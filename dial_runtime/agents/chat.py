@@ -39,7 +39,7 @@ import attrs
 import httpx
 
 from ..errors import DialError
-from ..runtime.events import LogEntry, ReplyEvent, SentEvent
+from ..runtime.events import LogEntry, ReplyEvent, ReplyStartedEvent, SentEvent
 
 __all__ = ["TRANSIENT_STATUSES", "AgentError", "ChatAgent", "ChatMessage", "parse_retry_after"]
 
@@ -170,16 +170,30 @@ def _describe(error: BaseException) -> str:
 
 
 def history_from_log(entries: Iterable[LogEntry]) -> list[ChatMessage]:
-    """The chat history a conversation's log implies: each message sent that got a reply, and that reply."""
+    """The chat history a conversation's log implies: each message sent that got a reply, and that reply.
+
+    A message whose streamed reply had begun when the log stops, or stopped before the reply's end (a process
+    that died while the person decided on an element the stream had already delivered), was delivered: it is
+    kept, without a reply, for the log has no whole reply to give it. A message that got no reply at all is not.
+    """
     history: list[ChatMessage] = []
     sent: str | None = None
+    delivered: str | None = None
     for entry in entries:
         event = entry.event
         if isinstance(event, SentEvent):
-            sent = event.message
-        elif isinstance(event, ReplyEvent) and sent is not None:
-            history += [ChatMessage("user", sent), ChatMessage("assistant", event.text)]
-            sent = None
+            if delivered is not None:
+                history.append(ChatMessage("user", delivered))
+            sent, delivered = event.message, None
+        elif isinstance(event, ReplyStartedEvent) and sent is not None:
+            sent, delivered = None, sent
+        elif isinstance(event, ReplyEvent):
+            asked = sent if sent is not None else delivered
+            if asked is not None:
+                history += [ChatMessage("user", asked), ChatMessage("assistant", event.text)]
+            sent = delivered = None
+    if delivered is not None:
+        history.append(ChatMessage("user", delivered))
     return history
 
 
