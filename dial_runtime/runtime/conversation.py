@@ -112,11 +112,22 @@ def _awaitable(value: object) -> bool:
     """``inspect.isawaitable`` without its ABC check: a coroutine, an object whose type has ``__await__``, or a
     generator-based coroutine."""
     kind = type(value)
-    return (
-        kind is CoroutineType
-        or hasattr(kind, "__await__")
-        or (kind is GeneratorType and inspect.isawaitable(value))
-    )
+    return kind is CoroutineType or _awaits(kind) or (kind is GeneratorType and inspect.isawaitable(value))
+
+
+#: Whether a type has ``__await__``, by type (at most 256, then started over).
+_AWAITS: dict[type, bool] = {}
+
+
+def _awaits(kind: type) -> bool:
+    """Whether ``kind`` has ``__await__``, read once per type: a type without the attribute answers ``hasattr``
+    by raising and clearing an AttributeError, which costs more than the rest of the check."""
+    known = _AWAITS.get(kind)
+    if known is None:
+        if len(_AWAITS) >= 256:
+            _AWAITS.clear()
+        known = _AWAITS[kind] = hasattr(kind, "__await__")
+    return known
 
 
 def _require(obj: object, role: str, method: str) -> None:
