@@ -13,6 +13,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -354,6 +355,29 @@ async def test_sqlite_waits_for_another_writer_off_the_event_loop(
     finally:
         writer.close()
     assert await store.read("c") == [said(1, "a"), said(2, "b")]
+
+
+async def test_sqlite_writes_large_appends_off_the_event_loop(
+    tmp_path: Path, keep: Callable[[Store], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small append that can run at once runs on the loop; one of more than ``ON_LOOP_LIMIT`` characters of
+    JSON (writing it takes time in proportion) goes to a worker thread."""
+    store = keep(open_store(f"sqlite:{tmp_path / 'logs.db'}"))
+    assert isinstance(store, SQLiteStore)
+    await store.append("c", [said(1, "opens the database")], expected_seq=0)
+    threaded: list[object] = []
+    run = store._run
+
+    async def counted(work: Any) -> Any:
+        threaded.append(work)
+        return await run(work)
+
+    monkeypatch.setattr(store, "_run", counted)
+    await store.append("c", [said(2, "small")], expected_seq=1)
+    assert threaded == []
+    await store.append("c", [said(3, "x" * sqlite_store.ON_LOOP_LIMIT)], expected_seq=2)
+    assert len(threaded) == 1
+    assert [entry.seq for entry in await store.read("c")] == [1, 2, 3]
 
 
 async def test_sqlite_checkpoints_its_log_as_it_goes(

@@ -60,6 +60,10 @@ def _open_lock_file(path: str, flags: int) -> int:
 #: Appends made on the event loop between two checkpoints (the worker thread's next append checkpoints first).
 CHECKPOINT_EVERY = 256
 
+#: The most encoded text (in characters) an append may write on the event loop; a larger one goes to a worker
+#: thread, since writing it takes time in proportion (a reply can be megabytes).
+ON_LOOP_LIMIT = 64 * 1024
+
 
 def _busy(error: sqlite3.OperationalError) -> bool:
     """Whether SQLite refused for a lock another connection holds (``SQLITE_BUSY``)."""
@@ -107,15 +111,15 @@ class SQLiteStore:
     ``(conversation_id, seq)``. ``sqlite3`` caches each connection's prepared statements.
 
     What may wait runs in anyio's worker threads: opening the database, reads, checkpoints (they sync the file to
-    disk), and any append that would have to wait for another writer. An append that cannot wait runs on the
-    event loop instead, on a connection of its own that never waits for a lock (busy timeout 0) and never
-    checkpoints: it writes a few pages to the write-ahead log in the OS's cache, tens of microseconds, where a
-    round trip through a worker thread costs several times that. If the write lock is taken (another connection
-    or process is writing), or the worker's connection is busy, or the log is due a checkpoint (every
-    :data:`CHECKPOINT_EVERY` appends made on the loop), the append goes to a worker thread, which waits for the
-    lock as long as it takes (30 s at most) and checkpoints first when one is due. The first append after a
-    checkpoint starts the write-ahead log over, which syncs its header: running checkpoints in the worker keeps
-    that there too, except when another process sharing the file checkpointed last.
+    disk), and any append that would have to wait for another writer. An append that cannot wait runs on the event
+    loop instead, on a connection of its own that never waits for a lock (busy timeout 0) and never checkpoints: it
+    writes a few pages to the write-ahead log in the OS's cache, tens of microseconds, where a round trip through a
+    worker thread costs several times that. If the write lock is taken (another connection or process is writing),
+    or the worker's connection is busy, or the log is due a checkpoint (every :data:`CHECKPOINT_EVERY` appends made
+    on the loop), or the entries are large (over :data:`ON_LOOP_LIMIT` characters of JSON), the append goes to a
+    worker thread, which waits for the lock as long as it takes (30 s at most) and checkpoints first when one is
+    due. The first append after a checkpoint starts the write-ahead log over, which syncs its header: running
+    checkpoints in the worker keeps that there too, except when another process sharing the file checkpointed last.
 
     :meth:`lock` takes an ``flock`` on ``<db>.locks/<sha1 of the id>.lock``: the kernel releases it when the
     holder exits or dies, so no lock outlives its process (a row in a table would). Lock files stay behind, to be
@@ -215,7 +219,7 @@ class SQLiteStore:
         check_entries(entries, expected_seq)
         rows = [(conversation_id, entry.seq, entry.time, encode(entry)) for entry in entries]
         write = functools.partial(_write, self._lock_file(conversation_id), conversation_id, rows, expected_seq)
-        if self._on_the_loop(write):
+        if sum(len(row[3]) for row in rows) <= ON_LOOP_LIMIT and self._on_the_loop(write):
             return
         checkpoint = self._appends_on_loop >= CHECKPOINT_EVERY
         if checkpoint:
