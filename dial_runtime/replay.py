@@ -433,10 +433,12 @@ class _Turns:
 
 def _streamed_reply(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A streamed turn's events without its ``reply``, and the ``reply``: a streamed reply is recorded when its
-    last chunk is in, which may fall anywhere among the events its elements cause."""
+    last chunk is in, which may fall anywhere among the events its elements cause. ``reply-progress`` is left
+    out: how much of a reply had arrived when the person was asked depends on timing, not on the code."""
     if not any(event["type"] == "reply-started" for event in events):
         return events, []
-    return [e for e in events if e["type"] != "reply"], [e for e in events if e["type"] == "reply"]
+    kept = [e for e in events if e["type"] not in ("reply", "reply-progress")]
+    return kept, [e for e in events if e["type"] == "reply"]
 
 
 def _compare(

@@ -26,6 +26,7 @@ from dial_runtime.runtime.events import (
     Event,
     LogEntry,
     ReplyEvent,
+    ReplyProgressEvent,
     ReplyStartedEvent,
     SentEvent,
     entry_to_dict,
@@ -192,6 +193,26 @@ def logged(*events: Event) -> list[LogEntry]:
             [SentEvent(turn=1, message="q"), ReplyStartedEvent(turn=1)],
             [ChatMessage("user", "q")],
             id="died-while-streaming",
+        ),
+        pytest.param(
+            [
+                SentEvent(turn=1, message="q"),
+                ReplyStartedEvent(turn=1),
+                ReplyProgressEvent(turn=1, text="<dial>"),
+                ReplyProgressEvent(turn=1, text="<dial><dial-ask>"),
+            ],
+            [ChatMessage("user", "q"), ChatMessage("assistant", "<dial><dial-ask>")],
+            id="died-while-the-person-decided",
+        ),
+        pytest.param(
+            [
+                SentEvent(turn=1, message="q"),
+                ReplyStartedEvent(turn=1),
+                ReplyProgressEvent(turn=1, text="<dial>"),
+                ReplyEvent(turn=1, text="<dial></dial>"),
+            ],
+            [ChatMessage("user", "q"), ChatMessage("assistant", "<dial></dial>")],
+            id="the-whole-reply-wins",
         ),
         pytest.param(
             [

@@ -8,9 +8,11 @@ from typing import Any
 import anyio
 import pytest
 
-from dial_runtime import Conversation, policy_human, scripted_human
+from dial_runtime import Accept, Conversation, policy_human, scripted_human
+from dial_runtime.agents import ChatMessage
+from dial_runtime.agents.chat import history_from_log
 from dial_runtime.language.stream import StreamParser
-from dial_runtime.runtime.events import entry_from_dict, entry_to_dict
+from dial_runtime.runtime.events import LogEntry, ReplyProgressEvent, entry_from_dict, entry_to_dict
 
 from .fakes import Agent, Notes, StreamingAgent, envelope, suggest
 from .test_runtime import LIFECYCLE
@@ -194,3 +196,44 @@ async def test_an_empty_stream_is_an_empty_reply() -> None:
     conversation = Conversation(agent=Mute(), domain=Notes(), human=policy_human(), timeout=None)
     result = await conversation.say("go")
     assert (result.status, result.turns) == ("idle", 1)
+
+
+async def test_a_reply_still_arriving_is_logged_as_far_as_it_got_before_the_person_is_asked() -> None:
+    """While the person decides on an element of a reply that is still streaming, the log holds the reply's words
+    so far: a process that dies then leaves them in the history the agent is taken up with."""
+    head = '<dial><dial-suggest action="add-note"><dial-payload>{"text":"milk"}</dial-payload></dial-suggest>'
+    decided = anyio.Event()
+    turns: list[str] = []
+
+    class Slow:
+        def send(self, message: str) -> str:
+            raise AssertionError("the runtime must stream")
+
+        async def stream(self, message: str) -> AsyncIterator[str]:
+            turns.append(message)
+            if len(turns) > 1:
+                yield "ok"
+                return
+            yield head
+            with anyio.fail_after(5):
+                await decided.wait()
+            yield "<dial-inform>more</dial-inform></dial>"
+
+    at_decision: list[LogEntry] = []
+
+    class Person:
+        async def decide(self, suggestion: Any) -> Accept:
+            at_decision.extend(conversation.log)
+            decided.set()
+            return Accept()
+
+    conversation = Conversation(agent=Slow(), domain=Notes(), human=Person())
+    result = await conversation.say("go")
+    assert [outcome.status for outcome in result.outcomes] == ["done"]
+    logged = [entry.event for entry in at_decision]
+    assert [event for event in logged if event.type == "reply-progress"] == [ReplyProgressEvent(turn=1, text=head)]
+    assert "reply" not in {event.type for event in logged}
+    assert history_from_log(at_decision) == [ChatMessage("user", turns[0]), ChatMessage("assistant", head)]
+    whole = [entry.event for entry in conversation.log if entry.event.type == "reply"]
+    assert [event.text for event in whole] == [head + "<dial-inform>more</dial-inform></dial>", "ok"]
+    assert [entry_from_dict(entry_to_dict(entry)) for entry in conversation.log] == list(conversation.log)

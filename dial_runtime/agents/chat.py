@@ -39,7 +39,7 @@ import attrs
 import httpx
 
 from ..errors import DialError
-from ..runtime.events import LogEntry, ReplyEvent, ReplyStartedEvent, SentEvent
+from ..runtime.events import LogEntry, ReplyEvent, ReplyProgressEvent, ReplyStartedEvent, SentEvent
 
 __all__ = ["TRANSIENT_STATUSES", "AgentError", "ChatAgent", "ChatMessage", "parse_retry_after"]
 
@@ -174,27 +174,37 @@ def history_from_log(entries: Iterable[LogEntry]) -> list[ChatMessage]:
 
     A message whose streamed reply had begun when the log stops, or stopped before the reply's end (a process
     that died while the person decided on an element the stream had already delivered), was delivered: it is
-    kept, without a reply, for the log has no whole reply to give it. A message that got no reply at all is not.
+    kept, with the reply as far as the log has it (its last ``reply-progress``), or alone when the log has none.
+    A message that got no reply at all is not kept.
     """
     history: list[ChatMessage] = []
     sent: str | None = None
     delivered: str | None = None
+    so_far = ""
     for entry in entries:
         event = entry.event
         if isinstance(event, SentEvent):
             if delivered is not None:
-                history.append(ChatMessage("user", delivered))
-            sent, delivered = event.message, None
+                history += _unfinished(delivered, so_far)
+            sent, delivered, so_far = event.message, None, ""
         elif isinstance(event, ReplyStartedEvent) and sent is not None:
             sent, delivered = None, sent
+        elif isinstance(event, ReplyProgressEvent):
+            so_far = event.text
         elif isinstance(event, ReplyEvent):
             asked = sent if sent is not None else delivered
             if asked is not None:
                 history += [ChatMessage("user", asked), ChatMessage("assistant", event.text)]
             sent = delivered = None
+            so_far = ""
     if delivered is not None:
-        history.append(ChatMessage("user", delivered))
+        history += _unfinished(delivered, so_far)
     return history
+
+
+def _unfinished(message: str, so_far: str) -> list[ChatMessage]:
+    """A delivered message whose reply's end the log lacks, and the reply as far as the log has it."""
+    return [ChatMessage("user", message), *([ChatMessage("assistant", so_far)] if so_far else [])]
 
 
 class ChatAgent:

@@ -53,6 +53,7 @@ from .events import (
     ProposedEvent,
     RefusedEvent,
     ReplyEvent,
+    ReplyProgressEvent,
     ReplyRefusedEvent,
     ReplyStartedEvent,
     ResumedEvent,
@@ -854,11 +855,16 @@ class _Run:
 
         A plain function is taken as an instant reply: it is called at once, and what it returns is written with
         what follows. A reply that has to be awaited is awaited only once the log is written, so a process that
-        dies while the person thinks leaves the question waiting in the store (see ``Conversation.open``).
+        dies while the person thinks leaves the question waiting in the store (see ``Conversation.open``); a
+        streamed agent reply still arriving is logged as far as it got (``reply-progress``) first, so the agent's
+        words survive that death too.
         """
         reply = function(question)
         if not _awaitable(reply):
             return reply, False
+        streaming, state = self.streaming, self.state
+        if streaming is not None and state.reply != streaming.text:  # the reply is still arriving
+            self.conversation._record(ReplyProgressEvent(turn=state.turn, text=streaming.text))
         try:
             await self.conversation.flush()
         except BaseException:

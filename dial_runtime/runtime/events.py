@@ -5,7 +5,7 @@
 the seed contract ignores). The log also holds the events the conversation's state depends on but no surface
 renders (``said``, ``resumed``, ``reply-started``, ``proposed``, ``answered``, ``decided``, ``deferred``,
 ``refused``, ``action-started``, ``handled``, ``send-failed``, ``reply-refused``, ``interrupted``, ``ended``,
-``finished``).
+``finished``), and ``reply-progress``, which keeps a streamed reply's words for the agent's history.
 Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with :func:`event_from_dict`,
 without loss.
 """
@@ -54,6 +54,15 @@ class ReplyStartedEvent(msgspec.Struct, frozen=True, kw_only=True):
 
     type: ClassVar[str] = "reply-started"
     turn: int
+
+
+class ReplyProgressEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """A streamed reply as far as it had arrived when the runtime began to wait for the person (a decision or an
+    answer): the log's copy of the agent's words, should the process die before the reply's end is in."""
+
+    type: ClassVar[str] = "reply-progress"
+    turn: int
+    text: str
 
 
 class InformEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -310,6 +319,7 @@ Event = (
     SentEvent
     | ReplyEvent
     | ReplyStartedEvent
+    | ReplyProgressEvent
     | InformEvent
     | AskEvent
     | SuggestionEvent
