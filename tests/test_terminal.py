@@ -295,7 +295,8 @@ def test_a_stored_chat_is_taken_up_where_a_killed_session_left_it(
     server.add(
         dial(suggest("add-note", "Add milk", '{"text": "buy milk"}')),
         dial("<dial-inform>Added.</dial-inform>"),
-        dial(suggest("add-note", "Add bread", '{"text": "buy bread"}')),
+        # Streamed slowly, so that the process is killed while the reply's end is still on its way.
+        Reply(dial(suggest("add-note", "Add bread", '{"text": "buy bread"}')), chunks=16, interval=0.25),
         dial("<dial-inform>Both are in.</dial-inform>"),
     )
     store = f"sqlite:{tmp_path / 'chats.db'}"
@@ -322,3 +323,4 @@ def test_a_stored_chat_is_taken_up_where_a_killed_session_left_it(
     spoken = [message["content"] for message in last.messages if message["role"] == "user"]
     assert spoken[0].endswith("add milk") and spoken[2].endswith("and bread")
     assert [message["role"] for message in last.messages[1:]] == ["user", "assistant"] * 3 + ["user"]
+    assert "buy bread" in last.messages[6]["content"]  # the reply as far as it had come when the process died
