@@ -199,7 +199,7 @@ def logged(*events: Event) -> list[LogEntry]:
                 SentEvent(turn=1, message="q"),
                 ReplyStartedEvent(turn=1),
                 ReplyProgressEvent(turn=1, text="<dial>"),
-                ReplyProgressEvent(turn=1, text="<dial><dial-ask>"),
+                ReplyProgressEvent(turn=1, text="<dial-ask>"),
             ],
             [ChatMessage("user", "q"), ChatMessage("assistant", "<dial><dial-ask>")],
             id="died-while-the-person-decided",

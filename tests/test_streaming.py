@@ -200,9 +200,12 @@ async def test_an_empty_stream_is_an_empty_reply() -> None:
 
 async def test_a_reply_still_arriving_is_logged_as_far_as_it_got_before_the_person_is_asked() -> None:
     """While the person decides on an element of a reply that is still streaming, the log holds the reply's words
-    so far: a process that dies then leaves them in the history the agent is taken up with."""
-    head = '<dial><dial-suggest action="add-note"><dial-payload>{"text":"milk"}</dial-payload></dial-suggest>'
-    decided = anyio.Event()
+    so far (each ``reply-progress`` what arrived since the last one): a process that dies then leaves them in the
+    history the agent is taken up with."""
+    first = '<dial><dial-suggest action="add-note"><dial-payload>{"text":"milk"}</dial-payload></dial-suggest>'
+    second = '<dial-suggest action="add-note"><dial-payload>{"text":"oats"}</dial-payload></dial-suggest>'
+    rest = "<dial-inform>more</dial-inform></dial>"
+    decisions = [anyio.Event(), anyio.Event()]
     turns: list[str] = []
 
     class Slow:
@@ -214,26 +217,32 @@ async def test_a_reply_still_arriving_is_logged_as_far_as_it_got_before_the_pers
             if len(turns) > 1:
                 yield "ok"
                 return
-            yield head
-            with anyio.fail_after(5):
-                await decided.wait()
-            yield "<dial-inform>more</dial-inform></dial>"
+            for chunk, decided in zip((first, second), decisions, strict=True):
+                yield chunk
+                with anyio.fail_after(5):
+                    await decided.wait()
+            yield rest
 
-    at_decision: list[LogEntry] = []
+    at_decisions: list[list[LogEntry]] = []
 
     class Person:
         async def decide(self, suggestion: Any) -> Accept:
-            at_decision.extend(conversation.log)
-            decided.set()
+            at_decisions.append(list(conversation.log))
+            decisions[len(at_decisions) - 1].set()
             return Accept()
 
     conversation = Conversation(agent=Slow(), domain=Notes(), human=Person())
     result = await conversation.say("go")
-    assert [outcome.status for outcome in result.outcomes] == ["done"]
-    logged = [entry.event for entry in at_decision]
-    assert [event for event in logged if event.type == "reply-progress"] == [ReplyProgressEvent(turn=1, text=head)]
+    assert [outcome.status for outcome in result.outcomes] == ["done", "done"]
+    logged = [entry.event for entry in at_decisions[1]]
+    assert [event for event in logged if event.type == "reply-progress"] == [
+        ReplyProgressEvent(turn=1, text=first),
+        ReplyProgressEvent(turn=1, text=second),
+    ]
     assert "reply" not in {event.type for event in logged}
-    assert history_from_log(at_decision) == [ChatMessage("user", turns[0]), ChatMessage("assistant", head)]
+    assert history_from_log(at_decisions[0]) == [ChatMessage("user", turns[0]), ChatMessage("assistant", first)]
+    assert history_from_log(at_decisions[1])[-1] == ChatMessage("assistant", first + second)
     whole = [entry.event for entry in conversation.log if entry.event.type == "reply"]
-    assert [event.text for event in whole] == [head + "<dial-inform>more</dial-inform></dial>", "ok"]
+    assert [event.text for event in whole] == [first + second + rest, "ok"]
+    assert history_from_log(conversation.log)[1] == ChatMessage("assistant", first + second + rest)
     assert [entry_from_dict(entry_to_dict(entry)) for entry in conversation.log] == list(conversation.log)

@@ -174,7 +174,7 @@ def history_from_log(entries: Iterable[LogEntry]) -> list[ChatMessage]:
 
     A message whose streamed reply had begun when the log stops, or stopped before the reply's end (a process
     that died while the person decided on an element the stream had already delivered), was delivered: it is
-    kept, with the reply as far as the log has it (its last ``reply-progress``), or alone when the log has none.
+    kept, with the reply as far as the log has it (its ``reply-progress`` texts), or alone when the log has none.
     A message that got no reply at all is not kept.
     """
     history: list[ChatMessage] = []
@@ -190,7 +190,7 @@ def history_from_log(entries: Iterable[LogEntry]) -> list[ChatMessage]:
         elif isinstance(event, ReplyStartedEvent) and sent is not None:
             sent, delivered = None, sent
         elif isinstance(event, ReplyProgressEvent):
-            so_far = event.text
+            so_far += event.text
         elif isinstance(event, ReplyEvent):
             asked = sent if sent is not None else delivered
             if asked is not None:

@@ -480,6 +480,7 @@ class _Run:
         self.words = words
         self.outcomes: list[Outcome] = []
         self.streaming: StreamParser | None = None
+        self.streamed_logged = 0  # how much of the streamed reply's text ``reply-progress`` events hold
 
     async def drive(self, first: Any = None) -> TurnResult:
         """Run the turn loop (after ``first``, a step that must happen first) until this call is done."""
@@ -567,6 +568,7 @@ class _Run:
         """
         conversation, state = self.conversation, self.state
         parser = self.streaming = StreamParser()
+        self.streamed_logged = 0
         arrived: list[Element] = []
         sender, receiver = anyio.create_memory_object_stream[int](math.inf)
         answering = anyio.Event()
@@ -856,15 +858,18 @@ class _Run:
         A plain function is taken as an instant reply: it is called at once, and what it returns is written with
         what follows. A reply that has to be awaited is awaited only once the log is written, so a process that
         dies while the person thinks leaves the question waiting in the store (see ``Conversation.open``); a
-        streamed agent reply still arriving is logged as far as it got (``reply-progress``) first, so the agent's
-        words survive that death too.
+        streamed agent reply still arriving is logged as far as it got first (``reply-progress``: what arrived
+        since the last one), so the agent's words survive that death too.
         """
         reply = function(question)
         if not _awaitable(reply):
             return reply, False
         streaming, state = self.streaming, self.state
         if streaming is not None and state.reply != streaming.text:  # the reply is still arriving
-            self.conversation._record(ReplyProgressEvent(turn=state.turn, text=streaming.text))
+            arrived = streaming.text[self.streamed_logged :]
+            if arrived:
+                self.streamed_logged += len(arrived)
+                self.conversation._record(ReplyProgressEvent(turn=state.turn, text=arrived))
         try:
             await self.conversation.flush()
         except BaseException:

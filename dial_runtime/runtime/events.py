@@ -57,8 +57,9 @@ class ReplyStartedEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ReplyProgressEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """A streamed reply as far as it had arrived when the runtime began to wait for the person (a decision or an
-    answer): the log's copy of the agent's words, should the process die before the reply's end is in."""
+    """What had arrived of a streamed reply, since the turn's last ``reply-progress``, when the runtime began to
+    wait for the person (a decision or an answer): the log's copy of the agent's words, should the process die
+    before the reply's end is in. The reply so far is the concatenation of the turn's progress texts."""
 
     type: ClassVar[str] = "reply-progress"
     turn: int
