@@ -404,10 +404,7 @@ class Conversation:
 
     def _emit(self, event: Event) -> None:
         """Record an event and show it to ``on_event``, whose exceptions are logged and go no further."""
-        self._state.apply(event)
-        log = self._log
-        log.events.append(event)
-        log.times.append(time.time())
+        self._record(event)
         if self.on_event is not None:
             try:
                 self.on_event(event)
