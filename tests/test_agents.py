@@ -175,6 +175,10 @@ def logged(*events: Event) -> list[LogEntry]:
     return [LogEntry(seq=seq, time=0.0, event=event) for seq, event in enumerate(events, start=1)]
 
 
+#: "q" went to the agent, and its reply began to stream.
+STREAMING: list[Event] = [SentEvent(turn=1, message="q"), ReplyStartedEvent(turn=1)]
+
+
 @pytest.mark.parametrize(
     ("events", "history"),
     [
@@ -184,43 +188,28 @@ def logged(*events: Event) -> list[LogEntry]:
             id="answered",
         ),
         pytest.param(
-            [SentEvent(turn=1, message="q"), ReplyStartedEvent(turn=1), ReplyEvent(turn=1, text="a")],
+            [*STREAMING, ReplyEvent(turn=1, text="a")],
             [ChatMessage("user", "q"), ChatMessage("assistant", "a")],
             id="streamed",
         ),
         pytest.param([SentEvent(turn=1, message="q")], [], id="never-answered"),
         pytest.param(
-            [SentEvent(turn=1, message="q"), ReplyStartedEvent(turn=1)],
+            STREAMING,
             [ChatMessage("user", "q")],
             id="died-while-streaming",
         ),
         pytest.param(
-            [
-                SentEvent(turn=1, message="q"),
-                ReplyStartedEvent(turn=1),
-                ReplyProgressEvent(turn=1, text="<dial>"),
-                ReplyProgressEvent(turn=1, text="<dial-ask>"),
-            ],
+            [*STREAMING, ReplyProgressEvent(turn=1, text="<dial>"), ReplyProgressEvent(turn=1, text="<dial-ask>")],
             [ChatMessage("user", "q"), ChatMessage("assistant", "<dial><dial-ask>")],
             id="died-while-the-person-decided",
         ),
         pytest.param(
-            [
-                SentEvent(turn=1, message="q"),
-                ReplyStartedEvent(turn=1),
-                ReplyProgressEvent(turn=1, text="<dial>"),
-                ReplyEvent(turn=1, text="<dial></dial>"),
-            ],
+            [*STREAMING, ReplyProgressEvent(turn=1, text="<dial>"), ReplyEvent(turn=1, text="<dial></dial>")],
             [ChatMessage("user", "q"), ChatMessage("assistant", "<dial></dial>")],
             id="the-whole-reply-wins",
         ),
         pytest.param(
-            [
-                SentEvent(turn=1, message="q"),
-                ReplyStartedEvent(turn=1),
-                SentEvent(turn=1, message="outcome"),
-                ReplyEvent(turn=1, text="ok"),
-            ],
+            [*STREAMING, SentEvent(turn=1, message="outcome"), ReplyEvent(turn=1, text="ok")],
             [ChatMessage("user", "q"), ChatMessage("user", "outcome"), ChatMessage("assistant", "ok")],
             id="taken-up-after-dying-while-streaming",
         ),
