@@ -7,7 +7,7 @@ the person, runs what the person accepts (or edits), and tells the agent exactly
 from __future__ import annotations
 
 from .agents import AgentError, ChatAgent, RecordedAgent, ScriptedAgent, agent_from_uri, system_prompt
-from .errors import ConversationBusy, DialError, DialSizeError, IllegalTransition
+from .errors import ConversationBusy, DialError, DialSizeError, IllegalTransition, LogError
 from .jsonl import export_jsonl, import_jsonl
 from .language.outcomes import Outcome, outcome_reply
 from .language.parser import extract_prose, parse
@@ -76,6 +76,7 @@ __all__ = [
     "Inform",
     "Issue",
     "LogEntry",
+    "LogError",
     "Option",
     "Outcome",
     "ParseIssue",
