@@ -25,7 +25,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from dial_runtime import Accept, Conversation, ConversationBusy, policy_human, scripted_human
-from dial_runtime.runtime.conversation import UNKNOWN_EFFECT
+from dial_runtime.runtime.core import UNKNOWN_EFFECT
 from dial_runtime.runtime.events import LogEntry
 from dial_runtime.runtime.state import ConversationState
 from dial_runtime.stores import Store, open_store
