@@ -46,7 +46,7 @@ from .effects import (
     Thinking,
     Validate,
 )
-from .events import Event, LogEntry
+from .events import RENDERED, Event, LogEntry
 from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
 
 if TYPE_CHECKING:
@@ -73,6 +73,24 @@ class Conversation:
     make it durable (see :meth:`open`). Constructing one has no side effects: a call a dead process left open is
     closed by the next call.
     """
+
+    __slots__ = (
+        "_core",
+        "_gate",
+        "_more_streamed",
+        "_shown",
+        "_stale",
+        "_store",
+        "_stored",
+        "_thinking",
+        "_writing",
+        "agent",
+        "domain",
+        "human",
+        "id",
+        "on_event",
+        "timeout",
+    )
 
     def __init__(
         self,
@@ -111,8 +129,7 @@ class Conversation:
         self._stored = len(self._core.log) if store is None else 0
         self._stale = store is not None  # a stored conversation reads its log on its first call
         self._gate = CALL.initial
-        self._actions: Mapping[str, Any] = getattr(domain, "actions", None) or {}
-        self._specs: dict[str, ActionSpec] = {}
+        self._shown = len(self._core.log)  # the events before this are not shown to on_event
         self._writing: tuple[object, anyio.Lock] | None = None
         self._thinking: Awaitable[Any] | None = None
         self._more_streamed: Callable[[], Awaitable[None]] | None = None
@@ -280,7 +297,7 @@ class Conversation:
         fresh = await self._store.read(self.id or "", after_seq=stored)
         if fresh or self._stale:
             self._core.take_stored(fresh, stored)
-            self._stored = stored + len(fresh)
+            self._stored = self._shown = stored + len(fresh)
             self._stale = False
 
     def _recover(self) -> None:
@@ -288,19 +305,18 @@ class Conversation:
         self._show()
 
     def _show(self) -> None:
-        """Show the events the core rendered to ``on_event``, whose exceptions are logged and go no further."""
-        shown = self._core.shown
-        if not shown:
+        """Show ``on_event`` the events a surface renders that the core recorded since the last time (its
+        exceptions are logged and go no further)."""
+        events = self._core.log.events
+        start, self._shown = self._shown, len(events)
+        if self.on_event is None or start == len(events):
             return
-        events = shown[:]
-        shown.clear()
-        if self.on_event is None:
-            return
-        for event in events:
-            try:
-                self.on_event(event)
-            except Exception:
-                logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
+        for event in events[start:]:
+            if event.type in RENDERED:
+                try:
+                    self.on_event(event)
+                except Exception:
+                    logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
 
     async def _result(self, call: Call) -> TurnResult:
         """Drive ``call`` to its result."""
@@ -413,14 +429,9 @@ class Conversation:
         await self._more_streamed()
 
     async def _look_up(self, call: Call, effect: LookUp) -> ActionSpec | None:
-        spec = self._specs.get(effect.action)
-        if spec is None:
-            actions = self._actions
-            declared = actions.get(effect.action) if isinstance(actions, (dict, Mapping)) else None
-            if declared is None:
-                return None
-            spec = self._specs[effect.action] = as_action_spec(declared)
-        return spec
+        actions = getattr(self.domain, "actions", None)
+        declared = actions.get(effect.action) if isinstance(actions, (dict, Mapping)) else None
+        return None if declared is None else as_action_spec(declared)
 
     async def _validate(self, call: Call, effect: Validate) -> object:
         validate = getattr(self.domain, "validate", None)

@@ -180,6 +180,8 @@ class ConversationCore:
     ``answers``: whether the person can answer asks at all (a human without ``answer()`` only sees them).
     """
 
+    __slots__ = ("_outcomes", "answers", "decide_timeout", "log", "max_turns", "state", "stream")
+
     def __init__(
         self,
         entries: Iterable[LogEntry] = (),
@@ -193,23 +195,15 @@ class ConversationCore:
         self.max_turns = max_turns
         self.decide_timeout = decide_timeout
         self.answers = answers
-        self.shown: list[Event] = []
         self.stream: _Stream | None = None
-        self._outcomes: list[Outcome] = []
+        self._outcomes: list[Outcome] | None = None  # the outcomes of the call in progress
 
     # --- the log -----------------------------------------------------------------------------------------------
 
     def record(self, event: Event) -> None:
         """Fold an event into the state and append it to the log (the state refuses it first if it must)."""
         self.state.apply(event)
-        log = self.log
-        log.events.append(event)
-        log.times.append(time.time())
-
-    def emit(self, event: Event) -> None:
-        """Record an event a surface renders; the driver shows :attr:`shown` to ``on_event``."""
-        self.record(event)
-        self.shown.append(event)
+        self.log.add(event, time.time())
 
     def take_stored(self, entries: Iterable[LogEntry], stored: int) -> None:
         """Fold in what other workers stored after the first ``stored`` entries (raises ``LogError``).
@@ -321,9 +315,11 @@ class ConversationCore:
             self.stream = None
             self.record(FinishedEvent(status="interrupted", turns=state.turn))
             raise
+        finally:
+            outcomes, self._outcomes = self._outcomes or [], None
         status = CALL_STATUS[state.loop]
         self.record(FinishedEvent(status=status, turns=state.turn))
-        return TurnResult(status=status, turns=state.turn, outcomes=tuple(self._outcomes), pending=state.pending())
+        return TurnResult(status=status, turns=state.turn, outcomes=tuple(outcomes), pending=state.pending())
 
     def _loop(self, words: str) -> Generator[Effect, Any, None]:
         state = self.state
@@ -333,12 +329,12 @@ class ConversationCore:
                 if TURN_LOOP.is_final(
                     TURN_LOOP.fire(state.loop, "start_turn", out_of_turns=turn > self.max_turns)
                 ):
-                    self.emit(TurnLimitEvent(turns=self.max_turns))
+                    self.record(TurnLimitEvent(turns=self.max_turns))
                     return
                 context = yield GetContext()
                 message = self._compose(words, context)
                 words = ""
-                self.emit(SentEvent(turn=turn, message=message))
+                self.record(SentEvent(turn=turn, message=message))
                 try:
                     answer = yield Send(message=message, turn=turn)
                 except Exception as error:
@@ -346,13 +342,15 @@ class ConversationCore:
                     raise
                 if isinstance(answer, NoReply):
                     self.stream = None
-                    self.emit(NoReplyEvent(turn=turn, error=f"The agent didn't reply within {answer.timeout:g}s"))
+                    self.record(
+                        NoReplyEvent(turn=turn, error=f"The agent didn't reply within {answer.timeout:g}s")
+                    )
                     return
                 if isinstance(answer, Streaming):
                     yield from self._streamed(turn)
                 else:
                     assert isinstance(answer, Replied)
-                    self.emit(ReplyEvent(turn=turn, text=answer.text))
+                    self.record(ReplyEvent(turn=turn, text=answer.text))
                     yield from self._handle(self._elements())
             else:
                 yield from self._handle(self._elements())
@@ -403,7 +401,7 @@ class ConversationCore:
         elif not stream.started:
             stream.started = True
             self.record(ReplyStartedEvent(turn=self.state.turn))
-        self.emit(ReplyEvent(turn=self.state.turn, text=stream.parser.text))
+        self.record(ReplyEvent(turn=self.state.turn, text=stream.parser.text))
         return True
 
     def _streamed(self, turn: int) -> Generator[Effect, Any, None]:
@@ -428,7 +426,7 @@ class ConversationCore:
             if not prose_shown and parser.started:
                 prose_shown = True
                 if parser.prose_before and parser.prose_before.strip():
-                    self.emit(InformEvent(text=parser.prose_before.strip(), element=-1))
+                    self.record(InformEvent(text=parser.prose_before.strip(), element=-1))
             arrived = stream.elements
             available = len(arrived)
             if index < available:
@@ -446,7 +444,7 @@ class ConversationCore:
             yield AwaitStream()
         trailing = parser.prose_after()
         if prose_shown and trailing:
-            self.emit(InformEvent(text=trailing))
+            self.record(InformEvent(text=trailing))
 
     # --- a whole reply -----------------------------------------------------------------------------------------
 
@@ -461,7 +459,7 @@ class ConversationCore:
         if envelope is None:
             text = reply.strip()
             if text and state.cursor < -1:
-                self.emit(InformEvent(text=text, element=-1))
+                self.record(InformEvent(text=text, element=-1))
             return ()
         if not envelope.elements:
             checked = parse(reply)  # with the schema's findings, which may be all there is to say about it
@@ -471,7 +469,7 @@ class ConversationCore:
             start = reply.find(envelope.raw)
             prose = (reply[:start] + reply[start + len(envelope.raw) :]).strip()
             if prose:
-                self.emit(InformEvent(text=prose, element=-1))
+                self.record(InformEvent(text=prose, element=-1))
         return envelope.elements
 
     def _refuse(self, why: str) -> tuple[Element, ...]:
@@ -502,7 +500,7 @@ class ConversationCore:
     def _inform(self, element: Any, index: int) -> None:
         if element.text:
             act = "acknowledge" if element.type == "dial-acknowledge" else "inform"
-            self.emit(InformEvent(text=element.text, act=act, element=index))
+            self.record(InformEvent(text=element.text, act=act, element=index))
 
     def _declare(self, element: Declare, index: int) -> None:
         if element.context_key is None:
@@ -515,16 +513,16 @@ class ConversationCore:
             value, problem = _json_text(element.text or "")
             if problem is not None:
                 value = element.text
-        self.emit(DeclareEvent(context_key=element.context_key, value=value, element=index))
+        self.record(DeclareEvent(context_key=element.context_key, value=value, element=index))
 
     def _phatic(self, element: Phatic, index: int) -> None:
         if element.signal:
-            self.emit(PhaticEvent(signal=element.signal, element=index))
+            self.record(PhaticEvent(signal=element.signal, element=index))
             if element.signal == SESSION_COMPLETE and not self.state.ended:
                 self.end(f"the agent signalled {SESSION_COMPLETE}")
 
     def _delegate(self, element: Delegate, index: int) -> None:
-        self.emit(
+        self.record(
             DelegateEvent(
                 to=element.to or "",
                 intent=element.intent,
@@ -535,12 +533,12 @@ class ConversationCore:
         )
 
     def _execute(self, element: Execute, index: int) -> None:
-        self.emit(ExecuteEvent(id=element.id, steps=element.steps, element=index))
+        self.record(ExecuteEvent(id=element.id, steps=element.steps, element=index))
 
     def _ask(self, element: AskElement, index: int) -> Generator[Effect, Any, None]:
         state = self.state
         asked = state.instead is None and self.answers
-        ident = element.id if element.id and element.id not in state.used_ids else state.next_id("ask")
+        ident = element.id if element.id and not state.used(element.id) else state.next_id("ask")
         ask = Ask(
             id=ident,
             text=element.text or "",
@@ -548,7 +546,7 @@ class ConversationCore:
             options=element.options,
             timeout=element.timeout,
         )
-        self.emit(
+        self.record(
             AskEvent(
                 id=ask.id,
                 text=ask.text,
@@ -579,7 +577,7 @@ class ConversationCore:
         """
         state = self.state
         given = element.id
-        ident = given if given and given not in state.used_ids else state.next_id("sg")
+        ident = given if given and not state.used(given) else state.next_id("sg")
         numbered = ident != given
         self.record(
             ProposedEvent(
@@ -629,7 +627,7 @@ class ConversationCore:
         if SUGGESTION.is_final(target):
             self._finish(opened, target, preview=preview)
             return after
-        self.emit(
+        self.record(
             SuggestionEvent(
                 id=opened.id,
                 action=opened.action,
@@ -770,8 +768,9 @@ class ConversationCore:
             preview="" if final == "invalid" else shown,
             **fields,
         )
-        self.emit(event)
-        self._outcomes.append(self.state.owed_outcomes[-1])
+        self.record(event)
+        if self._outcomes is not None:
+            self._outcomes.append(self.state.owed_outcomes[-1])
 
     def _interrupt(self, opened: OpenSuggestion, why: str) -> None:
         """End a suggestion its turn no longer carries (the machine's ``interrupt``): an action that was running

@@ -139,7 +139,7 @@ class ConversationState:
     open_suggestions: dict[str, OpenSuggestion] = attrs.Factory(dict)
     asked: dict[str, Ask] = attrs.Factory(dict)
     open_asks: dict[str, Ask] = attrs.Factory(dict)
-    used_ids: set[str] = attrs.Factory(set)
+    given_ids: set[str] | None = None  # the ids the agent chose (made at the first: most agents choose none)
     facts: dict[str, Any] = attrs.Factory(dict)
 
     @classmethod
@@ -174,13 +174,27 @@ class ConversationState:
         """Whether a deferred decision or answer is pending (:meth:`pending` without making the records)."""
         return bool(self.open_asks) or any(each.deferred for each in self.open_suggestions.values())
 
+    def used(self, ident: str) -> bool:
+        """Whether a suggestion or an ask of this conversation has the id already.
+
+        The runtime assigns ``sg-N`` and ``ask-N`` in order, skipping the agent's own ids, so an assigned-looking
+        id numbered up to the counter is taken either way.
+        """
+        if self.given_ids is not None and ident in self.given_ids:
+            return True
+        numbered = _NUMBERED.fullmatch(ident)
+        if numbered is None:
+            return False
+        counter = self.suggestions_numbered if ident.startswith("sg-") else self.asks_numbered
+        return int(numbered.group(1)) <= counter
+
     def next_id(self, prefix: str) -> str:
         """The next id the runtime assigns (``sg`` or ``ask``), skipping ids the agent used already."""
         number = self.suggestions_numbered if prefix == "sg" else self.asks_numbered
         while True:
             number += 1
             ident = f"{prefix}-{number}"
-            if ident not in self.used_ids:
+            if self.given_ids is None or ident not in self.given_ids:
                 return ident
 
     def apply(self, event: Event) -> None:
@@ -292,6 +306,8 @@ class ConversationState:
         if not reached:
             raise FoldError(f"suggestion {event.id!r} cannot end {event.status!r} from {opened.state!r}")
         del self.open_suggestions[event.id]
+        if not self.open_suggestions:  # a dict keeps its size once emptied; a fresh one is a third of it
+            self.open_suggestions = {}
         self.owed_outcomes.append(event.outcome)
 
     def _refused_reply(self, event: ReplyRefusedEvent) -> None:
@@ -300,7 +316,9 @@ class ConversationState:
         self.owed_refusals.append(event)
 
     def _ask(self, event: AskEvent) -> None:
-        self._use_id(event.id, "ask")
+        self._use_id(
+            event.id, "ask", _NUMBERED.fullmatch(event.id) is not None and event.id == self.next_id("ask")
+        )
         if event.asked:
             self.asked[event.id] = Ask(
                 id=event.id,
@@ -310,18 +328,21 @@ class ConversationState:
                 timeout=event.timeout,
             )
 
-    def _use_id(self, ident: str, prefix: str) -> None:
-        """Take an id: unique within the conversation, and an assigned one counts toward the next."""
-        if ident in self.used_ids:
+    def _use_id(self, ident: str, prefix: str, assigned: bool) -> None:
+        """Take an id, unique within the conversation: an assigned one moves the counter on to it (it must be
+        the next), an id the agent chose is remembered."""
+        if self.used(ident):
             raise FoldError(f"the id {ident!r} is used already")
-        self.used_ids.add(ident)
-        numbered = _NUMBERED.fullmatch(ident)
-        if numbered is not None and ident.startswith(prefix + "-"):
-            number = int(numbered.group(1))
-            if prefix == "sg":
-                self.suggestions_numbered = max(self.suggestions_numbered, number)
-            else:
-                self.asks_numbered = max(self.asks_numbered, number)
+        if not assigned:
+            if self.given_ids is None:
+                self.given_ids = set()
+            self.given_ids.add(ident)
+        elif ident != self.next_id(prefix):
+            raise FoldError(f"the next assigned id is {self.next_id(prefix)!r}, not {ident!r}")
+        elif prefix == "sg":
+            self.suggestions_numbered = int(ident[3:])
+        else:
+            self.asks_numbered = int(ident[4:])
 
     def _answered(self, event: AnsweredEvent) -> None:
         if self.asked.pop(event.ask_id, None) is None and self.open_asks.pop(event.ask_id, None) is None:
@@ -346,9 +367,7 @@ class ConversationState:
     def _proposed(self, event: ProposedEvent) -> None:
         if self.loop != "handling":
             raise FoldError("a suggestion is proposed only while a reply is handled")
-        if event.numbered and (event.id != self.next_id("sg")):
-            raise FoldError(f"the next assigned id is {self.next_id('sg')!r}, not {event.id!r}")
-        self._use_id(event.id, "sg")
+        self._use_id(event.id, "sg", event.numbered)
         self.open_suggestions[event.id] = OpenSuggestion(
             id=event.id, action=event.action, text=event.text, payload=event.payload
         )
