@@ -208,10 +208,10 @@ class Conversation:
     async def flush(self) -> None:
         """Write what the log holds beyond the store's copy (a no-op without a store); one write at a time.
 
-        A write that fails leaves this object stale: the next call reads the conversation from the store again,
-        and what was not written is dropped (the store's log is the truth).
+        A write that fails leaves this object stale: it writes nothing more, its next call reads the conversation
+        from the store again, and what was not written is dropped (the store's log is the truth).
         """
-        if self._store is None or self._stored >= len(self._core.log):
+        if self._store is None or self._stale or self._stored >= len(self._core.log):
             return
         async with self._writing_lock():
             written = len(self._core.log)
