@@ -28,6 +28,7 @@ from .language.records import (
 )
 from .language.schema import SchemaIssue, validate
 from .language.stream import StreamParser
+from .ports import Agent, Human, StreamingAgent
 from .replay import Divergence, ReplayReport, replay
 from .runtime import (
     Accept,
@@ -55,6 +56,7 @@ __all__ = [
     "Acknowledge",
     "ActionError",
     "ActionSpec",
+    "Agent",
     "AgentError",
     "Ask",
     "AskElement",
@@ -72,6 +74,7 @@ __all__ = [
     "Envelope",
     "Event",
     "Execute",
+    "Human",
     "IllegalTransition",
     "Inform",
     "Issue",
@@ -91,6 +94,7 @@ __all__ = [
     "Store",
     "StoreConflict",
     "StreamParser",
+    "StreamingAgent",
     "Suggest",
     "Suggestion",
     "TurnResult",
