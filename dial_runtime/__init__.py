@@ -6,8 +6,18 @@ the person, runs what the person accepts (or edits), and tells the agent exactly
 
 from __future__ import annotations
 
-from .agents import AgentError, ChatAgent, RecordedAgent, ScriptedAgent, agent_from_uri, system_prompt
-from .errors import ConversationBusy, DialError, DialSizeError, IllegalTransition, LogError
+from .agents import ChatAgent, RecordedAgent, ScriptedAgent, agent_from_uri, system_prompt
+from .errors import (
+    ActionError,
+    AgentError,
+    ConversationBusy,
+    DialError,
+    DialSizeError,
+    IllegalTransition,
+    LogError,
+    StoreClosed,
+    StoreConflict,
+)
 from .jsonl import export_jsonl, import_jsonl
 from .language.outcomes import Outcome, outcome_reply
 from .language.parser import extract_prose, parse
@@ -32,7 +42,6 @@ from .ports import Agent, Human, StreamingAgent
 from .replay import Divergence, ReplayReport, replay
 from .runtime import (
     Accept,
-    ActionError,
     ActionSpec,
     Ask,
     Conversation,
@@ -47,7 +56,7 @@ from .runtime import (
     scripted_human,
 )
 from .runtime.events import Event, LogEntry, event_from_dict, event_to_dict
-from .stores import Store, StoreConflict, open_store
+from .stores import Store, open_store
 
 __version__ = "0.1.0"
 
@@ -92,6 +101,7 @@ __all__ = [
     "ScriptedAgent",
     "Step",
     "Store",
+    "StoreClosed",
     "StoreConflict",
     "StreamParser",
     "StreamingAgent",

@@ -23,7 +23,15 @@ import pytest
 from dial_runtime.demo import run_demo
 from dial_runtime.errors import ConversationBusy
 from dial_runtime.runtime.events import LogEntry, SaidEvent
-from dial_runtime.stores import MemoryStore, PostgresStore, SQLiteStore, Store, StoreConflict, open_store
+from dial_runtime.stores import (
+    MemoryStore,
+    PostgresStore,
+    SQLiteStore,
+    Store,
+    StoreClosed,
+    StoreConflict,
+    open_store,
+)
 from dial_runtime.stores import sqlite as sqlite_store
 from dial_runtime.stores.base import encode
 
@@ -131,9 +139,32 @@ async def test_a_log_outlives_its_store(
     first = keep(open_store(durable_url))
     await write(first, "demo", demo_log)
     await first.aclose()
-    with pytest.raises(RuntimeError, match="closed"):
-        await first.read("demo")
     assert await keep(open_store(durable_url)).read("demo") == list(demo_log)
+
+
+async def _lock(store: Store) -> None:
+    async with store.lock("demo"):
+        raise AssertionError("a closed store gave its lock")
+
+
+#: Every call a conversation makes on a store.
+STORE_CALLS: dict[str, Callable[[Store], Any]] = {
+    "append": lambda store: store.append("demo", [said(2, "again")], expected_seq=1),
+    "read": lambda store: store.read("demo"),
+    "read-after": lambda store: store.read("demo", after_seq=1),
+    "conversations": lambda store: store.conversations(),
+    "lock": _lock,
+}
+
+
+@pytest.mark.parametrize("call", STORE_CALLS)
+async def test_a_closed_store_refuses_every_call(url: str, call: str) -> None:
+    store = open_store(url)
+    await store.append("demo", [said(1, "hello")], expected_seq=0)
+    await store.aclose()
+    with pytest.raises(StoreClosed, match="closed"):
+        await STORE_CALLS[call](store)
+    await store.aclose()  # closing again is harmless
 
 
 async def test_reads_after_a_seq(connect: Callable[[], Store], demo_log: tuple[LogEntry, ...]) -> None:

@@ -3,7 +3,8 @@ for any OpenAI-compatible chat-completions endpoint, with the system prompt gene
 
 from __future__ import annotations
 
-from .chat import AgentError, ChatAgent, ChatMessage, history_from_log
+from ..errors import AgentError
+from .chat import ChatAgent, ChatMessage, history_from_log
 from .prompt import VocabularyEntry, system_prompt, vocabulary
 from .recorded import RecordedAgent
 from .scripted import ScriptedAgent

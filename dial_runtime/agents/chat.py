@@ -38,7 +38,7 @@ import anyio
 import attrs
 import httpx
 
-from ..errors import DialError
+from ..errors import AgentError
 from ..runtime.events import LogEntry, ReplyEvent, ReplyProgressEvent, ReplyStartedEvent, SentEvent
 
 __all__ = ["TRANSIENT_STATUSES", "AgentError", "ChatAgent", "ChatMessage", "parse_retry_after"]
@@ -55,20 +55,6 @@ _SECONDS = re.compile(r"\d+(?:\.\d+)?")
 _REDACTED = "[redacted]"
 # At most this much of a server's error body is quoted in an AgentError.
 _QUOTE_LIMIT = 500
-
-
-class AgentError(DialError):
-    """A chat-completions request failed for good.
-
-    Raised at once for an error that is not transient (``status`` 400, 401, 404, ... with the server's message),
-    for a response that is not a chat completion, for a streamed answer that broke off after it had started, and
-    when the retries of a transient failure are used up. ``status`` is the last HTTP status, ``None`` when no
-    response came.
-    """
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @attrs.frozen

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import Store, StoreConflict, open_store
+from ..errors import StoreClosed, StoreConflict
+from .base import Store, open_store
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore
 
-__all__ = ["MemoryStore", "PostgresStore", "SQLiteStore", "Store", "StoreConflict", "open_store"]
+__all__ = ["MemoryStore", "PostgresStore", "SQLiteStore", "Store", "StoreClosed", "StoreConflict", "open_store"]
 
 
 def __getattr__(name: str) -> Any:

@@ -11,15 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from ..errors import ConversationBusy
+from ..errors import StoreClosed, StoreConflict
 from ..ports import Store
 from ..runtime.events import LogEntry, entry_from_dict, entry_to_dict
 
-__all__ = ["Store", "StoreConflict", "check_entries", "decode", "encode", "open_store"]
-
-
-class StoreConflict(ConversationBusy):
-    """An append whose expected sequence number is not the stored last one: another writer got there first."""
+__all__ = ["Store", "StoreClosed", "StoreConflict", "check_entries", "decode", "encode", "open_store"]
 
 
 def check_entries(entries: Sequence[LogEntry], expected_seq: int) -> None:
