@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from .runtime.events import LogEntry
 from .runtime.records import ActionSpec, Ask, Decision, Defer, Issue, Suggestion
@@ -52,21 +52,21 @@ __all__ = [
 T = TypeVar("T")
 
 #: A value, or an awaitable of it: what a method that may be plain or ``async`` returns.
-MaybeAwaitable = T | Awaitable[T]
+MaybeAwaitable: TypeAlias = T | Awaitable[T]
 
 #: An action's spec: the record, or the dict ``{"mutates": ..., "destructive": ..., "handoff": ...}``.
-ActionSpecLike = ActionSpec | Mapping[str, Any]
+ActionSpecLike: TypeAlias = ActionSpec | Mapping[str, Any]
 
 #: What ``validate`` returns: ``None`` or ``{"ok": True}`` to accept; an :class:`Issue` or ``{"ok": False,
 #: "code": ..., "field": ..., "hint": ...}`` to refuse.
-IssueLike = Issue | Mapping[str, Any] | None
+IssueLike: TypeAlias = Issue | Mapping[str, Any] | None
 
 #: A person's decision: a record, ``Defer()``, or the dicts ``{"accept": True}``, ``{"dismiss": True}``,
 #: ``{"edit": payload}``, ``{"say": text}``.
-DecisionLike = Decision | Defer | Mapping[str, Any]
+DecisionLike: TypeAlias = Decision | Defer | Mapping[str, Any]
 
 #: A person's answer: text (empty or ``None``: the question stands) or ``Defer()``.
-AnswerLike = str | Defer | None
+AnswerLike: TypeAlias = str | Defer | None
 
 
 class Agent(Protocol):
