@@ -240,9 +240,12 @@ async def test_a_reply_still_arriving_is_logged_as_far_as_it_got_before_the_pers
         ReplyProgressEvent(turn=1, text=second),
     ]
     assert "reply" not in {event.type for event in logged}
-    assert history_from_log(at_decisions[0]) == [ChatMessage("user", turns[0]), ChatMessage("assistant", first)]
-    assert history_from_log(at_decisions[1])[-1] == ChatMessage("assistant", first + second)
+    assert history_from_log(at_decisions[0]) == [
+        ChatMessage(role="user", content=turns[0]),
+        ChatMessage(role="assistant", content=first),
+    ]
+    assert history_from_log(at_decisions[1])[-1] == ChatMessage(role="assistant", content=first + second)
     whole = [entry.event for entry in conversation.log if entry.event.type == "reply"]
     assert [event.text for event in whole] == [first + second + rest, "ok"]
-    assert history_from_log(conversation.log)[1] == ChatMessage("assistant", first + second + rest)
+    assert history_from_log(conversation.log)[1] == ChatMessage(role="assistant", content=first + second + rest)
     assert [entry_from_dict(entry_to_dict(entry)) for entry in conversation.log] == list(conversation.log)
