@@ -6,7 +6,10 @@ the person, runs what the person accepts (or edits), and tells the agent exactly
 
 from __future__ import annotations
 
-from .agents import ChatAgent, RecordedAgent, ScriptedAgent, agent_from_uri, system_prompt
+import typing as _typing
+
+from ._lazy import lazy_exports as _lazy_exports
+from .agents import RecordedAgent, ScriptedAgent, system_prompt
 from .errors import (
     ActionError,
     AgentError,
@@ -57,6 +60,10 @@ from .runtime import (
 )
 from .runtime.events import Event, LogEntry, event_from_dict, event_to_dict
 from .stores import Store, open_store
+
+if _typing.TYPE_CHECKING:
+    from .agents.chat import ChatAgent
+    from .agents.uri import agent_from_uri
 
 __version__ = "0.1.0"
 
@@ -124,3 +131,8 @@ __all__ = [
     "system_prompt",
     "validate",
 ]
+
+# What needs httpx is imported on first use, so ``import dial_runtime`` loads no HTTP library.
+__getattr__, __dir__ = _lazy_exports(
+    __name__, {"ChatAgent": ".agents.chat", "agent_from_uri": ".agents.uri"}, globals()
+)
