@@ -524,7 +524,7 @@ async def test_two_processes_racing_for_one_conversation(
         counts = [await one.result(), await two.result()]
     assert [count["done"] for count in counts] == [RACE_SAYS, RACE_SAYS]
     assert [count["conflicts"] for count in counts] == [0, 0], "a write got past the lock"
-    assert sum(count["busy"] for count in counts) > 0, "the workers never met"
+    assert sum(count["busy"] for count in counts) > 0, "the lock never refused the other worker"
 
     total = 2 * RACE_SAYS
     stored = await connect(durable_url).read(conversation_id)
