@@ -163,12 +163,12 @@ class SlowNotes(NotesDomain):
 
 
 async def crash(store: MemoryStore, call: Callable[[], Awaitable[object]]) -> MemoryStore:
-    """Make ``call`` until it waits, then let its process die: the store that survives holds what was stored then,
-    and nothing the dying call logs afterwards."""
+    """Make ``call`` until it waits (every task is blocked), then let its process die: the store that survives
+    holds what was stored then, and nothing the dying call logs afterwards."""
     survivor = MemoryStore()
     async with anyio.create_task_group() as group:
         group.start_soon(call)
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()
         await survivor.append("crashes", await store.read("crashes"), expected_seq=0)
         group.cancel_scope.cancel()
     return survivor
