@@ -35,10 +35,10 @@ from dial_runtime.stores import (
 from dial_runtime.stores import sqlite as sqlite_store
 from dial_runtime.stores.base import encode
 
+from .conftest import STORE_KINDS
+
 pytestmark = pytest.mark.anyio
 
-DURABLE = ["sqlite", "postgres"]
-KINDS = ["memory", *DURABLE]
 
 #: A process that takes a conversation's lock, says so, and holds it until it is killed.
 HOLDER = """
@@ -54,10 +54,10 @@ anyio.run(main)
 """
 
 
-@pytest.fixture(params=["trio", "asyncio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
+@pytest.fixture
+def anyio_backend(real_clocks: str) -> str:
     """Real clocks: the stores wait on threads, processes and servers, which a virtual clock would skip past."""
-    return request.param  # type: ignore[no-any-return]
+    return real_clocks
 
 
 @pytest.fixture(scope="module")
@@ -65,24 +65,6 @@ def demo_log() -> tuple[LogEntry, ...]:
     """The log of the shipped demo conversation: many kinds of event, payloads, results, outcomes."""
     conversation = anyio.run(partial(run_demo, write=lambda _: None))
     return conversation.log
-
-
-@pytest.fixture(params=KINDS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store URL of each kind, naming an empty log."""
-    if request.param == "memory":
-        return "memory:"
-    if request.param == "sqlite":
-        return f"sqlite:{tmp_path / 'logs.db'}"
-    return request.getfixturevalue("pg_schema_url")  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store URL that other processes can reach."""
-    if request.param == "sqlite":
-        return f"sqlite:{tmp_path / 'logs.db'}"
-    return request.getfixturevalue("pg_schema_url")  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -129,7 +111,7 @@ async def test_a_real_log_round_trips(connect: Callable[[], Store], demo_log: tu
     assert await connect().read("demo") == list(demo_log)
 
 
-durable = pytest.mark.parametrize("durable_url", DURABLE, indirect=True)
+durable = pytest.mark.parametrize("durable_url", STORE_KINDS[1:], indirect=True)
 
 
 @durable
