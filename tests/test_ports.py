@@ -189,7 +189,7 @@ def mypy_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
                 "--config-file",
                 str(ROOT / "setup.cfg"),
                 "--cache-dir",
-                str(ROOT / ".mypy_cache"),
+                str(ROOT / ".mypy_cache" / "test_ports"),  # its own: other options than the package check's
                 "--follow-imports=silent",
                 "--show-error-codes",
                 "--no-error-summary",
