@@ -99,6 +99,8 @@ class Person:
 WELL_TYPED = (
     USER_MODULE
     + """
+from dial_runtime.surfaces.terminal import PlainAgent, TerminalSurface
+from dial_runtime.transcript import NarratedHuman, Transcript
 
 domain: Domain = Notes()
 described: DescribedDomain = Notes()
@@ -106,7 +108,10 @@ demo_domain: Domain = NotesDomain()
 chat = ChatAgent(base_url="http://127.0.0.1:8000/v1", model="m")
 agents: list[Agent] = [Echo(), Replies([]), ScriptedAgent([]), RecordedAgent([]), chat]
 streaming: list[StreamingAgent] = [Replies([]), chat]
-humans: list[Human] = [Person(), policy_human("accept"), scripted_human(["accept"])]
+surface = TerminalSurface()
+narrated = NarratedHuman(Person(), Transcript(repr))
+humans: list[Human] = [Person(), policy_human("accept"), scripted_human(["accept"]), surface, narrated]
+wrapped: list[Agent] = [PlainAgent(chat), surface.streaming(chat)]
 stores: list[Store] = [open_store("memory:"), MemoryStore(), SQLiteStore("notes.db"), PostgresStore("postgresql://h/d")]
 """
 )
