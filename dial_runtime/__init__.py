@@ -7,6 +7,7 @@ the person, runs what the person accepts (or edits), and tells the agent exactly
 from __future__ import annotations
 
 from .agents import AgentError, ChatAgent, RecordedAgent, ScriptedAgent, agent_from_uri, system_prompt
+from .domains import Domain
 from .errors import ConversationBusy, DialError, DialSizeError, IllegalTransition, LogError
 from .jsonl import export_jsonl, import_jsonl
 from .language.outcomes import Outcome, outcome_reply
@@ -68,6 +69,7 @@ __all__ = [
     "DialSizeError",
     "Dismiss",
     "Divergence",
+    "Domain",
     "Edit",
     "Envelope",
     "Event",

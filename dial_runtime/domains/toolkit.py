@@ -1,0 +1,313 @@
+"""A domain written as typed functions: each action's payload, schema, validation and preview come from its
+signature.
+
+::
+
+    notes = Domain("notes")
+
+    @notes.action(preview="Add the note '{text}'")
+    def add_note(text: Annotated[str, msgspec.Meta(min_length=1, max_length=60)]) -> dict[str, int]:
+        \"\"\"Add a note to the notebook.\"\"\"
+
+A :class:`Domain` is the duck-typed domain the runtime uses (``actions``, ``validate``, ``preview``, ``run``,
+``context``) plus what :func:`~dial_runtime.system_prompt` reads (``description``, ``vocabulary``,
+``describe``), so the agent is told each action's JSON Schema and a valid example.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar, overload
+
+import attrs
+import msgspec
+
+from ..runtime.records import ActionError, ActionSpec, Issue, as_issue
+from .examples import example_from_schema
+from .payloads import KeywordPayload, Payload, payload_of
+
+__all__ = ["UNKNOWN_ACTION", "ActionDefinition", "Domain"]
+
+UNKNOWN_ACTION = "unknown-action"
+"""The code of the issue for an action the domain does not have."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+Preview = str | Callable[..., object] | None
+# A value in a default preview is cut to this many characters.
+_PREVIEW_VALUE = 60
+
+
+@attrs.frozen(kw_only=True)
+class ActionDefinition:
+    """One typed action: its name, contract, function, payload form, preview, check hook and documentation."""
+
+    name: str
+    spec: ActionSpec
+    function: Callable[..., Any]
+    payload: Payload
+    preview: Preview
+    check: Callable[..., object] | None
+    description: str
+    example: Any
+    asynchronous: bool = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "asynchronous", inspect.iscoroutinefunction(self.function))
+
+    def shape_issue(self, payload: Any) -> Issue | None:
+        """The issue with ``payload``'s shape and types (the check hook is not called), or ``None``."""
+        converted = self.payload.convert(payload)
+        return converted if isinstance(converted, Issue) else None
+
+
+def action_name(function_name: str) -> str:
+    """``add_note`` as the action name ``add-note``."""
+    return function_name.strip("_").replace("_", "-")
+
+
+def _words(name: str) -> str:
+    """``add-note`` as ``Add note``."""
+    text = name.replace("-", " ").replace("_", " ").replace(".", " ").strip()
+    return text[:1].upper() + text[1:]
+
+
+def default_preview(name: str, payload: Any) -> str:
+    """What a person reads when the action gives no preview: ``Add note: text="buy milk"``."""
+    if isinstance(payload, Mapping) and payload:
+        shown = []
+        for key, value in payload.items():
+            text = json.dumps(value, ensure_ascii=False, default=str)
+            shown.append(f"{key}={text if len(text) <= _PREVIEW_VALUE else text[: _PREVIEW_VALUE - 1] + '…'}")
+        return f"{_words(name)}: {', '.join(shown)}"
+    if payload not in (None, {}):
+        return f"{_words(name)}: {json.dumps(payload, ensure_ascii=False, default=str)}"
+    return _words(name)
+
+
+def _json_ready(result: Any) -> Any:
+    """An action's result as JSON data: Structs, dataclasses, datetimes and the like through msgspec."""
+    try:
+        return msgspec.to_builtins(result)
+    except TypeError:
+        return result
+
+
+async def _awaited(pending: Any) -> Any:
+    return _json_ready(await pending)
+
+
+class Domain:
+    """A domain built from typed functions; see the module docstring and the README's "Domains" section.
+
+    ``name`` names the application; ``description`` (one or two sentences) goes into the system prompt.
+    """
+
+    def __init__(self, name: str, *, description: str = "") -> None:
+        self.name = name
+        self.description = description
+        self._definitions: dict[str, ActionDefinition] = {}
+        self._specs: dict[str, ActionSpec] = {}
+        self._context: Callable[[], object] | None = None
+        self.actions: Mapping[str, ActionSpec] = MappingProxyType(self._specs)
+        """Action name -> :class:`~dial_runtime.ActionSpec`, in declaration order (read-only)."""
+
+    def __repr__(self) -> str:
+        return f"Domain({self.name!r}, actions={list(self._definitions)!r})"
+
+    # ------------------------------------------------------------------------------------------ declaring
+
+    @overload
+    def action(self, function: F, /) -> F: ...
+
+    @overload
+    def action(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        preview: Preview = None,
+        read_only: bool = False,
+        destructive: bool = False,
+        handoff: bool = False,
+        check: Callable[..., object] | None = None,
+        schema: Mapping[str, Any] | None = None,
+        example: Any = None,
+        description: str | None = None,
+    ) -> Callable[[F], F]: ...
+
+    def action(
+        self,
+        function: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        preview: Preview = None,
+        read_only: bool = False,
+        destructive: bool = False,
+        handoff: bool = False,
+        check: Callable[..., object] | None = None,
+        schema: Mapping[str, Any] | None = None,
+        example: Any = None,
+        description: str | None = None,
+    ) -> F | Callable[[F], F]:
+        """Declare ``function`` as an action (as ``@domain.action`` or ``@domain.action(...)``).
+
+        - ``name``: the action's name (default: the function's, ``add_note`` -> ``add-note``).
+        - ``preview``: what the person is shown: a format string over the payload (``"Add the note '{text}'"``),
+          a callable taking the function's arguments, or by default the action's name in words and its
+          arguments (``Add note: text="buy milk"``).
+        - ``read_only``: runs without asking the person; ``destructive``: marked for the person; ``handoff``:
+          taken over by the surface (see the suggestion lifecycle).
+        - ``check``: a domain rule beyond types, called with the function's arguments once they are valid;
+          it returns ``None`` or an :class:`~dial_runtime.Issue` (``Issue(code="not-found", ...)``).
+        - ``schema``: a JSON Schema for the payload instead of the function's annotations; the function's one
+          parameter receives the payload.
+        - ``example``: the example payload the system prompt shows (default: one built from the schema); it
+          must pass the action's validation (``ValueError`` when it does not).
+        - ``description``: what the prompt says of the action (default: the function's docstring).
+
+        The function's keyword parameters, typed by their annotations, are the payload (or its one
+        ``msgspec.Struct`` or pydantic model parameter). It may be plain or ``async``; it raises
+        :class:`~dial_runtime.ActionError` to fail with a code, field and hint. ``TypeError`` when its
+        signature cannot be a payload, ``ValueError`` for a name declared twice.
+        """
+
+        def declare(declared: F) -> F:
+            self._declare(
+                declared,
+                name=name,
+                preview=preview,
+                spec=ActionSpec(mutates=not read_only, destructive=destructive, handoff=handoff),
+                check=check,
+                schema=schema,
+                example=example,
+                description=description,
+            )
+            return declared
+
+        return declare if function is None else declare(function)
+
+    def _declare(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None,
+        preview: Preview,
+        spec: ActionSpec,
+        check: Callable[..., object] | None,
+        schema: Mapping[str, Any] | None,
+        example: Any,
+        description: str | None,
+    ) -> None:
+        named = name or action_name(getattr(function, "__name__", ""))
+        if not named:
+            raise TypeError("Domain.action: give the action a name (name=...)")
+        if named in self._definitions:
+            raise ValueError(f"{self.name}: action {named!r} is declared twice")
+        payload = payload_of(function, named, schema)
+        definition = ActionDefinition(
+            name=named,
+            spec=spec,
+            function=function,
+            payload=payload,
+            preview=preview,
+            check=check,
+            description=(description if description is not None else inspect.getdoc(function) or "").strip(),
+            example=None,
+        )
+        if example is not None:
+            issue = definition.shape_issue(example)
+            if issue is not None:
+                raise ValueError(f"{self.name}: the example of {named!r} is invalid: {issue.field}: {issue.hint}")
+        else:
+            built = example_from_schema(payload.schema)
+            example = built if definition.shape_issue(built) is None else None
+        self._definitions[named] = attrs.evolve(definition, example=example)
+        self._specs[named] = spec
+
+    @overload
+    def context(self, /) -> str: ...
+
+    @overload
+    def context(self, function: Callable[[], object], /) -> Callable[[], object]: ...
+
+    def context(self, function: Callable[[], object] | None = None, /) -> str | Callable[[], object]:
+        """As ``@domain.context``: mark the function whose text goes with every turn. Called with no argument
+        (as the runtime does): that text, or ``""``."""
+        if function is not None:
+            self._context = function
+            return function
+        if self._context is None:
+            return ""
+        text = self._context()
+        return "" if text is None else str(text)
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    @property
+    def definitions(self) -> Mapping[str, ActionDefinition]:
+        """Each action's :class:`ActionDefinition`, by name."""
+        return MappingProxyType(self._definitions)
+
+    @property
+    def vocabulary(self) -> dict[str, dict[str, Any]]:
+        """What the system prompt says of each action: ``description``, ``schema`` and ``example``."""
+        return {
+            name: {"description": d.description, "schema": d.payload.schema, "example": d.example}
+            for name, d in self._definitions.items()
+        }
+
+    def describe(self, action: str) -> str:
+        """The action's description (its docstring unless given)."""
+        definition = self._definitions.get(action)
+        return "" if definition is None else definition.description
+
+    def schema(self, action: str) -> dict[str, Any]:
+        """The JSON Schema of the action's payload (``KeyError`` for an unknown action)."""
+        return self._definitions[action].payload.schema
+
+    # ------------------------------------------------------------------------------------------ the runtime's
+
+    def validate(self, action: str, payload: Any) -> Issue | None:
+        """``None`` when ``payload`` is valid for ``action``, else the issue: its shape and types first
+        (``invalid-payload``, the path of the value at fault, a hint), then the action's check hook."""
+        definition = self._definitions.get(action)
+        if definition is None:
+            return Issue(code=UNKNOWN_ACTION, hint=f"Use one of: {', '.join(self._definitions) or 'no actions'}.")
+        arguments = definition.payload.convert(payload)
+        if isinstance(arguments, Issue):
+            return arguments
+        if definition.check is None:
+            return None
+        return as_issue(definition.check(**arguments))
+
+    def preview(self, action: str, payload: Any) -> str:
+        """What the person is shown for ``action`` with a valid ``payload`` (see :meth:`action`)."""
+        definition = self._definitions[action]
+        shown = definition.preview
+        if shown is None:
+            return default_preview(action, payload)
+        arguments = definition.payload.convert(payload)
+        if isinstance(arguments, Issue):
+            return default_preview(action, payload)
+        if callable(shown):
+            return str(shown(**arguments))
+        # Keyword parameters are formatted with their defaults filled in; other forms over the payload's JSON.
+        fields = arguments if isinstance(definition.payload, KeywordPayload) else payload
+        return shown.format_map(fields) if isinstance(fields, Mapping) else shown
+
+    def run(self, action: str, payload: Any) -> Any:
+        """Call the action's function with the payload's values; an ``async`` function's coroutine is returned
+        for the runtime to await. The result comes back as JSON data (a ``Struct`` as a dict)."""
+        definition = self._definitions[action]
+        arguments = definition.payload.convert(payload)
+        if isinstance(arguments, Issue):  # the runtime validates first; a direct caller may not have
+            raise ActionError(
+                "the payload is invalid", code=arguments.code, field=arguments.field, hint=arguments.hint
+            )
+        if definition.asynchronous:
+            return _awaited(definition.function(**arguments))
+        return _json_ready(definition.function(**arguments))
