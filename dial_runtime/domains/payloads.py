@@ -55,10 +55,15 @@ def _self_contained(schema: dict[str, Any]) -> dict[str, Any]:
     return top
 
 
+def _last_line(error: Exception) -> str:
+    """The gist of a msgspec error, whose message may explain itself over several lines."""
+    return str(error).strip().splitlines()[-1]
+
+
 class KeywordPayload:
     """The keyword parameters of a function, as one msgspec ``Struct`` built when the action is declared."""
 
-    def __init__(self, name: str, parameters: list[tuple[str, Any, Any]]) -> None:
+    def __init__(self, action: str, name: str, parameters: list[tuple[str, Any, Any]]) -> None:
         fields = [
             (field, kind) if default is _REQUIRED else (field, kind, default)
             for field, kind, default in parameters
@@ -69,7 +74,7 @@ class KeywordPayload:
             )
             self._schema = _self_contained(msgspec.json.schema(self.type))
         except (TypeError, ValueError) as error:  # a type msgspec cannot validate or describe
-            raise TypeError(f"action {name}: {error}") from None
+            raise TypeError(f"action {action}: {_last_line(error)}") from None
         self._fields = tuple(field for field, _, _ in parameters)
 
     @property
@@ -94,7 +99,7 @@ class StructPayload:
         try:
             self._schema = _self_contained(msgspec.json.schema(self.type))
         except (TypeError, ValueError) as error:
-            raise TypeError(f"{struct.__name__}: {error}") from None
+            raise TypeError(f"{struct.__name__}: {_last_line(error)}") from None
         self._fields = struct.__struct_fields__
 
     @property
@@ -202,4 +207,4 @@ def payload_of(function: Callable[..., Any], name: str, schema: Mapping[str, Any
         if _is_pydantic_model(only):
             return PydanticPayload(parameters[0].name, only)
     struct_name = "".join(part.capitalize() for part in name.replace("_", "-").split("-") if part) or "Payload"
-    return KeywordPayload(struct_name, [(p.name, hints.get(p.name, Any), p.default) for p in parameters])
+    return KeywordPayload(name, struct_name, [(p.name, hints.get(p.name, Any), p.default) for p in parameters])

@@ -88,11 +88,19 @@ def default_preview(name: str, payload: Any) -> str:
 
 
 def _json_ready(result: Any) -> Any:
-    """An action's result as JSON data: Structs, dataclasses, datetimes and the like through msgspec."""
+    """An action's result as JSON data: Structs, dataclasses, datetimes and the like through msgspec, pydantic
+    models through their own ``model_dump``; anything else is left for the runtime to write with ``str()``."""
     try:
-        return msgspec.to_builtins(result)
+        return msgspec.to_builtins(result, enc_hook=_dump_model)
     except TypeError:
         return result
+
+
+def _dump_model(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    raise TypeError(f"not JSON data: {type(value).__name__}")
 
 
 async def _awaited(pending: Any) -> Any:
