@@ -6,7 +6,7 @@ from __future__ import annotations
 from .examples import example_from_schema
 from .issues import INVALID_PAYLOAD, field_path, json_schema_issue
 from .payloads import KeywordPayload, Payload, PydanticPayload, SchemaPayload, StructPayload
-from .toolkit import UNKNOWN_ACTION, ActionDefinition, Domain, default_preview
+from .toolkit import UNKNOWN_ACTION, ActionDefinition, Domain, default_preview, words
 
 __all__ = [
     "INVALID_PAYLOAD",
@@ -22,4 +22,5 @@ __all__ = [
     "example_from_schema",
     "field_path",
     "json_schema_issue",
+    "words",
 ]

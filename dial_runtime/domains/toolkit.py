@@ -29,7 +29,7 @@ from ..runtime.records import ActionError, ActionSpec, Issue, as_issue
 from .examples import example_from_schema
 from .payloads import KeywordPayload, Payload, payload_of
 
-__all__ = ["UNKNOWN_ACTION", "ActionDefinition", "Domain"]
+__all__ = ["UNKNOWN_ACTION", "ActionDefinition", "Domain", "default_preview", "words"]
 
 UNKNOWN_ACTION = "unknown-action"
 """The code of the issue for an action the domain does not have."""
@@ -68,23 +68,24 @@ def action_name(function_name: str) -> str:
     return function_name.strip("_").replace("_", "-")
 
 
-def _words(name: str) -> str:
-    """``add-note`` as ``Add note``."""
+def words(name: str) -> str:
+    """An action's name as words: ``add-note`` as ``Add note``."""
     text = name.replace("-", " ").replace("_", " ").replace(".", " ").strip()
     return text[:1].upper() + text[1:]
 
 
-def default_preview(name: str, payload: Any) -> str:
-    """What a person reads when the action gives no preview: ``Add note: text="buy milk"``."""
+def default_preview(label: str, payload: Any) -> str:
+    """What a person reads when an action gives no preview: ``label`` and the payload's values, as in
+    ``Add note: text="buy milk"``."""
     if isinstance(payload, Mapping) and payload:
         shown = []
         for key, value in payload.items():
             text = json.dumps(value, ensure_ascii=False, default=str)
             shown.append(f"{key}={text if len(text) <= _PREVIEW_VALUE else text[: _PREVIEW_VALUE - 1] + '…'}")
-        return f"{_words(name)}: {', '.join(shown)}"
+        return f"{label}: {', '.join(shown)}"
     if payload not in (None, {}):
-        return f"{_words(name)}: {json.dumps(payload, ensure_ascii=False, default=str)}"
-    return _words(name)
+        return f"{label}: {json.dumps(payload, ensure_ascii=False, default=str)}"
+    return label
 
 
 def _json_ready(result: Any) -> Any:
@@ -297,10 +298,10 @@ class Domain:
         definition = self._definitions[action]
         shown = definition.preview
         if shown is None:
-            return default_preview(action, payload)
+            return default_preview(words(action), payload)
         arguments = definition.payload.convert(payload)
         if isinstance(arguments, Issue):
-            return default_preview(action, payload)
+            return default_preview(words(action), payload)
         if callable(shown):
             return str(shown(**arguments))
         # Keyword parameters are formatted with their defaults filled in; other forms over the payload's JSON.
