@@ -176,7 +176,7 @@ async def test_the_filesystem_server_writes_reads_and_refuses_what_is_outside(
         assert outcomes[0].preview.startswith('Write File: path="/')
 
 
-# --- the faulty server: errors, hangs, deaths -------------------------------------------------------------------------------
+# --- the faulty server: errors, hangs, deaths --------------------------------------------------------------------
 
 
 @pytest.fixture
