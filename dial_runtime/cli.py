@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -64,7 +65,7 @@ def _chat(args: argparse.Namespace) -> int:
     from .surfaces.terminal import PlainAgent
 
     try:
-        domain = _load_domain(args.domain)
+        domain = _load_domain(args.domain) if args.mcp is None else None
         store = open_store(args.store) if args.store else None
     except ValueError as error:
         print(f"dial-runtime chat: {error}", file=sys.stderr)
@@ -76,6 +77,22 @@ def _chat(args: argparse.Namespace) -> int:
     surface = TerminalSurface()
 
     async def hold() -> int:
+        if domain is not None:
+            return await converse(domain)
+        try:
+            from .mcp import McpConnectionError, mcp_domain
+        except ImportError as error:
+            print(f"dial-runtime chat: --mcp: {error}", file=sys.stderr)
+            return 2
+        try:
+            with open(args.mcp_log or os.devnull, "a", encoding="utf-8") as errlog:
+                async with mcp_domain(args.mcp, errlog=errlog) as served:
+                    return await converse(served)
+        except (OSError, ValueError, McpConnectionError) as error:
+            print(f"dial-runtime chat: --mcp: {error}", file=sys.stderr)
+            return 2
+
+    async def converse(domain: Any) -> int:
         earlier = await store.read(ident) if store is not None else []
         try:
             agent = agent_from_uri(
@@ -373,11 +390,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URI",
         help="openai:MODEL, ollama:MODEL[@HOST:PORT], vllm:..., llamacpp:... or http(s)://HOST/v1#MODEL",
     )
-    chat.add_argument(
+    served = chat.add_mutually_exclusive_group(required=True)
+    served.add_argument(
         "--domain",
-        required=True,
         metavar="MODULE:FACTORY",
         help="module:factory; factory() returns the domain (dial_runtime.demo:NotesDomain)",
+    )
+    served.add_argument(
+        "--mcp",
+        metavar="'COMMAND ARGS...'|URL",
+        help="an MCP server's tools as the domain: a command to start (stdio) or an http(s) URL (streamable HTTP)",
+    )
+    chat.add_argument(
+        "--mcp-log",
+        metavar="FILE",
+        help="append the MCP server's standard error here (default: discarded)",
     )
     chat.add_argument(
         "--transcript", metavar="FILE", help="save the transcript (plain text) here when the session ends"

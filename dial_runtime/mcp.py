@@ -30,6 +30,7 @@ asyncio.
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -51,7 +52,7 @@ try:
 except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError("dial_runtime.mcp needs the mcp SDK: pip install 'dial-runtime[mcp]'") from error
 
-__all__ = ["DEFAULT_DEADLINE", "McpConnectionError", "McpDomain", "McpTool"]
+__all__ = ["DEFAULT_DEADLINE", "McpConnectionError", "McpDomain", "McpTool", "mcp_domain"]
 
 DEFAULT_DEADLINE = 60.0
 """Seconds a tool call may take before its action fails with code ``mcp-timeout``."""
@@ -329,6 +330,18 @@ class McpDomain:
         if result.structured_content is not None:
             return result.structured_content
         return _content_text(result.content)
+
+
+def mcp_domain(server: str, **options: Any) -> McpDomain:
+    """The domain ``server`` names: an http(s) URL (streamable HTTP), else a command line split as a shell
+    would (``"mcp-server-git --repository ."``); ``options`` are :class:`McpDomain`'s."""
+    if server.startswith(("http://", "https://")):
+        return McpDomain.http(server, **options)
+    try:
+        command = shlex.split(server)
+    except ValueError as error:
+        raise ValueError(f"cannot read the command {server!r}: {error}") from None
+    return McpDomain.stdio(command, **options)
 
 
 def _reason(error: BaseException) -> str:

@@ -287,3 +287,52 @@ async def test_a_server_over_streamable_http_is_a_domain_too(http_server: str) -
         ]
     with pytest.raises(ValueError, match="not an http"):
         McpDomain.http("ftp://example.com")
+
+
+# --- dial-runtime chat --mcp ------------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_chat_holds_a_conversation_over_an_mcp_servers_tools(tmp_path: Path) -> None:
+    from .openai_server import OpenAIServer
+    from .test_terminal import Terminal, dial, told
+
+    with OpenAIServer() as server:
+        server.add(
+            dial(
+                '<dial-suggest action="add">Add them<dial-payload>{"a": 2, "b": 40}</dial-payload></dial-suggest>'
+            ),
+            dial("<dial-inform>It is 42.</dial-inform>"),
+        )
+        log = tmp_path / "server.log"
+        command = " ".join(FAULTY)
+        term = Terminal("chat", "--agent", f"{server.base_url}#m", "--mcp", command, "--mcp-log", str(log))
+        try:
+            term.type("add 2 and 40", after="you:")
+            term.expect("sg-1 · add", "Add: a=2, b=40")
+            term.type("a", after="sg-1 ›")
+            term.expect('✓ done: Add: a=2, b=40 ({"sum": 42})', "agent: It is 42.")
+            term.press("\x04", after="you:")
+            assert term.finish() == 0
+        finally:
+            if term.child.isalive():
+                term.child.terminate(force=True)
+        system = str(server.requests[0].messages[0]["content"])
+        assert "## `add`" in system and "Add two numbers" in system
+        assert 'yield="sg-1:done"' in told(server.requests[1])
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        ("/no/such/server --flag", "--mcp: MCP server /no/such/server --flag: cannot connect: FileNotFoundError"),
+        ("'unclosed", "--mcp: cannot read the command"),
+    ],
+)
+def test_chat_refuses_an_mcp_server_it_cannot_reach(
+    server: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dial_runtime.cli import main
+
+    assert main(["chat", "--agent", "ollama:m", "--mcp", server]) == 2
+    assert message in capsys.readouterr().err
