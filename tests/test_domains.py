@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -412,3 +413,42 @@ async def test_an_edit_of_a_typed_payload_is_validated_again() -> None:
     assert (status, edited, ran) == ("done", True, [3])
     refused = [entry.event for entry in conversation.log if entry.event.type == "refused"]
     assert [(r.code, r.field, r.hint) for r in refused] == [(INVALID_PAYLOAD, "by", "Expected `int` >= 1.")]
+
+
+# --- the README's domain ----------------------------------------------------------------------------------------
+
+
+def readme_block(section: str) -> str:
+    """The first ``python`` block under the README's heading ``section``."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    after = readme.split(f"\n## {section}\n", 1)[1]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readmes_domain_is_short() -> None:
+    assert len(readme_block("Domains").strip().splitlines()) < 25
+
+
+@pytest.mark.anyio
+async def test_the_readmes_domain_holds_a_conversation() -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile(readme_block("Domains"), "README.md", "exec"), namespace)
+    notes: Domain = namespace["notes"]
+    assert list(notes.actions) == ["add-note", "remove-note", "list-notes"]
+    reply = envelope(
+        suggest("add-note", '{"text": "buy milk"}'),
+        suggest("remove-note", '{"text": "call mum"}'),
+        suggest("list-notes", "{}"),
+        suggest("add-note", '{"text": ""}'),
+    )
+    agent = ScriptedAgent([reply, "<dial><dial-inform>ok</dial-inform></dial>"])
+    conversation = Conversation(agent=agent, domain=notes, human=policy_human("accept"))
+    result = await conversation.say("add milk")
+    assert [(o.status, o.code, o.result) for o in result.outcomes] == [
+        ("done", None, {"count": 1}),
+        ("invalid", "not-found", None),
+        ("done", None, ["buy milk"]),
+        ("invalid", INVALID_PAYLOAD, None),
+    ]
+    assert '<context notes="1"/>' in agent.sent[1]
+    assert "Remove a note, given its exact text." in system_prompt(notes)
