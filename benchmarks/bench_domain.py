@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-from collections.abc import Callable
 from typing import Annotated, Any
 
 import msgspec
+from bench_parse import per_call_us  # this script's folder is on the path
 
 from dial_runtime import Domain
 
@@ -46,17 +45,6 @@ def domain() -> Domain:
 
 PAYLOAD = {"name": "milk", "category": "dairy", "quantity": 2, "price": 1.25, "tags": ["fresh", "local"]}
 REFUSED = {**PAYLOAD, "tags": ["fresh", 3]}
-
-
-def per_call_us(function: Callable[[], object], calls: int, rounds: int) -> float:
-    """Best average CPU time over ``rounds`` rounds of ``calls`` calls, in microseconds."""
-    best = float("inf")
-    for _ in range(rounds):
-        started = time.process_time()
-        for _ in range(calls):
-            function()
-        best = min(best, (time.process_time() - started) / calls)
-    return best * 1e6
 
 
 def main() -> None:
