@@ -161,11 +161,47 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _diagrams(args: argparse.Namespace) -> int:
-    from .diagrams import write_diagrams
+    from .diagrams import write_diagrams, write_flow_diagram
 
-    for path in write_diagrams(Path(args.out), svg=not args.no_svg):
+    if args.flow is None:
+        paths = write_diagrams(Path(args.out), svg=not args.no_svg)
+    else:
+        try:
+            machine, actions = _load_flow(args.flow)
+        except ValueError as error:
+            print(f"dial-runtime diagrams: {error}", file=sys.stderr)
+            return 2
+        paths = write_flow_diagram(machine, Path(args.out), actions=actions, svg=not args.no_svg)
+    for path in paths:
         print(path)
     return 0
+
+
+def _load_flow(spec: str) -> tuple[Any, dict[str, list[str]]]:
+    """The flow ``module:NAME`` names (a StateMachine class, or a Domain with a flow) and the actions bound to its
+    events, from that domain or, for a class, from every Domain in the module that uses it."""
+    from statemachine import StateMachine
+
+    from .domains import Domain
+
+    module_name, _, name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name) if module_name and name else None
+    except ImportError as error:
+        raise ValueError(f"--flow {spec!r}: cannot import {module_name}: {error}") from None
+    found = getattr(module, name, None) if module is not None else None
+    if isinstance(found, Domain) and found.flow_machine is not None:
+        return found.flow_machine, found.bound_actions
+    if not (isinstance(found, type) and issubclass(found, StateMachine)):
+        raise ValueError(
+            f"--flow {spec!r}: expected module:Class naming a StateMachine class or a Domain with a flow"
+        )
+    actions: dict[str, list[str]] = {}
+    for value in vars(module).values():
+        if isinstance(value, Domain) and value.flow_machine is found:
+            for event, bound in value.bound_actions.items():
+                actions.setdefault(event, []).extend(bound)
+    return found, actions
 
 
 def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
@@ -432,6 +468,11 @@ def build_parser() -> argparse.ArgumentParser:
     diagrams = commands.add_parser("diagrams", help="write the state machines as .dot, .svg and .mmd files")
     diagrams.add_argument("--out", default="diagrams", help="the directory to write (default: diagrams)")
     diagrams.add_argument("--no-svg", action="store_true", help="skip the .svg files (they need Graphviz)")
+    diagrams.add_argument(
+        "--flow",
+        metavar="MODULE:CLASS",
+        help="draw this domain flow (a StateMachine class, or a Domain with a flow)",
+    )
     diagrams.set_defaults(run=_diagrams)
 
     store_help = "the store: memory:, sqlite:PATH or postgresql://..."

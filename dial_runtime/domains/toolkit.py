@@ -24,8 +24,10 @@ from typing import Any, TypeVar, overload
 
 import attrs
 import msgspec
+from statemachine import StateMachine
 
 from ..runtime.records import ActionError, ActionSpec, Issue, as_issue
+from ..statemachines.compiled import Table, compile_machine
 from .examples import example_from_schema
 from .payloads import KeywordPayload, Payload, payload_of
 
@@ -112,11 +114,19 @@ class Domain:
     """A domain built from typed functions; see the module docstring and the README's "Domains" section.
 
     ``name`` names the application; ``description`` (one or two sentences) goes into the system prompt.
+    ``flow`` is a python-statemachine ``StateMachine`` class, the domain's own process: an action declared with
+    ``event=`` is allowed only in the states where that event is (see :meth:`allowed_now`), and its ``done``
+    outcome fires the event (:meth:`after_done`). The flow is compiled once into a table; a ``TypeError`` names
+    what a table cannot hold (compound states, eventless or guarded-by-callable transitions).
     """
 
-    def __init__(self, name: str, *, description: str = "") -> None:
+    def __init__(self, name: str, *, description: str = "", flow: type[StateMachine] | None = None) -> None:
         self.name = name
         self.description = description
+        self.flow_machine = flow
+        self.flow: Table | None = None if flow is None else compile_machine(flow)
+        """The flow's compiled table (``None`` without a flow): the domain's process, see :meth:`allowed_now`."""
+        self._events: dict[str, str] = {}
         self._definitions: dict[str, ActionDefinition] = {}
         self._specs: dict[str, ActionSpec] = {}
         self._context: Callable[[], object] | None = None
@@ -145,6 +155,7 @@ class Domain:
         schema: Mapping[str, Any] | None = None,
         example: Any = None,
         description: str | None = None,
+        event: str | None = None,
     ) -> Callable[[F], F]: ...
 
     def action(
@@ -161,6 +172,7 @@ class Domain:
         schema: Mapping[str, Any] | None = None,
         example: Any = None,
         description: str | None = None,
+        event: str | None = None,
     ) -> F | Callable[[F], F]:
         """Declare ``function`` as an action (as ``@domain.action`` or ``@domain.action(...)``).
 
@@ -177,6 +189,8 @@ class Domain:
         - ``example``: the example payload the system prompt shows (default: one built from the schema); it
           must pass the action's validation (``ValueError`` when it does not).
         - ``description``: what the prompt says of the action (default: the function's docstring).
+        - ``event``: the flow's event a ``done`` outcome of the action fires; the action is allowed only where
+          the event is (``ValueError`` without a flow, or for an event the flow does not have).
 
         The function's keyword parameters, typed by their annotations, are the payload (or its one
         ``msgspec.Struct`` or pydantic model parameter). It may be plain or ``async``; it raises
@@ -194,6 +208,7 @@ class Domain:
                 schema=schema,
                 example=example,
                 description=description,
+                event=event,
             )
             return declared
 
@@ -210,12 +225,22 @@ class Domain:
         schema: Mapping[str, Any] | None,
         example: Any,
         description: str | None,
+        event: str | None,
     ) -> None:
         named = name or action_name(getattr(function, "__name__", ""))
         if not named:
             raise TypeError("Domain.action: give the action a name (name=...)")
         if named in self._definitions:
             raise ValueError(f"{self.name}: action {named!r} is declared twice")
+        if event is not None:
+            if self.flow is None:
+                raise ValueError(
+                    f"{self.name}: action {named!r} names the event {event!r}, but the domain has no flow"
+                )
+            if event not in self.flow.events:
+                known = ", ".join(sorted(self.flow.events))
+                raise ValueError(f"{self.name}: the flow {self.flow.name} has no event {event!r} (it has {known})")
+            self._events[named] = event
         payload = payload_of(function, named, schema)
         definition = ActionDefinition(
             name=named,
@@ -263,11 +288,72 @@ class Domain:
 
     @property
     def vocabulary(self) -> dict[str, dict[str, Any]]:
-        """What the system prompt says of each action: ``description``, ``schema`` and ``example``."""
+        """What the system prompt says of each action: ``description`` (with the flow's states it is allowed
+        in, for an action bound to an event), ``schema`` and ``example``."""
         return {
-            name: {"description": d.description, "schema": d.payload.schema, "example": d.example}
+            name: {"description": self._described(name), "schema": d.payload.schema, "example": d.example}
             for name, d in self._definitions.items()
         }
+
+    def _described(self, action: str) -> str:
+        description = self._definitions[action].description
+        event = self._events.get(action)
+        if event is None or self.flow is None:
+            return description
+        states = [state for state in self.flow.states if event in self.flow.allowed(state)]
+        rule = f"Allowed only while the {self.name} flow is in: {', '.join(states)}."
+        return f"{description}\n\n{rule}" if description else rule
+
+    # ------------------------------------------------------------------------------------------ the flow
+
+    @property
+    def bound_actions(self) -> dict[str, list[str]]:
+        """The actions bound to each flow event, by event (what a flow diagram labels its transitions with)."""
+        bound: dict[str, list[str]] = {}
+        for action, event in self._events.items():
+            bound.setdefault(event, []).append(action)
+        return bound
+
+    def event_of(self, action: str) -> str | None:
+        """The flow event ``action`` is bound to, or ``None``."""
+        return self._events.get(action)
+
+    def allowed_actions(self, state: str) -> tuple[str, ...]:
+        """The actions allowed in the flow's ``state``, in declaration order: every unbound action, and each
+        bound one whose event the state has a transition for. ``ValueError`` for a state the flow lacks."""
+        flow = self._require_flow()
+        events = flow.allowed(state)
+        return tuple(name for name in self._definitions if self._events.get(name, None) in (None, *events))
+
+    def allowed_now(self, state: str, action: str) -> Issue | None:
+        """``None`` when ``action`` may be suggested in the flow's ``state``, else ``not-allowed-now`` with a
+        hint naming the state and the actions allowed in it. Pure: reads only the flow's table."""
+        flow = self._require_flow()
+        event = self._events.get(action)
+        if event is None or event in flow.allowed(state):
+            return None
+        allowed = ", ".join(f"`{name}`" for name in self.allowed_actions(state)) or "none"
+        return Issue(
+            code="not-allowed-now",
+            hint=f"Not possible while the {self.name} flow is in {state!r}; allowed now: {allowed}.",
+        )
+
+    def after_done(self, state: str, action: str) -> str:
+        """The flow's state once ``action`` ended ``done`` in ``state``: its event's target, or ``state`` for an
+        unbound action. Raises :class:`~dial_runtime.IllegalTransition` where the event is not allowed."""
+        flow = self._require_flow()
+        event = self._events.get(action)
+        return state if event is None else flow.fire(state, event)
+
+    def flow_context(self, state: str) -> str:
+        """The flow's state and the actions allowed in it, as the text that goes with a turn's context."""
+        allowed = " ".join(self.allowed_actions(state))
+        return f'<flow name="{self.name}" state="{state}" allowed="{allowed}"/>'
+
+    def _require_flow(self) -> Table:
+        if self.flow is None:
+            raise ValueError(f"{self.name}: the domain has no flow")
+        return self.flow
 
     def describe(self, action: str) -> str:
         """The action's description (its docstring unless given)."""
