@@ -418,10 +418,12 @@ async def test_an_edit_of_a_typed_payload_is_validated_again() -> None:
 # --- the README's domain ----------------------------------------------------------------------------------------
 
 
-def readme_block(section: str) -> str:
-    """The first ``python`` block under the README's heading ``section``."""
+def readme_block(section: str, heading: str = "") -> str:
+    """The first ``python`` block under the README's heading ``section`` (and its ``heading`` inside it)."""
     readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
     after = readme.split(f"\n## {section}\n", 1)[1]
+    if heading:
+        after = after.split(f"\n{heading}\n", 1)[1]
     return after.split("```python\n", 1)[1].split("```", 1)[0]
 
 

@@ -175,3 +175,15 @@ def test_diagrams_draw_a_flow_with_its_actions_on_the_transitions(
 def test_diagrams_refuse_what_is_not_a_flow(spec: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diagrams", "--flow", spec, "--no-svg"]) == 2
     assert capsys.readouterr().err.startswith(f"dial-runtime diagrams: --flow {spec!r}: ")
+
+
+def test_the_readmes_flow_runs() -> None:
+    from .test_domains import readme_block
+
+    namespace: dict[str, Any] = {}
+    exec(compile(readme_block("Domains", "### Flows"), "README.md", "exec"), namespace)
+    declared: Domain = namespace["orders"]
+    assert declared.allowed_now("draft", "confirm-order") is None
+    assert declared.after_done("draft", "confirm-order") == "confirmed"
+    issue = declared.allowed_now("confirmed", "confirm-order")
+    assert issue is not None and issue.code == "not-allowed-now"
