@@ -237,9 +237,10 @@ def test_names_contract_and_description_come_from_the_declaration() -> None:
 @pytest.mark.parametrize(
     ("declare", "message"),
     [
-        (lambda d: d.action(lambda *values: None), "cannot be given by name"),
-        (lambda d: d.action(schema={"type": 5})(lambda p: p), "not a valid JSON Schema"),
-        (lambda d: d.action(schema={"type": "object"})(lambda a, b: a), "one parameter"),
+        (lambda d: d.action(name="spread")(lambda *values: None), "cannot be given by name"),
+        (lambda d: d.action(lambda: None), "give the action a name"),
+        (lambda d: d.action(name="n", schema={"type": 5})(lambda p: p), "not a valid JSON Schema"),
+        (lambda d: d.action(name="n", schema={"type": "object"})(lambda a, b: a), "one parameter"),
         (lambda d: d.action(example={"n": "x"})(_counted), "the example of 'counted' is invalid"),
         (lambda d: d.action(_takes_an_object), "action takes-an-object: type <class 'object'> is not supported"),
     ],

@@ -187,3 +187,13 @@ def test_the_readmes_flow_runs() -> None:
     assert declared.after_done("draft", "confirm-order") == "confirmed"
     issue = declared.allowed_now("confirmed", "confirm-order")
     assert issue is not None and issue.code == "not-allowed-now"
+
+
+def test_a_declaration_that_fails_binds_nothing() -> None:
+    domain = Domain("x", flow=Order)
+
+    def spread(*order_ids: str) -> None: ...
+
+    with pytest.raises(TypeError, match="cannot be given by name"):
+        domain.action(event="confirm")(spread)
+    assert (domain.bound_actions, dict(domain.actions)) == ({}, {})

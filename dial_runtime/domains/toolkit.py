@@ -228,7 +228,7 @@ class Domain:
         event: str | None,
     ) -> None:
         named = name or action_name(getattr(function, "__name__", ""))
-        if not named:
+        if not named or named.startswith("<"):  # a lambda's name is "<lambda>"
             raise TypeError("Domain.action: give the action a name (name=...)")
         if named in self._definitions:
             raise ValueError(f"{self.name}: action {named!r} is declared twice")
@@ -240,7 +240,6 @@ class Domain:
             if event not in self.flow.events:
                 known = ", ".join(sorted(self.flow.events))
                 raise ValueError(f"{self.name}: the flow {self.flow.name} has no event {event!r} (it has {known})")
-            self._events[named] = event
         payload = payload_of(function, named, schema)
         definition = ActionDefinition(
             name=named,
@@ -261,6 +260,8 @@ class Domain:
             example = built if definition.shape_issue(built) is None else None
         self._definitions[named] = attrs.evolve(definition, example=example)
         self._specs[named] = spec
+        if event is not None:
+            self._events[named] = event
 
     @overload
     def context(self, /) -> str: ...
