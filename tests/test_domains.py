@@ -243,6 +243,9 @@ def test_names_contract_and_description_come_from_the_declaration() -> None:
         (lambda d: d.action(name="n", schema={"type": "object"})(lambda a, b: a), "one parameter"),
         (lambda d: d.action(example={"n": "x"})(_counted), "the example of 'counted' is invalid"),
         (lambda d: d.action(_takes_an_object), "action takes-an-object: type <class 'object'> is not supported"),
+        (lambda d: d.action(preview="Count {m}")(_counted), "names {m}, which is not a payload field"),
+        (lambda d: d.action(preview="Count {}")(_counted), "names {}, which is not a payload field"),
+        (lambda d: d.action(preview="Count {n")(_counted), "is not a format string"),
     ],
 )
 def test_a_declaration_that_cannot_work_is_refused_when_declared(declare: Any, message: str) -> None:

@@ -134,6 +134,10 @@ async def test_git_payloads_are_checked_against_the_tools_schema(repository: Pat
         assert found[2][:2] == ("invalid", "unknown-action")
         prompt = system_prompt(domain)
         assert "## `git_commit`" in prompt and '"message"' in prompt
+        examples = {name: entry["example"] for name, entry in domain.vocabulary.items()}
+        assert examples["git_commit"] is not None
+        for name, example in examples.items():
+            assert example is None or domain.validate(name, example) is None, name
 
 
 # --- @modelcontextprotocol/server-filesystem ---------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import string
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar, overload
@@ -104,6 +105,22 @@ def _dump_model(value: Any) -> Any:
     if callable(dump):
         return dump(mode="json")
     raise TypeError(f"not JSON data: {type(value).__name__}")
+
+
+def _check_preview(domain: str, action: str, preview: str, schema: Mapping[str, Any]) -> None:
+    """Refuse a preview format string that names a field the payload does not have (``ValueError``)."""
+    properties = schema.get("properties")
+    known = set(properties) if isinstance(properties, Mapping) else None
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(preview) if name is not None]
+    except ValueError as error:
+        raise ValueError(f"{domain}: the preview of {action!r} is not a format string: {error}") from None
+    for field in fields:
+        root = field.split(".", 1)[0].split("[", 1)[0]
+        if not root or root.isdigit() or (known is not None and root not in known):
+            raise ValueError(
+                f"{domain}: the preview of {action!r} names {{{field}}}, which is not a payload field"
+            )
 
 
 async def _awaited(pending: Any) -> Any:
@@ -241,6 +258,8 @@ class Domain:
                 known = ", ".join(sorted(self.flow.events))
                 raise ValueError(f"{self.name}: the flow {self.flow.name} has no event {event!r} (it has {known})")
         payload = payload_of(function, named, schema)
+        if isinstance(preview, str):
+            _check_preview(self.name, named, preview, payload.schema)
         definition = ActionDefinition(
             name=named,
             spec=spec,
