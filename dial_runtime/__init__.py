@@ -46,7 +46,7 @@ from .runtime import (
     scripted_human,
 )
 from .runtime.events import Event, LogEntry, event_from_dict, event_to_dict
-from .stores import Store, StoreConflict, open_store
+from .stores import Store, StoreConflict, StoreError, open_store
 
 __version__ = "0.1.0"
 
@@ -90,6 +90,7 @@ __all__ = [
     "Step",
     "Store",
     "StoreConflict",
+    "StoreError",
     "StreamParser",
     "Suggest",
     "Suggestion",

@@ -8,14 +8,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import Store, StoreConflict, open_store
+from .base import Store, StoreConflict, StoreError, open_store, redact_url
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore
 
-__all__ = ["MemoryStore", "PostgresStore", "SQLiteStore", "Store", "StoreConflict", "open_store"]
+__all__ = [
+    "MemoryStore",
+    "PostgresStore",
+    "SQLiteStore",
+    "Store",
+    "StoreConflict",
+    "StoreError",
+    "open_store",
+    "redact_url",
+]
 
 
 def __getattr__(name: str) -> Any:
