@@ -274,7 +274,7 @@ def test_the_interactive_demo_lets_the_person_decide(terminal: Start) -> None:
     term.expect("✓ done: Add the note 'call the dentist soon'")
     term.expect("sg-3 · remove-note", "DESTRUCTIVE")
     term.type("x", after="sg-3 ›")
-    term.expect("Type a, d, e or s.")
+    term.expect("Type a, d, e, s or l (/help explains).")
     term.type("d", after="sg-3 ›")
     term.expect("– dismissed: Remove the note 'buy milk'", "List the notes", "read-only: runs at once")
     # Enter takes the marked default.
@@ -302,7 +302,7 @@ def test_a_stored_chat_is_taken_up_where_a_killed_session_left_it(
     store = f"sqlite:{tmp_path / 'chats.db'}"
     chat = ("chat", "--agent", f"{server.base_url}#m", "--domain", DOMAIN, "--store", store, "--id", "kitchen")
     first = terminal(*chat)
-    first.expect("conversation kitchen (0 earlier events)")
+    first.expect("conversation kitchen (new) in sqlite:")
     first.type("add milk", after="you:")
     first.type("a", after="sg-1 ›")
     first.expect("agent: Added.")

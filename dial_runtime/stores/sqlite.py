@@ -196,12 +196,17 @@ class SQLiteStore:
         return connection
 
     def _connect_read_only(self) -> sqlite3.Connection:
-        """A connection that can only read (``mode=ro``), to a database file that must exist already."""
+        """A connection that only reads (``query_only``), to a database file that must exist already.
+
+        It is opened ``mode=rw`` (never creating the file; read-only when the file is write-protected), not
+        ``mode=ro``: a connection that may write is the one that removes the ``-wal`` and ``-shm`` files of a WAL
+        database when it closes last, so reading leaves the folder as it was."""
         if not self.path.is_file():
             raise StoreError(f"SQLite store {str(self.path)!r}: no such database file")
-        uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro"
+        uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=rw"
         connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0)
         try:
+            connection.execute("PRAGMA query_only=1")
             (tables,) = connection.execute(_HAS_LOG).fetchone()
         except BaseException:
             connection.close()

@@ -11,6 +11,7 @@ holds no rules of its own: the conversation decides what happens, the surface sh
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shlex
@@ -104,8 +105,8 @@ class PlainAgent:
         self.agent = agent
 
     async def send(self, message: str) -> str:
-        reply: str = await self.agent.send(message)
-        return reply
+        reply = self.agent.send(message)  # a coroutine (ChatAgent) or the reply itself (ScriptedAgent)
+        return str(await reply if inspect.isawaitable(reply) else reply)
 
 
 class TerminalSurface:
