@@ -131,30 +131,122 @@ def cases(tmp: Path, postgres_url: str) -> dict[str, Case]:
     real = _database(tmp)
     missing_db = postgres_url.replace("///postgres?", "///no_such_database?") + "&password=s3cret"
     return {
-        "validate a binary file": Case(["validate", "blob.bin"], 1, "blob.bin is not UTF-8 text (byte 0xff", files={"blob.bin": bytes(range(256))[::-1]}),
-        "validate a Latin-1 file": Case(["validate", "l1.xml"], 1, "l1.xml is not UTF-8 text (byte 0xe9 at offset 22)", files={"l1.xml": "<dial><dial-inform>café</dial-inform></dial>".encode("latin-1")}),
-        "validate Latin-1 on stdin": Case(["validate", "-"], 1, "standard input is not UTF-8 text (byte 0xe9", stdin="<dial>é</dial>".encode("latin-1")),
+        "validate a binary file": Case(
+            ["validate", "blob.bin"],
+            1,
+            "blob.bin is not UTF-8 text (byte 0xff",
+            files={"blob.bin": bytes(range(256))[::-1]},
+        ),
+        "validate a Latin-1 file": Case(
+            ["validate", "l1.xml"],
+            1,
+            "l1.xml is not UTF-8 text (byte 0xe9 at offset 22)",
+            files={"l1.xml": "<dial><dial-inform>café</dial-inform></dial>".encode("latin-1")},
+        ),
+        "validate Latin-1 on stdin": Case(
+            ["validate", "-"],
+            1,
+            "standard input is not UTF-8 text (byte 0xe9",
+            stdin="<dial>é</dial>".encode("latin-1"),
+        ),
         "validate a missing file": Case(["validate", "nowhere.xml"], 2, "cannot read nowhere.xml"),
-        "diagrams without Graphviz": Case(["diagrams", "--out", "d"], 1, "Graphviz's dot is not on PATH: install Graphviz to draw the .svg files, or pass --no-svg", path=""),
-        "log on a file that is not a database": Case(["log", "c", "--store", "sqlite:notes.txt"], 1, "'notes.txt': the file is not a SQLite database", files={"notes.txt": b"shopping: milk\n" * 40}),
-        "log on a truncated database": Case(["log", "demo", "--store", "sqlite:cut.db"], 1, "SQLite store 'cut.db'", files={"cut.db": real[: len(real) // 2]}),
-        "log on a corrupted database": Case(["log", "demo", "--store", "sqlite:bad.db"], 1, "SQLite store 'bad.db'", files={"bad.db": real[:100] + b"\xff" * (len(real) - 100)}),
-        "log on a mistyped path": Case(["log", "demo", "--store", "sqlite:typo.db"], 1, "SQLite store 'typo.db': no such database file"),
-        "export to a missing folder's database": Case(["export", "demo", "--store", "sqlite:no/such/x.db"], 1, "no such database file"),
-        "chat on a missing folder": Case([*CHAT, "--store", "sqlite:no/such/x.db", "--id", "k"], 1, "the folder 'no/such' does not exist", files={"replies.json": json.dumps(REPLIES).encode()}),
-        "import into a missing folder": Case(["import", str(RECORDINGS / "demo.jsonl"), "--store", "sqlite:no/x.db"], 1, "the folder 'no' does not exist"),
-        "a PostgreSQL server that is not there": Case(["log", "c", "--store", f"postgresql://ann:s3cret@/dial?host={tmp}&connect_timeout=3"], 1, "PostgreSQL store 'postgresql://ann:***@/dial?host="),
-        "a PostgreSQL server that refuses the database": Case(["list", "--store", missing_db], 1, '"no_such_database" does not exist'),
-        "a domain whose factory raises": Case([*CHAT, "--domain", "bad_domains:raises"], 1, "--domain 'bad_domains:raises': raises() raised RuntimeError: the notes database is down", files={"bad_domains.py": BAD_DOMAINS.encode(), "replies.json": b"[]"}),
-        "a domain that is a list": Case([*CHAT, "--domain", "bad_domains:a_list"], 1, "a_list() returned a list, not a domain (no run method)", files={"bad_domains.py": BAD_DOMAINS.encode()}),
-        "a domain whose actions are a list": Case(["replay", "--file", str(RECORDINGS / "demo.jsonl"), "--domain", "bad_domains:ListedActions"], 1, "the domain's actions are a list, not a mapping", files={"bad_domains.py": BAD_DOMAINS.encode()}),
-        "a domain module that does not exist": Case([*CHAT, "--domain", "no_such_module:Domain"], 2, "cannot import no_such_module"),
-        "a script that is not there": Case(["chat", "--agent", "script:gone.json", "--domain", "dial_runtime.demo:NotesDomain"], 2, "script 'gone.json': cannot read it (No such file or directory)"),
-        "a script that is not a list of replies": Case(["chat", "--agent", "script:r.json", "--domain", "dial_runtime.demo:NotesDomain"], 2, "script 'r.json': reply 2 is int, not a string", files={"r.json": b'["hi", 3]'}),
-        "a malformed store URL": Case(["log", "c", "--store", "mysql://ann:s3cret@h/d"], 2, "store URL 'mysql://ann:***@h/d' is not one of"),
-        "replay of a missing file": Case(["replay", "--file", "gone.jsonl", "--domain", "dial_runtime.demo:NotesDomain"], 2, "cannot read gone.jsonl: no such file"),
-        "chat with stdin not a terminal while a decision is pending": Case([*CHAT, "--store", "sqlite:c.db", "--id", "k"], 0, "sg-1 waits for your decision", stdin=b"add milk\n", files={"replies.json": json.dumps(REPLIES).encode()}),
-    }  # fmt: skip
+        "diagrams without Graphviz": Case(
+            ["diagrams", "--out", "d"],
+            1,
+            "Graphviz's dot is not on PATH: install Graphviz to draw the .svg files, or pass --no-svg",
+            path="",
+        ),
+        "log on a file that is not a database": Case(
+            ["log", "c", "--store", "sqlite:notes.txt"],
+            1,
+            "'notes.txt': the file is not a SQLite database",
+            files={"notes.txt": b"shopping: milk\n" * 40},
+        ),
+        "log on a truncated database": Case(
+            ["log", "demo", "--store", "sqlite:cut.db"],
+            1,
+            "SQLite store 'cut.db'",
+            files={"cut.db": real[: len(real) // 2]},
+        ),
+        "log on a corrupted database": Case(
+            ["log", "demo", "--store", "sqlite:bad.db"],
+            1,
+            "SQLite store 'bad.db'",
+            files={"bad.db": real[:100] + b"\xff" * (len(real) - 100)},
+        ),
+        "log on a mistyped path": Case(
+            ["log", "demo", "--store", "sqlite:typo.db"], 1, "SQLite store 'typo.db': no such database file"
+        ),
+        "export to a missing folder's database": Case(
+            ["export", "demo", "--store", "sqlite:no/such/x.db"], 1, "no such database file"
+        ),
+        "chat on a missing folder": Case(
+            [*CHAT, "--store", "sqlite:no/such/x.db", "--id", "k"],
+            1,
+            "the folder 'no/such' does not exist",
+            files={"replies.json": json.dumps(REPLIES).encode()},
+        ),
+        "import into a missing folder": Case(
+            ["import", str(RECORDINGS / "demo.jsonl"), "--store", "sqlite:no/x.db"],
+            1,
+            "the folder 'no' does not exist",
+        ),
+        "a PostgreSQL server that is not there": Case(
+            ["log", "c", "--store", f"postgresql://ann:s3cret@/dial?host={tmp}&connect_timeout=3"],
+            1,
+            "PostgreSQL store 'postgresql://ann:***@/dial?host=",
+        ),
+        "a PostgreSQL server that refuses the database": Case(
+            ["list", "--store", missing_db], 1, '"no_such_database" does not exist'
+        ),
+        "a domain whose factory raises": Case(
+            [*CHAT, "--domain", "bad_domains:raises"],
+            1,
+            "--domain 'bad_domains:raises': raises() raised RuntimeError: the notes database is down",
+            files={"bad_domains.py": BAD_DOMAINS.encode(), "replies.json": b"[]"},
+        ),
+        "a domain that is a list": Case(
+            [*CHAT, "--domain", "bad_domains:a_list"],
+            1,
+            "a_list() returned a list, not a domain (no run method)",
+            files={"bad_domains.py": BAD_DOMAINS.encode()},
+        ),
+        "a domain whose actions are a list": Case(
+            ["replay", "--file", str(RECORDINGS / "demo.jsonl"), "--domain", "bad_domains:ListedActions"],
+            1,
+            "the domain's actions are a list, not a mapping",
+            files={"bad_domains.py": BAD_DOMAINS.encode()},
+        ),
+        "a domain module that does not exist": Case(
+            [*CHAT, "--domain", "no_such_module:Domain"], 2, "cannot import no_such_module"
+        ),
+        "a script that is not there": Case(
+            ["chat", "--agent", "script:gone.json", "--domain", "dial_runtime.demo:NotesDomain"],
+            2,
+            "script 'gone.json': cannot read it (No such file or directory)",
+        ),
+        "a script that is not a list of replies": Case(
+            ["chat", "--agent", "script:r.json", "--domain", "dial_runtime.demo:NotesDomain"],
+            2,
+            "script 'r.json': reply 2 is int, not a string",
+            files={"r.json": b'["hi", 3]'},
+        ),
+        "a malformed store URL": Case(
+            ["log", "c", "--store", "mysql://ann:s3cret@h/d"], 2, "store URL 'mysql://ann:***@h/d' is not one of"
+        ),
+        "replay of a missing file": Case(
+            ["replay", "--file", "gone.jsonl", "--domain", "dial_runtime.demo:NotesDomain"],
+            2,
+            "cannot read gone.jsonl: no such file",
+        ),
+        "chat with stdin not a terminal while a decision is pending": Case(
+            [*CHAT, "--store", "sqlite:c.db", "--id", "k"],
+            0,
+            "sg-1 waits for your decision",
+            stdin=b"add milk\n",
+            files={"replies.json": json.dumps(REPLIES).encode()},
+        ),
+    }
 
 
 CASE_NAMES = [
@@ -173,7 +265,9 @@ CASE_NAMES = [
 def test_every_failure_is_one_line_and_a_non_zero_exit(name: str, tmp_path: Path, postgres_url: str) -> None:
     """The real console command, in a fresh directory: the exit status, the one line on standard error (or the
     words on screen, for a run that succeeds), never a traceback; nothing is created that was not there."""
-    case = cases(tmp_path, postgres_url)[name]
+    every = cases(tmp_path, postgres_url)
+    assert sorted(every) == sorted(CASE_NAMES)
+    case = every[name]
     work = tmp_path / "work"
     work.mkdir()
     for file_name, content in case.files.items():
