@@ -546,17 +546,25 @@ class TerminalSurface:
 
     @staticmethod
     def _elsewhere(conversation: Conversation, subject: str) -> str | None:
-        """How another session settled a suggestion (or an ask), from the log as it now stands."""
-        for entry in reversed(conversation.log):
-            event = entry.event
-            if isinstance(event, DecidedEvent) and event.suggestion_id == subject:
-                by = f" by {event.by}" if event.by else ""
-                return f"was decided elsewhere{by}: {event.decision}"
-            if isinstance(event, OutcomeEvent) and event.id == subject:
-                return f"was settled elsewhere: {event.status}"
-            if isinstance(event, AnsweredEvent) and event.ask_id == subject:
-                by = f" by {event.by}" if event.by else ""
-                return f"was answered elsewhere{by}"
+        """How another session settled a suggestion (or an ask), from the log as it now stands: who decided, and
+        what came of it."""
+        events = [entry.event for entry in conversation.log]
+        decided = next(
+            (e for e in reversed(events) if isinstance(e, DecidedEvent) and e.suggestion_id == subject), None
+        )
+        outcome = next((e for e in reversed(events) if isinstance(e, OutcomeEvent) and e.id == subject), None)
+        answered = next(
+            (e for e in reversed(events) if isinstance(e, AnsweredEvent) and e.ask_id == subject), None
+        )
+        came = f" ({outcome.status})" if outcome is not None else ""
+        if decided is not None:
+            by = f" by {decided.by}" if decided.by else ""
+            return f"was decided elsewhere{by}: {decided.decision}{came}"
+        if outcome is not None:
+            return f"was settled elsewhere: {outcome.status}"
+        if answered is not None:
+            by = f" by {answered.by}" if answered.by else ""
+            return f"was answered elsewhere{by}"
         return None
 
     async def turn(self, conversation: Conversation, words: str) -> TurnResult | None:
