@@ -217,3 +217,26 @@ def test_a_script_agent_refuses_a_bad_file_in_one_line(tmp_path: Path, content: 
     with pytest.raises(ValueError, match=re.escape(says)) as raised:
         agent_from_uri(f"script:{path}")
     assert "\n" not in str(raised.value) and str(path) in str(raised.value)
+
+
+class _NamedPerson:
+    """A person the terminal plays: it accepts, and says who it is in ``by`` (as ``TerminalSurface(by=...)``)."""
+
+    by = "ann"
+
+    def decide(self, suggestion: Any) -> Any:
+        from dial_runtime import Accept
+
+        return Accept()
+
+
+@pytest.mark.xfail(strict=True, reason="the runtime records by= only for Conversation.decide/answer, not human.by")
+def test_a_decision_taken_during_a_turn_records_who_took_it() -> None:
+    async def hold() -> tuple[LogEntry, ...]:
+        agent = ScriptedAgent([envelope(suggest("add-note", '{"text": "milk"}')), "ok"])
+        conversation = Conversation(agent=agent, domain=NotesDomain(), human=_NamedPerson())
+        await conversation.say("add milk")
+        return conversation.log
+
+    decided = [entry.event for entry in anyio.run(hold) if entry.event.type == "decided"]
+    assert [getattr(event, "by", None) for event in decided] == ["ann"]
