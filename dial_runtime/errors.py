@@ -7,7 +7,7 @@ Every error raised on purpose derives from :class:`DialError`::
     ├── ConversationBusy     a call came while another call (here or in another worker) drives the conversation
     │   └── StoreConflict    an append to a store whose log moved on (dial_runtime.stores)
     ├── IllegalTransition    a state machine was asked for a transition its table does not have
-    ├── LogError             a log that no run of the runtime could have written (names the entry's seq)
+    ├── LogError             a log no run of the runtime could have written (names the entry; a ValueError)
     └── AgentError           an agent's endpoint refused the request (dial_runtime.agents)
 
 Built-in types are used where they fit: ``TypeError`` for a collaborator without a required method or a
@@ -44,7 +44,7 @@ class IllegalTransition(DialError):
         self.event = event
 
 
-class LogError(DialError):
+class LogError(DialError, ValueError):
     """Raised when a log could not have been written by any run of the runtime; no conversation is built.
 
     ``seq`` is the offending entry's number (``None`` when the log as a whole is at fault), ``event_type`` its

@@ -40,6 +40,7 @@ import anyio.lowlevel
 import attrs
 
 from .runtime.conversation import Conversation
+from .runtime.core import OVERTAKEN, PROCESS_STOPPED
 from .runtime.events import (
     ActionStartedEvent,
     AnsweredEvent,
@@ -63,7 +64,7 @@ from .runtime.records import Accept, ActionError, Ask, Decision, Defer, Dismiss,
 EXPIRE_TIMEOUT = 0.01
 
 #: The reason the runtime records for a call a dead process left open; such a call raised nothing.
-_PROCESS_STOPPED = "the process stopped"
+_PROCESS_STOPPED = PROCESS_STOPPED
 
 #: What can follow a message to the agent.
 _AGENT_ANSWERS = frozenset({"reply", "no-reply", "send-failed"})
@@ -82,7 +83,7 @@ _CANCELLING = frozenset({"proposed", "outcome", "answered", "interrupted", "fini
 _CANCELLED = "cancelled"
 
 #: The events recovering from a dead process records.
-_RECOVERY = frozenset({"outcome", "deferred", "interrupted", "finished"})
+_RECOVERY = frozenset({"outcome", "deferred", "handled", "interrupted", "finished"})
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -341,7 +342,7 @@ class _Call:
         for event in self.events:
             if isinstance(event, SendFailedEvent):
                 return event.error
-            if isinstance(event, InterruptedEvent) and event.reason != _PROCESS_STOPPED:
+            if isinstance(event, InterruptedEvent) and event.reason not in (_PROCESS_STOPPED, OVERTAKEN):
                 return event.reason
         return None
 
@@ -494,6 +495,7 @@ class _Replay:
             log=log,
             **self._options,
         )
+        conversation.recover()
         conversation.on_event = lambda event: self._crash_point()
         return conversation
 

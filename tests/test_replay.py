@@ -418,6 +418,7 @@ async def test_a_refused_deferred_decision_that_now_passes_diverges_in_its_own_c
         "decided",
         "action-started",
         "outcome",
+        "handled",
         "finished",
     ]
 

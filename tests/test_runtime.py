@@ -506,7 +506,8 @@ async def test_session_complete_ends_after_the_reply_is_handled() -> None:
     later = await conversation.say("hello?")
     assert (later.status, later.turns) == ("ended", 0)
     assert len(agent.sent) == 1
-    assert conversation.log[-1].event.type == "said" and conversation.log[-1].event.text == "hello?"
+    said, finished = (entry.event for entry in conversation.log[-2:])
+    assert (said.type, said.text, finished.type, finished.status) == ("said", "hello?", "finished", "ended")
     assert statuses(conversation.owed) == [("sg-1", "done")]
 
 
