@@ -269,20 +269,25 @@ def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
 
 
 #: What ``log`` says of a turn or an action the runtime stopped, by the start of the reason it recorded.
+_CANCELLED = "cancelled before it finished (Ctrl-C in chat, or the caller's cancellation)"
 _STOPPED = (
     ("the process stopped", "the process stopped"),
+    ("the process exited", "the process exited"),
     ("the person said something else", "the person said something else"),
-    ("KeyboardInterrupt", "cancelled by the person"),
-    ("CancelledError", "cancelled before it finished (Ctrl-C in chat, or the caller's cancellation)"),
-    ("Cancelled", "cancelled before it finished (Ctrl-C in chat, or the caller's cancellation)"),
+    ("the call was cancelled", _CANCELLED),
+    ("interrupted by the person (Ctrl-C)", "cancelled by the person (Ctrl-C)"),
+    ("KeyboardInterrupt", "cancelled by the person (Ctrl-C)"),
+    ("CancelledError", _CANCELLED),
+    ("Cancelled", _CANCELLED),
     ("TimeoutError", "the deadline passed"),
     ("TooSlowError", "the deadline passed"),
 )
 
 
 def stopped_in_words(reason: str) -> str:
-    """Why a turn or an action stopped, as a person reads it: the runtime records the exception that stopped it
-    (``CancelledError: Cancelled via cancel scope 7ff...``); this keeps what it means and drops the machinery."""
+    """Why a turn or an action stopped, as a person reads it. The runtime words it (``the call was cancelled``);
+    logs written before recorded the exception that stopped it (``CancelledError: Cancelled via cancel scope
+    7ff...``): this keeps what it meant and drops the machinery."""
     for start, words in _STOPPED:
         if reason == start or reason.startswith((f"{start}:", f"{start} ")):
             return words

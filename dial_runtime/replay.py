@@ -78,9 +78,9 @@ _CONTEXT = "\ue000the recorded context\ue000"
 #: The events a call cancelled from outside records after the point where it was cancelled.
 _CANCELLING = frozenset({"proposed", "outcome", "answered", "interrupted", "finished"})
 
-#: How a replay words a call that was cancelled, on either side (the runtime records the exception, whose text
-#: names a cancel scope or a task that existed only in that process).
-_CANCELLED = "cancelled"
+#: How the runtime words a call that was cancelled; a replay words one so too, and reads the older form (the
+#: exception's text, which names a cancel scope or a task that existed only in that process) as it.
+_CANCELLED = "the call was cancelled"
 
 #: The events recovering from a dead process records.
 _RECOVERY = frozenset({"outcome", "deferred", "handled", "interrupted", "finished"})
