@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 import trio
@@ -36,7 +36,7 @@ from .runtime.events import LogEntry, event_to_dict
 USAGE = 2
 
 
-class CommandError(Exception):
+class _CommandError(Exception):
     """A failure the command reports as its one line; ``status`` is the exit status."""
 
     def __init__(self, message: str, status: int = 1) -> None:
@@ -45,7 +45,7 @@ class CommandError(Exception):
 
 
 def _usage(message: str) -> NoReturn:
-    raise CommandError(message, USAGE)
+    raise _CommandError(message, USAGE)
 
 
 def _decode(raw: bytes, name: str) -> str:
@@ -53,10 +53,14 @@ def _decode(raw: bytes, name: str) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise CommandError(
+        raise _CommandError(
             f"{name} is not UTF-8 text (byte 0x{raw[error.start]:02x} at offset {error.start}); "
             "DIAL is read as UTF-8"
         ) from None
+
+
+if TYPE_CHECKING:
+    from .surfaces.terminal import TerminalSurface
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -92,7 +96,7 @@ def _load_domain(spec: str) -> Any:
     except ImportError as error:
         _usage(f"--domain {spec!r}: cannot import {module_name}: {error}")
     except Exception as error:
-        raise CommandError(f"--domain {spec!r}: importing {module_name} raised {_described(error)}") from error
+        raise _CommandError(f"--domain {spec!r}: importing {module_name} raised {_described(error)}") from error
     factory: Any = module
     for name in factory_name.split("."):
         factory = getattr(factory, name, None)
@@ -101,14 +105,14 @@ def _load_domain(spec: str) -> Any:
     try:
         domain = factory()
     except Exception as error:
-        raise CommandError(f"--domain {spec!r}: {factory_name}() raised {_described(error)}") from error
+        raise _CommandError(f"--domain {spec!r}: {factory_name}() raised {_described(error)}") from error
     if not callable(getattr(domain, "run", None)):
-        raise CommandError(
+        raise _CommandError(
             f"--domain {spec!r}: {factory_name}() returned {_kind(domain)}, not a domain (no run method)"
         )
     actions = getattr(domain, "actions", None)
     if actions is not None and not isinstance(actions, Mapping):
-        raise CommandError(
+        raise _CommandError(
             f"--domain {spec!r}: the domain's actions are {_kind(actions)}, not a mapping of action names to specs"
         )
     return domain
@@ -152,11 +156,26 @@ def _login_name() -> str | None:
         return None
 
 
+def _without_terminal_extra(command: str, error: ModuleNotFoundError) -> int:
+    """Say in one line how to install what the terminal surface needs (exit 2); re-raise any other missing
+    module."""
+    if (error.name or "").partition(".")[0] not in ("rich", "prompt_toolkit"):
+        raise error
+    print(
+        f"dial-runtime {command}: the terminal surface needs rich and prompt_toolkit: "
+        "pip install 'dial-runtime[terminal]'",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def _chat(args: argparse.Namespace) -> int:
+    try:
+        from .surfaces.terminal import PlainAgent, TerminalSurface
+    except ModuleNotFoundError as error:
+        return _without_terminal_extra("chat", error)
     from .agents import agent_from_uri, history_from_log, system_prompt
     from .runtime import Conversation
-    from .surfaces import TerminalSurface
-    from .surfaces.terminal import PlainAgent
 
     domain = _load_domain(args.domain)
     if args.id and not args.store:
@@ -202,16 +221,14 @@ def _chat(args: argparse.Namespace) -> int:
             surface.save(args.transcript)
 
 
-async def _interactive_demo() -> None:
+async def _interactive_demo(surface: TerminalSurface) -> None:
     """The demo conversation with the person at the terminal deciding: each of the script's words gets its own
     recorded replies, so a decision that takes fewer turns does not shift the rest of the script (one that
     needs more finds no recorded reply, and that turn stops with the agent's error)."""
     from .agents import ScriptedAgent
     from .demo import SCRIPT, NotesDomain
     from .runtime import Conversation
-    from .surfaces import TerminalSurface
 
-    surface = TerminalSurface()
     conversation = Conversation(
         agent=ScriptedAgent(()), domain=NotesDomain(), human=surface, on_event=surface.on_event
     )
@@ -226,7 +243,11 @@ async def _interactive_demo() -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     if args.interactive:
-        anyio.run(_interactive_demo, backend="asyncio")
+        try:
+            from .surfaces.terminal import TerminalSurface
+        except ModuleNotFoundError as error:
+            return _without_terminal_extra("demo --interactive", error)
+        anyio.run(_interactive_demo, TerminalSurface(), backend="asyncio")
         return 0
     from .demo import run_demo
 
@@ -240,7 +261,7 @@ def _diagrams(args: argparse.Namespace) -> int:
     from .diagrams import write_diagrams
 
     if not args.no_svg and shutil.which("dot") is None:
-        raise CommandError(
+        raise _CommandError(
             "Graphviz's dot is not on PATH: install Graphviz to draw the .svg files, or pass --no-svg "
             "to write only the .dot and .mmd ones"
         )
@@ -262,7 +283,7 @@ def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
 
     entries = trio.run(read)
     if not entries:
-        raise CommandError(
+        raise _CommandError(
             f"{_shown(url)} holds no conversation {conversation_id!r} (dial-runtime list --store URL lists them)"
         )
     return entries
@@ -436,15 +457,15 @@ def _read_file(path: str) -> tuple[str, list[LogEntry]]:
     except FileNotFoundError:
         _usage(f"cannot read {path}: no such file")
     except OSError as error:
-        raise CommandError(f"cannot read {path}: {error.strerror or error}") from None
+        raise _CommandError(f"cannot read {path}: {error.strerror or error}") from None
     except UnicodeDecodeError as error:
-        raise CommandError(f"{path} is not UTF-8 text (at byte {error.start})") from None
+        raise _CommandError(f"{path} is not UTF-8 text (at byte {error.start})") from None
     except ValueError as error:
-        raise CommandError(f"{path}: {error}") from None
+        raise _CommandError(f"{path}: {error}") from None
     try:
         check_log(entries)
     except ValueError as error:
-        raise CommandError(f"{path}: {error}") from None
+        raise _CommandError(f"{path}: {error}") from None
     return conversation_id, entries
 
 
@@ -459,7 +480,7 @@ def _export(args: argparse.Namespace) -> int:
         with open(args.output, "w", encoding="utf-8") as file:
             export_jsonl(entries, file, conversation_id=args.id)
     except OSError as error:
-        raise CommandError(f"cannot write {args.output}: {error.strerror or error}") from None
+        raise _CommandError(f"cannot write {args.output}: {error.strerror or error}") from None
     return 0
 
 
@@ -468,7 +489,7 @@ def _import(args: argparse.Namespace) -> int:
 
     recorded_id, entries = _read_file(args.file)
     if not entries:
-        raise CommandError(f"{args.file} holds no events")
+        raise _CommandError(f"{args.file} holds no events")
     conversation_id = args.id or recorded_id
     store = _open(args.store)
 
@@ -481,7 +502,7 @@ def _import(args: argparse.Namespace) -> int:
     try:
         trio.run(write)
     except StoreConflict:
-        raise CommandError(
+        raise _CommandError(
             f"conversation {conversation_id!r} already has events in {_shown(args.store)}; choose another --id"
         ) from None
     print(f"imported {len(entries)} event(s) into {_shown(args.store)} as {conversation_id!r}")
@@ -650,7 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(error, KeyboardInterrupt):
             print(f"{name}: interrupted", file=sys.stderr)
             return 130
-        if isinstance(error, CommandError):
+        if isinstance(error, _CommandError):
             message, status = str(error), error.status
         elif isinstance(error, DialError):
             message, status = " ".join(str(error).split()) or type(error).__name__, 1

@@ -38,6 +38,7 @@ from typing import Any, NoReturn, cast
 import anyio
 import anyio.lowlevel
 import attrs
+import msgspec
 
 from .runtime.conversation import Conversation
 from .runtime.core import OVERTAKEN, PROCESS_STOPPED
@@ -108,8 +109,7 @@ def _summary(event: dict[str, Any]) -> str:
     return f"{event.get('type')} {_short(rest, 160)}"
 
 
-@attrs.frozen
-class Divergence:
+class Divergence(msgspec.Struct, frozen=True, kw_only=True):
     """Where a replayed call differs from the recording: the 1-based ``call``, the ``turn`` (as the runtime
     numbers turns), the event's ``position`` within that turn (0-based, counted in the recording when it holds the
     event, else in the replay), and the event on each side (``None`` where that side has none).
@@ -146,8 +146,7 @@ class Divergence:
         return f"{where}: {name}: {'; '.join(changes)}"
 
 
-@attrs.frozen
-class NotRun:
+class NotRun(msgspec.Struct, frozen=True, kw_only=True):
     """An action a dry replay would have run where the recording ran nothing like it: the 1-based ``call``, the
     suggestion, the action and its payload."""
 
@@ -163,8 +162,7 @@ class NotRun:
         )
 
 
-@attrs.frozen
-class ReplayReport:
+class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
     """What a replay came to: the calls made, the turns run (messages the recorded agent answered or not), every
     divergence from the recording, in order, and (a dry replay) the actions it did not run."""
 
@@ -479,7 +477,9 @@ class _Replay:
         outcome = self._actions.take(started) if isinstance(started, ActionStartedEvent) else None
         if outcome is None:
             suggestion_id = started.suggestion_id if isinstance(started, ActionStartedEvent) else "?"
-            self.not_run.append(NotRun(self.calls, suggestion_id, action, payload))
+            self.not_run.append(
+                NotRun(call=self.calls, suggestion_id=suggestion_id, action=action, payload=payload)
+            )
             raise ActionError("not run: a dry replay runs no action the recording did not run", code=NOT_RUN)
         if outcome.status == "failed":
             raise ActionError(outcome.error or "", code=outcome.code, field=outcome.field, hint=outcome.hint)
@@ -524,7 +524,10 @@ class _Replay:
         events, log = self._call.events, self.conversation.log
         done = len(log) - self._start
         rest = events[done:]
-        cancelled = any(isinstance(event, InterruptedEvent) and event.reason != _PROCESS_STOPPED for event in rest)
+        cancelled = any(
+            isinstance(event, InterruptedEvent) and event.reason not in (_PROCESS_STOPPED, OVERTAKEN)
+            for event in rest
+        )
         if (
             cancelled
             and all(event.type in _CANCELLING for event in rest)
@@ -623,11 +626,11 @@ def _compare(
         if their_reply != our_reply:
             found.append(
                 Divergence(
-                    call,
-                    turn,
-                    len(theirs),
-                    their_reply[0] if their_reply else None,
-                    our_reply[0] if our_reply else None,
+                    call=call,
+                    turn=turn,
+                    position=len(theirs),
+                    recorded=their_reply[0] if their_reply else None,
+                    replayed=our_reply[0] if our_reply else None,
                 )
             )
         matcher = difflib.SequenceMatcher(
@@ -642,7 +645,7 @@ def _compare(
                 before = theirs[i1 + offset] if i1 + offset < i2 else None
                 after = ours[j1 + offset] if j1 + offset < j2 else None
                 position = i1 + offset if before is not None else j1 + offset
-                found.append(Divergence(call, turn, position, before, after))
+                found.append(Divergence(call=call, turn=turn, position=position, recorded=before, replayed=after))
     return found
 
 

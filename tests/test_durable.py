@@ -51,30 +51,10 @@ FIRST_REPLY = envelope(
 )
 
 
-@pytest.fixture(params=["trio", "asyncio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Real clocks: the stores wait on threads, processes and servers, which a virtual clock would skip past."""
-    return request.param  # type: ignore[no-any-return]
-
-
-def _store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "memory":
-        return "memory:"
-    if request.param == "sqlite":
-        return f"sqlite:{tmp_path / 'logs.db'}"
-    return request.getfixturevalue("pg_schema_url")  # type: ignore[no-any-return]
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store URL of each kind, naming an empty log."""
-    return _store_url(request, tmp_path)
-
-
 @pytest.fixture
-def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store URL that other processes can reach."""
-    return _store_url(request, tmp_path)
+def anyio_backend(real_clocks: str) -> str:
+    """Real clocks: the stores wait on threads, processes and servers, which a virtual clock would skip past."""
+    return real_clocks
 
 
 @pytest.fixture
@@ -586,7 +566,7 @@ async def test_two_processes_racing_for_one_conversation(
         counts = [await one.result(), await two.result()]
     assert [count["done"] for count in counts] == [RACE_SAYS, RACE_SAYS]
     assert [count["conflicts"] for count in counts] == [0, 0], "a write got past the lock"
-    assert sum(count["busy"] for count in counts) > 0, "the workers never met"
+    assert sum(count["busy"] for count in counts) > 0, "the lock never refused the other worker"
 
     total = 2 * RACE_SAYS
     stored = await connect(durable_url).read(conversation_id)

@@ -80,7 +80,7 @@ DECISIONS = frozenset({"accept", "dismiss", "edit", "say", "expire"})
 CALL_STATUSES = frozenset(CALL_STATUS.values())
 
 
-class FoldError(Exception):
+class _Refusal(Exception):
     """An event the state cannot take where it stands; :func:`fold_log` reports it as a LogError."""
 
 
@@ -144,7 +144,7 @@ class ConversationState:
 
     @classmethod
     def fold(cls, events: Iterable[Event]) -> ConversationState:
-        """The state a conversation is in after these events (``FoldError`` or ``IllegalTransition`` when an
+        """The state a conversation is in after these events (``_Refusal`` or ``IllegalTransition`` when an
         event cannot stand; :func:`fold_log` says which entry)."""
         state = cls()
         for event in events:
@@ -199,12 +199,12 @@ class ConversationState:
 
     def apply(self, event: Event) -> None:
         """Advance the state by one event; an event that cannot stand here raises and changes nothing the
-        machines hold (``FoldError`` or ``IllegalTransition``)."""
+        machines hold (``_Refusal`` or ``IllegalTransition``)."""
         if self.life in IN_CALL:
             if self.life in ENDED and event.type in SILENT:
-                raise FoldError(f"a conversation that has ended sends nothing (no {event.type!r})")
+                raise _Refusal(f"a conversation that has ended sends nothing (no {event.type!r})")
         elif event.type not in BETWEEN_CALLS:
-            raise FoldError(f"a {event.type!r} happens only during a call")
+            raise _Refusal(f"a {event.type!r} happens only during a call")
         handler = _APPLY.get(event.type)
         if handler is not None:
             handler(self, event)
@@ -215,7 +215,7 @@ class ConversationState:
     def _open(self, suggestion_id: str) -> OpenSuggestion:
         opened = self.open_suggestions.get(suggestion_id)
         if opened is None:
-            raise FoldError(f"no suggestion {suggestion_id!r} is open")
+            raise _Refusal(f"no suggestion {suggestion_id!r} is open")
         return opened
 
     def _said(self, event: SaidEvent) -> None:
@@ -232,9 +232,9 @@ class ConversationState:
 
     def _finished(self, event: FinishedEvent) -> None:
         if event.status not in CALL_STATUSES:
-            raise FoldError(f"unknown call status {event.status!r}")
+            raise _Refusal(f"unknown call status {event.status!r}")
         if event.status != "interrupted" and CALL_STATUS.get(self.loop) != event.status:
-            raise FoldError(f"a call cannot finish {event.status!r} with its turn loop {self.loop!r}")
+            raise _Refusal(f"a call cannot finish {event.status!r} with its turn loop {self.loop!r}")
         self.life = LIFE.fire(self.life, "finish")
 
     def _ended(self, event: EndedEvent) -> None:
@@ -242,7 +242,7 @@ class ConversationState:
 
     def _sent(self, event: SentEvent) -> None:
         if event.turn != self.turn + 1:
-            raise FoldError(f"turn {event.turn} follows turn {self.turn}")
+            raise _Refusal(f"turn {event.turn} follows turn {self.turn}")
         self.loop = TURN_LOOP.fire(self.loop, "start_turn")
         self.turn = event.turn
 
@@ -297,14 +297,14 @@ class ConversationState:
         opened = self._open(event.id)
         final = FINAL_STATE.get(event.status)
         if final is None:
-            raise FoldError(f"unknown outcome status {event.status!r}")
+            raise _Refusal(f"unknown outcome status {event.status!r}")
         reached = (
             opened.state == final
             if SUGGESTION.is_final(opened.state)
             else final in SUGGESTION.reachable(opened.state)
         )
         if not reached:
-            raise FoldError(f"suggestion {event.id!r} cannot end {event.status!r} from {opened.state!r}")
+            raise _Refusal(f"suggestion {event.id!r} cannot end {event.status!r} from {opened.state!r}")
         del self.open_suggestions[event.id]
         if not self.open_suggestions:  # a dict keeps its size once emptied; a fresh one is a third of it
             self.open_suggestions = {}
@@ -312,7 +312,7 @@ class ConversationState:
 
     def _refused_reply(self, event: ReplyRefusedEvent) -> None:
         if self.loop != "handling":
-            raise FoldError("a reply is refused only while it is handled")
+            raise _Refusal("a reply is refused only while it is handled")
         self.owed_refusals.append(event)
 
     def _ask(self, event: AskEvent) -> None:
@@ -332,13 +332,13 @@ class ConversationState:
         """Take an id, unique within the conversation: an assigned one moves the counter on to it (it must be
         the next), an id the agent chose is remembered."""
         if self.used(ident):
-            raise FoldError(f"the id {ident!r} is used already")
+            raise _Refusal(f"the id {ident!r} is used already")
         if not assigned:
             if self.given_ids is None:
                 self.given_ids = set()
             self.given_ids.add(ident)
         elif ident != self.next_id(prefix):
-            raise FoldError(f"the next assigned id is {self.next_id(prefix)!r}, not {ident!r}")
+            raise _Refusal(f"the next assigned id is {self.next_id(prefix)!r}, not {ident!r}")
         elif prefix == "sg":
             self.suggestions_numbered = int(ident[3:])
         else:
@@ -346,7 +346,7 @@ class ConversationState:
 
     def _answered(self, event: AnsweredEvent) -> None:
         if self.asked.pop(event.ask_id, None) is None and self.open_asks.pop(event.ask_id, None) is None:
-            raise FoldError(f"no ask {event.ask_id!r} waits for an answer")
+            raise _Refusal(f"no ask {event.ask_id!r} waits for an answer")
         if event.text:
             self.owed_words.append(event.text)
 
@@ -354,19 +354,19 @@ class ConversationState:
         if event.kind == "suggestion":
             opened = self._open(event.subject_id)
             if not opened.deciding or opened.deferred:
-                raise FoldError(f"suggestion {event.subject_id!r} is not waiting for a decision")
+                raise _Refusal(f"suggestion {event.subject_id!r} is not waiting for a decision")
             opened.deferred = True
         elif event.kind == "ask":
             ask = self.asked.pop(event.subject_id, None)
             if ask is None:
-                raise FoldError(f"no ask {event.subject_id!r} is being asked")
+                raise _Refusal(f"no ask {event.subject_id!r} is being asked")
             self.open_asks[event.subject_id] = ask
         else:
-            raise FoldError(f"unknown kind {event.kind!r}")
+            raise _Refusal(f"unknown kind {event.kind!r}")
 
     def _proposed(self, event: ProposedEvent) -> None:
         if self.loop != "handling":
-            raise FoldError("a suggestion is proposed only while a reply is handled")
+            raise _Refusal("a suggestion is proposed only while a reply is handled")
         self._use_id(event.id, "sg", event.numbered)
         self.open_suggestions[event.id] = OpenSuggestion(
             id=event.id, action=event.action, text=event.text, payload=event.payload
@@ -384,9 +384,9 @@ class ConversationState:
     def _decided(self, event: DecidedEvent) -> None:
         opened = self._open(event.suggestion_id)
         if not opened.deciding:
-            raise FoldError(f"suggestion {event.suggestion_id!r} is not waiting for a decision")
+            raise _Refusal(f"suggestion {event.suggestion_id!r} is not waiting for a decision")
         if event.decision not in DECISIONS:
-            raise FoldError(f"unknown decision {event.decision!r}")
+            raise _Refusal(f"unknown decision {event.decision!r}")
         opened.deferred = False
         if event.decision == "edit":
             opened.payload = event.payload
@@ -474,7 +474,7 @@ def fold_log(
         entry = checked_entry(raw, first_seq + offset)
         try:
             folded.apply(entry.event)
-        except (FoldError, IllegalTransition) as error:
+        except (_Refusal, IllegalTransition) as error:
             raise LogError(entry.seq, entry.event.type, str(error)) from None
         checked.append(entry)
     return checked

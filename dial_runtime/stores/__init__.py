@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .base import Store, StoreConflict, StoreError, open_store, redact_url
+from .._lazy import lazy_exports
+from ..errors import StoreClosed, StoreConflict, StoreError
+from .base import Store, open_store, redact_url
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
@@ -20,16 +22,11 @@ __all__ = [
     "PostgresStore",
     "SQLiteStore",
     "Store",
+    "StoreClosed",
     "StoreConflict",
     "StoreError",
     "open_store",
     "redact_url",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "PostgresStore":
-        from .postgres import PostgresStore
-
-        return PostgresStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {"PostgresStore": ".postgres"}, globals())
