@@ -326,10 +326,27 @@ def test_a_stored_chat_is_taken_up_where_a_killed_session_left_it(
     assert "buy bread" in last.messages[6]["content"]  # the reply as far as it had come when the process died
 
 
-def _script(tmp_path: Path, *replies: str) -> str:
+def _milk_chat(tmp_path: Path, conversation_id: str) -> tuple[str, tuple[str, ...]]:
+    """A store, and the ``chat`` command line on it for ``conversation_id``, whose script agent proposes adding
+    "buy milk", then says "Added."."""
     path = tmp_path / "replies.json"
-    path.write_text(json.dumps(list(replies)), encoding="utf-8")
-    return f"script:{path}"
+    replies = [
+        dial(suggest("add-note", "Add milk", '{"text": "buy milk"}')),
+        dial("<dial-inform>Added.</dial-inform>"),
+    ]
+    path.write_text(json.dumps(replies), encoding="utf-8")
+    store = f"sqlite:{tmp_path / 'chats.db'}"
+    return store, (
+        "chat",
+        "--agent",
+        f"script:{path}",
+        "--domain",
+        DOMAIN,
+        "--store",
+        store,
+        "--id",
+        conversation_id,
+    )
 
 
 def test_a_person_can_leave_a_decision_for_later_and_take_it_up(
@@ -337,13 +354,8 @@ def test_a_person_can_leave_a_decision_for_later_and_take_it_up(
 ) -> None:
     """ "l" leaves a suggestion waiting, /quit and Ctrl-D at a decision keep it waiting, /help is answered in the
     terminal, and a reopened conversation starts with a recap; the decision is recorded as the person's."""
-    agent = _script(
-        tmp_path,
-        dial(suggest("add-note", "Add milk", '{"text": "buy milk"}')),
-        dial("<dial-inform>Added.</dial-inform>"),
-    )
-    store = f"sqlite:{tmp_path / 'chats.db'}"
-    chat = ("chat", "--agent", agent, "--domain", DOMAIN, "--store", store, "--id", "kitchen", "--as", "ann")
+    store, chat = _milk_chat(tmp_path, "kitchen")
+    chat = (*chat, "--as", "ann")
 
     first = terminal(*chat)
     first.expect("conversation kitchen (new)")
@@ -381,13 +393,8 @@ def test_a_person_can_leave_a_decision_for_later_and_take_it_up(
 
 
 def test_the_log_says_who_decided(tmp_path: Path, terminal: Start, capsys: pytest.CaptureFixture[str]) -> None:
-    agent = _script(
-        tmp_path,
-        dial(suggest("add-note", "Add milk", '{"text": "buy milk"}')),
-        dial("<dial-inform>Added.</dial-inform>"),
-    )
-    store = f"sqlite:{tmp_path / 'chats.db'}"
-    chat = ("chat", "--agent", agent, "--domain", DOMAIN, "--store", store, "--id", "k", "--as", "ann")
+    store, chat = _milk_chat(tmp_path, "k")
+    chat = (*chat, "--as", "ann")
     first = terminal(*chat)
     first.type("add milk", after="you:")
     first.type("/quit", after="sg-1 ›")
@@ -403,13 +410,7 @@ def test_the_log_says_who_decided(tmp_path: Path, terminal: Start, capsys: pytes
 
 def test_two_sessions_on_one_conversation(tmp_path: Path, terminal: Start) -> None:
     """The second session to decide hears that it was decided elsewhere, and by whom, and carries on."""
-    agent = _script(
-        tmp_path,
-        dial(suggest("add-note", "Add milk", '{"text": "buy milk"}')),
-        dial("<dial-inform>Added.</dial-inform>"),
-    )
-    store = f"sqlite:{tmp_path / 'chats.db'}"
-    chat = ("chat", "--agent", agent, "--domain", DOMAIN, "--store", store, "--id", "k")
+    _, chat = _milk_chat(tmp_path, "k")
     setup = terminal(*chat, "--as", "ann")
     setup.type("add milk", after="you:")
     setup.type("/quit", after="sg-1 ›")
