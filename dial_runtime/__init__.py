@@ -21,6 +21,7 @@ from .errors import (
     LogError,
     StoreClosed,
     StoreConflict,
+    StoreError,
 )
 from .jsonl import export_jsonl, import_jsonl
 from .language.outcomes import Outcome, outcome_reply
@@ -112,6 +113,7 @@ __all__ = [
     "Store",
     "StoreClosed",
     "StoreConflict",
+    "StoreError",
     "StreamParser",
     "StreamingAgent",
     "Suggest",

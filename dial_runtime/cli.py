@@ -1,26 +1,63 @@
 """The ``dial-runtime`` command: validate DIAL, chat with an agent, run the demo conversation, write the lifecycle
-diagrams."""
+diagrams, and list, print, export, import and replay stored conversations.
+
+Every failure is one line on standard error, ``dial-runtime COMMAND: what went wrong``, and a non-zero exit status:
+2 when the command line itself is wrong (an unknown option, a malformed URL or ``module:factory``, a file that
+does not exist), 1 for everything else (a store that cannot be used, a refused log, a divergent replay, an
+invalid envelope). Set ``DIAL_RUNTIME_TRACEBACK=1`` to see the traceback behind an unexpected one.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import getpass
 import importlib
 import json
 import os
 import sys
+import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 import trio
 import trio.testing
 
+from .errors import DialError
 from .language.parser import parse
 from .language.schema import validate
 from .runtime.events import LogEntry, event_to_dict
+
+#: The exit status of a command line that is itself wrong (argparse's too).
+USAGE = 2
+
+
+class _CommandError(Exception):
+    """A failure the command reports as its one line; ``status`` is the exit status."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _usage(message: str) -> NoReturn:
+    raise _CommandError(message, USAGE)
+
+
+def _decode(raw: bytes, name: str) -> str:
+    """``raw`` as UTF-8 text (a byte-order mark dropped); a one-line error saying where it is not."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise _CommandError(
+            f"{name} is not UTF-8 text (byte 0x{raw[error.start]:02x} at offset {error.start}); "
+            "DIAL is read as UTF-8"
+        ) from None
+
 
 if TYPE_CHECKING:
     from .surfaces.terminal import TerminalSurface
@@ -28,13 +65,14 @@ if TYPE_CHECKING:
 
 def _validate(args: argparse.Namespace) -> int:
     if args.file == "-":
-        text = sys.stdin.read()
+        stdin = getattr(sys.stdin, "buffer", None)
+        text = sys.stdin.read() if stdin is None else _decode(stdin.read(), "standard input")
     else:
         try:
-            text = Path(args.file).read_text(encoding="utf-8")
+            raw = Path(args.file).read_bytes()
         except OSError as error:
-            print(f"dial-runtime validate: cannot read {args.file}: {error.strerror}", file=sys.stderr)
-            return 2
+            _usage(f"cannot read {args.file}: {error.strerror}")
+        text = _decode(raw, args.file)
     issues = validate(text, strict=args.strict)
     for issue in issues:
         print(f"line {issue.line if issue.line is not None else '?'}: {issue.message}")
@@ -44,20 +82,78 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _load_domain(spec: str) -> Any:
-    """The domain ``module:factory`` names: the module is imported and ``factory()`` called."""
+    """The domain ``module:factory`` names: the module is imported (looked for in the current directory first, as
+    ``python -m`` and uvicorn do) and ``factory()`` called; what it returns must have a ``run`` method, and
+    ``actions``, when it has them, must map action names to their specs."""
     module_name, _, factory_name = spec.partition(":")
     if not module_name or not factory_name:
-        raise ValueError(f"--domain {spec!r}: expected module:factory, e.g. dial_runtime.demo:NotesDomain")
+        _usage(f"--domain {spec!r}: expected module:factory, e.g. dial_runtime.demo:NotesDomain")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise ValueError(f"--domain {spec!r}: cannot import {module_name}: {error}") from None
+        _usage(f"--domain {spec!r}: cannot import {module_name}: {error}")
+    except Exception as error:
+        raise _CommandError(f"--domain {spec!r}: importing {module_name} raised {_described(error)}") from error
     factory: Any = module
     for name in factory_name.split("."):
         factory = getattr(factory, name, None)
     if not callable(factory):
-        raise ValueError(f"--domain {spec!r}: {module_name} has no callable {factory_name}")
-    return factory()
+        _usage(f"--domain {spec!r}: {module_name} has no callable {factory_name}")
+    try:
+        domain = factory()
+    except Exception as error:
+        raise _CommandError(f"--domain {spec!r}: {factory_name}() raised {_described(error)}") from error
+    if not callable(getattr(domain, "run", None)):
+        raise _CommandError(
+            f"--domain {spec!r}: {factory_name}() returned {_kind(domain)}, not a domain (no run method)"
+        )
+    actions = getattr(domain, "actions", None)
+    if actions is not None and not isinstance(actions, Mapping):
+        raise _CommandError(
+            f"--domain {spec!r}: the domain's actions are {_kind(actions)}, not a mapping of action names to specs"
+        )
+    return domain
+
+
+def _kind(value: object) -> str:
+    """A value's type in words: "a list", "an int", "None"."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
+
+
+def _described(error: BaseException) -> str:
+    """An exception in one line: ``TypeName: message``."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _open(url: str, *, create: bool = True) -> Any:
+    """The store ``url`` names (``create=False``: one that is only read, so nothing is created in it)."""
+    from .stores import open_store
+
+    try:
+        return open_store(url, create=create)
+    except ValueError as error:
+        _usage(str(error))
+
+
+def _shown(url: str) -> str:
+    from .stores import redact_url
+
+    return redact_url(url)
+
+
+def _login_name() -> str | None:
+    """The name of the person at this terminal (their login name), ``None`` when the system knows none."""
+    try:
+        return getpass.getuser() or None
+    except (KeyError, OSError):
+        return None
 
 
 def _without_terminal_extra(command: str, error: ModuleNotFoundError) -> int:
@@ -80,63 +176,43 @@ def _chat(args: argparse.Namespace) -> int:
         return _without_terminal_extra("chat", error)
     from .agents import agent_from_uri, history_from_log, system_prompt
     from .runtime import Conversation
-    from .stores import open_store
 
-    try:
-        domain = _load_domain(args.domain) if args.mcp is None else None
-        store = open_store(args.store) if args.store else None
-    except ValueError as error:
-        print(f"dial-runtime chat: {error}", file=sys.stderr)
-        return 2
-    if args.id and store is None:
-        print("dial-runtime chat: --id needs --store", file=sys.stderr)
-        return 2
+    domain = _load_domain(args.domain) if args.mcp is None else None
+    if args.id and not args.store:
+        _usage("--id needs --store")
+    store = _open(args.store) if args.store else None
     ident = args.id or uuid.uuid4().hex[:12]
-    surface = TerminalSurface()
+    surface = TerminalSurface(by=args.person)
 
     async def hold() -> int:
-        if domain is not None:
-            return await converse(domain)
-        try:
-            from .mcp import McpConnectionError, mcp_domain
-        except ImportError as error:
-            print(f"dial-runtime chat: --mcp: {error}", file=sys.stderr)
-            return 2
-        try:
-            with open(args.mcp_log or os.devnull, "a", encoding="utf-8") as errlog:
-                async with mcp_domain(args.mcp, errlog=errlog) as served:
-                    return await converse(served)
-        except (OSError, ValueError, McpConnectionError) as error:
-            print(f"dial-runtime chat: --mcp: {error}", file=sys.stderr)
-            return 2
-
-    async def converse(domain: Any) -> int:
-        earlier = await store.read(ident) if store is not None else []
-        try:
-            agent = agent_from_uri(
-                args.agent, system_prompt=system_prompt(domain), history=history_from_log(earlier)
-            )
-        except ValueError as error:
-            print(f"dial-runtime chat: {error}", file=sys.stderr)
-            return 2
-        options: dict[str, Any] = {
-            "agent": PlainAgent(agent) if args.no_stream else surface.streaming(agent),
-            "domain": domain,
-            "human": surface,
-            "on_event": surface.on_event,
-            "timeout": args.timeout,
-        }
-        async with agent:
+        async with contextlib.AsyncExitStack() as stack:
+            if store is not None:
+                stack.push_async_callback(store.aclose)
+            chosen = domain if domain is not None else await _served(args, stack)
+            earlier = await store.read(ident) if store is not None else []
+            try:
+                agent = agent_from_uri(
+                    args.agent, system_prompt=system_prompt(chosen), history=history_from_log(earlier)
+                )
+            except ValueError as error:
+                _usage(str(error))
+            if callable(getattr(agent, "__aenter__", None)):
+                await stack.enter_async_context(agent)  # type: ignore[arg-type]
+            streams = callable(getattr(agent, "stream", None)) and not args.no_stream
+            options: dict[str, Any] = {
+                "agent": surface.streaming(agent) if streams else PlainAgent(agent),
+                "domain": chosen,
+                "human": surface,
+                "on_event": surface.on_event,
+                "timeout": args.timeout,
+            }
             if store is None:
                 await surface.chat(Conversation(**options))
                 return 0
-            try:
-                conversation = await Conversation.open(store, ident, **options)
-                print(f"conversation {ident} ({len(conversation.log)} earlier events) in {args.store}")
-                await surface.take_up(conversation)
+            conversation = await Conversation.open(store, ident, **options)
+            surface.recap(conversation, ident, _shown(args.store))
+            if await surface.take_up(conversation):
                 await surface.chat(conversation)
-            finally:
-                await store.aclose()
         return 0
 
     try:
@@ -144,6 +220,25 @@ def _chat(args: argparse.Namespace) -> int:
     finally:
         if args.transcript:
             surface.save(args.transcript)
+
+
+async def _served(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> Any:
+    """The MCP server ``--mcp`` names, as a domain held open until ``stack`` closes."""
+    try:
+        from .mcp import McpConnectionError, mcp_domain
+    except ImportError as error:
+        raise _CommandError(f"--mcp needs the mcp extra (pip install 'dial-runtime[mcp]'): {error}") from None
+    try:
+        errlog = stack.enter_context(open(args.mcp_log or os.devnull, "a", encoding="utf-8"))  # noqa: SIM115
+        served = mcp_domain(args.mcp, errlog=errlog)
+    except ValueError as error:
+        _usage(f"--mcp: {error}")
+    except OSError as error:
+        raise _CommandError(f"--mcp-log: {_described(error)}") from None
+    try:
+        return await stack.enter_async_context(served)
+    except (OSError, McpConnectionError) as error:
+        raise _CommandError(f"--mcp: {error}") from None
 
 
 async def _interactive_demo(surface: TerminalSurface) -> None:
@@ -181,16 +276,22 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _diagrams(args: argparse.Namespace) -> int:
+    import shutil
+
     from .diagrams import write_diagrams, write_flow_diagram
 
+    if not args.no_svg and shutil.which("dot") is None:
+        raise _CommandError(
+            "Graphviz's dot is not on PATH: install Graphviz to draw the .svg files, or pass --no-svg "
+            "to write only the .dot and .mmd ones"
+        )
     if args.flow is None:
         paths = write_diagrams(Path(args.out), svg=not args.no_svg)
     else:
         try:
             machine, actions = _load_flow(args.flow)
         except ValueError as error:
-            print(f"dial-runtime diagrams: {error}", file=sys.stderr)
-            return 2
+            _usage(str(error))
         paths = write_flow_diagram(machine, Path(args.out), actions=actions, svg=not args.no_svg)
     for path in paths:
         print(path)
@@ -225,20 +326,48 @@ def _load_flow(spec: str) -> tuple[Any, dict[str, list[str]]]:
 
 
 def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
-    """The conversation's stored log; ``ValueError`` when the store holds no such conversation."""
-    from .stores import open_store
+    """The conversation's stored log, read without creating or writing anything; a one-line error when the store
+    holds no such conversation."""
+    store = _open(url, create=False)
 
     async def read() -> list[LogEntry]:
-        store = open_store(url)
         try:
-            return await store.read(conversation_id)
+            return await store.read(conversation_id)  # type: ignore[no-any-return]
         finally:
             await store.aclose()
 
     entries = trio.run(read)
     if not entries:
-        raise ValueError(f"{url} holds no conversation {conversation_id!r}")
+        raise _CommandError(
+            f"{_shown(url)} holds no conversation {conversation_id!r} (dial-runtime list --store URL lists them)"
+        )
     return entries
+
+
+#: What ``log`` says of a turn or an action the runtime stopped, by the start of the reason it recorded.
+_CANCELLED = "cancelled before it finished (Ctrl-C in chat, or the caller's cancellation)"
+_STOPPED = (
+    ("the process stopped", "the process stopped"),
+    ("the process exited", "the process exited"),
+    ("the person said something else", "the person said something else"),
+    ("the call was cancelled", _CANCELLED),
+    ("interrupted by the person (Ctrl-C)", "cancelled by the person (Ctrl-C)"),
+    ("KeyboardInterrupt", "cancelled by the person (Ctrl-C)"),
+    ("CancelledError", _CANCELLED),
+    ("Cancelled", _CANCELLED),
+    ("TimeoutError", "the deadline passed"),
+    ("TooSlowError", "the deadline passed"),
+)
+
+
+def stopped_in_words(reason: str) -> str:
+    """Why a turn or an action stopped, as a person reads it. The runtime words it (``the call was cancelled``);
+    logs written before recorded the exception that stopped it (``CancelledError: Cancelled via cancel scope
+    7ff...``): this keeps what it meant and drops the machinery."""
+    for start, words in _STOPPED:
+        if reason == start or reason.startswith((f"{start}:", f"{start} ")):
+            return words
+    return reason
 
 
 def _json_text(value: Any) -> str:
@@ -296,6 +425,8 @@ def _audit_detail(event: dict[str, Any]) -> tuple[str, str] | None:
         parts = [event["id"], event["status"]]
         if event["result"] is not None:
             parts.append(_json_text(event["result"]))
+        if event["code"] == "interrupted" and event["error"]:
+            event = {**event, "error": stopped_in_words(event["error"])}
         parts.extend(
             f"{name}={_json_text(event[name])}" for name in ("error", "code", "field", "hint") if event[name]
         )
@@ -305,8 +436,10 @@ def _audit_detail(event: dict[str, Any]) -> tuple[str, str] | None:
         envelope = parse(event["message"])
         reports = [token for element in (envelope.elements if envelope else ()) for token in element.yields]
         return "sent", f"turn {event['turn']}" + (f", reporting {', '.join(reports)}" if reports else "")
-    if kind in ("no-reply", "send-failed", "interrupted"):
-        return kind.replace("-", " "), f"turn {event['turn']}: {event.get('error') or event.get('reason')}"
+    if kind == "interrupted":
+        return "interrupted", f"turn {event['turn']}: {stopped_in_words(event['reason'])}"
+    if kind in ("no-reply", "send-failed"):
+        return kind.replace("-", " "), f"turn {event['turn']}: {event['error']}"
     if kind == "reply-refused":
         return "reply refused", f"{event['reply_id']} (turn {event['turn']}): {event['reason']}"
     if kind == "turn-limit":
@@ -336,12 +469,7 @@ def audit_line(entry: LogEntry) -> str | None:
 
 
 def _log(args: argparse.Namespace) -> int:
-    try:
-        entries = _read_log(args.store, args.id)
-    except ValueError as error:
-        print(f"dial-runtime log: {error}", file=sys.stderr)
-        return 2
-    for entry in entries:
+    for entry in _read_log(args.store, args.id):
         line = audit_line(entry)
         if line is not None:
             print(line)
@@ -349,21 +477,15 @@ def _log(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .jsonl import import_jsonl
     from .replay import ReplayReport, replay
 
-    try:
-        if args.file is not None:
-            with open(args.file, encoding="utf-8") as file:
-                _, entries = import_jsonl(file)
-        elif args.id is None:
-            raise ValueError("replaying from a store needs the conversation's ID")
-        else:
-            entries = _read_log(args.store, args.id)
-        domain = _load_domain(args.domain)
-    except (OSError, ValueError) as error:
-        print(f"dial-runtime replay: {error}", file=sys.stderr)
-        return 2
+    if args.file is not None:
+        _, entries = _read_file(args.file)
+    elif args.id is None:
+        _usage("replaying from a store needs the conversation's ID")
+    else:
+        entries = _read_log(args.store, args.id)
+    domain = _load_domain(args.domain)
 
     async def run() -> ReplayReport:
         return await replay(
@@ -372,6 +494,7 @@ def _replay(args: argparse.Namespace) -> int:
             max_turns=args.max_turns,
             timeout=args.timeout,
             decide_timeout=args.decide_timeout,
+            run_actions=args.run_actions,
         )
 
     report = trio.run(run, clock=trio.testing.MockClock(autojump_threshold=0))
@@ -379,36 +502,51 @@ def _replay(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _read_file(path: str) -> tuple[str, list[LogEntry]]:
+    """The entries of a JSON Lines log, each checked, and the log checked as a whole (see ``check_log``)."""
+    from .jsonl import check_log, import_jsonl
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            conversation_id, entries = import_jsonl(file)
+    except FileNotFoundError:
+        _usage(f"cannot read {path}: no such file")
+    except OSError as error:
+        raise _CommandError(f"cannot read {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise _CommandError(f"{path} is not UTF-8 text (at byte {error.start})") from None
+    except ValueError as error:
+        raise _CommandError(f"{path}: {error}") from None
+    try:
+        check_log(entries)
+    except ValueError as error:
+        raise _CommandError(f"{path}: {error}") from None
+    return conversation_id, entries
+
+
 def _export(args: argparse.Namespace) -> int:
     from .jsonl import export_jsonl
 
+    entries = _read_log(args.store, args.id)
+    if args.output is None:
+        export_jsonl(entries, sys.stdout, conversation_id=args.id)
+        return 0
     try:
-        entries = _read_log(args.store, args.id)
-        if args.output is None:
-            export_jsonl(entries, sys.stdout, conversation_id=args.id)
-        else:
-            with open(args.output, "w", encoding="utf-8") as file:
-                export_jsonl(entries, file, conversation_id=args.id)
-    except (OSError, ValueError) as error:
-        print(f"dial-runtime export: {error}", file=sys.stderr)
-        return 2
+        with open(args.output, "w", encoding="utf-8") as file:
+            export_jsonl(entries, file, conversation_id=args.id)
+    except OSError as error:
+        raise _CommandError(f"cannot write {args.output}: {error.strerror or error}") from None
     return 0
 
 
 def _import(args: argparse.Namespace) -> int:
-    from .jsonl import import_jsonl
-    from .stores import StoreConflict, open_store
+    from .stores import StoreConflict
 
-    try:
-        with open(args.file, encoding="utf-8") as file:
-            recorded_id, entries = import_jsonl(file)
-        if not entries:
-            raise ValueError(f"{args.file} holds no events")
-        store = open_store(args.store)
-    except (OSError, ValueError) as error:
-        print(f"dial-runtime import: {error}", file=sys.stderr)
-        return 2
+    recorded_id, entries = _read_file(args.file)
+    if not entries:
+        raise _CommandError(f"{args.file} holds no events")
     conversation_id = args.id or recorded_id
+    store = _open(args.store)
 
     async def write() -> None:
         try:
@@ -419,13 +557,39 @@ def _import(args: argparse.Namespace) -> int:
     try:
         trio.run(write)
     except StoreConflict:
-        print(
-            f"dial-runtime import: conversation {conversation_id!r} already has events in {args.store}; "
-            "choose another --id",
-            file=sys.stderr,
-        )
-        return 2
-    print(f"imported {len(entries)} event(s) into {args.store} as {conversation_id!r}")
+        raise _CommandError(
+            f"conversation {conversation_id!r} already has events in {_shown(args.store)}; choose another --id"
+        ) from None
+    print(f"imported {len(entries)} event(s) into {_shown(args.store)} as {conversation_id!r}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    """One line per stored conversation: its id, its size, when it was last written, and what it waits for."""
+    from .runtime.state import ConversationState
+
+    store = _open(args.store, create=False)
+
+    async def read() -> list[tuple[str, list[LogEntry]]]:
+        try:
+            return [(ident, await store.read(ident)) for ident in await store.conversations()]
+        finally:
+            await store.aclose()
+
+    held = trio.run(read)
+    if not held:
+        print(f"{_shown(args.store)} holds no conversation", file=sys.stderr)
+    width = max((len(ident) for ident, _ in held), default=0)
+    for ident, entries in held:
+        when = datetime.fromtimestamp(entries[-1].time, tz=timezone.utc).isoformat(timespec="seconds")
+        try:
+            state = ConversationState.fold(entry.event for entry in entries)
+        except Exception:  # a log the fold refuses is still listed: log and export can show it
+            status = "a log this runtime cannot fold"
+        else:
+            waiting = ", ".join(item.id for item in state.pending())
+            status = "ended" if state.ended else f"waits for {waiting}" if waiting else "open"
+        print(f"{ident:<{width}}  {len(entries):>5} events  last {when.replace('+00:00', 'Z')}  {status}")
     return 0
 
 
@@ -444,7 +608,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--agent",
         required=True,
         metavar="URI",
-        help="openai:MODEL, ollama:MODEL[@HOST:PORT], vllm:..., llamacpp:... or http(s)://HOST/v1#MODEL",
+        help="openai:MODEL, ollama:MODEL[@HOST:PORT], vllm:..., llamacpp:..., http(s)://HOST/v1#MODEL, or "
+        "script:FILE (the replies in a JSON list or a JSON Lines log: try a domain without a model)",
     )
     served = chat.add_mutually_exclusive_group(required=True)
     served.add_argument(
@@ -473,6 +638,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat.add_argument(
         "--id", default=None, help="the conversation to hold or take up in the store (default: a new one)"
+    )
+    chat.add_argument(
+        "--as",
+        dest="person",
+        default=_login_name(),
+        metavar="NAME",
+        help="who decides and answers, recorded with each decision (default: your login name)",
     )
     chat.add_argument(
         "--no-stream",
@@ -520,6 +692,11 @@ def build_parser() -> argparse.ArgumentParser:
     replaying.add_argument(
         "--decide-timeout", type=float, metavar="S", help="seconds per decision, as recorded (default: none)"
     )
+    replaying.add_argument(
+        "--run-actions",
+        action="store_true",
+        help="run the domain's actions for real (by default the recorded results and errors stand in for them)",
+    )
     replaying.set_defaults(run=_replay)
 
     export = commands.add_parser("export", help="write a stored conversation's log as JSON Lines")
@@ -535,14 +712,61 @@ def build_parser() -> argparse.ArgumentParser:
     importing.add_argument("--store", required=True, metavar="URL", help=store_help)
     importing.add_argument("--id", metavar="NEW_ID", help="store it under this id (default: the file's)")
     importing.set_defaults(run=_import)
+
+    listing = commands.add_parser(
+        "list", help="list a store's conversations: size, last write, what each waits for"
+    )
+    listing.add_argument("--store", required=True, metavar="URL", help=store_help)
+    listing.set_defaults(run=_list)
     return parser
 
 
+#: The exit status after standard output closed early (``dial-runtime log ... | head``): a shell's for SIGPIPE.
+BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return its exit status."""
+    """Run the command line; return its exit status. Every failure is one line on standard error."""
     args = build_parser().parse_args(argv)
-    status: int = args.run(args)
-    return status
+    name = f"dial-runtime {args.command}"
+    try:
+        status: int = args.run(args)
+        sys.stdout.flush()
+        return status
+    except (Exception, KeyboardInterrupt) as raised:
+        error = _leaf(raised)
+        if isinstance(error, BrokenPipeError):
+            _drop_stdout()
+            return BROKEN_PIPE
+        if isinstance(error, KeyboardInterrupt):
+            print(f"{name}: interrupted", file=sys.stderr)
+            return 130
+        if isinstance(error, _CommandError):
+            message, status = str(error), error.status
+        elif isinstance(error, DialError):
+            message, status = " ".join(str(error).split()) or type(error).__name__, 1
+        else:
+            message, status = _described(error), 1
+        print(f"{name}: {message}", file=sys.stderr)
+        if os.environ.get("DIAL_RUNTIME_TRACEBACK"):
+            traceback.print_exception(raised)
+        return status
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The exception inside groups of one (task groups wrap what their tasks raise)."""
+    inner: Any = getattr(error, "exceptions", None)  # a BaseExceptionGroup (the exceptiongroup backport on 3.10)
+    while isinstance(inner, tuple) and len(inner) == 1 and isinstance(inner[0], BaseException):
+        error = inner[0]
+        inner = getattr(error, "exceptions", None)
+    return error
+
+
+def _drop_stdout() -> None:
+    """Point standard output at /dev/null, so the interpreter's last flush finds no closed pipe to fail on."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def console() -> None:

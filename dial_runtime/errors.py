@@ -8,6 +8,7 @@ Every exception the library raises on purpose, and the one a domain raises to fa
     ├── ConversationBusy     a call came while another call (here or in another worker) drives the conversation
     │   └── StoreConflict    an append to a store whose log moved on since the caller read it
     ├── StoreClosed          a store was used after ``aclose()`` (also a RuntimeError)
+    ├── StoreError           a store that cannot be used: not a database, no such file or folder, a refusing server
     ├── IllegalTransition    a state machine was asked for a transition its table does not have
     ├── LogError             a log no run of the runtime could have written (names the entry; a ValueError)
     ├── AgentError           an agent's endpoint refused the request, or its retries were used up
@@ -76,6 +77,11 @@ class StoreConflict(ConversationBusy):
 
 class StoreClosed(DialError, RuntimeError):
     """A store was used (append, read, list, lock) after its ``aclose()``; nothing was done."""
+
+
+class StoreError(DialError):
+    """A store that cannot be used: a file that is not a database, a database or folder that does not exist, a
+    server that refuses the connection. The message names the store (its URL with any password masked)."""
 
 
 class AgentError(DialError):

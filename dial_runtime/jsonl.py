@@ -8,10 +8,15 @@ escapes, so every value (lone surrogates and ``NaN`` included) reads back exactl
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
-from .runtime.events import LogEntry, entry_from_dict, entry_to_dict
+import msgspec
+
+from .runtime.events import EVENT_TYPES, Event, LogEntry, entry_to_dict
+from .runtime.state import ConversationState
+from .statemachines.suggestion import OUTCOME_STATUS
 
 #: The header's ``format``; a file without it is not a conversation log.
 FORMAT = "dial-runtime-log"
@@ -32,7 +37,9 @@ def import_jsonl(file: Iterable[str]) -> tuple[str, list[LogEntry]]:
     """The conversation id and the entries :func:`export_jsonl` wrote.
 
     ``ValueError`` naming the line for a missing or foreign header, an unknown version, a line that is not JSON
-    or not a log entry, and for entries not numbered 1, 2, 3, ... (a log has no gaps). Blank lines are skipped.
+    or not a log entry (an unknown event type or field, a field of the wrong type, a time that is not a finite
+    number, a word outside its field's vocabulary), and for entries not numbered 1, 2, 3, ... (a log has no
+    gaps). Blank lines are skipped. Whether the entries make a conversation is :func:`check_log`'s question.
     """
     conversation_id: str | None = None
     entries: list[LogEntry] = []
@@ -45,8 +52,8 @@ def import_jsonl(file: Iterable[str]) -> tuple[str, list[LogEntry]]:
             conversation_id = _header(data, number)
             continue
         try:
-            entry = entry_from_dict(data)
-        except (KeyError, TypeError, ValueError) as error:
+            entry = _entry(data)
+        except (KeyError, TypeError, ValueError, msgspec.ValidationError) as error:
             raise ValueError(f"line {number}: not a log entry ({type(error).__name__}: {error})") from None
         if entry.seq != len(entries) + 1:
             raise ValueError(f"line {number}: entry has seq {entry.seq}, expected {len(entries) + 1}")
@@ -74,3 +81,66 @@ def _header(data: Any, number: int) -> str:
     if not isinstance(conversation_id, str) or not conversation_id:
         raise ValueError(f"line {number}: the header has no conversation_id")
     return conversation_id
+
+
+#: The words an event's field may hold, where the runtime writes a fixed vocabulary.
+_VOCABULARY: dict[tuple[str, str], frozenset[str]] = {
+    ("outcome", "status"): frozenset(OUTCOME_STATUS.values()),
+    ("decided", "decision"): frozenset({"accept", "dismiss", "edit", "say", "expire"}),
+    ("deferred", "kind"): frozenset({"suggestion", "ask"}),
+    ("finished", "status"): frozenset({"idle", "no-reply", "turn-limit", "ended", "awaiting", "interrupted"}),
+    ("resumed", "call"): frozenset({"say", "decide", "answer", "resume"}),
+}
+
+
+def _entry(data: Any) -> LogEntry:
+    """A log entry from its JSON form, every field checked against its declared type."""
+    if not isinstance(data, dict):
+        raise TypeError(f"expected an object, got {type(data).__name__}")
+    unknown = set(data) - {"seq", "time", "event"}
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(sorted(unknown))}")
+    seq, when, fields = data["seq"], data["time"], data["event"]
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise TypeError(f"seq is {seq!r}, not an integer")
+    if not isinstance(when, (int, float)) or isinstance(when, bool) or not math.isfinite(when):
+        raise TypeError(f"time is {when!r}, not a finite number of seconds")
+    return LogEntry(seq=seq, time=float(when), event=_event(fields))
+
+
+def _event(fields: Any) -> Event:
+    if not isinstance(fields, dict):
+        raise TypeError(f"event is {type(fields).__name__}, not an object")
+    fields = dict(fields)
+    kind = fields.pop("type", None)
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"unknown event type {kind!r}")
+    unknown = set(fields) - set(cls.__struct_fields__)
+    if unknown:
+        raise ValueError(f"{kind} event: unknown field(s) {', '.join(sorted(unknown))}")
+    try:
+        event: Event = msgspec.convert(fields, cls)
+    except msgspec.ValidationError as error:
+        raise ValueError(f"{kind} event: {error}") from None
+    for (of, name), words in _VOCABULARY.items():
+        if of == kind and getattr(event, name) not in words:
+            raise ValueError(
+                f"{kind} event: {name} {getattr(event, name)!r} is not one of {', '.join(sorted(words))}"
+            )
+    return event
+
+
+def check_log(entries: Sequence[LogEntry]) -> None:
+    """Refuse entries no run of the runtime could have written: each is folded into the conversation's state in
+    turn, and the first the state refuses (an action started for a suggestion never made, a decision where none
+    was asked for, a reply with no message before it) is a ``ValueError`` naming its seq and what it says."""
+    state = ConversationState()
+    for entry in entries:
+        try:
+            state.apply(entry.event)
+        except Exception as error:  # the fold's refusal: LogError, IllegalTransition, or a lookup that failed
+            said = str(error) if str(error) else type(error).__name__
+            raise ValueError(
+                f"entry {entry.seq} ({entry.event.type}) cannot follow the entries before it: {said}"
+            ) from None

@@ -12,6 +12,15 @@ Where the recording's process died (the log shows what :meth:`Conversation.open`
 finished), the replay stops the call at the same point and recovers from the log as it stood, as ``open`` does;
 an action the dead process was running is not run again.
 
+A replay is dry unless ``run_actions=True``: no action of the domain runs. Where the runtime starts an action,
+the recorded outcome of that action (the same suggestion, action and payload) stands in for it: its result, or
+its error raised again as an :class:`~dial_runtime.runtime.records.ActionError` with the recorded code, field and
+hint. An action the recording never ran is not run either: it fails with code ``not-run-in-replay``, and the
+report lists it under ``not_run``, the places where the new code would have run something the recording did not.
+Since nothing ran, the domain's own state stays where it was: the ``context`` its messages carry is therefore
+the recorded one (each message is compared with its recorded context in place). ``validate`` and ``preview`` are
+called as usual: they are meant to have no effects.
+
 Nothing in a replay depends on the clock: the recorded agent and person either answer at once or never, so a
 deadline passes exactly where it passed in the recording, however fast the clock runs.
 """
@@ -20,31 +29,37 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import itertools
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, NoReturn, cast
 
 import anyio
+import anyio.lowlevel
 import attrs
 import msgspec
 
 from .runtime.conversation import Conversation
 from .runtime.core import OVERTAKEN, PROCESS_STOPPED
 from .runtime.events import (
+    ActionStartedEvent,
     AnsweredEvent,
     DecidedEvent,
     DeferredEvent,
     Event,
     InterruptedEvent,
     LogEntry,
+    OutcomeEvent,
     ReplyEvent,
+    ReplyProgressEvent,
     ResumedEvent,
     SaidEvent,
     SendFailedEvent,
+    SentEvent,
     event_to_dict,
 )
-from .runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion
+from .runtime.records import Accept, ActionError, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion
 
 #: The ``decide_timeout`` a replay uses when the recording has an expired decision and none is given.
 EXPIRE_TIMEOUT = 0.01
@@ -54,6 +69,19 @@ _PROCESS_STOPPED = PROCESS_STOPPED
 
 #: What can follow a message to the agent.
 _AGENT_ANSWERS = frozenset({"reply", "no-reply", "send-failed"})
+
+#: The code of the outcome of an action a dry replay did not run, because the recording never ran it.
+NOT_RUN = "not-run-in-replay"
+
+#: Where a dry replay's message holds the domain's context: the recorded message's context takes its place.
+_CONTEXT = "\ue000the recorded context\ue000"
+
+#: The events a call cancelled from outside records after the point where it was cancelled.
+_CANCELLING = frozenset({"proposed", "outcome", "answered", "interrupted", "finished"})
+
+#: How the runtime words a call that was cancelled; a replay words one so too, and reads the older form (the
+#: exception's text, which names a cancel scope or a task that existed only in that process) as it.
+_CANCELLED = "the call was cancelled"
 
 #: The events recovering from a dead process records.
 _RECOVERY = frozenset({"outcome", "deferred", "handled", "interrupted", "finished"})
@@ -118,13 +146,30 @@ class Divergence(msgspec.Struct, frozen=True, kw_only=True):
         return f"{where}: {name}: {'; '.join(changes)}"
 
 
+class NotRun(msgspec.Struct, frozen=True, kw_only=True):
+    """An action a dry replay would have run where the recording ran nothing like it: the 1-based ``call``, the
+    suggestion, the action and its payload."""
+
+    call: int
+    suggestion_id: str
+    action: str
+    payload: Any
+
+    def __str__(self) -> str:
+        return (
+            f"call {self.call}: would have run {self.action} {_short(self.payload)} ({self.suggestion_id}); "
+            "the recording holds no result for it, so it was not run"
+        )
+
+
 class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
-    """What a replay came to: the calls made, the turns run (messages the recorded agent answered or not), and
-    every divergence from the recording, in order."""
+    """What a replay came to: the calls made, the turns run (messages the recorded agent answered or not), every
+    divergence from the recording, in order, and (a dry replay) the actions it did not run."""
 
     calls: int
     turns: int
     divergences: tuple[Divergence, ...] = ()
+    not_run: tuple[NotRun, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -137,6 +182,7 @@ class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
             return f"{head}: identical to the recording"
         lines = [f"{head}: {len(self.divergences)} divergence(s)"]
         lines.extend(f"  {divergence}" for divergence in self.divergences)
+        lines.extend(f"  {skipped}" for skipped in self.not_run)
         return "\n".join(lines)
 
 
@@ -165,18 +211,27 @@ async def _forever() -> NoReturn:
 
 
 class _RecordedAgent:
-    """Answers each message the way the recording's agent answered the same message of the call."""
+    """Answers each message the way the recording's agent answered the same message of the call; ``stop_point``
+    is awaited first (where the recording's call was cancelled, it cancels this one)."""
 
-    def __init__(self, events: Sequence[Event]) -> None:
+    def __init__(self, events: Sequence[Event], stop_point: Callable[[], Awaitable[None]]) -> None:
+        self._stop_point = stop_point
         self._answers: deque[Event | None] = deque()
+        self._partial: deque[str | None] = deque()
         for index, event in enumerate(events):
             if event.type == "sent":
-                following = (later for later in events[index + 1 :] if later.type in (*_AGENT_ANSWERS, "sent"))
-                answer = next(following, None)
-                self._answers.append(answer if answer is not None and answer.type != "sent" else None)
+                later = list(itertools.takewhile(lambda e: e.type != "sent", events[index + 1 :]))
+                answer = next((e for e in later if e.type in _AGENT_ANSWERS), None)
+                self._answers.append(answer)
+                cut = answer is None and any(e.type == "reply-started" for e in later)
+                progress = "".join(e.text for e in later if isinstance(e, ReplyProgressEvent))
+                self._partial.append(progress if cut else None)
 
     async def send(self, message: str) -> str:
+        await self._stop_point()
         answer = self._answers.popleft() if self._answers else None
+        if self._partial:
+            self._partial.popleft()
         if isinstance(answer, ReplyEvent):
             return answer.text
         if isinstance(answer, SendFailedEvent):
@@ -188,10 +243,20 @@ class _RecordedAgent:
 
 class _RecordedStreamingAgent(_RecordedAgent):
     """The recorded agent of a call whose replies were streamed: each reply arrives whole, as one chunk (the
-    runtime handles speech acts in document order however the text is cut)."""
+    runtime handles speech acts in document order however the text is cut); a reply whose stream was cut off
+    (the call was cancelled while it arrived) arrives as far as the log holds it, and the call is cancelled there
+    (or, where the replay no longer matches the recording, the stream breaks off)."""
 
     async def stream(self, message: str) -> AsyncIterator[str]:
-        yield await self.send(message)
+        partial = self._partial[0] if self._partial else None
+        if partial is None:
+            yield await self.send(message)
+            return
+        self._partial.popleft()
+        self._answers.popleft()
+        yield partial
+        await self._stop_point()
+        raise LookupError("the recording holds no more of this reply")
 
 
 class _RecordedPerson:
@@ -201,8 +266,8 @@ class _RecordedPerson:
     gets an empty answer (the question stands).
     """
 
-    def __init__(self, events: Iterable[Event], crash_point: Callable[[], None]) -> None:
-        self._crash_point = crash_point
+    def __init__(self, events: Iterable[Event], stop_point: Callable[[], Awaitable[None]]) -> None:
+        self._stop_point = stop_point
         self._decisions: dict[str, deque[DecidedEvent | DeferredEvent]] = {}
         self._answers: dict[str, deque[AnsweredEvent | DeferredEvent]] = {}
         for event in events:
@@ -215,7 +280,7 @@ class _RecordedPerson:
                 queues.setdefault(event.subject_id, deque()).append(event)
 
     async def decide(self, suggestion: Suggestion) -> Decision | Defer:
-        self._crash_point()
+        await self._stop_point()
         queue = self._decisions.get(suggestion.id)
         if not queue:
             return Dismiss()
@@ -227,7 +292,7 @@ class _RecordedPerson:
         return _decision(event)
 
     async def answer(self, ask: Ask) -> str | Defer:
-        self._crash_point()
+        await self._stop_point()
         queue = self._answers.get(ask.id)
         if not queue:
             return ""
@@ -323,39 +388,110 @@ class _Crash(BaseException):
         self.logged = logged
 
 
-class _Domain:
-    """The domain, unchanged but for the hook that stops an action the recording's process died in."""
+def _crash_in(error: BaseException) -> _Crash | None:
+    """The :class:`_Crash` that ``error`` is, or holds (a task group groups what its tasks raise)."""
+    if isinstance(error, _Crash):
+        return error
+    for inner in getattr(error, "exceptions", ()):
+        found = _crash_in(inner)
+        if found is not None:
+            return found
+    return None
 
-    def __init__(self, domain: Any, crash_point: Callable[[], None]) -> None:
+
+class _Domain:
+    """The domain, unchanged but for the hook that stops an action the recording's process died in, and (a dry
+    replay) ``stand_in``, which answers for the action instead of the domain."""
+
+    def __init__(
+        self, domain: Any, stop_point: Callable[[], Awaitable[None]], stand_in: Callable[[str, Any], Any] | None
+    ) -> None:
         self._domain = domain
-        self._crash_point = crash_point
+        self._stop_point = stop_point
+        self._stand_in = stand_in
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._domain, name)
+        found = getattr(self._domain, name)
+        if name == "context" and self._stand_in is not None and callable(found):
+            return lambda: _CONTEXT
+        return found
 
     async def run(self, action: str, payload: Any) -> Any:
-        self._crash_point()
+        await self._stop_point()
+        if self._stand_in is not None:
+            return self._stand_in(action, payload)
         result = self._domain.run(action, payload)
         return await result if inspect.isawaitable(result) else result
+
+
+class _RecordedActions:
+    """What the recording's actions came to, by suggestion, in order: each ``action-started`` and the outcome
+    that followed it (``None`` where the process died first)."""
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        self._runs: dict[str, deque[tuple[ActionStartedEvent, OutcomeEvent | None]]] = {}
+        for index, event in enumerate(events):
+            if isinstance(event, ActionStartedEvent):
+                outcome = next(
+                    (
+                        e
+                        for e in events[index + 1 :]
+                        if isinstance(e, OutcomeEvent) and e.id == event.suggestion_id
+                    ),
+                    None,
+                )
+                self._runs.setdefault(event.suggestion_id, deque()).append((event, outcome))
+
+    def take(self, started: ActionStartedEvent) -> OutcomeEvent | None:
+        """The recorded outcome of the same run (suggestion, action, payload), used up; ``None`` when there is
+        none."""
+        runs = self._runs.get(started.suggestion_id)
+        if not runs:
+            return None
+        recorded, outcome = runs[0]
+        if (recorded.action, recorded.payload) != (started.action, started.payload) or outcome is None:
+            return None
+        runs.popleft()
+        return outcome
 
 
 class _Replay:
     """A replay in progress: the conversation the recorded calls are made on, and the call being made."""
 
-    def __init__(self, domain: Any, options: dict[str, Any]) -> None:
-        self._domain = _Domain(domain, self._crash_point)
+    def __init__(
+        self, domain: Any, options: dict[str, Any], recorded: Sequence[Event], *, run_actions: bool
+    ) -> None:
+        self._domain = _Domain(domain, self._stop_point, None if run_actions else self._stand_in)
+        self._scope = anyio.CancelScope()
         self._options = options
         self._call = _Call(kind="", events=(), made_from=0)
         self._start = 0
+        self._actions = _RecordedActions(recorded)
+        self.calls = 0
+        self.not_run: list[NotRun] = []
         self.conversation = self._rebuilt(())
+
+    def _stand_in(self, action: str, payload: Any) -> Any:
+        """What the recording's run of this action came to, instead of running it: its result, or its error."""
+        started = self.conversation.log[-1].event  # the runtime logs the start just before it runs the action
+        outcome = self._actions.take(started) if isinstance(started, ActionStartedEvent) else None
+        if outcome is None:
+            suggestion_id = started.suggestion_id if isinstance(started, ActionStartedEvent) else "?"
+            self.not_run.append(
+                NotRun(call=self.calls, suggestion_id=suggestion_id, action=action, payload=payload)
+            )
+            raise ActionError("not run: a dry replay runs no action the recording did not run", code=NOT_RUN)
+        if outcome.status == "failed":
+            raise ActionError(outcome.error or "", code=outcome.code, field=outcome.field, hint=outcome.hint)
+        return outcome.result
 
     def _rebuilt(self, log: Iterable[LogEntry]) -> Conversation:
         """A conversation folded from ``log``; one that a dead process left in a call recovers as it would (with
         the hook set only afterwards: recovering is not a point where the process can die)."""
         conversation = Conversation(
-            agent=_RecordedAgent(()),
+            agent=_RecordedAgent((), self._stop_point),
             domain=self._domain,
-            human=_RecordedPerson((), self._crash_point),
+            human=_RecordedPerson((), self._stop_point),
             log=log,
             **self._options,
         )
@@ -371,7 +507,8 @@ class _Replay:
         events, done = self._call.events, len(log) - self._start
         rest = events[done:]
         died_here = all(event.type in _RECOVERY for event in rest) if rest else not self._call.finished
-        if not died_here or events[:done] != tuple(entry.event for entry in log[self._start :]):
+        so_far = [entry.event for entry in log[self._start :]]
+        if not died_here or done > len(events) or not all(map(_same, events[:done], so_far)):
             return
         recovered = self._rebuilt(log)
         if not rest:
@@ -379,36 +516,71 @@ class _Replay:
         if tuple(entry.event for entry in recovered.log[len(log) :]) == rest:
             raise _Crash(recovered, recovered.log)
 
+    async def _stop_point(self) -> None:
+        """Where the call waits (for the agent, the person, an action): stop it as a crash would (see
+        :meth:`_crash_point`), or cancel it here if the recording's call was cancelled here, that is when the
+        call so far matches the recording and all it holds next is what a cancellation records."""
+        self._crash_point()
+        events, log = self._call.events, self.conversation.log
+        done = len(log) - self._start
+        rest = events[done:]
+        cancelled = any(
+            isinstance(event, InterruptedEvent) and event.reason not in (_PROCESS_STOPPED, OVERTAKEN)
+            for event in rest
+        )
+        if (
+            cancelled
+            and all(event.type in _CANCELLING for event in rest)
+            and all(map(_same, events[:done], [entry.event for entry in log[self._start :]]))
+        ):
+            self._scope.cancel()
+            await anyio.lowlevel.checkpoint()
+
     async def make(self, call: _Call) -> tuple[list[Event], str | None]:
         """Make the recorded call; return the events it logged and what it raised (as the runtime words errors)."""
         conversation = self.conversation
         self._call, self._start = call, len(conversation.log)
+        self.calls += 1
         streamed = any(event.type == "reply-started" for event in call.events)
-        conversation.agent = (_RecordedStreamingAgent if streamed else _RecordedAgent)(call.events)
-        conversation.human = _RecordedPerson(call.events[call.made_from :], self._crash_point)
+        conversation.agent = (_RecordedStreamingAgent if streamed else _RecordedAgent)(
+            call.events, self._stop_point
+        )
+        conversation.human = _RecordedPerson(call.events[call.made_from :], self._stop_point)
         given = call.input
         raised = None
+        self._scope = anyio.CancelScope()
         try:
-            if call.kind == "say":
-                await conversation.say(given.text if isinstance(given, SaidEvent) else "")
-            elif call.kind == "decide" and isinstance(given, DecidedEvent):
-                await conversation.decide(given.suggestion_id, _decision(given), by=given.by)
-            elif call.kind == "decide" and isinstance(given, DeferredEvent):
-                await conversation.decide(given.subject_id, Defer())
-            elif call.kind == "answer" and isinstance(given, AnsweredEvent):
-                await conversation.answer(given.ask_id, given.text, by=given.by)
-            elif call.kind == "resume":
-                await conversation.resume()
-            elif call.kind == "end":
-                conversation.end()
-            else:
-                raise ValueError(f"replay: cannot make a {call.kind!r} call of {[e.type for e in call.events]}")
-        except _Crash as crash:
-            self.conversation = crash.recovered
-            return [entry.event for entry in crash.logged[self._start :]], None
-        except Exception as error:
+            with self._scope:
+                await self._make(call, given)
+        except BaseException as error:
+            crash = _crash_in(error)
+            if crash is not None:
+                self.conversation = crash.recovered
+                return [entry.event for entry in crash.logged[self._start :]], None
+            if not isinstance(error, Exception):
+                raise
             raised = _describe(error)
+        if self._scope.cancelled_caught:
+            raised = _CANCELLED
         return [entry.event for entry in self.conversation.log[self._start :]], raised
+
+    async def _make(self, call: _Call, given: Event | None) -> None:
+        """Make the call ``call`` records, with its input ``given``."""
+        conversation = self.conversation
+        if call.kind == "say":
+            await conversation.say(given.text if isinstance(given, SaidEvent) else "")
+        elif call.kind == "decide" and isinstance(given, DecidedEvent):
+            await conversation.decide(given.suggestion_id, _decision(given), by=given.by)
+        elif call.kind == "decide" and isinstance(given, DeferredEvent):
+            await conversation.decide(given.subject_id, Defer())
+        elif call.kind == "answer" and isinstance(given, AnsweredEvent):
+            await conversation.answer(given.ask_id, given.text, by=given.by)
+        elif call.kind == "resume":
+            await conversation.resume()
+        elif call.kind == "end":
+            conversation.end()
+        else:
+            raise ValueError(f"replay: cannot make a {call.kind!r} call of {[e.type for e in call.events]}")
 
 
 class _Turns:
@@ -477,6 +649,56 @@ def _compare(
     return found
 
 
+def _with_context(replayed: str, recorded: str) -> str:
+    """A dry replay's message with the recorded context in place of :data:`_CONTEXT`: the recorded message when
+    the two agree around it (the context may have been empty, and left out with its separator), else the message
+    with a visible placeholder, so that the difference shows."""
+    if _CONTEXT not in replayed:
+        return replayed
+    without = {replayed.replace(f"\n\n{_CONTEXT}", ""), replayed.replace(f"{_CONTEXT}\n\n", "")}
+    before, _, after = replayed.partition(_CONTEXT)
+    around = len(recorded) >= len(before) + len(after) and recorded.startswith(before) and recorded.endswith(after)
+    if around or recorded in without or (replayed == _CONTEXT and not recorded):
+        return recorded
+    return replayed.replace(_CONTEXT, "<the domain's context>")
+
+
+def _same(recorded: Event, replayed: Event) -> bool:
+    """Whether a replayed event is the recorded one (a message compared with its recorded context in place, a
+    cancellation with a cancellation)."""
+    if isinstance(recorded, SentEvent) and isinstance(replayed, SentEvent) and recorded.turn == replayed.turn:
+        return _with_context(replayed.message, recorded.message) == recorded.message
+    return recorded == replayed or _plain(event_to_dict(recorded)) == _plain(event_to_dict(replayed))
+
+
+def _stop_reason(reason: str) -> str:
+    """A reason the runtime recorded, with a cancellation's process-specific text dropped."""
+    kind = reason.partition(":")[0]
+    return _CANCELLED if kind in ("Cancelled", "CancelledError") else reason
+
+
+def _plain(event: dict[str, Any]) -> dict[str, Any]:
+    """An event as compared: the reason of an interruption, and the error of an action it cut short, in
+    :func:`_stop_reason`'s words."""
+    if event["type"] == "interrupted":
+        return {**event, "reason": _stop_reason(event["reason"])}
+    if (
+        event["type"] in ("outcome", "raised")
+        and event.get("error")
+        and event.get("code", "interrupted") == "interrupted"
+    ):
+        return {**event, "error": _stop_reason(event["error"])}
+    return event
+
+
+def _fill_contexts(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> None:
+    """Put each recorded message's context into the replayed message of the same turn (a dry replay's)."""
+    recorded = {event["turn"]: event["message"] for event in theirs if event["type"] == "sent"}
+    for event in ours:
+        if event["type"] == "sent" and _CONTEXT in event["message"]:
+            event["message"] = _with_context(event["message"], recorded.get(event["turn"], ""))
+
+
 def _event(item: LogEntry | Event) -> Event:
     return item.event if isinstance(item, LogEntry) else item
 
@@ -488,8 +710,12 @@ async def replay(
     max_turns: int = 8,
     timeout: float | None = 90.0,
     decide_timeout: float | None = None,
+    run_actions: bool = False,
 ) -> ReplayReport:
     """Make the recorded calls again with the current runtime and ``domain``, and compare what they log.
+
+    Dry unless ``run_actions``: the recorded results and errors stand in for the domain's actions (see the
+    module's description).
 
     The options are the :class:`Conversation`'s and should be the recording's (a ``no-reply`` names its
     timeout). When the recording has an expired decision and ``decide_timeout`` is ``None``,
@@ -502,16 +728,19 @@ async def replay(
         raise ValueError("replay: the recording has a no-reply; replay it with the timeout it was recorded with")
     if decide_timeout is None and any(isinstance(e, DecidedEvent) and e.decision == "expire" for e in recorded):
         decide_timeout = EXPIRE_TIMEOUT
-    run = _Replay(domain, {"timeout": timeout, "max_turns": max_turns, "decide_timeout": decide_timeout})
+    options = {"timeout": timeout, "max_turns": max_turns, "decide_timeout": decide_timeout}
+    run = _Replay(domain, options, recorded, run_actions=run_actions)
     recorded_turns, replayed_turns = _Turns(), _Turns()
     divergences: list[Divergence] = []
     for number, call in enumerate(calls, start=1):
         events, raised = await run.make(call)
         theirs = [event_to_dict(event) for event in call.events]
         ours = [event_to_dict(event) for event in events]
+        _fill_contexts(ours, theirs)
         for side, error in ((theirs, call.raised()), (ours, raised)):
             if error is not None:
                 side.append({"type": "raised", "error": error})
+        theirs, ours = [_plain(event) for event in theirs], [_plain(event) for event in ours]
         divergences.extend(_compare(number, recorded_turns.number(theirs), replayed_turns.number(ours)))
     turns = sum(1 for entry in run.conversation.log if entry.event.type == "sent")
-    return ReplayReport(calls=len(calls), turns=turns, divergences=tuple(divergences))
+    return ReplayReport(calls=len(calls), turns=turns, divergences=tuple(divergences), not_run=tuple(run.not_run))

@@ -1,9 +1,13 @@
-"""The dial-runtime command line: validate, demo, diagrams."""
+"""The dial-runtime command line: validate, demo, diagrams, and how every command fails."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
+import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +112,266 @@ def test_the_quick_start_demo_needs_no_terminal_extra() -> None:
     done = _run_without_the_terminal_extra("demo")
     assert done.returncode == 0, done.stderr
     assert "you: add a note: buy milk" in done.stdout.splitlines()
+
+
+# --- every failure is one line and a non-zero exit --------------------------------------------------------------
+
+REPLIES = [
+    '<dial><dial-suggest action="add-note">Add<dial-payload>{"text": "milk"}</dial-payload></dial-suggest></dial>',
+    "<dial><dial-inform>Added.</dial-inform></dial>",
+]
+
+#: A module of domain factories that go wrong, importable from the directory the command runs in.
+BAD_DOMAINS = """
+from dial_runtime.demo import NotesDomain
+
+def raises():
+    raise RuntimeError("the notes database is down")
+
+def a_list():
+    return ["add-note"]
+
+class ListedActions:
+    actions = ["add-note"]
+
+    def run(self, action, payload):
+        return None
+"""
+
+
+@dataclasses.dataclass
+class Case:
+    """One command line run in a fresh directory: what it is given, and the exit status and words it must give."""
+
+    argv: list[str]
+    status: int
+    says: str
+    stdin: bytes = b""
+    path: str | None = None  # PATH, when the case needs one without Graphviz on it
+    files: dict[str, bytes] = dataclasses.field(default_factory=dict)
+
+
+def _database(tmp: Path) -> bytes:
+    """The bytes of a real SQLite store holding the demo conversation."""
+    path = tmp / "real.db"
+    assert main(["import", str(RECORDINGS / "demo.jsonl"), "--store", f"sqlite:{path}"]) == 0
+    connection = sqlite3.connect(path)
+    connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    connection.close()
+    return path.read_bytes()
+
+
+RECORDINGS = Path(__file__).parent / "recordings"
+CHAT = ["chat", "--agent", "script:replies.json", "--domain", "dial_runtime.demo:NotesDomain"]
+
+
+def cases(tmp: Path, postgres_url: str) -> dict[str, Case]:
+    real = _database(tmp)
+    missing_db = postgres_url.replace("///postgres?", "///no_such_database?") + "&password=s3cret"
+    return {
+        "validate a binary file": Case(
+            ["validate", "blob.bin"],
+            1,
+            "blob.bin is not UTF-8 text (byte 0xff",
+            files={"blob.bin": bytes(range(256))[::-1]},
+        ),
+        "validate a Latin-1 file": Case(
+            ["validate", "l1.xml"],
+            1,
+            "l1.xml is not UTF-8 text (byte 0xe9 at offset 22)",
+            files={"l1.xml": "<dial><dial-inform>café</dial-inform></dial>".encode("latin-1")},
+        ),
+        "validate Latin-1 on stdin": Case(
+            ["validate", "-"],
+            1,
+            "standard input is not UTF-8 text (byte 0xe9",
+            stdin="<dial>é</dial>".encode("latin-1"),
+        ),
+        "validate a missing file": Case(["validate", "nowhere.xml"], 2, "cannot read nowhere.xml"),
+        "diagrams without Graphviz": Case(
+            ["diagrams", "--out", "d"],
+            1,
+            "Graphviz's dot is not on PATH: install Graphviz to draw the .svg files, or pass --no-svg",
+            path="",
+        ),
+        "log on a file that is not a database": Case(
+            ["log", "c", "--store", "sqlite:notes.txt"],
+            1,
+            "'notes.txt': the file is not a SQLite database",
+            files={"notes.txt": b"shopping: milk\n" * 40},
+        ),
+        "log on a truncated database": Case(
+            ["log", "demo", "--store", "sqlite:cut.db"],
+            1,
+            "SQLite store 'cut.db'",
+            files={"cut.db": real[: len(real) // 2]},
+        ),
+        "log on a corrupted database": Case(
+            ["log", "demo", "--store", "sqlite:bad.db"],
+            1,
+            "SQLite store 'bad.db'",
+            files={"bad.db": real[:100] + b"\xff" * (len(real) - 100)},
+        ),
+        "log on a mistyped path": Case(
+            ["log", "demo", "--store", "sqlite:typo.db"], 1, "SQLite store 'typo.db': no such database file"
+        ),
+        "export to a missing folder's database": Case(
+            ["export", "demo", "--store", "sqlite:no/such/x.db"], 1, "no such database file"
+        ),
+        "chat on a missing folder": Case(
+            [*CHAT, "--store", "sqlite:no/such/x.db", "--id", "k"],
+            1,
+            "the folder 'no/such' does not exist",
+            files={"replies.json": json.dumps(REPLIES).encode()},
+        ),
+        "import into a missing folder": Case(
+            ["import", str(RECORDINGS / "demo.jsonl"), "--store", "sqlite:no/x.db"],
+            1,
+            "the folder 'no' does not exist",
+        ),
+        "a PostgreSQL server that is not there": Case(
+            ["log", "c", "--store", f"postgresql://ann:s3cret@/dial?host={tmp}&connect_timeout=3"],
+            1,
+            "PostgreSQL store 'postgresql://ann:***@/dial?host=",
+        ),
+        "a PostgreSQL server that refuses the database": Case(
+            ["list", "--store", missing_db], 1, '"no_such_database" does not exist'
+        ),
+        "a domain whose factory raises": Case(
+            [*CHAT, "--domain", "bad_domains:raises"],
+            1,
+            "--domain 'bad_domains:raises': raises() raised RuntimeError: the notes database is down",
+            files={"bad_domains.py": BAD_DOMAINS.encode(), "replies.json": b"[]"},
+        ),
+        "a domain that is a list": Case(
+            [*CHAT, "--domain", "bad_domains:a_list"],
+            1,
+            "a_list() returned a list, not a domain (no run method)",
+            files={"bad_domains.py": BAD_DOMAINS.encode()},
+        ),
+        "a domain whose actions are a list": Case(
+            ["replay", "--file", str(RECORDINGS / "demo.jsonl"), "--domain", "bad_domains:ListedActions"],
+            1,
+            "the domain's actions are a list, not a mapping",
+            files={"bad_domains.py": BAD_DOMAINS.encode()},
+        ),
+        "a domain module that does not exist": Case(
+            [*CHAT, "--domain", "no_such_module:Domain"], 2, "cannot import no_such_module"
+        ),
+        "a script that is not there": Case(
+            ["chat", "--agent", "script:gone.json", "--domain", "dial_runtime.demo:NotesDomain"],
+            2,
+            "script 'gone.json': cannot read it (No such file or directory)",
+        ),
+        "a script that is not a list of replies": Case(
+            ["chat", "--agent", "script:r.json", "--domain", "dial_runtime.demo:NotesDomain"],
+            2,
+            "script 'r.json': reply 2 is int, not a string",
+            files={"r.json": b'["hi", 3]'},
+        ),
+        "a malformed store URL": Case(
+            ["log", "c", "--store", "mysql://ann:s3cret@h/d"], 2, "store URL 'mysql://ann:***@h/d' is not one of"
+        ),
+        "replay of a missing file": Case(
+            ["replay", "--file", "gone.jsonl", "--domain", "dial_runtime.demo:NotesDomain"],
+            2,
+            "cannot read gone.jsonl: no such file",
+        ),
+        "chat with stdin not a terminal while a decision is pending": Case(
+            [*CHAT, "--store", "sqlite:c.db", "--id", "k"],
+            0,
+            "sg-1 waits for your decision",
+            stdin=b"add milk\n",
+            files={"replies.json": json.dumps(REPLIES).encode()},
+        ),
+    }
+
+
+CASE_NAMES = [
+    "validate a binary file", "validate a Latin-1 file", "validate Latin-1 on stdin", "validate a missing file",
+    "diagrams without Graphviz", "log on a file that is not a database", "log on a truncated database",
+    "log on a corrupted database", "log on a mistyped path", "export to a missing folder's database",
+    "chat on a missing folder", "import into a missing folder", "a PostgreSQL server that is not there",
+    "a PostgreSQL server that refuses the database", "a domain whose factory raises", "a domain that is a list",
+    "a domain whose actions are a list", "a domain module that does not exist", "a script that is not there",
+    "a script that is not a list of replies", "a malformed store URL", "replay of a missing file",
+    "chat with stdin not a terminal while a decision is pending",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_every_failure_is_one_line_and_a_non_zero_exit(name: str, tmp_path: Path, postgres_url: str) -> None:
+    """The real console command, in a fresh directory: the exit status, the one line on standard error (or the
+    words on screen, for a run that succeeds), never a traceback; nothing is created that was not there."""
+    every = cases(tmp_path, postgres_url)
+    assert sorted(every) == sorted(CASE_NAMES)
+    case = every[name]
+    work = tmp_path / "work"
+    work.mkdir()
+    for file_name, content in case.files.items():
+        (work / file_name).write_bytes(content)
+    before = sorted(path.name for path in work.iterdir())
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    if case.path is not None:
+        env["PATH"] = case.path
+    done = subprocess.run(
+        [sys.executable, "-m", "dial_runtime.cli", *case.argv],
+        cwd=work,
+        input=case.stdin,
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert "Traceback" not in out + err and "s3cret" not in out + err
+    assert done.returncode == case.status, err
+    if case.status:
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"dial-runtime {case.argv[0]}: "), err
+        assert case.says in lines[0], lines[0]
+        if case.argv[0] in ("log", "export", "list", "replay"):
+            assert sorted(path.name for path in work.iterdir()) == before, "a read-only command wrote nothing"
+    else:
+        assert case.says in out
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``dial-runtime log ... | head``: standard output closes before the command is done writing."""
+    store = f"sqlite:{tmp_path / 'logs.db'}"
+    assert main(["import", str(RECORDINGS / "demo.jsonl"), "--store", store]) == 0
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "dial_runtime.cli", "log", "demo", "--store", store],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == b""
+
+
+def test_a_domain_is_found_in_the_current_directory_first(tmp_path: Path) -> None:
+    (tmp_path / "todo_app.py").write_text(
+        "from dial_runtime.demo import NotesDomain\n\ndef make():\n    return NotesDomain()\n", encoding="utf-8"
+    )
+    console = Path(sys.executable).with_name("dial-runtime")
+    done = subprocess.run(
+        [
+            str(console),
+            "replay",
+            "--file",
+            str(RECORDINGS / "demo.jsonl"),
+            "--domain",
+            "todo_app:make",
+            "--run-actions",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "identical to the recording" in done.stdout

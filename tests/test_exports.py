@@ -15,9 +15,10 @@ EXPECTED = {
     "Issue",
     "LogEntry", "LogError", "Option", "Outcome", "ParseIssue", "Phatic", "RecordedAgent", "ReplayReport",
     "RootAttributes", "Say", "SchemaIssue", "ScriptedAgent", "Step", "Store", "StoreClosed", "StoreConflict",
-    "StreamParser", "StreamingAgent", "Suggest", "Suggestion", "TurnResult", "__version__", "agent_from_uri",
-    "event_from_dict", "event_to_dict", "export_jsonl", "extract_prose", "import_jsonl", "open_store",
-    "outcome_reply", "parse", "policy_human", "replay", "scripted_human", "system_prompt", "validate",
+    "StoreError", "StreamParser", "StreamingAgent", "Suggest", "Suggestion", "TurnResult", "__version__",
+    "agent_from_uri", "event_from_dict", "event_to_dict", "export_jsonl", "extract_prose", "import_jsonl",
+    "open_store", "outcome_reply", "parse", "policy_human", "replay", "scripted_human", "system_prompt",
+    "validate",
 }  # fmt: skip
 
 

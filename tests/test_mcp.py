@@ -327,16 +327,20 @@ def test_chat_holds_a_conversation_over_an_mcp_servers_tools(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(
-    ("server", "message"),
+    ("server", "status", "message"),
     [
-        ("/no/such/server --flag", "--mcp: MCP server /no/such/server --flag: cannot connect: FileNotFoundError"),
-        ("'unclosed", "--mcp: cannot read the command"),
+        (
+            "/no/such/server --flag",
+            1,
+            "--mcp: MCP server /no/such/server --flag: cannot connect: FileNotFoundError",
+        ),
+        ("'unclosed", 2, "--mcp: cannot read the command"),
     ],
 )
 def test_chat_refuses_an_mcp_server_it_cannot_reach(
-    server: str, message: str, capsys: pytest.CaptureFixture[str]
+    server: str, status: int, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from dial_runtime.cli import main
 
-    assert main(["chat", "--agent", "ollama:m", "--mcp", server]) == 2
+    assert main(["chat", "--agent", "ollama:m", "--mcp", server]) == status
     assert message in capsys.readouterr().err

@@ -20,8 +20,10 @@ import anyio.to_thread
 import psycopg
 import pytest
 
-from dial_runtime.demo import run_demo
+from dial_runtime.agents import ScriptedAgent
+from dial_runtime.demo import NotesDomain, run_demo
 from dial_runtime.errors import ConversationBusy
+from dial_runtime.runtime import Conversation, policy_human
 from dial_runtime.runtime.events import LogEntry, SaidEvent
 from dial_runtime.stores import (
     MemoryStore,
@@ -30,7 +32,9 @@ from dial_runtime.stores import (
     Store,
     StoreClosed,
     StoreConflict,
+    StoreError,
     open_store,
+    redact_url,
 )
 from dial_runtime.stores import sqlite as sqlite_store
 from dial_runtime.stores.base import encode
@@ -441,8 +445,6 @@ async def test_sqlite_reads_the_end_of_a_log_from_its_lock_file(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(store, "_run", partial(pytest.fail, "the read went to the database"))
         assert await store.read("c", after_seq=3) == []
-        async with store.lock("new"):
-            assert await store.read("new") == []
     assert await store.read("c", after_seq=1) == [said(2, "b"), said(3, "c")]
     with pytest.raises(StoreConflict):
         await store.append("c", [said(3, "x")], expected_seq=2)
@@ -500,3 +502,143 @@ def test_open_store_reads_memory_urls(url: str) -> None:
 def test_open_store_refuses_other_urls(url: str) -> None:
     with pytest.raises(ValueError, match=re.escape(repr(url))):
         open_store(url)
+
+
+def _backup(source: Path, target: Path) -> None:
+    """Copy a database with sqlite3's backup API, as an operator's backup tool does: without its lock folder."""
+    with sqlite3.connect(source) as original, sqlite3.connect(target) as copy:
+        original.backup(copy)
+    original.close()
+    copy.close()
+
+
+def _clear_locks(source: Path, target: Path) -> None:
+    """Delete the lock folder, as an operator clearing "lock files" does."""
+    shutil.rmtree(source.with_name(source.name + ".locks"))
+    assert source == target
+
+
+@pytest.mark.parametrize("lose_locks", [_backup, _clear_locks], ids=["backup-copy", "locks-deleted"])
+async def test_sqlite_without_its_lock_folder_reads_the_whole_log(
+    tmp_path: Path, keep: Callable[[Store], Store], demo_log: tuple[LogEntry, ...], lose_locks: Any
+) -> None:
+    """The lock folder only speeds reads up: a database without it (a backup copy, a folder someone cleared)
+    opens with its whole log, and a conversation then goes on from there without a conflict or a stale write."""
+    source = tmp_path / "logs.db"
+    target = tmp_path / ("copy.db" if lose_locks is _backup else "logs.db")
+    store = keep(open_store(f"sqlite:{source}"))
+    await write(store, "demo", demo_log)
+    async with store.lock("demo"):  # a held-and-released lock leaves its (marked) lock file behind
+        pass
+    await store.aclose()
+    lose_locks(source, target)
+    assert not target.with_name(target.name + ".locks").exists()
+
+    copy = keep(open_store(f"sqlite:{target}"))
+    assert await copy.conversations() == ["demo"]
+    conversation = await Conversation.open(
+        copy, "demo", agent=ScriptedAgent(()), domain=NotesDomain(), human=policy_human("dismiss")
+    )
+    assert conversation.log == demo_log
+    assert await copy.read("demo") == list(demo_log)
+    await copy.append("demo", [said(len(demo_log) + 1, "more")], expected_seq=len(demo_log))
+    assert len(await keep(open_store(f"sqlite:{target}")).read("demo")) == len(demo_log) + 1
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"not a database, only some text\n", b"SQLite format 3\x00" + b"\xff" * 200, bytes(range(256)) * 64],
+    ids=["text", "truncated", "binary"],
+)
+async def test_sqlite_refuses_a_file_that_is_not_a_database(
+    tmp_path: Path, keep: Callable[[Store], Store], content: bytes
+) -> None:
+    """A file that is not a database is refused by the store's first call, before anything is written, with a
+    StoreError naming the path; the file is left as it was."""
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    for create in (True, False):
+        store = keep(open_store(f"sqlite:{path}", create=create))
+        for call in (store.read("c"), store.conversations(), store.append("c", [said(1, "a")], expected_seq=0)):
+            with pytest.raises(StoreError, match=re.escape(str(path))):
+                await call
+    assert path.read_bytes() == content
+    assert not (tmp_path / "notes.txt.locks").exists() or not list((tmp_path / "notes.txt.locks").iterdir())
+
+
+async def test_sqlite_in_a_missing_folder_is_refused_and_nothing_is_made(
+    tmp_path: Path, keep: Callable[[Store], Store]
+) -> None:
+    path = tmp_path / "no" / "such" / "logs.db"
+    store = keep(open_store(f"sqlite:{path}"))
+    with pytest.raises(StoreError, match=re.escape(str(path.parent))):
+        await store.read("c")
+    with pytest.raises(StoreError, match="does not exist"):
+        async with store.lock("c"):
+            pass
+    assert not (tmp_path / "no").exists()
+
+
+async def test_a_read_only_store_creates_nothing(tmp_path: Path, keep: Callable[[Store], Store]) -> None:
+    """``create=False`` (what ``log``, ``export``, ``replay`` and ``list`` open): a missing file is an error, and
+    an existing database gains no table, no write-ahead log and no lock file."""
+    missing = tmp_path / "typo.db"
+    with pytest.raises(StoreError, match="no such database file"):
+        await keep(open_store(f"sqlite:{missing}", create=False)).read("c")
+    assert list(tmp_path.iterdir()) == []
+
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    before = empty.read_bytes()
+    store = keep(open_store(f"sqlite:{empty}", create=False))
+    assert await store.read("c") == [] and await store.conversations() == []
+    await store.aclose()
+    assert empty.read_bytes() == before and sorted(path.name for path in tmp_path.iterdir()) == ["empty.db"]
+
+    full = tmp_path / "logs.db"
+    writer = keep(open_store(f"sqlite:{full}"))
+    await writer.append("c", [said(1, "a")], expected_seq=0)
+    await writer.aclose()
+    reader = keep(open_store(f"sqlite:{full}", create=False))
+    assert await reader.read("c") == [said(1, "a")]
+    assert await reader.conversations() == ["c"]
+
+
+async def test_a_read_only_postgres_store_creates_no_table(
+    pg_schema_url: str, keep: Callable[[Store], Store]
+) -> None:
+    store = keep(open_store(pg_schema_url, create=False))
+    assert await store.read("c") == [] and await store.conversations() == []
+    with psycopg.connect(pg_schema_url) as connection:
+        assert connection.execute("SELECT to_regclass('dial_log')").fetchone() == (None,)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://ann:s3cret@db.example/dial", "postgresql://ann:***@db.example/dial"),
+        (
+            "postgres://ann:p%40ss@db.example:5433/d?sslmode=require",
+            "postgres://ann:***@db.example:5433/d?sslmode=require",
+        ),
+        (
+            "postgresql:///d?host=/run/pg&password=s3cret&user=ann",
+            "postgresql:///d?host=/run/pg&password=***&user=ann",
+        ),
+        ("postgresql://ann@db.example/dial", "postgresql://ann@db.example/dial"),
+        ("sqlite:logs.db", "sqlite:logs.db"),
+    ],
+)
+def test_urls_are_shown_without_their_password(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+async def test_a_refused_postgres_connection_is_one_store_error_without_the_password(
+    keep: Callable[[Store], Store], tmp_path: Path
+) -> None:
+    """No server listens on the socket folder: the error names the URL, password masked."""
+    store = keep(open_store(f"postgresql://ann:s3cret@/dial?host={tmp_path}&connect_timeout=2"))
+    with pytest.raises(StoreError) as raised:
+        await store.read("c")
+    assert "s3cret" not in str(raised.value) and "ann:***@" in str(raised.value)
+    assert "\n" not in str(raised.value)

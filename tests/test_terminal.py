@@ -274,7 +274,7 @@ def test_the_interactive_demo_lets_the_person_decide(terminal: Start) -> None:
     term.expect("✓ done: Add the note 'call the dentist soon'")
     term.expect("sg-3 · remove-note", "DESTRUCTIVE")
     term.type("x", after="sg-3 ›")
-    term.expect("Type a, d, e or s.")
+    term.expect("Type a, d, e, s or l (/help explains).")
     term.type("d", after="sg-3 ›")
     term.expect("– dismissed: Remove the note 'buy milk'", "List the notes", "read-only: runs at once")
     # Enter takes the marked default.
@@ -302,7 +302,7 @@ def test_a_stored_chat_is_taken_up_where_a_killed_session_left_it(
     store = f"sqlite:{tmp_path / 'chats.db'}"
     chat = ("chat", "--agent", f"{server.base_url}#m", "--domain", DOMAIN, "--store", store, "--id", "kitchen")
     first = terminal(*chat)
-    first.expect("conversation kitchen (0 earlier events)")
+    first.expect("conversation kitchen (new) in sqlite:")
     first.type("add milk", after="you:")
     first.type("a", after="sg-1 ›")
     first.expect("agent: Added.")
@@ -324,3 +324,106 @@ def test_a_stored_chat_is_taken_up_where_a_killed_session_left_it(
     assert spoken[0].endswith("add milk") and spoken[2].endswith("and bread")
     assert [message["role"] for message in last.messages[1:]] == ["user", "assistant"] * 3 + ["user"]
     assert "buy bread" in last.messages[6]["content"]  # the reply as far as it had come when the process died
+
+
+def _milk_chat(tmp_path: Path, conversation_id: str) -> tuple[str, tuple[str, ...]]:
+    """A store, and the ``chat`` command line on it for ``conversation_id``, whose script agent proposes adding
+    "buy milk", then says "Added."."""
+    path = tmp_path / "replies.json"
+    replies = [
+        dial(suggest("add-note", "Add milk", '{"text": "buy milk"}')),
+        dial("<dial-inform>Added.</dial-inform>"),
+    ]
+    path.write_text(json.dumps(replies), encoding="utf-8")
+    store = f"sqlite:{tmp_path / 'chats.db'}"
+    return store, (
+        "chat",
+        "--agent",
+        f"script:{path}",
+        "--domain",
+        DOMAIN,
+        "--store",
+        store,
+        "--id",
+        conversation_id,
+    )
+
+
+def test_a_person_can_leave_a_decision_for_later_and_take_it_up(
+    tmp_path: Path, terminal: Start, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ "l" leaves a suggestion waiting, /quit and Ctrl-D at a decision keep it waiting, /help is answered in the
+    terminal, and a reopened conversation starts with a recap; the decision is recorded as the person's."""
+    store, chat = _milk_chat(tmp_path, "kitchen")
+    chat = (*chat, "--as", "ann")
+
+    first = terminal(*chat)
+    first.expect("conversation kitchen (new)")
+    first.type("/help", after="you:")
+    first.expect("l leaves it for later", "this text (never sent to the agent)")
+    first.type("add milk", after="you:")
+    first.expect("sg-1 · add-note")
+    first.type("?", after="l later:")
+    first.expect("/quit        leave")
+    first.type("l", after="sg-1 ›")
+    first.expect("sg-1 waits for your decision", "sg-1 waiting for you: /pending to decide now")
+    first.type("/quit", after="you:")
+    first.expect("chat --id kitchen takes it up")
+    assert first.finish() == 0
+
+    second = terminal(*chat)
+    second.expect(
+        "conversation kitchen in", "waiting for you: sg-1", "sg-1 · add-note", "waited for your decision"
+    )
+    second.press("\x04", after="sg-1 ›")  # Ctrl-D: leave, the decision still waiting
+    second.expect("sg-1 waits for your decision")
+    assert second.finish() == 0
+
+    third = terminal(*chat)
+    third.expect("waiting for you: sg-1")
+    third.type("a", after="sg-1 ›")
+    third.expect("✓ done: Add the note 'buy milk'", "agent: Added.")
+    third.type("/quit", after="you:")
+    assert third.finish() == 0
+    assert main(["log", "kitchen", "--store", store]) == 0
+    trail = capsys.readouterr().out
+    assert "decided       sg-1 accept by ann" in trail
+    assert trail.count("deferred      suggestion sg-1") == 1, "leaving again at the prompt adds nothing"
+    assert "superseded" not in trail and "/help" not in trail
+
+
+def test_the_log_says_who_decided(tmp_path: Path, terminal: Start, capsys: pytest.CaptureFixture[str]) -> None:
+    store, chat = _milk_chat(tmp_path, "k")
+    chat = (*chat, "--as", "ann")
+    first = terminal(*chat)
+    first.type("add milk", after="you:")
+    first.type("/quit", after="sg-1 ›")
+    assert first.finish() == 0
+    second = terminal(*chat[:-1], "bob")
+    second.type("a", after="sg-1 ›")
+    second.expect("agent: Added.")
+    second.type("/quit", after="you:")
+    assert second.finish() == 0
+    assert main(["log", "k", "--store", store]) == 0
+    assert "decided       sg-1 accept by bob" in capsys.readouterr().out
+
+
+def test_two_sessions_on_one_conversation(tmp_path: Path, terminal: Start) -> None:
+    """The second session to decide hears that it was decided elsewhere, and by whom, and carries on."""
+    _, chat = _milk_chat(tmp_path, "k")
+    setup = terminal(*chat, "--as", "ann")
+    setup.type("add milk", after="you:")
+    setup.type("/quit", after="sg-1 ›")
+    assert setup.finish() == 0
+
+    ann, bob = terminal(*chat, "--as", "ann"), terminal(*chat, "--as", "bob")
+    ann.expect("sg-1 ›")
+    bob.expect("sg-1 ›")
+    ann.child.send("a\r")
+    ann.expect("✓ done: Add the note 'buy milk'", "agent: Added.", "you:")
+    bob.child.send("a\r")
+    bob.expect("sg-1 was decided elsewhere by ann: accept (done)", "you:")
+    bob.type("/quit", after="")
+    ann.type("/quit", after="")
+    assert (ann.finish(), bob.finish()) == (0, 0)
+    assert "Traceback" not in bob.screen

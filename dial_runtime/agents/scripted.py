@@ -1,8 +1,12 @@
-"""An agent that answers from a list of replies: for demos, tests and benchmarks."""
+"""An agent that answers from a list of replies: for demos, tests, benchmarks, and trying a domain without a
+model (``dial-runtime chat --agent script:FILE``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 
 class ScriptedAgent:
@@ -19,6 +23,12 @@ class ScriptedAgent:
         self._next = 0
         self.sent: list[str] = []
 
+    @classmethod
+    def from_file(cls, path: str | Path, *, skip: int = 0) -> ScriptedAgent:
+        """The agent that replies with the replies a file holds (see :func:`load_script`), the first ``skip``
+        of them left out (they were given already, in an earlier session of a stored conversation)."""
+        return cls(load_script(path)[skip:])
+
     def send(self, message: str) -> str:
         """The next reply; ``message`` is kept in ``sent``."""
         self.sent.append(message)
@@ -27,3 +37,40 @@ class ScriptedAgent:
         reply = self._replies[self._next]
         self._next += 1
         return reply
+
+
+def load_script(path: str | Path) -> list[str]:
+    """The replies in ``path``: a JSON list of strings (each one reply, in order), or a JSON Lines log as
+    ``dial-runtime export`` writes it (the agent's replies in that conversation).
+
+    ``ValueError`` with one line saying what is wrong (a file that cannot be read, is not UTF-8, is neither
+    form, or holds something other than text where a reply should be).
+    """
+    shown = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ValueError(f"script {shown!r}: cannot read it ({error.strerror or error})") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"script {shown!r}: not UTF-8 text (byte {error.start})") from None
+    if text.lstrip().startswith("["):
+        try:
+            replies: Any = json.loads(text)
+        except ValueError as error:
+            raise ValueError(f"script {shown!r}: not a JSON list of replies ({error})") from None
+        if not isinstance(replies, list):
+            raise ValueError(f"script {shown!r}: expected a JSON list of replies")
+        for number, reply in enumerate(replies, start=1):
+            if not isinstance(reply, str):
+                raise ValueError(f"script {shown!r}: reply {number} is {type(reply).__name__}, not a string")
+        return replies
+    from ..jsonl import import_jsonl
+    from ..runtime.events import ReplyEvent
+
+    try:
+        _, entries = import_jsonl(text.splitlines())
+    except ValueError as error:
+        raise ValueError(
+            f"script {shown!r}: neither a JSON list of replies nor a dial-runtime JSON Lines log ({error})"
+        ) from None
+    return [entry.event.text for entry in entries if isinstance(entry.event, ReplyEvent)]

@@ -8,7 +8,13 @@ URI                                   endpoint                                  
 ``vllm:MODEL[@HOST[:PORT]]``          ``http://HOST:PORT/v1``, default ``localhost:8000``   ``DIAL_AGENT_API_KEY``
 ``llamacpp:MODEL[@HOST[:PORT]]``      ``http://HOST:PORT/v1``, default ``localhost:8080``   ``DIAL_AGENT_API_KEY``
 ``http[s]://HOST[:PORT]/PATH#MODEL``  the URL without its fragment                          ``DIAL_AGENT_API_KEY``
+``script:FILE``                       no server: the replies in FILE, in order              none
 ====================================  ====================================================  ======================
+
+``script:FILE`` tries a domain without a model: FILE is a JSON list of replies (strings, each a whole reply, DIAL
+or prose), or a JSON Lines log as ``dial-runtime export`` writes it (the agent's replies in that conversation).
+It makes a :class:`~dial_runtime.agents.ScriptedAgent`; a ``history`` option (a stored conversation taken up)
+skips the replies that history holds already, and ``ChatAgent``'s other options do not apply to it.
 
 ``OPENAI_API_KEY`` is required; ``DIAL_AGENT_API_KEY`` is sent when it is set.
 
@@ -24,6 +30,7 @@ import urllib.parse
 from typing import Any
 
 from .chat import ChatAgent
+from .scripted import ScriptedAgent
 
 __all__ = ["agent_from_uri"]
 
@@ -34,12 +41,16 @@ _LOCAL_SERVERS = {"ollama": "localhost:11434", "vllm": "localhost:8000", "llamac
 # The local servers that may sit behind a key (ollama takes none).
 _KEYED = frozenset({"vllm", "llamacpp", "http", "https"})
 
-_FORMS = "openai:MODEL, ollama:MODEL@HOST:PORT, vllm:MODEL@HOST:PORT, llamacpp:MODEL@HOST:PORT or http(s)://HOST/v1#MODEL"
+_FORMS = (
+    "openai:MODEL, ollama:MODEL@HOST:PORT, vllm:MODEL@HOST:PORT, llamacpp:MODEL@HOST:PORT, "
+    "http(s)://HOST/v1#MODEL or script:FILE"
+)
 
 
-def agent_from_uri(uri: str, *, system_prompt: str = "", **options: Any) -> ChatAgent:
+def agent_from_uri(uri: str, *, system_prompt: str = "", **options: Any) -> ChatAgent | ScriptedAgent:
     """The :class:`ChatAgent` that ``uri`` names, with ``system_prompt`` and ``options`` (``ChatAgent``'s keyword
-    arguments: ``timeout``, ``max_retries``, ``client``, ...).
+    arguments: ``timeout``, ``max_retries``, ``client``, ...); for ``script:FILE``, the :class:`ScriptedAgent`
+    replying with the file's replies.
 
     Raises ``ValueError`` naming the accepted forms for a malformed URI, and naming the variable when a key the
     URI needs is not in the environment; ``TypeError`` for an ``api_key`` option (keys come from the environment).
@@ -47,6 +58,14 @@ def agent_from_uri(uri: str, *, system_prompt: str = "", **options: Any) -> Chat
     if "api_key" in options:
         raise TypeError("agent_from_uri: the API key comes from the environment, not from an option")
     scheme, colon, rest = uri.partition(":")
+    if scheme == "script":
+        if not rest:
+            raise ValueError(
+                f"agent URI {uri!r}: write script:FILE, FILE a JSON list of replies or a JSON Lines log"
+            )
+        history = options.get("history") or ()
+        given = sum(1 for message in history if getattr(message, "role", None) == "assistant")
+        return ScriptedAgent.from_file(rest, skip=given)
     if not colon or any(character.isspace() for character in uri):
         raise ValueError(f"agent URI {uri!r} is not one of {_FORMS}")
     if scheme in ("http", "https"):

@@ -9,14 +9,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from ..errors import StoreClosed, StoreConflict
-from .base import Store, open_store
+from ..errors import StoreClosed, StoreConflict, StoreError
+from .base import Store, open_store, redact_url
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore
 
-__all__ = ["MemoryStore", "PostgresStore", "SQLiteStore", "Store", "StoreClosed", "StoreConflict", "open_store"]
+__all__ = [
+    "MemoryStore",
+    "PostgresStore",
+    "SQLiteStore",
+    "Store",
+    "StoreClosed",
+    "StoreConflict",
+    "StoreError",
+    "open_store",
+    "redact_url",
+]
 
 __getattr__, __dir__ = lazy_exports(__name__, {"PostgresStore": ".postgres"}, globals())

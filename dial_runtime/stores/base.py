@@ -9,13 +9,24 @@ expects to follow) and the per-conversation lock keeps two workers from driving 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
-from ..errors import StoreClosed, StoreConflict
+from ..errors import StoreClosed, StoreConflict, StoreError
 from ..ports import Store
 from ..runtime.events import LogEntry, entry_from_dict, entry_to_dict
 
-__all__ = ["Store", "StoreClosed", "StoreConflict", "check_entries", "decode", "encode", "open_store"]
+__all__ = [
+    "Store",
+    "StoreClosed",
+    "StoreConflict",
+    "StoreError",
+    "check_entries",
+    "decode",
+    "encode",
+    "open_store",
+    "redact_url",
+]
 
 
 def check_entries(entries: Sequence[LogEntry], expected_seq: int) -> None:
@@ -39,11 +50,25 @@ def decode(text: str) -> LogEntry:
     return entry_from_dict(json.loads(text))
 
 
-def open_store(url: str) -> Store:
+def redact_url(url: str) -> str:
+    """``url`` fit to show: a password in its user part (``user:PASSWORD@``) or its query (``password=``)
+    becomes ``***``; everything else is kept as written."""
+    url = _USER_PASSWORD.sub(r"\1:***@", url, count=1)
+    return _QUERY_PASSWORD.sub(r"\1password=***", url)
+
+
+_USER_PASSWORD = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/?#@:]*):[^/?#]*@")
+_QUERY_PASSWORD = re.compile(r"([?&])password=[^&#]*")
+
+
+def open_store(url: str, *, create: bool = True) -> Store:
     """The store a URL names: ``memory:`` (or ``memory``), ``sqlite:relative/path.db`` or
     ``sqlite:///absolute/path.db``, ``postgresql://...`` or ``postgres://...`` (libpq's URI form).
 
-    Nothing is opened yet: a store connects on first use. ``ValueError`` (naming the URL) for anything else.
+    Nothing is opened yet: a store connects on first use, and raises :class:`StoreError` then when it cannot.
+    ``create=False`` opens a store only to read it: it never creates a database file, a table or a lock file
+    (a SQLite file that does not exist is a :class:`StoreError`; a database without the log table holds no
+    conversation). ``ValueError`` (naming the URL, its password masked) for a URL of no known form.
     """
     scheme, colon, rest = url.partition(":")
     scheme = scheme.lower()
@@ -60,11 +85,11 @@ def open_store(url: str) -> Store:
             raise ValueError(f"store URL {url!r}: a SQLite URL needs a file path")
         from .sqlite import SQLiteStore
 
-        return SQLiteStore(rest)
+        return SQLiteStore(rest, create=create)
     if scheme in ("postgresql", "postgres") and rest.startswith("//"):
         from .postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, create=create)
     raise ValueError(
-        f"store URL {url!r} is not one of memory:, sqlite:PATH, sqlite:///PATH, postgresql://... or postgres://..."
+        f"store URL {redact_url(url)!r} is not one of memory:, sqlite:PATH, sqlite:///PATH, postgresql://... or postgres://..."
     )

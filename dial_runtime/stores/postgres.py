@@ -12,12 +12,13 @@ import anyio.to_thread
 
 try:
     import psycopg
+    import psycopg.conninfo
 except ImportError as error:
     raise ImportError("the PostgreSQL store needs psycopg 3: pip install 'dial-runtime[postgres]'") from error
 
-from ..errors import ConversationBusy, StoreClosed, StoreConflict
+from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
-from .base import check_entries, decode, encode
+from .base import check_entries, decode, encode, redact_url
 
 T = TypeVar("T")
 
@@ -45,6 +46,10 @@ _TRY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
 _UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
 
 
+class _NoLog(Exception):
+    """The database has no log table, and the store may not create it."""
+
+
 def _scalar(cursor: psycopg.Cursor[Any]) -> Any:
     row = cursor.fetchone()
     if row is None:
@@ -66,10 +71,15 @@ class PostgresStore:
     for as long as the lock is held: the server releases the lock on exit and when that session ends, the holder's
     death included. Released lock connections are kept for the next lock. Two ids whose 64-bit hashes collide
     exclude each other.
+
+    A server that cannot be reached or refuses the connection (a wrong password, a database that does not exist)
+    is a :class:`StoreError` naming the URL with its password masked. ``create=False`` never creates the table: a
+    database without it holds no conversation.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self.url = url
+        self.create = create
         self._connection: psycopg.Connection[Any] | None = None
         self._idle: list[psycopg.Connection[Any]] = []
         self._closed = False
@@ -77,13 +87,26 @@ class PostgresStore:
         self._idle_guard = threading.Lock()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.url, autocommit=True)
+        try:
+            return psycopg.connect(self.url, autocommit=True)
+        except psycopg.Error as error:
+            raise self._error(error) from None
+
+    def _error(self, error: psycopg.Error) -> StoreError:
+        """A :class:`StoreError` saying what the server said, on one line, the URL's password masked."""
+        said = " ".join(str(error).split()) or type(error).__name__
+        password = psycopg.conninfo.conninfo_to_dict(self.url).get("password")
+        if password:
+            said = said.replace(str(password), "***")
+        return StoreError(f"PostgreSQL store {redact_url(self.url)!r}: {said}")
 
     def _open(self) -> psycopg.Connection[Any]:
         connection = self._connect()
         try:
             with connection.transaction():
                 if _scalar(connection.execute("SELECT to_regclass('dial_log') IS NULL")):
+                    if not self.create:
+                        raise _NoLog
                     connection.execute(_SCHEMA_LOCK)
                     connection.execute(_SCHEMA)
         except BaseException:
@@ -97,7 +120,10 @@ class PostgresStore:
                 raise StoreClosed("the PostgreSQL store is closed")
             if self._connection is None or self._connection.closed:
                 self._connection = self._open()
-            return work(self._connection)
+            try:
+                return work(self._connection)
+            except psycopg.OperationalError as error:
+                raise self._error(error) from None
 
     async def _run(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         return await anyio.to_thread.run_sync(self._call, work)
@@ -131,7 +157,16 @@ class PostgresStore:
         def work(connection: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
             return connection.execute(_READ, (conversation_id, after_seq), prepare=True).fetchall()
 
-        return [decode(text) for (text,) in await self._run(work)]
+        return [decode(text) for (text,) in await self._read(work)]
+
+    async def _read(
+        self, work: Callable[[psycopg.Connection[Any]], list[tuple[Any, ...]]]
+    ) -> list[tuple[Any, ...]]:
+        """Rows a read returns; none from a database without the log table, when the store may not create it."""
+        try:
+            return await self._run(work)
+        except _NoLog:
+            return []
 
     async def conversations(self) -> list[str]:
         """The ids of the conversations with entries, sorted by code point (not by the database's collation)."""
@@ -139,7 +174,7 @@ class PostgresStore:
         def work(connection: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
             return connection.execute(_CONVERSATIONS).fetchall()
 
-        return sorted(conversation_id for (conversation_id,) in await self._run(work))
+        return sorted(conversation_id for (conversation_id,) in await self._read(work))
 
     def _acquire(self, conversation_id: str) -> psycopg.Connection[Any]:
         while True:

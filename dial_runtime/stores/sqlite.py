@@ -10,13 +10,14 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 import anyio.to_thread
 
-from ..errors import ConversationBusy, StoreClosed, StoreConflict
+from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
 from .base import check_entries, decode, encode
 
@@ -35,6 +36,7 @@ _LAST = "SELECT coalesce(max(seq), 0) FROM dial_log WHERE conversation_id = ?"
 _INSERT = "INSERT INTO dial_log (conversation_id, seq, time, entry) VALUES (?, ?, ?, ?)"
 _READ = "SELECT entry FROM dial_log WHERE conversation_id = ? AND seq > ? ORDER BY seq"
 _CONVERSATIONS = "SELECT DISTINCT conversation_id FROM dial_log"
+_HAS_LOG = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'dial_log'"
 _MARK_SIZE = 21
 
 
@@ -53,7 +55,15 @@ def _open_lock_file(path: str, flags: int) -> int:
     try:
         return os.open(path, flags | os.O_CREAT, 0o644)
     except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            os.mkdir(os.path.dirname(path))  # the database's own folder must exist: it is never made here
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            database = os.path.dirname(path).removesuffix(".locks")
+            raise StoreError(
+                f"SQLite store {database!r}: the folder {os.path.dirname(database)!r} does not exist"
+            ) from None
         return os.open(path, flags | os.O_CREAT, 0o644)
 
 
@@ -65,7 +75,17 @@ CHECKPOINT_EVERY = 256
 ON_LOOP_LIMIT = 64 * 1024
 
 
-def _busy(error: sqlite3.OperationalError) -> bool:
+def _plain(error: sqlite3.Error) -> str:
+    """What SQLite said, in the words a person looking at the file needs."""
+    text = str(error)
+    if text == "file is not a database":
+        return "the file is not a SQLite database (or it is corrupt or encrypted)"
+    if text in ("unable to open database file", "disk I/O error"):
+        return f"cannot open the database file ({text})"
+    return text
+
+
+def _busy(error: sqlite3.Error) -> bool:
     """Whether SQLite refused for a lock another connection holds (``SQLITE_BUSY``)."""
     return str(error) == "database is locked"
 
@@ -128,14 +148,22 @@ class SQLiteStore:
     The lock file also marks where the conversation's log ends: every append writes "pending" with the seq it
     will end at before its transaction and "committed" after its commit. A :meth:`read` after the seq that a
     committed mark names returns ``[]`` from the mark, without waiting for a worker thread: a worker taking up a
-    conversation it drove last (the common case) reads nothing from the database, and neither does one taking up a
-    conversation whose lock file is empty (locked, never appended to). Any other mark, or none, an append that
-    died between its commit and its mark included, makes the read ask the database. Appends are conflict-checked
-    whatever the mark says, so a stale mark could only ever cost a spurious :class:`StoreConflict`.
+    conversation it drove last (the common case) reads nothing from the database. The marks only ever speed a
+    read up, never stand for the log: a read from the start (``after_seq=0``, what opening a conversation does)
+    always asks the database, and so does any other mark, or none (a copy of the database made without its lock
+    folder, a folder an operator cleared, an append that died between its commit and its mark). Appends are
+    conflict-checked whatever the mark says, so a stale mark could only ever cost a spurious
+    :class:`StoreConflict`.
+
+    Whatever keeps the store from being used (a file that is not a SQLite database, a corrupt one, a folder that
+    does not exist) is a :class:`StoreError` naming the path, raised by the first call, before anything is
+    written. ``create=False`` opens the database read-only and creates nothing: no file, no table, no lock file.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
         self.path = Path(path)
+        self.create = create
+        self._has_log = create
         self._locks = self.path.with_name(self.path.name + ".locks")
         self._connection: sqlite3.Connection | None = None
         self._on_loop: sqlite3.Connection | None = None
@@ -146,6 +174,12 @@ class SQLiteStore:
     def _connect(self) -> sqlite3.Connection:
         """Open the worker threads' connection (returned) and the event loop's, which never waits for a lock and
         never checkpoints."""
+        if not self.create:
+            return self._connect_read_only()
+        if not self.path.parent.is_dir():
+            raise StoreError(
+                f"SQLite store {str(self.path)!r}: the folder {str(self.path.parent)!r} does not exist"
+            )
         connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
         on_loop: sqlite3.Connection | None = None
         try:
@@ -159,6 +193,25 @@ class SQLiteStore:
                     opened.close()
             raise
         self._on_loop = on_loop
+        return connection
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A connection that only reads (``query_only``), to a database file that must exist already.
+
+        It is opened ``mode=rw`` (never creating the file; read-only when the file is write-protected), not
+        ``mode=ro``: a connection that may write is the one that removes the ``-wal`` and ``-shm`` files of a WAL
+        database when it closes last, so reading leaves the folder as it was."""
+        if not self.path.is_file():
+            raise StoreError(f"SQLite store {str(self.path)!r}: no such database file")
+        uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=rw"
+        connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0)
+        try:
+            connection.execute("PRAGMA query_only=1")
+            (tables,) = connection.execute(_HAS_LOG).fetchone()
+        except BaseException:
+            connection.close()
+            raise
+        self._has_log = tables > 0
         return connection
 
     @staticmethod
@@ -184,11 +237,16 @@ class SQLiteStore:
 
     def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
         with self._guard:
-            if self._connection is None:
-                if self._closed:
-                    raise StoreClosed(f"the store at {str(self.path)!r} is closed")
-                self._connection = self._connect()
-            return work(self._connection)
+            try:
+                if self._connection is None:
+                    if self._closed:
+                        raise StoreClosed(f"the store at {str(self.path)!r} is closed")
+                    self._connection = self._connect()
+                return work(self._connection)
+            except sqlite3.DatabaseError as error:
+                if _busy(error):
+                    raise
+                raise StoreError(f"SQLite store {str(self.path)!r}: {_plain(error)}") from error
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         return await anyio.to_thread.run_sync(self._call, work)
@@ -205,10 +263,10 @@ class SQLiteStore:
             if self._on_loop is None:
                 return False
             write(self._on_loop)
-        except sqlite3.OperationalError as error:
+        except sqlite3.DatabaseError as error:
             if _busy(error):
                 return False
-            raise
+            raise StoreError(f"SQLite store {str(self.path)!r}: {_plain(error)}") from error
         finally:
             self._guard.release()
         self._appends_on_loop += 1
@@ -233,14 +291,18 @@ class SQLiteStore:
         await self._run(work)
 
     async def read(self, conversation_id: str, *, after_seq: int = 0) -> list[LogEntry]:
-        """The entries after ``after_seq``, in order (``[]`` at once when the lock file's mark says the log ends
-        there, or the lock file is empty: nothing was ever appended)."""
-        if not self._closed:
-            mark = self._marked(conversation_id)
-            if mark == _mark(after_seq, committed=True) or (mark == b"" and after_seq == 0):
-                return []
+        """The entries after ``after_seq``, in order (``[]`` at once when ``after_seq`` is past the start and the
+        lock file's mark says the log ends there)."""
+        if (
+            after_seq > 0
+            and not self._closed
+            and self._marked(conversation_id) == _mark(after_seq, committed=True)
+        ):
+            return []
 
         def work(connection: sqlite3.Connection) -> list[tuple[str]]:
+            if not self._has_log:
+                return []
             return connection.execute(_READ, (conversation_id, after_seq)).fetchall()
 
         return [decode(text) for (text,) in await self._run(work)]
@@ -249,6 +311,8 @@ class SQLiteStore:
         """The ids of the conversations with entries, sorted."""
 
         def work(connection: sqlite3.Connection) -> list[tuple[str]]:
+            if not self._has_log:
+                return []
             return connection.execute(_CONVERSATIONS).fetchall()
 
         return sorted(conversation_id for (conversation_id,) in await self._run(work))

@@ -11,6 +11,7 @@ holds no rules of its own: the conversation decides what happens, the surface sh
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shlex
@@ -33,14 +34,23 @@ from rich.panel import Panel
 from rich.status import Status
 from rich.text import Text
 
+from ..errors import ConversationBusy, DialError
 from ..runtime import Conversation
-from ..runtime.events import AskEvent, Event, OutcomeEvent, SentEvent, SuggestionEvent
-from ..runtime.records import Accept, Ask, Decision, Dismiss, Edit, Say, Suggestion, TurnResult
+from ..runtime.events import AnsweredEvent, AskEvent, DecidedEvent, Event, OutcomeEvent, SentEvent, SuggestionEvent
+from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, TurnResult
 from ..transcript import Transcript
 
 #: The choices a person has on a suggestion, as typed at the prompt.
-CHOICES = "a accept · d dismiss · e edit · s say something else"
-CHAT_HELP = "Type a message. Ctrl-C cancels a turn; /quit, or Ctrl-D at an empty prompt, leaves."
+CHOICES = "a accept · d dismiss · e edit · s say something else · l later"
+CHAT_HELP = "Type a message. Ctrl-C cancels a turn; /quit, or Ctrl-D at an empty prompt, leaves; /help explains."
+HELP = """Words you type go to the agent, with whatever it has not been told yet.
+At a suggestion: a accepts, d dismisses, e edits the payload, s says something else instead (the reply's
+  other suggestions are superseded), l leaves it for later: it stays waiting, in the store with --store.
+At a question: answer it; an empty answer leaves it open, /later keeps it waiting.
+Ctrl-C cancels the turn running now (what the agent was not told goes with your next message).
+/pending     put what waits for you (decisions, questions) to you now
+/quit        leave (Ctrl-D too); at a suggestion or a question it stays waiting for you
+/help        this text (never sent to the agent)"""
 EDIT_HELP = "Edit the payload as JSON; Esc then Enter finishes, an empty payload cancels."
 
 _OUTCOME_STYLES = {"done": "green", "failed": "red", "invalid": "red"}
@@ -60,6 +70,10 @@ def _words_bindings() -> KeyBindings:
             event.app.exit(exception=KeyboardInterrupt(), style="class:aborting")
 
     return bindings
+
+
+class _Later(Exception):
+    """The person keeps a question waiting (``/later``, ``/quit``, Ctrl-D at its prompt)."""
 
 
 class StreamingAgent:
@@ -91,20 +105,26 @@ class PlainAgent:
         self.agent = agent
 
     async def send(self, message: str) -> str:
-        reply: str = await self.agent.send(message)
-        return reply
+        reply = self.agent.send(message)  # a coroutine (ChatAgent) or the reply itself (ScriptedAgent)
+        return str(await reply if inspect.isawaitable(reply) else reply)
 
 
 class TerminalSurface:
     """Renders a conversation's events in a terminal and plays its person: pass it as ``human`` and its
     :meth:`on_event` as ``on_event``; :meth:`chat` then holds the conversation until the person leaves.
 
-    ``editor`` is the command that edits payloads (default: ``$EDITOR``; empty: edit inline).
+    ``editor`` is the command that edits payloads (default: ``$EDITOR``; empty: edit inline). ``by`` names the
+    person: it is recorded with every decision and answer taken through :meth:`take_up` (``Conversation.decide``
+    and ``answer`` record who), and is there for the runtime to record with those taken during a turn.
     """
 
-    def __init__(self, console: Console | None = None, *, editor: str | None = None) -> None:
+    def __init__(
+        self, console: Console | None = None, *, editor: str | None = None, by: str | None = None
+    ) -> None:
         self.console = console or Console(highlight=False)
         self.editor = os.environ.get("EDITOR", "") if editor is None else editor
+        self.by = by
+        self.leaving = False
         self.lines: list[str] = []
         self.transcript = Transcript(self.lines.append)
         self._status: Status | None = None
@@ -209,8 +229,9 @@ class TerminalSurface:
 
     # The person ----------------------------------------------------------------------------------------------
 
-    async def decide(self, suggestion: Suggestion) -> Decision:
-        """Ask the person to accept, dismiss, edit the payload of, or say something instead of ``suggestion``."""
+    async def decide(self, suggestion: Suggestion) -> Decision | Defer:
+        """Ask the person to accept, dismiss, edit the payload of, or say something instead of ``suggestion``; or
+        to leave it for later (``l``, and ``/quit`` or Ctrl-D, which leave the session too): :class:`Defer`."""
         self._stop_spinner()
         issue = suggestion.issue
         if issue is not None:
@@ -233,7 +254,7 @@ class TerminalSurface:
             )
         decision: Decision | None = None
         while decision is None:
-            choice = (await self._prompt("menu", f"{suggestion.id} › {CHOICES}: ")).strip().lower()
+            choice = (await self._prompt("menu", f"{suggestion.id} › {CHOICES}: ", leave=True)).strip().lower()
             if choice in ("a", "accept"):
                 decision = Accept()
             elif choice in ("d", "dismiss"):
@@ -243,13 +264,20 @@ class TerminalSurface:
             elif choice in ("s", "say"):
                 words = (await self._prompt("menu", "say: ")).strip()
                 decision = Say(words) if words else None
+            elif choice in ("l", "later", "/later", "/quit"):
+                self.leaving = self.leaving or choice == "/quit"
+                self.note(f"   {suggestion.id} waits for your decision", "yellow")
+                return Defer()
+            elif choice in ("/help", "?", "h"):
+                self.console.print(Text(HELP, style="dim"))
             else:
-                self.console.print(Text("Type a, d, e or s.", style="yellow"))
+                self.console.print(Text("Type a, d, e, s or l (/help explains).", style="yellow"))
         self._show("dim", self.transcript.decided, suggestion, decision)
         return decision
 
-    async def answer(self, ask: Ask) -> str:
-        """Put an ask to the person: a numbered choice, yes/no, a number, a path or text; empty leaves it open."""
+    async def answer(self, ask: Ask) -> str | Defer:
+        """Put an ask to the person: a numbered choice, yes/no, a number, a path or text; empty leaves it open,
+        ``/later`` (and ``/quit`` or Ctrl-D, which leave the session too) keeps it waiting: :class:`Defer`."""
         self._stop_spinner()
         try:
             given = await self._answer(ask)
@@ -257,6 +285,9 @@ class TerminalSurface:
             if self._turn is None or not self._turn.cancel_called:
                 self.note("   (no answer in time: the question stays open)", "yellow")
             raise
+        except _Later:
+            self.note(f"   the question {ask.id} waits for your answer", "yellow")
+            return Defer()
         self._show("dim", self.transcript.answered, ask, given)
         return given
 
@@ -266,7 +297,7 @@ class TerminalSurface:
             default = next((number for number, option in enumerate(ask.options, 1) if option.default), None)
             hint = f"Enter for {default}" if default else "Enter leaves it open"
             while True:
-                given = (await self._prompt("menu", f"choose 1-{len(ask.options)}{within} ({hint}): ")).strip()
+                given = (await self._ask_prompt(f"choose 1-{len(ask.options)}{within} ({hint}): ")).strip()
                 if not given:
                     return ask.options[default - 1].value if default else ""
                 for number, option in enumerate(ask.options, 1):
@@ -275,7 +306,7 @@ class TerminalSurface:
                 self.console.print(Text(f"Type a number from 1 to {len(ask.options)}.", style="yellow"))
         if ask.response_type == "confirm":
             while True:
-                given = (await self._prompt("menu", f"yes or no{within}: ")).strip().lower()
+                given = (await self._ask_prompt(f"yes or no{within}: ")).strip().lower()
                 if given in ("", "yes", "no"):
                     return given
                 if given in ("y", "n"):
@@ -283,7 +314,7 @@ class TerminalSurface:
                 self.console.print(Text("Type yes or no.", style="yellow"))
         if ask.response_type == "number":
             while True:
-                given = (await self._prompt("menu", f"a number{within}: ")).strip()
+                given = (await self._ask_prompt(f"a number{within}: ")).strip()
                 try:
                     float(given or "0")
                 except ValueError:
@@ -292,7 +323,15 @@ class TerminalSurface:
                 return given
         completer = PathCompleter(expanduser=True) if ask.response_type == "file" else None
         label = "a path" if completer else "your answer"
-        return (await self._prompt("menu", f"{label}{within}: ", completer=completer)).strip()
+        return (await self._ask_prompt(f"{label}{within}: ", completer=completer)).strip()
+
+    async def _ask_prompt(self, message: str, *, completer: Completer | None = None) -> str:
+        """An answer typed at an ask's prompt; ``/later``, ``/quit`` and Ctrl-D raise :class:`_Later`."""
+        given = await self._prompt("menu", message, completer=completer, leave=True)
+        if given.strip() in ("/later", "/quit"):
+            self.leaving = self.leaving or given.strip() == "/quit"
+            raise _Later
+        return given
 
     async def _edit(self, payload: Any) -> Edit | None:
         """The person's edit of ``payload`` as JSON, re-asked while it is not JSON; ``None`` when they give up."""
@@ -343,14 +382,20 @@ class TerminalSurface:
         default: str = "",
         multiline: bool = False,
         completer: Completer | None = None,
+        leave: bool = False,
     ) -> str:
-        """One line (or block) from the person; Ctrl-C or Ctrl-D cancels the turn."""
+        """One line (or block) from the person; Ctrl-C cancels the turn, and so does Ctrl-D (the end of the input)
+        unless ``leave``: then it reads as ``/quit``."""
         self._stop_spinner()
         try:
             return await self._session(purpose).prompt_async(
                 message, default=default, multiline=multiline, completer=completer, handle_sigint=False
             )
-        except (KeyboardInterrupt, EOFError):
+        except EOFError:
+            if leave:
+                return "/quit"
+            await self._cancel_turn()
+        except KeyboardInterrupt:
             await self._cancel_turn()
 
     def _session(self, purpose: str) -> PromptSession[str]:
@@ -368,24 +413,80 @@ class TerminalSurface:
 
     async def chat(self, conversation: Conversation) -> None:
         """Hold the conversation: read the person's words and say them, until ``/quit``, Ctrl-C or Ctrl-D at an
-        empty prompt, or the end of the conversation."""
+        empty prompt (or ``/quit`` or Ctrl-D at a decision or a question, which then stays waiting), or the end of
+        the conversation. ``/help`` and ``/pending`` are answered here and never sent to the agent."""
         self.console.print(Text(CHAT_HELP, style="dim"))
         async with self.interruptible():
-            while not conversation.ended:
+            while not conversation.ended and not self.leaving:
                 try:
                     words = await self._session("words").prompt_async("you: ", handle_sigint=False)
                 except (KeyboardInterrupt, EOFError):
                     break
-                if words.strip() == "/quit":
+                command = words.strip()
+                if command == "/quit":
                     break
-                if words.strip():
+                if command == "/help":
+                    self.console.print(Text(HELP, style="dim"))
+                elif command == "/pending":
+                    await self._take_up_now(conversation)
+                elif command.startswith("/") and " " not in command:
+                    self.note(f"   ({command} is not a command: /help lists them; nothing was sent)", "yellow")
+                elif command:
                     self.person(words, echo=False)
                     await self.turn(conversation, words)
+                    self._waiting(conversation)
+        self._left_waiting(conversation)
 
-    async def take_up(self, conversation: Conversation) -> None:
+    def _waiting(self, conversation: Conversation) -> None:
+        """Say what waits for the person, if anything, and what a new message does to it."""
+        if conversation.pending and not self.leaving and not conversation.ended:
+            ids = ", ".join(item.id for item in conversation.pending)
+            self.note(f"   ({ids} waiting for you: /pending to decide now; a new message supersedes it)", "yellow")
+
+    def _left_waiting(self, conversation: Conversation) -> None:
+        if not conversation.pending or conversation.ended:
+            return
+        ids = ", ".join(item.id for item in conversation.pending)
+        if conversation.id is None:
+            self.note(f"   ({ids} left undecided; this conversation is not stored, so it ends here)", "yellow")
+        else:
+            self.note(f"   ({ids} waiting for you: chat --id {conversation.id} takes it up)", "yellow")
+
+    def recap(self, conversation: Conversation, ident: str, where: str) -> None:
+        """What a stored conversation holds when it is opened: new, or its size, its last outcomes, and what
+        waits for the person (shown as cards by :meth:`take_up`)."""
+        log = conversation.log
+        if not log:
+            self.note(f"conversation {ident} (new) in {where}", "bold")
+            return
+        turns = sum(1 for entry in log if isinstance(entry.event, SentEvent))
+        self.note(f"conversation {ident} in {where}: {len(log)} events, {turns} message(s) to the agent", "bold")
+        outcomes = [entry.event for entry in log if isinstance(entry.event, OutcomeEvent)]
+        for outcome in outcomes[-3:]:
+            self._show(_OUTCOME_STYLES.get(outcome.status, "dim"), self.transcript.show, outcome)
+        if conversation.ended:
+            self.note("   (the conversation has ended)")
+        elif conversation.pending:
+            self.note(f"   waiting for you: {', '.join(item.id for item in conversation.pending)}", "yellow")
+
+    async def take_up(self, conversation: Conversation) -> bool:
         """Put to the person what a stored conversation was waiting for (suggestions and asks left undecided
-        when it was last held), then carry on with the rest of its reply."""
-        for item in conversation.pending:
+        when it was last held), then carry on with the rest of its reply; ``False`` when the person left.
+
+        A decision someone else took meanwhile (another session on the same conversation) is shown as theirs,
+        and the session carries on."""
+        async with self.interruptible():
+            await self._take_up_now(conversation)
+        return not self.leaving and not conversation.ended
+
+    async def _take_up_now(self, conversation: Conversation) -> None:
+        later: set[str] = set()
+        while not self.leaving:
+            waiting = [item for item in conversation.pending if item.id not in later]
+            if not waiting:
+                break
+            item = waiting[0]
+            chosen: Decision | Defer | str
             if isinstance(item, Suggestion):
                 if item.issue is None:
                     self.console.print(
@@ -399,17 +500,72 @@ class TerminalSurface:
                             "waited for your decision",
                         )
                     )
-                result = await conversation.decide(item.id, await self.decide(item))
+                chosen = await self.decide(item)
             else:
                 self._show(
                     "bold",
                     self.transcript.show,
                     AskEvent(id=item.id, text=item.text, response_type=item.response_type, options=item.options),
                 )
-                result = await conversation.answer(item.id, await self.answer(item))
+                chosen = await self.answer(item)
+            if isinstance(chosen, Defer):
+                later.add(item.id)
+                continue
+            await self._settle(conversation, item, chosen)
+        if not conversation.pending and not self.leaving:
+            await self._settle(conversation, None, None)
+
+    async def _settle(self, conversation: Conversation, item: Suggestion | Ask | None, chosen: Any) -> None:
+        """Give the conversation the person's decision or answer on ``item`` (``None``: carry on with the reply a
+        stop cut short), as a turn Ctrl-C cancels; say so when another session got there first."""
+        with anyio.CancelScope() as scope:
+            self._turn = scope
+            try:
+                if isinstance(item, Suggestion):
+                    result = await conversation.decide(item.id, chosen, by=self.by)
+                elif isinstance(item, Ask):
+                    result = await conversation.answer(item.id, chosen, by=self.by)
+                else:
+                    result = await conversation.resume()
+            except ConversationBusy:
+                self.note("   (another session is driving this conversation right now; try again later)", "red")
+                return
+            except DialError as error:
+                if item is None:
+                    raise
+                self.note(f"   ({item.id} {self._elsewhere(conversation, item.id) or error})", "yellow")
+                return
+            finally:
+                self._turn = None
+                self._stop_spinner()
+        if scope.cancelled_caught:
+            self.note("   (cancelled: what the agent was not told goes with your next message)", "yellow")
+            return
+        if item is not None or result.turns:
             self._show("dim", self.transcript.result, result)
-        if not conversation.pending:
-            await conversation.resume()
+
+    @staticmethod
+    def _elsewhere(conversation: Conversation, subject: str) -> str | None:
+        """How another session settled a suggestion (or an ask), from the log as it now stands: who decided, and
+        what came of it."""
+        events = [entry.event for entry in conversation.log]
+        decided = next(
+            (e for e in reversed(events) if isinstance(e, DecidedEvent) and e.suggestion_id == subject), None
+        )
+        outcome = next((e for e in reversed(events) if isinstance(e, OutcomeEvent) and e.id == subject), None)
+        answered = next(
+            (e for e in reversed(events) if isinstance(e, AnsweredEvent) and e.ask_id == subject), None
+        )
+        came = f" ({outcome.status})" if outcome is not None else ""
+        if decided is not None:
+            by = f" by {decided.by}" if decided.by else ""
+            return f"was decided elsewhere{by}: {decided.decision}{came}"
+        if outcome is not None:
+            return f"was settled elsewhere: {outcome.status}"
+        if answered is not None:
+            by = f" by {answered.by}" if answered.by else ""
+            return f"was answered elsewhere{by}"
+        return None
 
     async def turn(self, conversation: Conversation, words: str) -> TurnResult | None:
         """``say`` the words in a cancel scope Ctrl-C cancels; show how it went. ``None`` when it did not finish:
