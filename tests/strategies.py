@@ -39,3 +39,20 @@ outcomes = st.builds(
     edited=st.booleans(),
     expired=st.booleans(),
 )
+
+#: Any str at all: every code point, lone surrogates and the characters XML forbids included.
+any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=40)
+
+#: Pieces of DIAL and of XML that, joined in any order with any text, make replies of every shape.
+_MARKUP = [
+    "<dial>", "</dial>", "<dial ", "<dial/>", "<dial-inform>", "</dial-inform>", "<dial-acknowledge>",
+    "</dial-acknowledge>", "<dial-suggest action='a'>", "</dial-suggest>", "<dial-declare context-key='k'>",
+    "</dial-declare>", "<dial-payload>", "</dial-payload>", "<dial-ask>", "<dial-option>", "</dial-option>",
+    "</dial-ask>", "<b>", "</b>", "<dial-inform xmlns='urn:x'>", "&#xD83D;", "&#xDE00;", "&#55357;", "&#56832;",
+    "&#0;", "&#x1b;", "&#x110000;", "&amp;", "&lol;", "&", "<", ">", "<![CDATA[", "]]>", "<!--", "-->", "<?x ",
+    "?>", "<!DOCTYPE x>", "`", "```xml\n", "\n```", "\ud83d", "\ude00", "\x00", "\x1b", "\ufffe", '"', "'", "\n",
+    "{", "}", "[1]", " ", "text",
+]  # fmt: skip
+
+#: Replies: markup pieces and arbitrary text in any order.
+replies = st.lists(st.sampled_from(_MARKUP) | any_text, max_size=24).map("".join)

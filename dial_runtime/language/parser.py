@@ -239,7 +239,19 @@ _REPAIR_SCAN: Final = re.compile(
     r"(?P<ref>&)|(?P<comment><!--)|(?P<cdata><!\[CDATA\[)|(?P<pi><\?)|(?P<doctype><!(?i:doctype))"
     r"|(?P<end></(?=[^\W\d]|:))|(?P<tag><(?=[^\W\d]|:))|(?P<lt><)|(?P<cdata_end>\]\]>)"
 )
-_REF: Final = re.compile(r"&(?:#[0-9]+|#x[0-9a-fA-F]+|([^\W\d][\w.:-]*|:[\w.:-]*));")
+_REF: Final = re.compile(r"&(?:#([0-9]+)|#x([0-9a-fA-F]+)|([^\W\d][\w.:-]*|:[\w.:-]*));")
+def _surrogate(ref: re.Match[str]) -> int | None:
+    """The code point a numeric character reference (a ``_REF`` match) names, if it is a surrogate."""
+    decimal, hexadecimal = ref.group(1), ref.group(2)
+    if decimal is not None:
+        code = int(decimal[-7:]) if len(decimal.lstrip("0")) <= 7 else 0
+    elif hexadecimal is not None:
+        code = int(hexadecimal[-6:], 16) if len(hexadecimal.lstrip("0")) <= 6 else 0
+    else:
+        return None
+    return code if 0xD800 <= code <= 0xDFFF else None
+
+
 _PREDEFINED: Final = frozenset({"amp", "lt", "gt", "quot", "apos"})
 _AMP: Final = re.compile("&")
 _TAG_NAME: Final = re.compile(r"""[^\s/>"'<=&]+""")
@@ -336,27 +348,45 @@ class _Repairer:
         self.replace(at, at + 1, "&lt;")
         self.issues.add("recovered", f"{what} kept as text", self.line_at(at))
 
-    def fix_reference(self, text: str, at: int, line: int) -> tuple[str, int]:
-        """The replacement for the ``&`` at ``at`` in ``text`` and where scanning resumes."""
+    def fix_reference(self, text: str, at: int, line: int) -> tuple[str, int, int]:
+        """What replaces the ``&`` at ``at`` in ``text``: (replacement, end of what it replaces, scan resumes).
+
+        A character reference to a surrogate is decoded when a high one is followed by a low one (UTF-16
+        serialisers write a character outside the BMP so) and replaced by U+FFFD otherwise.
+        """
         ref = _REF.match(text, at)
         if ref is None:
             self.issues.add("recovered", "a raw '&' written as '&amp;'", line)
-            return "&amp;", at + 1
-        name = ref.group(1)
-        if name is None or name in _PREDEFINED:
-            return "&", ref.end()
+            return "&amp;", at + 1, at + 1
+        name = ref.group(3)
+        if name is None:
+            code = _surrogate(ref)
+            if code is None:
+                return "&", at, ref.end()
+            if code < 0xDC00:
+                low = _REF.match(text, ref.end())
+                low_code = _surrogate(low) if low is not None else None
+                if low is not None and low_code is not None and low_code >= 0xDC00:
+                    combined = 0x10000 + ((code - 0xD800) << 10) + (low_code - 0xDC00)
+                    return f"&#x{combined:X};", low.end(), low.end()
+            self.issues.add(
+                "recovered", f"a reference to a lone surrogate ({ref.group()}) replaced by U+FFFD", line
+            )
+            return "\ufffd", ref.end(), ref.end()
+        if name in _PREDEFINED:
+            return "&", at, ref.end()
         self.issues.add(
             "entity",
             f"entity reference '&{name};' kept as text: only the five XML entities and character "
             "references are decoded, nothing is expanded or fetched",
             line,
         )
-        return "&amp;", at + 1
+        return "&amp;", at + 1, at + 1
 
     def reference(self, at: int) -> int:
-        replacement, resume = self.fix_reference(self.raw, at, self.line_at(at))
-        if replacement != "&":
-            self.replace(at, at + 1, replacement)
+        replacement, replaced_end, resume = self.fix_reference(self.raw, at, self.line_at(at))
+        if replaced_end > at:
+            self.replace(at, replaced_end, replacement)
         return resume
 
     def fix_value(self, value: str, line: int) -> str:
@@ -365,10 +395,11 @@ class _Repairer:
         parts: list[str] = []
         copied = scan = 0
         while (match := _AMP.search(value, scan)) is not None:
-            replacement, scan = self.fix_reference(value, match.start(), line)
-            parts.append(value[copied : match.start()])
-            parts.append(replacement)
-            copied = match.start() + 1
+            replacement, replaced_end, scan = self.fix_reference(value, match.start(), line)
+            if replaced_end > match.start():
+                parts.append(value[copied : match.start()])
+                parts.append(replacement)
+                copied = replaced_end
         parts.append(value[copied:])
         return "".join(parts)
 
