@@ -56,3 +56,25 @@ _MARKUP = [
 
 #: Replies: markup pieces and arbitrary text in any order.
 replies = st.lists(st.sampled_from(_MARKUP) | any_text, max_size=24).map("".join)
+
+any_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | any_text,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(any_text, children, max_size=3),
+    max_leaves=8,
+)
+
+#: Outcomes whose strings are any str at all, as a domain may produce them.
+any_outcomes = st.builds(
+    Outcome,
+    id=any_text,
+    action=any_text,
+    status=st.sampled_from(STATUSES),
+    preview=any_text,
+    result=any_json_values,
+    error=st.none() | any_text,
+    code=st.none() | any_text,
+    field=st.none() | any_text,
+    hint=st.none() | any_text,
+    edited=st.booleans(),
+    expired=st.booleans(),
+)

@@ -240,6 +240,8 @@ _REPAIR_SCAN: Final = re.compile(
     r"|(?P<end></(?=[^\W\d]|:))|(?P<tag><(?=[^\W\d]|:))|(?P<lt><)|(?P<cdata_end>\]\]>)"
 )
 _REF: Final = re.compile(r"&(?:#([0-9]+)|#x([0-9a-fA-F]+)|([^\W\d][\w.:-]*|:[\w.:-]*));")
+
+
 def _surrogate(ref: re.Match[str]) -> int | None:
     """The code point a numeric character reference (a ``_REF`` match) names, if it is a surrogate."""
     decimal, hexadecimal = ref.group(1), ref.group(2)
