@@ -315,6 +315,17 @@ def open_sections(count: int) -> str:
     return "<dial><dial-inform>" + "<!-- <? <![CDATA[ &x; " * count + "</dial-inform></dial>"
 
 
+def attributes(count: int) -> str:
+    """One act with many attributes: lxml's items() looks each value up by name."""
+    return "<dial><dial-inform " + " ".join(f'a{n}="v"' for n in range(count)) + ">x</dial-inform></dial>"
+
+
+def wide_attributes(count: int) -> str:
+    """Many attributes on an act with enough children to be validated in windows."""
+    options = "<dial-option>o</dial-option>" * 70
+    return "<dial><dial-ask " + " ".join(f'a{n}="v"' for n in range(count)) + f">{options}</dial-ask></dial>"
+
+
 def start_candidates(count: int) -> str:
     return '<dial title="' * count + SUGGESTION
 
@@ -358,6 +369,8 @@ def time_ratio(small: str, large: str) -> float:
         pytest.param(raw_markup, 5_000, id="raw-and-lt-5k-vs-10k"),
         pytest.param(open_sections, 5_000, id="unterminated-sections-5k-vs-10k"),
         pytest.param(start_candidates, 50_000, id="start-tag-candidates-50k-vs-100k"),
+        pytest.param(attributes, 10_000, id="attributes-10k-vs-20k"),
+        pytest.param(wide_attributes, 10_000, id="attributes-windowed-10k-vs-20k"),
     ],
 )
 def test_time_grows_linearly(make: Callable[[int], str], size: int) -> None:

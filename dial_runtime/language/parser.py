@@ -27,6 +27,7 @@ when an element has many children (libxml2's error paths would otherwise cost qu
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -733,9 +734,12 @@ _ATTRIBUTES: Final[dict[str, _Attributes]] = {
 def _fields(element: etree._Element, table: _Attributes, issues: _Issues, base: int) -> dict[str, Any]:
     """The record fields the element's attributes give through ``table``; other attributes are skipped."""
     fields: dict[str, Any] = {}
-    for name, value in cast("list[tuple[str, str]]", element.items()):
+    # Names, then the value of each known one: lxml's items() looks every value up by name, which costs time
+    # quadratic in the number of attributes; the known names are few.
+    for name in cast("list[str]", element.keys()):
         spec = table.get(name)
         if spec is not None:
+            value = cast("str", element.get(name))
             field, convert = spec
             fields[field] = value if convert is None else convert(value, name, element, issues, base)
     return fields
@@ -844,12 +848,15 @@ def _shell(element: etree._Element, *, first: bool) -> etree._Element:
 
     Later copies have no attributes, so an attribute error is reported once (the lenient XSD requires none).
     """
-    shell = etree.Element(element.tag)
-    shell.sourceline = element.sourceline
-    if first:
-        for name, value in element.items():
-            shell.set(name, value)
-        shell.text = element.text
+    if not first:
+        shell = etree.Element(element.tag)
+        shell.sourceline = element.sourceline
+        return shell
+    # A copy keeps line, attributes and text in time linear in their number (copying attributes one by one
+    # through lxml's items() would be quadratic); the children are the windows' to place.
+    shell = copy.copy(element)
+    del shell[:]
+    shell.tail = None
     return shell
 
 
