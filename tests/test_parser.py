@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dial_runtime.language.acts import ELEMENT_TYPES
 from dial_runtime.language.parser import DEFAULT_MAX_SIZE, MAX_ISSUES_PER_CODE, extract_prose, parse
 from dial_runtime.language.records import (
-    ELEMENT_TYPES,
     Acknowledge,
     AskElement,
     Declare,

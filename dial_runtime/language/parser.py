@@ -33,31 +33,24 @@ import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, TypedDict, cast
+from typing import Any, Final, cast
 
 from lxml import etree
 
 from dial_runtime.errors import DialSizeError
-from dial_runtime.language.records import (
+from dial_runtime.language.acts import (
     ELEMENT_TYPES,
-    Acknowledge,
-    AskElement,
-    Declare,
-    Delegate,
-    Element,
-    Envelope,
-    Execute,
-    Inform,
-    Option,
-    ParseIssue,
-    Phatic,
-    RootAttributes,
-    Step,
-    Suggest,
+    HELPER_ATTRIBUTES,
+    SPEECH_ACTS,
+    Attributes,
+    Content,
+    ValueKind,
 )
+from dial_runtime.language.hardening import HARDENED_OPTIONS, hardened_parser
+from dial_runtime.language.records import Element, Envelope, Option, ParseIssue, RootAttributes, Step
 from dial_runtime.language.schema import describe_lxml_error, lxml_schema
 
-__all__ = ["DEFAULT_MAX_SIZE", "MAX_ISSUES_PER_CODE", "extract_prose", "parse"]
+__all__ = ["DEFAULT_MAX_SIZE", "HARDENED_OPTIONS", "MAX_ISSUES_PER_CODE", "extract_prose", "parse"]
 
 DEFAULT_MAX_SIZE: Final = 8 * 1024 * 1024
 """The largest envelope :func:`parse` accepts, in bytes of UTF-8."""
@@ -67,40 +60,6 @@ MAX_ISSUES_PER_CODE: Final = 100
 
 # Schema validation looks at no more than this many siblings at a time (see _windows).
 _WINDOW: Final = 64
-
-
-class HardenedOptions(TypedDict):
-    """The keyword options of lxml's parsers that :data:`HARDENED_OPTIONS` sets."""
-
-    resolve_entities: bool
-    no_network: bool
-    load_dtd: bool
-    dtd_validation: bool
-    huge_tree: bool
-    remove_comments: bool
-    remove_pis: bool
-    strip_cdata: bool
-    collect_ids: bool
-
-
-#: The options of every parser that reads an envelope: no entity expansion, no DTD, no network, libxml2's size
-#: limits kept; comments and processing instructions dropped, CDATA sections read as text, ``xml:id`` not indexed.
-HARDENED_OPTIONS: Final[HardenedOptions] = {
-    "resolve_entities": False,
-    "no_network": True,
-    "load_dtd": False,
-    "dtd_validation": False,
-    "huge_tree": False,
-    "remove_comments": True,
-    "remove_pis": True,
-    "strip_cdata": True,
-    "collect_ids": False,
-}
-
-
-def _hardened_parser(*, recover: bool) -> etree.XMLParser:
-    """An lxml parser with :data:`HARDENED_OPTIONS`, recovering from malformed input or not."""
-    return etree.XMLParser(recover=recover, **HARDENED_OPTIONS)
 
 
 # One strict parser per thread: a push parser holds its document between feed() and close().
@@ -169,7 +128,7 @@ def _parse_strictly(data: bytes) -> etree._Element:
     """
     parser: etree.XMLParser | None = getattr(_STRICT, "parser", None)
     if parser is None:
-        parser = _STRICT.parser = _hardened_parser(recover=False)
+        parser = _STRICT.parser = hardened_parser(recover=False)
     parser.feed(data)
     return parser.close()
 
@@ -528,7 +487,7 @@ def _recover(raw: str, base: int, issues: _Issues, *, repair: bool) -> etree._El
     repaired = _Repairer(raw, base, issues).run() if repair else raw
     parser: etree.XMLParser | None = getattr(_RECOVERY, "parser", None)
     if parser is None:
-        parser = _hardened_parser(recover=True)
+        parser = hardened_parser(recover=True)
         _RECOVERY.parser = parser
     root: etree._Element | None
     try:
@@ -690,48 +649,32 @@ def _payload(payloads: Sequence[etree._Element], parent: str, issues: _Issues, b
 # ---------------------------------------------------------------------------------------------- speech acts
 
 _Converter = Callable[[str, str, etree._Element, _Issues, int], Any]
-# XML attribute name -> (record field, converter or None to keep the string). Absent attributes are not
-# passed, so the records' own defaults (SPEC-NOTES section 1) apply.
-_Attributes = dict[str, tuple[str, _Converter | None]]
+# XML attribute name -> (record field, converter or None to keep the string), built from the registry.
+_Fields = dict[str, tuple[str, _Converter | None]]
 
-_ACT: Final[_Attributes] = {
-    "id": ("id", None),
-    "observe": ("observe", None),
-    "yield": ("yields", _events),
-    "addressed-to": ("addressed_to", None),
-    "lang": ("lang", None),
-}
-_ATTRIBUTES: Final[dict[str, _Attributes]] = {
-    "dial": {
-        "version": ("version", None),
-        "turn": ("turn", _unsigned),
-        "actor": ("actor", None),
-        "session": ("session", None),
-    },
-    "dial-inform": {**_ACT, "render": ("render", None)},
-    "dial-ask": {**_ACT, "response-type": ("response_type", None), "timeout": ("timeout", _seconds)},
-    "dial-suggest": {**_ACT, "render": ("render", None), "action": ("action", None), "multi": ("multi", _boolean)},
-    "dial-execute": _ACT,
-    "dial-acknowledge": {**_ACT, "of": ("of", None)},
-    "dial-declare": {**_ACT, "context-key": ("context_key", None)},
-    "dial-delegate": {**_ACT, "to": ("to", None), "intent": ("intent", None), "resume": ("resume", _boolean)},
-    "dial-phatic": {**_ACT, "signal": ("signal", None), "interval": ("interval", _seconds)},
-    "dial-option": {
-        "value": ("value", None),
-        "default": ("default", _boolean),
-        "disabled": ("disabled", _boolean),
-    },
-    "step": {
-        "env": ("env", None),
-        "id": ("id", None),
-        "label": ("label", None),
-        "observe": ("observe", None),
-        "yield": ("yields", _events),
-    },
+_CONVERTERS: Final[dict[ValueKind, _Converter | None]] = {
+    "text": None,
+    "events": _events,
+    "boolean": _boolean,
+    "seconds": _seconds,
+    "unsigned": _unsigned,
 }
 
 
-def _fields(element: etree._Element, table: _Attributes, issues: _Issues, base: int) -> dict[str, Any]:
+def _converters(attributes: Attributes) -> _Fields:
+    return {name: (field, _CONVERTERS[kind]) for name, (field, kind) in attributes.items()}
+
+
+_ATTRIBUTES: Final[dict[str, _Fields]] = {
+    name: _converters(attributes)
+    for name, attributes in [
+        *((act.name, act.attributes) for act in SPEECH_ACTS.values()),
+        *HELPER_ATTRIBUTES.items(),
+    ]
+}
+
+
+def _fields(element: etree._Element, table: _Fields, issues: _Issues, base: int) -> dict[str, Any]:
     """The record fields the element's attributes give through ``table``; other attributes are skipped."""
     fields: dict[str, Any] = {}
     # Names, then the value of each known one: lxml's items() looks every value up by name, which costs time
@@ -745,17 +688,18 @@ def _fields(element: etree._Element, table: _Attributes, issues: _Issues, base: 
     return fields
 
 
-def _carrier(element: etree._Element, issues: _Issues, base: int) -> Inform | Suggest | Declare:
-    """An inform, suggest or declare: text and an optional ``<dial-payload>``."""
+def _carrier(element: etree._Element, issues: _Issues, base: int) -> Element:
+    """An act of text and an optional ``<dial-payload>`` (inform, suggest, declare)."""
     tag = element.tag
     text, payloads = _content(element, "dial-payload", issues, base)
     fields = _fields(element, _ATTRIBUTES[tag], issues, base)
     if payloads:
         fields.update(_payload(payloads, tag, issues, base))
-    return _CARRIERS[tag](**fields, line=_line(element, base), text=text)
+    return _record(tag)(**fields, line=_line(element, base), text=text)
 
 
-def _ask(element: etree._Element, issues: _Issues, base: int) -> AskElement:
+def _ask(element: etree._Element, issues: _Issues, base: int) -> Element:
+    """An act of text and ``<dial-option>`` children (ask)."""
     text, option_elements = _content(element, "dial-option", issues, base)
     options = []
     for option in option_elements:
@@ -763,69 +707,73 @@ def _ask(element: etree._Element, issues: _Issues, base: int) -> AskElement:
         fields = _fields(option, _ATTRIBUTES["dial-option"], issues, base)
         fields.setdefault("value", label)
         options.append(Option(**fields, label=label))
-    return AskElement(
-        **_fields(element, _ATTRIBUTES["dial-ask"], issues, base),
+    return _record(element.tag)(
+        **_fields(element, _ATTRIBUTES[element.tag], issues, base),
         line=_line(element, base),
         text=text,
         options=tuple(options),
     )
 
 
-def _execute(element: etree._Element, issues: _Issues, base: int) -> Execute:
+def _execute(element: etree._Element, issues: _Issues, base: int) -> Element:
+    """An act of ``<step>`` children (execute)."""
     steps = tuple(
         Step(
             **_fields(step, _ATTRIBUTES["step"], issues, base), command=_content(step, None, issues, base)[0] or ""
         )
         for step in _content(element, "step", issues, base)[1]
     )
-    return Execute(
-        **_fields(element, _ATTRIBUTES["dial-execute"], issues, base), line=_line(element, base), steps=steps
-    )
+    fields = _fields(element, _ATTRIBUTES[element.tag], issues, base)
+    return _record(element.tag)(**fields, line=_line(element, base), steps=steps)
 
 
-def _acknowledge(element: etree._Element, issues: _Issues, base: int) -> Acknowledge:
+def _text_only(element: etree._Element, issues: _Issues, base: int) -> Element:
+    """An act of text only (acknowledge)."""
     text = _content(element, None, issues, base)[0]
-    fields = _fields(element, _ATTRIBUTES["dial-acknowledge"], issues, base)
-    return Acknowledge(**fields, line=_line(element, base), text=text)
+    fields = _fields(element, _ATTRIBUTES[element.tag], issues, base)
+    return _record(element.tag)(**fields, line=_line(element, base), text=text)
 
 
-def _delegate(element: etree._Element, issues: _Issues, base: int) -> Delegate:
-    """A delegate: description text, and the payload of its ``<dial-context>`` (not part of the text)."""
+def _delegate(element: etree._Element, issues: _Issues, base: int) -> Element:
+    """An act of text and the payload of its ``<dial-context>``, not part of the text (delegate)."""
+    tag = element.tag
     text, contexts = _content(element, "dial-context", issues, base)
-    fields = _fields(element, _ATTRIBUTES["dial-delegate"], issues, base)
+    fields = _fields(element, _ATTRIBUTES[tag], issues, base)
     if contexts:
         for extra in contexts[1:]:
             issues.add(
                 "extra-context",
-                "a second <dial-context> in <dial-delegate> is ignored; only the first counts",
+                f"a second <dial-context> in <{tag}> is ignored; only the first counts",
                 _line(extra, base),
             )
         payloads = _content(contexts[0], "dial-payload", issues, base)[1]
         if payloads:
-            fields.update(_payload(payloads, "dial-delegate", issues, base))
-    return Delegate(**fields, line=_line(element, base), text=text)
+            fields.update(_payload(payloads, tag, issues, base))
+    return _record(tag)(**fields, line=_line(element, base), text=text)
 
 
-def _phatic(element: etree._Element, issues: _Issues, base: int) -> Phatic:
+def _empty(element: etree._Element, issues: _Issues, base: int) -> Element:
+    """An act whose content is not read (phatic)."""
     _content(element, None, issues, base)  # the content is dropped, but stray children are still reported
-    return Phatic(**_fields(element, _ATTRIBUTES["dial-phatic"], issues, base), line=_line(element, base))
+    return _record(element.tag)(
+        **_fields(element, _ATTRIBUTES[element.tag], issues, base), line=_line(element, base)
+    )
 
 
-_CARRIERS: Final[dict[str, type[Inform] | type[Suggest] | type[Declare]]] = {
-    "dial-inform": Inform,
-    "dial-suggest": Suggest,
-    "dial-declare": Declare,
+def _record(tag: str) -> Callable[..., Element]:
+    """The record type of the act named ``tag``, as a constructor of any fields."""
+    return ELEMENT_TYPES[tag]
+
+
+_BY_CONTENT: Final[dict[Content, Callable[[etree._Element, _Issues, int], Element]]] = {
+    "payload": _carrier,
+    "options": _ask,
+    "steps": _execute,
+    "text": _text_only,
+    "context": _delegate,
+    "empty": _empty,
 }
-_BUILDERS: Final[dict[str, Callable[[etree._Element, _Issues, int], Element]]] = {
-    "dial-inform": _carrier,
-    "dial-ask": _ask,
-    "dial-suggest": _carrier,
-    "dial-execute": _execute,
-    "dial-acknowledge": _acknowledge,
-    "dial-declare": _carrier,
-    "dial-delegate": _delegate,
-    "dial-phatic": _phatic,
-}
+_BUILDERS: Final = {name: _BY_CONTENT[act.content] for name, act in SPEECH_ACTS.items()}
 _NO_ROOT_ATTRIBUTES: Final = RootAttributes()
 
 

@@ -138,17 +138,6 @@ class Phatic(_Act, frozen=True, kw_only=True):
 
 Element = Inform | AskElement | Suggest | Execute | Acknowledge | Declare | Delegate | Phatic
 
-ELEMENT_TYPES: dict[str, type[Element]] = {
-    "dial-inform": Inform,
-    "dial-ask": AskElement,
-    "dial-suggest": Suggest,
-    "dial-execute": Execute,
-    "dial-acknowledge": Acknowledge,
-    "dial-declare": Declare,
-    "dial-delegate": Delegate,
-    "dial-phatic": Phatic,
-}
-
 
 class Envelope(msgspec.Struct, frozen=True, kw_only=True):
     """A parsed ``<dial>`` envelope: root attributes, speech acts in document order, the raw text, repairs."""
