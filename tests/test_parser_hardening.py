@@ -326,6 +326,11 @@ def wide_attributes(count: int) -> str:
     return "<dial><dial-ask " + " ".join(f'a{n}="v"' for n in range(count)) + f">{options}</dial-ask></dial>"
 
 
+def quoted_candidates(count: int) -> str:
+    """Envelope starts in inline code, runs of backticks that close nothing, and empty candidates."""
+    return "`<dial>` `` ` <dial> " * count + "\n" + "<dial></dial>\n" * count + SUGGESTION
+
+
 def start_candidates(count: int) -> str:
     return '<dial title="' * count + SUGGESTION
 
@@ -370,6 +375,7 @@ def time_ratio(small: str, large: str) -> float:
         pytest.param(open_sections, 5_000, id="unterminated-sections-5k-vs-10k"),
         pytest.param(start_candidates, 50_000, id="start-tag-candidates-50k-vs-100k"),
         pytest.param(attributes, 10_000, id="attributes-10k-vs-20k"),
+        pytest.param(quoted_candidates, 20_000, id="quoted-candidates-20k-vs-40k"),
         pytest.param(wide_attributes, 10_000, id="attributes-windowed-10k-vs-20k"),
     ],
 )

@@ -34,7 +34,6 @@ __all__ = [
     "Content",
     "SpeechAct",
     "ValueKind",
-    "carries_content",
 ]
 
 #: How an attribute's value is read: kept as text, a whitespace-separated list of event names, an ``xs:boolean``,
@@ -135,27 +134,3 @@ HELPER_ATTRIBUTES: Final[Mapping[str, Attributes]] = {
         "yield": ("yields", "events"),
     },
 }
-
-
-def carries_content(element: Element) -> bool:
-    """Whether the runtime has anything to show or do for ``element``.
-
-    A suggestion always has (even an empty one gets an outcome); an inform, ask or acknowledge needs text (an
-    inform a payload, an ask options, too); an execute needs steps; a declare a ``context-key``; a delegate a
-    target, text or payload; a phatic a signal.
-    """
-    if isinstance(element, Suggest):
-        return True
-    if isinstance(element, Inform):
-        return bool(element.text) or element.payload_text is not None
-    if isinstance(element, AskElement):
-        return bool(element.text) or bool(element.options)
-    if isinstance(element, Acknowledge):
-        return bool(element.text)
-    if isinstance(element, Execute):
-        return bool(element.steps)
-    if isinstance(element, Declare):
-        return element.context_key is not None
-    if isinstance(element, Delegate):
-        return bool(element.to or element.text) or element.payload_text is not None
-    return bool(element.signal)

@@ -27,13 +27,14 @@ when an element has many children (libxml2's error paths would otherwise cost qu
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
 
 from lxml import etree
 
@@ -54,6 +55,9 @@ __all__ = ["DEFAULT_MAX_SIZE", "HARDENED_OPTIONS", "MAX_ISSUES_PER_CODE", "extra
 
 DEFAULT_MAX_SIZE: Final = 8 * 1024 * 1024
 """The largest envelope :func:`parse` accepts, in bytes of UTF-8."""
+
+MAX_CANDIDATES: Final = 16
+"""Envelope candidates :func:`parse` reads at most, looking for one whose elements carry content."""
 
 MAX_ISSUES_PER_CODE: Final = 100
 """Issues listed per code in one envelope; the rest are counted in one more issue."""
@@ -80,12 +84,69 @@ _END_SCAN: Final = re.compile(r"</dial\s*>|<!--|<!\[CDATA\[|<\?")
 _TERMINATORS: Final = {"<!--": "-->", "<![CDATA[": "]]>", "<?": "?>"}
 
 
-def _find_start(text: str, pos: int) -> tuple[int, int, bool] | None:
-    """The next ``<dial`` start tag proper at or after ``pos``: (start, end of the tag, self-closing)."""
+class _InlineCode:
+    """Tells whether positions of a text, asked in increasing order, lie inside a Markdown inline code span.
+
+    A span is a run of backticks closed by a run of the same length later on the same line; a run with no such
+    close is literal, and a run of three or more at a line's start opens a fence (whose content is not inline
+    code: an envelope written inside a fenced block counts). Runs longer than eight backticks are literal. Every
+    search moves forward only, so all questions together cost time linear in the text.
+    """
+
+    __slots__ = ("closes", "newline", "pos", "span_end", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+        self.span_end = -1
+        self.newline = -2
+        self.closes: dict[int, int] = {}
+
+    def inside(self, at: int) -> bool:
+        if at < self.span_end:
+            return True
+        text, pos = self.text, max(self.pos, self.span_end)
+        while (run := _TICKS.search(text, pos, at)) is not None:
+            start, pos = run.start(), run.end()
+            length = pos - start
+            if length > 8 or (length >= 3 and (start == 0 or text[start - 1] == "\n")):
+                continue
+            close = self.close(length, pos)
+            if close != -1 and close < self.line_end(pos):
+                pos = self.span_end = close + length
+                if at < pos:
+                    self.pos = start
+                    return True
+        self.pos = at
+        return False
+
+    def close(self, length: int, pos: int) -> int:
+        found = self.closes.get(length, -2)
+        if found != -1 and found < pos:
+            match = _CLOSING_TICKS[length].search(self.text, pos)
+            found = self.closes[length] = match.start() if match is not None else -1
+        return found
+
+    def line_end(self, pos: int) -> int:
+        if self.newline != -1 and self.newline < pos:
+            self.newline = self.text.find("\n", pos)
+        return len(self.text) if self.newline == -1 else self.newline
+
+
+_TICKS: Final = re.compile("`+")
+_CLOSING_TICKS: Final = {length: re.compile(f"(?<!`)`{{{length}}}(?!`)") for length in range(1, 9)}
+
+
+def _find_start(text: str, pos: int, code: _InlineCode | None = None) -> tuple[int, int, bool] | None:
+    """The next ``<dial`` start tag proper at or after ``pos``, outside inline code: (start, end of the tag,
+    self-closing). ``code`` tracks the text's inline code spans (``None``: the text has no backtick)."""
     while True:
         match = _START.search(text, pos)
         if match is None:
             return None
+        if code is not None and code.inside(match.start()):
+            pos = match.end()
+            continue
         if text.startswith(">", match.end()):  # the common bare <dial>
             return match.start(), match.end() + 1, False
         tail = _TAG_TAIL.match(text, match.end()) or _LOOSE_TAG_TAIL.match(text, match.end())
@@ -133,28 +194,39 @@ def _parse_strictly(data: bytes) -> etree._Element:
     return parser.close()
 
 
-def _locate(text: str, pos: int) -> tuple[int, int, bool] | None:
-    """The next envelope at or after ``pos``: (start, end, has its end tag)."""
-    start = _find_start(text, pos)
+def _locate(text: str, pos: int, code: _InlineCode | None = None) -> tuple[int, int, int, bool] | None:
+    """The next envelope candidate at or after ``pos``: (start, end of its start tag, end, has its end tag)."""
+    start = _find_start(text, pos, code)
     if start is None:
         return None
     begin, tag_end, self_closing = start
     if self_closing:
-        return begin, tag_end, True
+        return begin, tag_end, tag_end, True
     end, closed = _find_end(text, tag_end)
-    return begin, end, closed
+    return begin, tag_end, end, closed
+
+
+def _inline_code(text: str) -> _InlineCode | None:
+    return _InlineCode(text) if "`" in text else None
 
 
 def extract_prose(text: str) -> str:
-    """The reply without its first envelope, ends trimmed (internal whitespace is kept).
+    """The reply without its envelope, ends trimmed (internal whitespace is kept).
 
-    ``"Hello <dial>…</dial> bye"`` gives ``"Hello  bye"``. A later envelope stays in the prose, so nothing the
-    agent wrote disappears unreported; with no envelope the whole reply is returned, trimmed.
+    ``"Hello <dial>…</dial> bye"`` gives ``"Hello  bye"``. The envelope is the one :func:`parse` reads (see
+    there), so a ``<dial>`` quoted in prose stays in it, and so does a later envelope: nothing the agent wrote
+    disappears unreported. With no envelope the whole reply is returned, trimmed.
     """
-    found = _locate(text, 0)
+    code = _inline_code(text)
+    found = _locate(text, 0, code)
     if found is None:
         return text.strip()
-    start, end, _ = found
+    if _locate(text, found[1], code) is not None:  # several candidates: the one parse reads
+        with contextlib.suppress(DialSizeError):
+            chosen = _choose(text, DEFAULT_MAX_SIZE, schema=False)
+            if chosen is not None:
+                found = chosen[0].found
+    start, _, end, _ = found
     return (text[:start] + text[end:]).strip()
 
 
@@ -874,8 +946,9 @@ def _check(schema: etree.XMLSchema, tree: etree._Element, issues: _Issues, base:
 
 def _extra_envelopes(text: str, pos: int, line: int, line_pos: int, issues: _Issues) -> None:
     """Report every later envelope with its line; they are not parsed and stay in the prose."""
-    while (found := _locate(text, pos)) is not None:
-        start, pos, _ = found
+    code = _inline_code(text)
+    while (found := _locate(text, pos, code)) is not None:
+        start, _, pos, _ = found
         line += text.count("\n", line_pos, start)
         line_pos = start
         issues.add(
@@ -885,21 +958,23 @@ def _extra_envelopes(text: str, pos: int, line: int, line_pos: int, issues: _Iss
         )
 
 
-def parse(text: str, *, max_size: int = DEFAULT_MAX_SIZE, schema: bool = True) -> Envelope | None:
-    """Parse the first DIAL envelope of an agent's reply; ``None`` when the reply holds none.
+class _Read(NamedTuple):
+    """One envelope candidate, read: where it is, what it holds, the issues found so far."""
 
-    ``max_size`` limits the envelope (not the prose around it) in bytes of UTF-8; it is checked before any XML
-    parsing, and a larger envelope raises :class:`~dial_runtime.errors.DialSizeError`. Never raises on content:
-    whatever could not be read as written is repaired or skipped and reported in ``Envelope.issues``.
+    found: tuple[int, int, int, bool]
+    attributes: RootAttributes
+    elements: tuple[Element, ...]
+    issues: _Issues
+    base: int
 
-    ``schema=False`` skips the check against the lenient XSD, whose findings are only ever issues (``"schema"``):
-    the elements are the same either way. It is for callers that read the elements and not the issues, as the
-    runtime does while a reply has elements to handle.
-    """
-    found = _locate(text, 0)
-    if found is None:
-        return None
-    start, end, closed = found
+    @property
+    def usable(self) -> bool:
+        return any(element.has_content for element in self.elements)
+
+
+def _read(text: str, found: tuple[int, int, int, bool], max_size: int, schema: bool) -> _Read:
+    """Read the envelope candidate ``found`` of ``text`` (see :func:`parse`)."""
+    start, _, end, closed = found
     raw = text[start:end]
     clean = True
     data: bytes | None = None
@@ -944,6 +1019,66 @@ def parse(text: str, *, max_size: int = DEFAULT_MAX_SIZE, schema: bool = True) -
                 elements.append(builder(child, issues, base))
         if schema:
             _validate(root, issues, base)
+    return _Read(found=found, attributes=attributes, elements=tuple(elements), issues=issues, base=base)
+
+
+def _choose(text: str, max_size: int, schema: bool) -> tuple[_Read, list[int]] | None:
+    """The envelope of a reply and the starts of the candidates skipped before it; ``None`` with no candidate.
+
+    The first candidate whose elements carry content wins; when none does (of the first
+    :data:`MAX_CANDIDATES`), the first candidate, with nothing skipped.
+    """
+    code = _inline_code(text)
+    found = _locate(text, 0, code)
+    if found is None:
+        return None
+    first: _Read | None = None
+    skipped: list[int] = []
+    for _ in range(MAX_CANDIDATES):
+        candidate = _read(text, found, max_size, schema)
+        if candidate.usable:
+            return candidate, skipped
+        first = first or candidate
+        following = _locate(text, found[1], code)  # a later candidate may lie inside this one
+        if following is None:
+            break
+        skipped.append(found[0])
+        found = following
+    assert first is not None
+    return first, []
+
+
+def parse(text: str, *, max_size: int = DEFAULT_MAX_SIZE, schema: bool = True) -> Envelope | None:
+    """Parse the first DIAL envelope of an agent's reply; ``None`` when the reply holds none.
+
+    ``max_size`` limits the envelope (not the prose around it) in bytes of UTF-8; it is checked before any XML
+    parsing, and a larger envelope raises :class:`~dial_runtime.errors.DialSizeError`. Never raises on content:
+    whatever could not be read as written is repaired or skipped and reported in ``Envelope.issues``.
+
+    ``schema=False`` skips the check against the lenient XSD, whose findings are only ever issues (``"schema"``):
+    the elements are the same either way. It is for callers that read the elements and not the issues, as the
+    runtime does while a reply has elements to handle.
+    """
+    chosen = _choose(text, max_size, schema)
+    if chosen is None:
+        return None
+    candidate, skipped = chosen
+    start, _, end, _ = candidate.found
+    issues = candidate.issues
+    for position in skipped:
+        issues.add(
+            "quoted-envelope",
+            "this <dial> holds no speech act with content and a later one does: it is read as prose",
+            text.count("\n", 0, position) + 1,
+        )
+    if candidate.elements and not candidate.usable:
+        issues.add(
+            "empty-envelope",
+            f"the envelope gives nothing to show or do: its {len(candidate.elements)} elements are all empty",
+            candidate.base + 1,
+        )
     if _START.search(text, end) is not None:
-        _extra_envelopes(text, end, base + 1, start, issues)
-    return Envelope(attributes=attributes, elements=tuple(elements), raw=raw, issues=issues.result())
+        _extra_envelopes(text, end, candidate.base + 1, start, issues)
+    return Envelope(
+        attributes=candidate.attributes, elements=candidate.elements, raw=text[start:end], issues=issues.result()
+    )
