@@ -51,10 +51,20 @@ from dial_runtime.language.hardening import HARDENED_OPTIONS, hardened_parser
 from dial_runtime.language.records import Element, Envelope, Option, ParseIssue, RootAttributes, Step
 from dial_runtime.language.schema import describe_lxml_error, lxml_schema
 
-__all__ = ["DEFAULT_MAX_SIZE", "HARDENED_OPTIONS", "MAX_ISSUES_PER_CODE", "extract_prose", "parse"]
+__all__ = [
+    "DEFAULT_MAX_REPLY_SIZE",
+    "DEFAULT_MAX_SIZE",
+    "HARDENED_OPTIONS",
+    "MAX_ISSUES_PER_CODE",
+    "extract_prose",
+    "parse",
+]
 
 DEFAULT_MAX_SIZE: Final = 8 * 1024 * 1024
 """The largest envelope :func:`parse` accepts, in bytes of UTF-8."""
+
+DEFAULT_MAX_REPLY_SIZE: Final = 16 * 1024 * 1024
+"""The largest reply, prose included, :func:`parse` and ``StreamParser`` accept, in bytes of UTF-8."""
 
 MAX_CANDIDATES: Final = 16
 """Envelope candidates :func:`parse` reads at most, looking for one whose elements carry content."""
@@ -217,17 +227,29 @@ def extract_prose(text: str) -> str:
     there), so a ``<dial>`` quoted in prose stays in it, and so does a later envelope: nothing the agent wrote
     disappears unreported. With no envelope the whole reply is returned, trimmed.
     """
+    found = envelope_bounds(text)
+    if found is None:
+        return text.strip()
+    start, end, _ = found
+    return (text[:start] + text[end:]).strip()
+
+
+def envelope_bounds(text: str) -> tuple[int, int, bool] | None:
+    """Where the envelope :func:`parse` reads lies in ``text``: (start, end, whether it has its end tag);
+    ``None`` when there is none.
+
+    With a single candidate nothing is parsed; with several, the first ones are (see :func:`parse`).
+    """
     code = _inline_code(text)
     found = _locate(text, 0, code)
     if found is None:
-        return text.strip()
+        return None
     if _locate(text, found[1], code) is not None:  # several candidates: the one parse reads
         with contextlib.suppress(DialSizeError):
             chosen = _choose(text, DEFAULT_MAX_SIZE, schema=False)
             if chosen is not None:
                 found = chosen[0].found
-    start, _, end, _ = found
-    return (text[:start] + text[end:]).strip()
+    return found[0], found[2], found[3]
 
 
 # ---------------------------------------------------------------------------------------------- issues
@@ -1048,17 +1070,34 @@ def _choose(text: str, max_size: int, schema: bool) -> tuple[_Read, list[int]] |
     return first, []
 
 
-def parse(text: str, *, max_size: int = DEFAULT_MAX_SIZE, schema: bool = True) -> Envelope | None:
-    """Parse the first DIAL envelope of an agent's reply; ``None`` when the reply holds none.
+def parse(
+    text: str,
+    *,
+    max_size: int = DEFAULT_MAX_SIZE,
+    schema: bool = True,
+    max_reply_size: int = DEFAULT_MAX_REPLY_SIZE,
+) -> Envelope | None:
+    """Parse the DIAL envelope of an agent's reply; ``None`` when the reply holds none.
+
+    The envelope is the first ``<dial>`` start tag that is not inside Markdown inline code (a span of backticks
+    on one line; a fenced code block is no inline code, so an envelope written in one counts) whose elements
+    carry content (``Envelope.usable``); a ``<dial>`` passed over for that is reported (``"quoted-envelope"``) and
+    stays in the prose. When none of the first :data:`MAX_CANDIDATES` carries content, the first is the envelope,
+    and ``"empty-envelope"`` says so when it has elements.
 
     ``max_size`` limits the envelope (not the prose around it) in bytes of UTF-8; it is checked before any XML
-    parsing, and a larger envelope raises :class:`~dial_runtime.errors.DialSizeError`. Never raises on content:
-    whatever could not be read as written is repaired or skipped and reported in ``Envelope.issues``.
+    parsing, and a larger envelope raises :class:`~dial_runtime.errors.DialSizeError`; ``max_reply_size`` limits
+    the whole reply likewise (``DialSizeError`` with ``what="reply"``). Never raises on content: whatever could
+    not be read as written is repaired or skipped and reported in ``Envelope.issues``.
 
     ``schema=False`` skips the check against the lenient XSD, whose findings are only ever issues (``"schema"``):
     the elements are the same either way. It is for callers that read the elements and not the issues, as the
     runtime does while a reply has elements to handle.
     """
+    if len(text) > max_reply_size // 4:  # a character is at most four bytes: shorter texts are within the limit
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        if size > max_reply_size:
+            raise DialSizeError(size, max_reply_size, what="reply")
     chosen = _choose(text, max_size, schema)
     if chosen is None:
         return None
