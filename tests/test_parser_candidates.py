@@ -29,7 +29,8 @@ REAL = "<dial><dial-inform>real</dial-inform></dial>"
         pytest.param("<dial></dial> then " + REAL, ["real"], "<dial></dial> then", ["quoted-envelope"],
                      id="an-empty-envelope-before-a-real-one"),
         pytest.param(REAL + " and <dial><dial-inform>later</dial-inform></dial>", ["real"],
-                     "and <dial><dial-inform>later</dial-inform></dial>", ["extra-envelope"], id="first-real-wins"),
+                     "and <dial><dial-inform>later</dial-inform></dial>", ["extra-envelope"],
+                     id="first-real-wins"),
     ],
 )  # fmt: skip
 def test_the_envelope_is_the_first_candidate_with_content(

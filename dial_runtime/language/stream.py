@@ -123,7 +123,7 @@ class _OpenActs:
     __slots__ = ("act", "blocked", "depth", "done", "held", "index", "terminator", "trimmed")
 
     def __init__(self) -> None:
-        self.held = ""
+        self.held: list[str] = []
         self.terminator = ""
         self.depth = 0
         self.index = 0
@@ -133,13 +133,14 @@ class _OpenActs:
         self.trimmed: dict[int, _Trimmed] = {}
 
     def feed(self, text: str, out: list[TextDelta]) -> None:
-        if self.done:
+        if self.done or not text:
             return
         if self.held:
-            if self.terminator not in self.held[-len(self.terminator) :] + text:
-                self.held += text  # still incomplete: no need to look again
+            # The terminator may begin in the last two parts held (a terminator is at most three characters).
+            if self.terminator not in "".join(self.held[-2:])[-3:] + text:
+                self.held.append(text)  # still incomplete: no need to look again
                 return
-            text, self.held = self.held + text, ""
+            text, self.held = "".join((*self.held, text)), []
         pos, length = 0, len(text)
         while pos < length and not self.done:
             if self.act is not None and self.depth == 1 and not self.blocked:
@@ -155,7 +156,7 @@ class _OpenActs:
                         pos = entity.end()
                         continue
                     if length - pos < 8 and ";" not in text[pos:]:
-                        self.held, self.terminator = text[pos:], ";"
+                        self.held, self.terminator = [text[pos:]], ";"
                         return
                     self.blocked = True
                     continue
@@ -167,8 +168,8 @@ class _OpenActs:
                 return
             markup = _MARKUP.match(text, lt)
             if markup is None:
-                self.held = text[lt:]
-                self.terminator = next((end for start, end in _TERMINATORS if self.held.startswith(start)), ">")
+                self.held = [text[lt:]]
+                self.terminator = next((end for start, end in _TERMINATORS if text.startswith(start, lt)), ">")
                 return
             pos = markup.end()
             self.tag(markup)
@@ -178,6 +179,9 @@ class _OpenActs:
         if name is None:  # a comment, processing instruction or CDATA section
             if self.act is not None and markup.group().startswith("<![CDATA["):
                 self.blocked = True
+            return
+        if "xmlns" in markup.group():  # a namespace changes what the tags are: the final parse will tell
+            self.done = True
             return
         if markup.group().startswith("</"):
             self.depth -= 1
