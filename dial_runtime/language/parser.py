@@ -244,7 +244,7 @@ def envelope_bounds(text: str) -> tuple[int, int, bool] | None:
     found = _locate(text, 0, code)
     if found is None:
         return None
-    if _locate(text, found[1], code) is not None:  # several candidates: the one parse reads
+    if _START.search(text, found[1]) is not None:  # maybe several candidates: the one parse reads
         with contextlib.suppress(DialSizeError):
             chosen = _choose(text, DEFAULT_MAX_SIZE, schema=False)
             if chosen is not None:
@@ -789,7 +789,7 @@ def _carrier(element: etree._Element, issues: _Issues, base: int) -> Element:
     fields = _fields(element, _ATTRIBUTES[tag], issues, base)
     if payloads:
         fields.update(_payload(payloads, tag, issues, base))
-    return _record(tag)(**fields, line=_line(element, base), text=text)
+    return _RECORDS[tag](**fields, line=_line(element, base), text=text)
 
 
 def _ask(element: etree._Element, issues: _Issues, base: int) -> Element:
@@ -801,7 +801,7 @@ def _ask(element: etree._Element, issues: _Issues, base: int) -> Element:
         fields = _fields(option, _ATTRIBUTES["dial-option"], issues, base)
         fields.setdefault("value", label)
         options.append(Option(**fields, label=label))
-    return _record(element.tag)(
+    return _RECORDS[element.tag](
         **_fields(element, _ATTRIBUTES[element.tag], issues, base),
         line=_line(element, base),
         text=text,
@@ -818,14 +818,14 @@ def _execute(element: etree._Element, issues: _Issues, base: int) -> Element:
         for step in _content(element, "step", issues, base)[1]
     )
     fields = _fields(element, _ATTRIBUTES[element.tag], issues, base)
-    return _record(element.tag)(**fields, line=_line(element, base), steps=steps)
+    return _RECORDS[element.tag](**fields, line=_line(element, base), steps=steps)
 
 
 def _text_only(element: etree._Element, issues: _Issues, base: int) -> Element:
     """An act of text only (acknowledge)."""
     text = _content(element, None, issues, base)[0]
     fields = _fields(element, _ATTRIBUTES[element.tag], issues, base)
-    return _record(element.tag)(**fields, line=_line(element, base), text=text)
+    return _RECORDS[element.tag](**fields, line=_line(element, base), text=text)
 
 
 def _delegate(element: etree._Element, issues: _Issues, base: int) -> Element:
@@ -843,20 +843,19 @@ def _delegate(element: etree._Element, issues: _Issues, base: int) -> Element:
         payloads = _content(contexts[0], "dial-payload", issues, base)[1]
         if payloads:
             fields.update(_payload(payloads, tag, issues, base))
-    return _record(tag)(**fields, line=_line(element, base), text=text)
+    return _RECORDS[tag](**fields, line=_line(element, base), text=text)
 
 
 def _empty(element: etree._Element, issues: _Issues, base: int) -> Element:
     """An act whose content is not read (phatic)."""
     _content(element, None, issues, base)  # the content is dropped, but stray children are still reported
-    return _record(element.tag)(
+    return _RECORDS[element.tag](
         **_fields(element, _ATTRIBUTES[element.tag], issues, base), line=_line(element, base)
     )
 
 
-def _record(tag: str) -> Callable[..., Element]:
-    """The record type of the act named ``tag``, as a constructor of any fields."""
-    return ELEMENT_TYPES[tag]
+# The record type of each act, as a constructor of any fields.
+_RECORDS: Final[dict[str, Callable[..., Element]]] = dict(ELEMENT_TYPES)
 
 
 _BY_CONTENT: Final[dict[Content, Callable[[etree._Element, _Issues, int], Element]]] = {
@@ -988,10 +987,7 @@ class _Read(NamedTuple):
     elements: tuple[Element, ...]
     issues: _Issues
     base: int
-
-    @property
-    def usable(self) -> bool:
-        return any(element.has_content for element in self.elements)
+    usable: bool
 
 
 def _read(text: str, found: tuple[int, int, int, bool], max_size: int, schema: bool) -> _Read:
@@ -1041,7 +1037,12 @@ def _read(text: str, found: tuple[int, int, int, bool], max_size: int, schema: b
                 elements.append(builder(child, issues, base))
         if schema:
             _validate(root, issues, base)
-    return _Read(found=found, attributes=attributes, elements=tuple(elements), issues=issues, base=base)
+    usable = False
+    for element in elements:
+        if element.has_content:
+            usable = True
+            break
+    return _Read(found, attributes, tuple(elements), issues, base, usable)
 
 
 def _choose(text: str, max_size: int, schema: bool) -> tuple[_Read, list[int]] | None:
