@@ -25,20 +25,28 @@ json_values = st.recursive(
     max_leaves=8,
 )
 
-outcomes = st.builds(
-    Outcome,
-    id=ids,
-    action=xml_text,
-    status=st.sampled_from(STATUSES),
-    preview=xml_text,
-    result=json_values,
-    error=st.none() | xml_text,
-    code=st.none() | xml_text,
-    field=st.none() | xml_text,
-    hint=st.none() | xml_text,
-    edited=st.booleans(),
-    expired=st.booleans(),
-)
+
+def outcomes_of(
+    text: st.SearchStrategy[str], ident: st.SearchStrategy[str], result: st.SearchStrategy[object]
+) -> st.SearchStrategy[Outcome]:
+    """Outcomes whose strings come from ``text`` (the id from ``ident``) and whose result from ``result``."""
+    return st.builds(
+        Outcome,
+        id=ident,
+        action=text,
+        status=st.sampled_from(STATUSES),
+        preview=text,
+        result=result,
+        error=st.none() | text,
+        code=st.none() | text,
+        field=st.none() | text,
+        hint=st.none() | text,
+        edited=st.booleans(),
+        expired=st.booleans(),
+    )
+
+
+outcomes = outcomes_of(xml_text, ids, json_values)
 
 #: Any str at all: every code point, lone surrogates and the characters XML forbids included.
 any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=40)
@@ -64,17 +72,4 @@ any_json_values = st.recursive(
 )
 
 #: Outcomes whose strings are any str at all, as a domain may produce them.
-any_outcomes = st.builds(
-    Outcome,
-    id=any_text,
-    action=any_text,
-    status=st.sampled_from(STATUSES),
-    preview=any_text,
-    result=any_json_values,
-    error=st.none() | any_text,
-    code=st.none() | any_text,
-    field=st.none() | any_text,
-    hint=st.none() | any_text,
-    edited=st.booleans(),
-    expired=st.booleans(),
-)
+any_outcomes = outcomes_of(any_text, any_text, any_json_values)

@@ -117,7 +117,7 @@ def test_text_arrives_chunk_by_chunk() -> None:
         [("Hi", "prose", -1)],
         [(" there.", "prose", -1), ("One", "inform", 0)],
         [],
-        [(" &", "inform", 0), (" two", "inform", 0)],
+        [(" & two", "inform", 0)],  # what arrived since the last call, as one delta
         [],
         [("B", "prose", -2)],
         [("ye", "prose", -2)],
@@ -211,6 +211,20 @@ def test_hundreds_of_megabytes_fed_past_the_limit_keep_memory_flat() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 1024 * 1024
+
+
+def test_unread_text_deltas_cost_no_more_than_their_text() -> None:
+    parser = StreamParser()
+    text = "words and more words " * 50_000
+    tracemalloc.start()
+    try:
+        for start in range(0, len(text), 4):
+            parser.feed(text[start : start + 4])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(text)
+    assert [delta.text for delta in parser.text_deltas()] == [text.strip()]
 
 
 def test_parse_limits_the_whole_reply_too() -> None:

@@ -74,13 +74,58 @@ class TextDelta(msgspec.Struct, frozen=True, kw_only=True):
     replaces: bool = False
 
 
+class _Pieces:
+    """Text kept as it arrives, small pieces joined in groups, so many tiny chunks cost little more than their text."""
+
+    __slots__ = ("joined", "recent")
+
+    def __init__(self, first: str = "") -> None:
+        self.joined: list[str] = [first] if first else []
+        self.recent: list[str] = []
+
+    def append(self, piece: str) -> None:
+        self.recent.append(piece)
+        if len(self.recent) >= 256:
+            self.joined.append("".join(self.recent))
+            self.recent = []
+
+    def text(self) -> str:
+        text = "".join((*self.joined, *self.recent))
+        self.joined, self.recent = [text], []
+        return text
+
+
+class _Deltas:
+    """Text deltas not read yet; consecutive ones of one text are merged, so unread deltas cost their text only."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: list[tuple[TextAct, int, _Pieces, bool]] = []
+
+    def add(self, act: TextAct, element: int, text: str, *, replaces: bool = False) -> None:
+        if self.items and not replaces:
+            last_act, last_element, pieces, _ = self.items[-1]
+            if last_act == act and last_element == element:
+                pieces.append(text)
+                return
+        self.items.append((act, element, _Pieces(text), replaces))
+
+    def take(self) -> list[TextDelta]:
+        items, self.items = self.items, []
+        return [
+            TextDelta(text=pieces.text(), act=act, element=element, replaces=replaces)
+            for act, element, pieces, replaces in items
+        ]
+
+
 class _Trimmed:
     """Passes text on with its leading whitespace dropped and trailing whitespace held until text follows."""
 
     __slots__ = ("given", "held", "started")
 
     def __init__(self) -> None:
-        self.given: list[str] = []
+        self.given = _Pieces()
         self.held = ""
         self.started = False
 
@@ -98,7 +143,7 @@ class _Trimmed:
         return kept
 
     def text(self) -> str:
-        return "".join(self.given)
+        return self.given.text()
 
 
 # Inside an open inform: character data, a predefined entity, or something that stops the early text.
@@ -132,7 +177,7 @@ class _OpenActs:
         self.done = False
         self.trimmed: dict[int, _Trimmed] = {}
 
-    def feed(self, text: str, out: list[TextDelta]) -> None:
+    def feed(self, text: str, out: _Deltas) -> None:
         if self.done or not text:
             return
         if self.held:
@@ -199,13 +244,13 @@ class _OpenActs:
         if not empty:
             self.depth += 1
 
-    def give(self, text: str, out: list[TextDelta]) -> None:
+    def give(self, text: str, out: _Deltas) -> None:
         act = self.act
         assert act is not None
         index = self.index - 1
         given = self.trimmed.setdefault(index, _Trimmed()).add(text)
         if given:
-            out.append(TextDelta(text=given, act=act, element=index))
+            out.add(act, index, given)
 
 
 class StreamParser:
@@ -218,7 +263,7 @@ class StreamParser:
         self.overflow: DialSizeError | None = None
         #: The prose before the envelope once its start tag has arrived, else ``None``.
         self.prose_before: str | None = None
-        self._chunks: list[str] = []
+        self._chunks = _Pieces()
         self._text: str | None = ""
         self._reply_size = 0
         # Before the envelope: the text from where a start tag may still begin (absolute offset _pending_at), and
@@ -238,7 +283,7 @@ class StreamParser:
         self._held: list[Element] = []
         self._built = 0
         self._released = 0
-        self._deltas: list[TextDelta] = []
+        self._deltas = _Deltas()
         self._before = _Trimmed()
         self._after = _Trimmed()
         self._acts = _OpenActs()
@@ -248,8 +293,7 @@ class StreamParser:
     def text(self) -> str:
         """Everything received so far (up to the reply limit, when it was passed)."""
         if self._text is None:
-            self._text = "".join(self._chunks)
-            self._chunks = [self._text]
+            self._text = self._chunks.text()
         return self._text
 
     @property
@@ -274,7 +318,7 @@ class StreamParser:
         self._chunks.append(chunk)
         self._text = None
         if self._ended:
-            self._deltas.extend(self._prose(self._after, chunk, _PROSE_AFTER))
+            self._prose(self._after, chunk, _PROSE_AFTER)
             return []
         if self._pull is None:
             completed = self._look_for_start(chunk)
@@ -288,8 +332,7 @@ class StreamParser:
 
     def text_deltas(self) -> list[TextDelta]:
         """The text that arrived since the last call (see the module docstring)."""
-        deltas, self._deltas = self._deltas, []
-        return deltas
+        return self._deltas.take()
 
     def prose_after(self) -> str:
         """The prose after the envelope :func:`parse` reads, trimmed (empty while the envelope is open)."""
@@ -315,7 +358,7 @@ class StreamParser:
     def _look_for_start(self, chunk: str) -> list[Element]:
         if not self._pending and "<" not in chunk and "`" not in chunk:
             self._pending_at += len(chunk)
-            self._deltas.extend(self._prose(self._before, chunk, _PROSE_BEFORE))
+            self._prose(self._before, chunk, _PROSE_BEFORE)
             return []
         self._pending.append(chunk)
         self._pending_size += len(chunk)
@@ -349,10 +392,10 @@ class StreamParser:
         self._pending = [head[keep:]] if keep < len(head) else []
         self._pending_size = self._scanned_size = len(head) - keep
         self._pending_at += keep
-        self._deltas.extend(self._prose(self._before, head[:keep], _PROSE_BEFORE))
+        self._prose(self._before, head[:keep], _PROSE_BEFORE)
 
     def _start(self, head: str, start: int, tag_end: int) -> list[Element]:
-        self._deltas.extend(self._prose(self._before, head[:start], _PROSE_BEFORE))
+        self._prose(self._before, head[:start], _PROSE_BEFORE)
         absolute = self._pending_at + start
         self._pending = []
         self.prose_before = self.text[:absolute]
@@ -361,9 +404,10 @@ class StreamParser:
         self._pull = etree.XMLPullParser(events=("start", "end"), **HARDENED_OPTIONS)
         return self._push(head[start:], self._tag_end)
 
-    def _prose(self, trimmed: _Trimmed, text: str, element: int) -> list[TextDelta]:
+    def _prose(self, trimmed: _Trimmed, text: str, element: int) -> None:
         given = trimmed.add(text) if text else ""
-        return [TextDelta(text=given, act="prose", element=element)] if given else []
+        if given:
+            self._deltas.add("prose", element, given)
 
     # ------------------------------------------------------------------------------------------ envelope
 
@@ -425,7 +469,7 @@ class StreamParser:
         raw = "".join(self._envelope)
         end, _ = _find_end(raw, self._tag_end)
         self._ended = True
-        self._deltas.extend(self._prose(self._after, raw[end:], _PROSE_AFTER))
+        self._prose(self._after, raw[end:], _PROSE_AFTER)
 
     # ------------------------------------------------------------------------------------------ completing
 
@@ -454,10 +498,10 @@ class StreamParser:
             rest = final[len(given) :]
             if rest:
                 trimmed.given.append(rest)
-                self._deltas.append(TextDelta(text=rest, act=act, element=element))
+                self._deltas.add(act, element, rest)
         else:
-            trimmed.given = [final]
-            self._deltas.append(TextDelta(text=final, act=act, element=element, replaces=True))
+            trimmed.given = _Pieces(final)
+            self._deltas.add(act, element, final, replaces=True)
         trimmed.started, trimmed.held = True, ""
 
 
