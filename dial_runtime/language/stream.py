@@ -75,7 +75,7 @@ class TextDelta(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Pieces:
-    """Text kept as it arrives, small pieces joined in groups, so many tiny chunks cost little more than their text."""
+    """Text kept as it arrives, small pieces joined in groups: tiny chunks cost little more than their text."""
 
     __slots__ = ("joined", "recent")
 
