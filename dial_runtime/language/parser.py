@@ -1,9 +1,10 @@
 """Find the ``<dial>`` envelope in an agent's reply and parse it into frozen records.
 
-The envelope is located by one linear scan of the reply: it starts at the first ``<dial`` start tag proper
-(``<dial>``, ``<dial …>``, ``<dial/>``; never ``<dialog>`` or a ``<dial-ask>`` mentioned in prose) and ends at the
+An envelope candidate starts at a ``<dial`` start tag proper (``<dial>``, ``<dial …>``, ``<dial/>``; never
+``<dialog>`` or a ``<dial-ask>`` mentioned in prose) that is not inside Markdown inline code, and ends at the
 first ``</dial>`` (whitespace allowed before the ``>``) that is not inside a comment, a CDATA section or a
-processing instruction. Without an end it runs to the end of the reply. Only the envelope is handed to lxml,
+processing instruction; without an end it runs to the end of the reply. The envelope is the first candidate whose
+elements carry content, else the first (see :func:`parse`). Only the envelope is handed to lxml,
 so the prose around it (an XML declaration, a DOCTYPE, stray markup) is never parsed.
 
 The envelope is parsed by libxml2 with entity expansion, DTD loading and network access off, its size limits on,
@@ -16,11 +17,14 @@ ever expanded, fetched or read. The tree is then checked against the lenient XSD
 
 Other issue codes: ``"unknown-element"``, ``"misplaced-element"``, ``"nested-element"`` (a speech act inside
 another one: ignored, not promoted), ``"extra-payload"``, ``"extra-context"``, ``"invalid-json"``,
-``"invalid-attribute"`` and ``"extra-envelope"`` (a later envelope, left unparsed and in the prose).
+``"invalid-attribute"``, ``"extra-envelope"`` (a later envelope, left unparsed and in the prose),
+``"quoted-envelope"`` (a candidate without content read as prose, a later one having content) and
+``"empty-envelope"`` (elements, none of which carries content).
 Lines are 1-based in the whole reply. At most :data:`MAX_ISSUES_PER_CODE` issues are listed per code, plus one
 that counts the rest, so a hostile reply cannot make the list grow without bound.
 
-Time is linear in the size of the reply: every scan moves forward only, and the schema check is cut into windows
+Time is linear in the size of the reply: every scan moves forward only (at most :data:`MAX_CANDIDATES`
+candidates are read), and the schema check is cut into windows
 when an element has many children (libxml2's error paths would otherwise cost quadratic time).
 ``parse`` may be called from several threads at once.
 """
