@@ -428,7 +428,7 @@ class StreamParser:
         except etree.XMLSyntaxError:
             self._stopped = True
         completed: list[Element] = []
-        issues = _Issues()
+        issues = _Issues(many_attributes=True)  # the envelope is not seen whole: read by name
         for event, element in pull.read_events():
             if not isinstance(element, etree._Element) or not isinstance(element.tag, str):
                 continue
