@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import trio
@@ -20,6 +21,9 @@ import trio.testing
 from .language.parser import parse
 from .language.schema import validate
 from .runtime.events import LogEntry, event_to_dict
+
+if TYPE_CHECKING:
+    from .surfaces.terminal import TerminalSurface
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -56,15 +60,30 @@ def _load_domain(spec: str) -> Any:
     return factory()
 
 
+def _without_terminal_extra(command: str, error: ModuleNotFoundError) -> int:
+    """Say in one line how to install what the terminal surface needs (exit 2); re-raise any other missing
+    module."""
+    if (error.name or "").partition(".")[0] not in ("rich", "prompt_toolkit"):
+        raise error
+    print(
+        f"dial-runtime {command}: the terminal surface needs rich and prompt_toolkit: "
+        "pip install 'dial-runtime[terminal]'",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def _chat(args: argparse.Namespace) -> int:
+    try:
+        from .surfaces.terminal import PlainAgent, TerminalSurface
+    except ModuleNotFoundError as error:
+        return _without_terminal_extra("chat", error)
     from .agents import agent_from_uri, history_from_log, system_prompt
     from .runtime import Conversation
     from .stores import open_store
-    from .surfaces import TerminalSurface
-    from .surfaces.terminal import PlainAgent
 
     try:
-        domain = _load_domain(args.domain)
+        domain = _load_domain(args.domain) if args.mcp is None else None
         store = open_store(args.store) if args.store else None
     except ValueError as error:
         print(f"dial-runtime chat: {error}", file=sys.stderr)
@@ -76,6 +95,22 @@ def _chat(args: argparse.Namespace) -> int:
     surface = TerminalSurface()
 
     async def hold() -> int:
+        if domain is not None:
+            return await converse(domain)
+        try:
+            from .mcp import McpConnectionError, mcp_domain
+        except ImportError as error:
+            print(f"dial-runtime chat: --mcp: {error}", file=sys.stderr)
+            return 2
+        try:
+            with open(args.mcp_log or os.devnull, "a", encoding="utf-8") as errlog:
+                async with mcp_domain(args.mcp, errlog=errlog) as served:
+                    return await converse(served)
+        except (OSError, ValueError, McpConnectionError) as error:
+            print(f"dial-runtime chat: --mcp: {error}", file=sys.stderr)
+            return 2
+
+    async def converse(domain: Any) -> int:
         earlier = await store.read(ident) if store is not None else []
         try:
             agent = agent_from_uri(
@@ -111,16 +146,14 @@ def _chat(args: argparse.Namespace) -> int:
             surface.save(args.transcript)
 
 
-async def _interactive_demo() -> None:
+async def _interactive_demo(surface: TerminalSurface) -> None:
     """The demo conversation with the person at the terminal deciding: each of the script's words gets its own
     recorded replies, so a decision that takes fewer turns does not shift the rest of the script (one that
     needs more finds no recorded reply, and that turn stops with the agent's error)."""
     from .agents import ScriptedAgent
     from .demo import SCRIPT, NotesDomain
     from .runtime import Conversation
-    from .surfaces import TerminalSurface
 
-    surface = TerminalSurface()
     conversation = Conversation(
         agent=ScriptedAgent(()), domain=NotesDomain(), human=surface, on_event=surface.on_event
     )
@@ -135,7 +168,11 @@ async def _interactive_demo() -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     if args.interactive:
-        anyio.run(_interactive_demo, backend="asyncio")
+        try:
+            from .surfaces.terminal import TerminalSurface
+        except ModuleNotFoundError as error:
+            return _without_terminal_extra("demo --interactive", error)
+        anyio.run(_interactive_demo, TerminalSurface(), backend="asyncio")
         return 0
     from .demo import run_demo
 
@@ -144,11 +181,47 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _diagrams(args: argparse.Namespace) -> int:
-    from .diagrams import write_diagrams
+    from .diagrams import write_diagrams, write_flow_diagram
 
-    for path in write_diagrams(Path(args.out), svg=not args.no_svg):
+    if args.flow is None:
+        paths = write_diagrams(Path(args.out), svg=not args.no_svg)
+    else:
+        try:
+            machine, actions = _load_flow(args.flow)
+        except ValueError as error:
+            print(f"dial-runtime diagrams: {error}", file=sys.stderr)
+            return 2
+        paths = write_flow_diagram(machine, Path(args.out), actions=actions, svg=not args.no_svg)
+    for path in paths:
         print(path)
     return 0
+
+
+def _load_flow(spec: str) -> tuple[Any, dict[str, list[str]]]:
+    """The flow ``module:NAME`` names (a StateMachine class, or a Domain with a flow) and the actions bound to its
+    events, from that domain or, for a class, from every Domain in the module that uses it."""
+    from statemachine import StateMachine
+
+    from .domains import Domain
+
+    module_name, _, name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name) if module_name and name else None
+    except ImportError as error:
+        raise ValueError(f"--flow {spec!r}: cannot import {module_name}: {error}") from None
+    found = getattr(module, name, None) if module is not None else None
+    if isinstance(found, Domain) and found.flow_machine is not None:
+        return found.flow_machine, found.bound_actions
+    if not (isinstance(found, type) and issubclass(found, StateMachine)):
+        raise ValueError(
+            f"--flow {spec!r}: expected module:Class naming a StateMachine class or a Domain with a flow"
+        )
+    actions: dict[str, list[str]] = {}
+    for value in vars(module).values():
+        if isinstance(value, Domain) and value.flow_machine is found:
+            for event, bound in value.bound_actions.items():
+                actions.setdefault(event, []).extend(bound)
+    return found, actions
 
 
 def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
@@ -373,11 +446,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URI",
         help="openai:MODEL, ollama:MODEL[@HOST:PORT], vllm:..., llamacpp:... or http(s)://HOST/v1#MODEL",
     )
-    chat.add_argument(
+    served = chat.add_mutually_exclusive_group(required=True)
+    served.add_argument(
         "--domain",
-        required=True,
         metavar="MODULE:FACTORY",
         help="module:factory; factory() returns the domain (dial_runtime.demo:NotesDomain)",
+    )
+    served.add_argument(
+        "--mcp",
+        metavar="'COMMAND ARGS...'|URL",
+        help="an MCP server's tools as the domain: a command to start (stdio) or an http(s) URL (streamable HTTP)",
+    )
+    chat.add_argument(
+        "--mcp-log",
+        metavar="FILE",
+        help="append the MCP server's standard error here (default: discarded)",
     )
     chat.add_argument(
         "--transcript", metavar="FILE", help="save the transcript (plain text) here when the session ends"
@@ -405,6 +488,11 @@ def build_parser() -> argparse.ArgumentParser:
     diagrams = commands.add_parser("diagrams", help="write the state machines as .dot, .svg and .mmd files")
     diagrams.add_argument("--out", default="diagrams", help="the directory to write (default: diagrams)")
     diagrams.add_argument("--no-svg", action="store_true", help="skip the .svg files (they need Graphviz)")
+    diagrams.add_argument(
+        "--flow",
+        metavar="MODULE:CLASS",
+        help="draw this domain flow (a StateMachine class, or a Domain with a flow)",
+    )
     diagrams.set_defaults(run=_diagrams)
 
     store_help = "the store: memory:, sqlite:PATH or postgresql://..."

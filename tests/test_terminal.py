@@ -164,8 +164,8 @@ def test_a_whole_chat_session(server: OpenAIServer, tmp_path: Path, terminal: St
     # Edited in $EDITOR: not JSON (asked again), then refused by the domain, then accepted.
     term.type("add the dentist", after="you:")
     term.type("e", after="sg-2 ›")
-    term.expect("That is not JSON", "the edit was refused: Keep a note under 60 chars.")
-    term.expect("refused: Keep a note under 60 chars. (field text, code too-long)", long[:40])
+    term.expect("That is not JSON", "the edit was refused: Expected `str` of length <= 60.")
+    term.expect("refused: Expected `str` of length <= 60. (field text, code invalid-payload)", long[:40])
     term.type("e", after="sg-2 ›")
     term.expect("✓ done: Add the note 'call the dentist at 9'", "edited)")
 
@@ -212,7 +212,7 @@ def test_a_whole_chat_session(server: OpenAIServer, tmp_path: Path, terminal: St
         "you: add milk",
         "agent proposes sg-1: Add the note 'buy milk'",
         "   you decide on sg-1: accept",
-        "   the edit was refused: Keep a note under 60 chars.",
+        "   the edit was refused: Expected `str` of length <= 60.",
         '   you decide on sg-2: edit → {"text": "call the dentist at 9"}',
         "   2. The dentist note (default)",
         "   you answer: milk",
@@ -295,8 +295,8 @@ def test_a_stored_chat_is_taken_up_where_a_killed_session_left_it(
     server.add(
         dial(suggest("add-note", "Add milk", '{"text": "buy milk"}')),
         dial("<dial-inform>Added.</dial-inform>"),
-        # Streamed slowly, so that the process is killed while the reply's end is still on its way.
-        Reply(dial(suggest("add-note", "Add bread", '{"text": "buy bread"}')), chunks=16, interval=0.25),
+        # The envelope's end is held back, so that the process is killed while the reply is still on its way.
+        Reply(dial(suggest("add-note", "Add bread", '{"text": "buy bread"}')), chunks=16, hold_after=15),
         dial("<dial-inform>Both are in.</dial-inform>"),
     )
     store = f"sqlite:{tmp_path / 'chats.db'}"
