@@ -5,7 +5,7 @@
   average of several rounds. ``extract_prose_us``: the same for :func:`extract_prose`.
 - ``*_ratio_*``: time for an input of size 2n over time for size n (1.0 is free, 2.0 is linear), best of several
   runs each: prose around an envelope, an envelope of many informs, unclosed tags, nested elements, and a text
-  full of raw ``&`` and ``<`` that takes the repair path.
+  full of raw ``&`` and ``<`` that takes the repair path, and one element with many attributes.
 
 Times are CPU times of this process, so other processes on the machine disturb them less than wall time.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from dial_runtime.language.parser import extract_prose, parse
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from tests.test_parser_hardening import informs, nested, prose, raw_markup, unclosed
+from tests.test_parser_hardening import attributes, informs, nested, prose, raw_markup, unclosed
 
 TYPICAL_REPLY = (
     "Sure, I can add that to your list.\n<dial>\n"
@@ -85,6 +85,7 @@ def main() -> None:
         "unclosed_ratio_100k_vs_50k": round(ratio(unclosed, 50_000 // scale, repetitions), 2),
         "nested_ratio_100k_vs_50k": round(ratio(nested, 50_000 // scale, repetitions), 2),
         "raw_markup_ratio_40k_vs_20k": round(ratio(raw_markup, 20_000 // scale, repetitions), 2),
+        "attributes_ratio_20k_vs_10k": round(ratio(attributes, 10_000 // scale, repetitions), 2),
         "smoke": smoke,
     }
     print(json.dumps(figures))

@@ -31,12 +31,14 @@ class DialError(Exception):
 
 
 class DialSizeError(DialError, ValueError):
-    """Raised by ``parse`` when the envelope (not the prose around it) is larger than the limit."""
+    """Raised by ``parse`` and ``StreamParser`` when the envelope, or the whole reply (``what="reply"``), is larger
+    than its limit; ``size`` is in bytes of UTF-8 (for a stream: what had arrived when it was cut)."""
 
-    def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"DIAL envelope is {size} bytes, over the limit of {limit} bytes")
+    def __init__(self, size: int, limit: int, *, what: str = "envelope") -> None:
+        super().__init__(f"DIAL {what} is {size} bytes, over the limit of {limit} bytes")
         self.size = size
         self.limit = limit
+        self.what = what
 
 
 class ConversationBusy(DialError):

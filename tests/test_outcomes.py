@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from lxml import etree
 
 from dial_runtime import Outcome, outcome_reply, parse, validate
+from dial_runtime.language.outcomes import refusal_reply
 
-from .strategies import outcomes
+from .strategies import any_outcomes, any_text, outcomes
 
 
 def test_the_exact_wire_format() -> None:
@@ -98,3 +100,53 @@ def test_outcome_replies_validate_and_parse_back_to_the_same_facts(items: list[O
         assert declare.type == "dial-declare"
         assert declare.context_key == f"outcome:{outcome.id}"
         assert declare.payload == outcome.fact()
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        pytest.param("\x1b[31mred\x1b[0m", "\\u001b[31mred\\u001b[0m", id="ansi-colour"),
+        pytest.param("a\x0cb", "a\\u000cb", id="form-feed"),
+        pytest.param("\x00", "\\u0000", id="nul"),
+        pytest.param("\ufffe\uffff", "\\ufffe\\uffff", id="non-characters"),
+        pytest.param("\ud83d", "\\ud83d", id="lone-surrogate"),
+        pytest.param("tab\tnew\nline\u2028", "tab\tnew\nline\u2028", id="allowed-stay"),
+    ],
+)
+def test_characters_xml_cannot_hold_are_written_as_visible_escapes(text: str, written: str) -> None:
+    outcome = Outcome(id=f"id{text}", action="x", status="failed", preview=text, error=text)
+    reply = outcome_reply([outcome])
+    reply.encode()  # every character can be written as UTF-8
+    assert validate(reply) == []
+    envelope = parse(reply)
+    assert envelope is not None and envelope.issues == ()
+    acknowledge, declare = envelope.elements
+    assert acknowledge.text == f"Couldn't do it: {written}."
+    assert acknowledge.of == f"id{written}"
+    assert declare.payload["error"] == text  # type: ignore[union-attr]
+
+
+def test_a_refusal_reason_xml_cannot_hold_is_written_as_an_escape() -> None:
+    reply = refusal_reply("reply-\x1b", "bad \ud800 \x00")
+    assert validate(reply) == []
+    envelope = parse(reply)
+    assert envelope is not None
+    assert envelope.elements[0].text == "Your reply could not be used: bad \\ud800 \\u0000"
+
+
+@given(st.lists(any_outcomes, max_size=3))
+def test_any_strings_give_a_well_formed_valid_envelope_with_the_exact_facts(items: list[Outcome]) -> None:
+    reply = outcome_reply(items)
+    etree.fromstring(reply.encode())  # well-formed, and UTF-8 can hold it
+    assert validate(reply) == []
+    envelope = parse(reply)
+    assert envelope is not None and envelope.issues == ()
+    declares = envelope.elements[1::2]
+    assert [declare.payload for declare in declares] == [outcome.fact() for outcome in items]
+
+
+@given(any_text, any_text)
+def test_any_refusal_is_well_formed(reply_id: str, reason: str) -> None:
+    reply = refusal_reply(reply_id, reason)
+    etree.fromstring(reply.encode())
+    assert validate(reply) == []

@@ -5,6 +5,7 @@ grows linearly with the input (measured as a ratio between two sizes, never as a
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import select
 import socket
@@ -16,10 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from dial_runtime.errors import DialError, DialSizeError
 from dial_runtime.language.parser import DEFAULT_MAX_SIZE, MAX_ISSUES_PER_CODE, extract_prose, parse
-from dial_runtime.language.records import Envelope, Inform
+from dial_runtime.language.records import Envelope, Inform, Suggest
+
+from .strategies import replies
 
 SECRET = "top-secret-4f1c9a"
 
@@ -311,6 +315,22 @@ def open_sections(count: int) -> str:
     return "<dial><dial-inform>" + "<!-- <? <![CDATA[ &x; " * count + "</dial-inform></dial>"
 
 
+def attributes(count: int) -> str:
+    """One act with many attributes: lxml's items() looks each value up by name."""
+    return "<dial><dial-inform " + " ".join(f'a{n}="v"' for n in range(count)) + ">x</dial-inform></dial>"
+
+
+def wide_attributes(count: int) -> str:
+    """Many attributes on an act with enough children to be validated in windows."""
+    options = "<dial-option>o</dial-option>" * 70
+    return "<dial><dial-ask " + " ".join(f'a{n}="v"' for n in range(count)) + f">{options}</dial-ask></dial>"
+
+
+def quoted_candidates(count: int) -> str:
+    """Envelope starts in inline code, runs of backticks that close nothing, and empty candidates."""
+    return "`<dial>` `` ` <dial> " * count + "\n" + "<dial></dial>\n" * count + SUGGESTION
+
+
 def start_candidates(count: int) -> str:
     return '<dial title="' * count + SUGGESTION
 
@@ -354,6 +374,9 @@ def time_ratio(small: str, large: str) -> float:
         pytest.param(raw_markup, 5_000, id="raw-and-lt-5k-vs-10k"),
         pytest.param(open_sections, 5_000, id="unterminated-sections-5k-vs-10k"),
         pytest.param(start_candidates, 50_000, id="start-tag-candidates-50k-vs-100k"),
+        pytest.param(attributes, 10_000, id="attributes-10k-vs-20k"),
+        pytest.param(quoted_candidates, 20_000, id="quoted-candidates-20k-vs-40k"),
+        pytest.param(wide_attributes, 10_000, id="attributes-windowed-10k-vs-20k"),
     ],
 )
 def test_time_grows_linearly(make: Callable[[int], str], size: int) -> None:
@@ -361,3 +384,40 @@ def test_time_grows_linearly(make: Callable[[int], str], size: int) -> None:
     # Linear work doubles (2.0); quadratic work quadruples (4.0). Between them lies what a shared machine adds to
     # the larger input (caches, memory), measured here up to about 3.3.
     assert ratio <= 3.5, f"doubling the input multiplied the time by {ratio:.2f}"
+
+
+# ---------------------------------------------------------------------------------------------- any content
+
+
+@pytest.mark.parametrize(
+    ("body", "text", "codes"),
+    [
+        pytest.param("&#xD83D;&#xDE00;", "\U0001f600", [], id="hex-pair"),
+        pytest.param("&#55357;&#56832;", "\U0001f600", [], id="decimal-pair"),
+        pytest.param("a&#xD83D;b", "a\ufffdb", ["recovered"], id="lone-high"),
+        pytest.param("&#xDE00;&#xD83D;", "\ufffd\ufffd", ["recovered", "recovered"], id="reversed-pair"),
+        pytest.param("&#x0000D83D;x", "\ufffdx", ["recovered"], id="leading-zeros"),
+        pytest.param("a\ud83db", "a\ufffdb", ["recovered"], id="raw-lone-surrogate"),
+        pytest.param("\ud83d\ude00", "\ufffd\ufffd", ["recovered"], id="raw-pair-is-two-lone-surrogates"),
+        pytest.param("<![CDATA[&#xD83D;]]>&#xD83D;&#xDE00;", "&#xD83D;\U0001f600", [], id="cdata-stays-literal"),
+    ],
+)
+def test_surrogates_are_decoded_in_pairs_and_replaced_alone(body: str, text: str, codes: list[str]) -> None:
+    result = envelope(f"<dial><dial-inform>{body}</dial-inform></dial>")
+    assert [element.text for element in result.elements] == [text]
+    assert [issue.code for issue in result.issues if issue.code != "schema"] == codes
+
+
+def test_a_surrogate_reference_in_an_attribute_is_decoded() -> None:
+    result = envelope('<dial><dial-suggest action="&#xD83D;&#xDE00;&#xD83D;">x</dial-suggest></dial>')
+    suggest = result.elements[0]
+    assert isinstance(suggest, Suggest)
+    assert suggest.action == "\U0001f600\ufffd"
+    assert [issue.code for issue in result.issues] == ["recovered"]
+
+
+@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@given(replies)
+def test_parse_never_raises_on_content(reply: str) -> None:
+    with contextlib.suppress(DialSizeError):
+        parse(reply)

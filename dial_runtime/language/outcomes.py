@@ -1,17 +1,26 @@
 """Outcomes and the DIAL envelopes that report them to the agent.
 
 :func:`outcome_reply` writes the reference runtime's wire format (one ``dial-acknowledge`` and one
-``dial-declare context-key="outcome:ID"`` per outcome, under a bare ``<dial>``), but always well-formed: texts and
-ids are XML-escaped, tabs, newlines and carriage returns become character references, and ``<``, ``>`` and ``&``
-inside the JSON body are written as JSON escapes, so no string a domain produces can break the envelope.
+``dial-declare context-key="outcome:ID"`` per outcome, under a bare ``<dial>``), but always well-formed, whatever
+the strings hold:
+
+- texts and ids are XML-escaped; tabs, newlines and carriage returns become character references;
+- a character XML 1.0 cannot hold (a C0 control other than tab, newline and carriage return, such as ``\x1b`` of
+  an ANSI colour code or ``\x00``; U+FFFE and U+FFFF; a lone surrogate) is written as the visible escape
+  ``\u001b`` (a backslash, ``u`` and four lowercase hex digits) in texts and ids. Inside the JSON body the
+  same escape is JSON's own, so the agent's JSON decoder gives back the exact string;
+- ``<``, ``>`` and ``&`` inside the JSON body are written as JSON escapes.
+
+:func:`to_json_ready` turns any value into plain JSON data, bounded in depth and size (see its docstring).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -31,25 +40,46 @@ _ACKNOWLEDGEMENTS = {
 _TEXT_ESCAPES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("\r", "&#13;"))
 _ATTRIBUTE_ESCAPES = (*_TEXT_ESCAPES, ('"', "&quot;"), ("\t", "&#9;"), ("\n", "&#10;"))
 _JSON_ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"))
+# What XML 1.0 cannot hold. In a JSON body only U+FFFE, U+FFFF and surrogates can be found (the encoder escapes
+# controls), each inside a JSON string, where the visible escape is JSON's own.
+_NOT_XML: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _refuse(value: object) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 _COMPACT_JSON = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str, check_circular=False
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_refuse, check_circular=False
 )
+
+
+def _visible(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def _replaced(text: str, escapes: tuple[tuple[str, str], ...]) -> str:
     for character, replacement in escapes:
         if character in text:
             text = text.replace(character, replacement)
+    if _NOT_XML.search(text) is not None:
+        text = _NOT_XML.sub(_visible, text)
     return text
 
 
 def escape_text(text: str) -> str:
-    """Escape text content so an XML parser gives back exactly ``text`` (carriage returns included)."""
+    """Escape text content so an XML parser gives back exactly ``text`` (carriage returns included).
+
+    A character XML cannot hold is written as a visible ``\\uXXXX`` escape instead (see the module docstring).
+    """
     return _replaced(text, _TEXT_ESCAPES)
 
 
 def escape_attribute(value: str) -> str:
-    """Escape a double-quoted attribute value so it survives attribute-value normalisation unchanged."""
+    """Escape a double-quoted attribute value so it survives attribute-value normalisation unchanged.
+
+    A character XML cannot hold is written as a visible ``\\uXXXX`` escape instead (see the module docstring).
+    """
     return _replaced(value, _ATTRIBUTE_ESCAPES)
 
 
@@ -57,21 +87,150 @@ def compact_json(value: Any) -> str:
     """``value`` as compact JSON text; values JSON cannot hold are written as in :func:`to_json_ready`."""
     try:
         return _COMPACT_JSON.encode(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return _COMPACT_JSON.encode(to_json_ready(value))
 
 
+MAX_DEPTH: Final = 32
+"""Containers :func:`to_json_ready` descends into, one inside another; a deeper one is replaced by a marker."""
+
+MAX_TEXT: Final = 65_536
+"""Characters :func:`to_json_ready` keeps of one string (and of one value written with ``str()``)."""
+
+MAX_TOTAL_TEXT: Final = 1_048_576
+"""Characters of text :func:`to_json_ready` keeps in all, keys included."""
+
+MAX_ITEMS: Final = 100_000
+"""Values (containers, their items, keys not counted) :func:`to_json_ready` keeps in all."""
+
+_INT_DIGITS: Final = 4_300  # the digits Python converts to text by default (sys.get_int_max_str_digits)
+_INT_BITS: Final = 14_300  # an integer of more bits has more than 4,300 digits
+_SURROGATES: Final = re.compile("[\ud800-\udfff]")
+
+
+class _Budget:
+    """What one :func:`to_json_ready` call may still produce, and the containers holding the current value."""
+
+    __slots__ = ("items", "path", "text")
+
+    def __init__(self) -> None:
+        self.items = MAX_ITEMS
+        self.text = MAX_TOTAL_TEXT
+        self.path: set[int] = set()
+
+
 def to_json_ready(value: Any) -> Any:
-    """``value`` as plain JSON data: what JSON cannot hold (non-finite floats included) becomes ``str(value)``."""
-    if value is None or isinstance(value, (str, bool, int)):
+    """``value`` as plain JSON data that ``json.dumps(..., allow_nan=False)`` and msgspec always encode.
+
+    Never raises (but for ``BaseException`` such as ``KeyboardInterrupt``), and the result is bounded:
+
+    - ``None``, ``bool``, ``str``, ``int`` and finite ``float`` stay (subclasses become the base type);
+      ``nan``, ``inf`` and ``-inf`` become those strings; a lone surrogate in a string becomes U+FFFD;
+    - mappings become objects with ``str()`` keys; lists, tuples, sets and frozensets become arrays;
+    - anything else becomes ``str(value)`` (``repr`` if that raises, else a marker naming the type).
+
+    Where a limit cuts, a marker in brackets says what was cut: a string over :data:`MAX_TEXT` characters
+    (``"...… [cut: 123 more characters]"``), containers nested deeper than :data:`MAX_DEPTH`, a container inside
+    itself (``"[cut: refers to itself]"``), an integer of more than 4,300 digits, and everything past
+    :data:`MAX_ITEMS` values or :data:`MAX_TOTAL_TEXT` characters in all (an array ends in
+    ``"[cut: N more items]"``, an object gets the key ``"…"``).
+    """
+    kind = type(value)
+    if kind is str:
+        return _text(value, _Budget()) if len(value) > 256 or not value.isascii() else value
+    if value is None or kind is bool or (kind is int and -(2**63) <= value < 2**64):
         return value
+    if kind is float and math.isfinite(value):
+        return value
+    return _convert(value, _Budget(), 0)
+
+
+def _convert(value: Any, budget: _Budget, depth: int) -> Any:
+    if value is None or isinstance(value, bool):
+        return value if value is None else bool(value)
+    if isinstance(value, str):
+        return _text(str.__str__(value), budget)
+    if isinstance(value, int):
+        number = int(value)
+        if number.bit_length() <= _INT_BITS:  # more bits would be more digits than Python converts
+            try:
+                if len(str(number)) <= _INT_DIGITS:
+                    return number
+            except ValueError:  # the interpreter's digit limit is lower
+                pass
+        return f"[cut: an integer of {number.bit_length()} bits]"
     if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, (dict, Mapping)):
-        return {str(key): to_json_ready(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json_ready(item) for item in value]
-    return str(value)
+        real = float(value)
+        return real if math.isfinite(real) else str(real)
+    if isinstance(value, (Mapping, list, tuple, set, frozenset)):
+        if depth >= MAX_DEPTH:
+            return f"[cut: nested deeper than {MAX_DEPTH} levels]"
+        ident = id(value)
+        if ident in budget.path:
+            return "[cut: refers to itself]"
+        budget.path.add(ident)
+        try:
+            if isinstance(value, Mapping):
+                return _object(value, budget, depth + 1)
+            return _array(value, budget, depth + 1)
+        except Exception as error:  # a user-defined container whose iteration raises
+            return _unprintable(value, error)
+        finally:
+            budget.path.discard(ident)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value[:MAX_TEXT])
+        return _text(str(data), budget, len(value) - len(data))
+    return _text(_str(value), budget)
+
+
+def _object(value: Mapping[Any, Any], budget: _Budget, depth: int) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for count, (key, item) in enumerate(value.items()):
+        if budget.items <= 0 or budget.text <= 0:
+            result["…"] = f"[cut: {len(value) - count} more entries]"
+            break
+        budget.items -= 1
+        name = key if type(key) is str else _convert(key, budget, depth)
+        result[_text(name if isinstance(name, str) else str(name), budget)] = _convert(item, budget, depth)
+    return result
+
+
+def _array(value: Iterable[Any], budget: _Budget, depth: int) -> list[Any]:
+    result: list[Any] = []
+    for item in value:
+        if budget.items <= 0 or budget.text <= 0:
+            result.append(f"[cut: {len(value) - len(result)} more items]")  # type: ignore[arg-type]
+            break
+        budget.items -= 1
+        result.append(_convert(item, budget, depth))
+    return result
+
+
+def _text(text: str, budget: _Budget, cut: int = 0) -> str:
+    """``text`` within the limits (with a marker if cut), a lone surrogate replaced by U+FFFD."""
+    keep = min(len(text), MAX_TEXT, max(budget.text, 0))
+    cut += len(text) - keep
+    budget.text -= keep
+    if cut:
+        text = f"{text[:keep]}… [cut: {cut} more characters]"
+    if not text.isascii() and _SURROGATES.search(text) is not None:
+        text = _SURROGATES.sub("\ufffd", text)
+    return text
+
+
+def _str(value: Any) -> str:
+    """``str(value)``, else ``repr(value)``, else a marker: a value's own methods may raise anything."""
+    try:
+        return str(value)
+    except Exception as error:
+        try:
+            return repr(value)
+        except Exception:
+            return _unprintable(value, error)
+
+
+def _unprintable(value: Any, error: Exception) -> str:
+    return f"[unprintable {type(value).__name__}: {type(error).__name__}]"
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -122,12 +281,12 @@ def outcome_reply(outcomes: Iterable[Outcome]) -> str:
     for outcome, acknowledgement in zip(outcomes, acknowledgements, strict=False):
         ident = escape_attribute(outcome.id)
         status = escape_attribute(outcome.status)
-        body = compact_json(outcome.fact())
+        body = _replaced(compact_json(outcome.fact()), _JSON_ESCAPES)
         blocks.append(
             f'  <dial-acknowledge of="{ident}" yield="{ident}:{status}">{escape_text(acknowledgement)}'
             "</dial-acknowledge>\n"
             f'  <dial-declare context-key="outcome:{ident}">\n'
-            f'    <dial-payload type="application/json">{_replaced(body, _JSON_ESCAPES)}</dial-payload>\n'
+            f'    <dial-payload type="application/json">{body}</dial-payload>\n'
             "  </dial-declare>"
         )
     return "<dial>\n" + "\n".join(blocks) + "\n</dial>"

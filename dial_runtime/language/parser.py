@@ -1,9 +1,10 @@
 """Find the ``<dial>`` envelope in an agent's reply and parse it into frozen records.
 
-The envelope is located by one linear scan of the reply: it starts at the first ``<dial`` start tag proper
-(``<dial>``, ``<dial …>``, ``<dial/>``; never ``<dialog>`` or a ``<dial-ask>`` mentioned in prose) and ends at the
+An envelope candidate starts at a ``<dial`` start tag proper (``<dial>``, ``<dial …>``, ``<dial/>``; never
+``<dialog>`` or a ``<dial-ask>`` mentioned in prose) that is not inside Markdown inline code, and ends at the
 first ``</dial>`` (whitespace allowed before the ``>``) that is not inside a comment, a CDATA section or a
-processing instruction. Without an end it runs to the end of the reply. Only the envelope is handed to lxml,
+processing instruction; without an end it runs to the end of the reply. The envelope is the first candidate whose
+elements carry content, else the first (see :func:`parse`). Only the envelope is handed to lxml,
 so the prose around it (an XML declaration, a DOCTYPE, stray markup) is never parsed.
 
 The envelope is parsed by libxml2 with entity expansion, DTD loading and network access off, its size limits on,
@@ -16,90 +17,69 @@ ever expanded, fetched or read. The tree is then checked against the lenient XSD
 
 Other issue codes: ``"unknown-element"``, ``"misplaced-element"``, ``"nested-element"`` (a speech act inside
 another one: ignored, not promoted), ``"extra-payload"``, ``"extra-context"``, ``"invalid-json"``,
-``"invalid-attribute"`` and ``"extra-envelope"`` (a later envelope, left unparsed and in the prose).
+``"invalid-attribute"``, ``"extra-envelope"`` (a later envelope, left unparsed and in the prose),
+``"quoted-envelope"`` (a candidate without content read as prose, a later one having content) and
+``"empty-envelope"`` (elements, none of which carries content).
 Lines are 1-based in the whole reply. At most :data:`MAX_ISSUES_PER_CODE` issues are listed per code, plus one
 that counts the rest, so a hostile reply cannot make the list grow without bound.
 
-Time is linear in the size of the reply: every scan moves forward only, and the schema check is cut into windows
+Time is linear in the size of the reply: every scan moves forward only (at most :data:`MAX_CANDIDATES`
+candidates are read), and the schema check is cut into windows
 when an element has many children (libxml2's error paths would otherwise cost quadratic time).
 ``parse`` may be called from several threads at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, TypedDict, cast
+from typing import Any, Final, NamedTuple, cast
 
 from lxml import etree
 
 from dial_runtime.errors import DialSizeError
-from dial_runtime.language.records import (
+from dial_runtime.language.acts import (
     ELEMENT_TYPES,
-    Acknowledge,
-    AskElement,
-    Declare,
-    Delegate,
-    Element,
-    Envelope,
-    Execute,
-    Inform,
-    Option,
-    ParseIssue,
-    Phatic,
-    RootAttributes,
-    Step,
-    Suggest,
+    HELPER_ATTRIBUTES,
+    SPEECH_ACTS,
+    Attributes,
+    Content,
+    ValueKind,
 )
+from dial_runtime.language.hardening import HARDENED_OPTIONS, hardened_parser
+from dial_runtime.language.records import Element, Envelope, Option, ParseIssue, RootAttributes, Step
 from dial_runtime.language.schema import describe_lxml_error, lxml_schema
 
-__all__ = ["DEFAULT_MAX_SIZE", "MAX_ISSUES_PER_CODE", "extract_prose", "parse"]
+__all__ = [
+    "DEFAULT_MAX_REPLY_SIZE",
+    "DEFAULT_MAX_SIZE",
+    "HARDENED_OPTIONS",
+    "MAX_ISSUES_PER_CODE",
+    "extract_prose",
+    "parse",
+]
 
 DEFAULT_MAX_SIZE: Final = 8 * 1024 * 1024
 """The largest envelope :func:`parse` accepts, in bytes of UTF-8."""
 
+DEFAULT_MAX_REPLY_SIZE: Final = 16 * 1024 * 1024
+"""The largest reply, prose included, :func:`parse` and ``StreamParser`` accept, in bytes of UTF-8."""
+
+MAX_CANDIDATES: Final = 16
+"""Envelope candidates :func:`parse` reads at most, looking for one whose elements carry content."""
+
 MAX_ISSUES_PER_CODE: Final = 100
 """Issues listed per code in one envelope; the rest are counted in one more issue."""
 
+# Above this many '=' in an envelope, attributes are read by name (see _fields).
+_MANY_ATTRIBUTES: Final = 256
 # Schema validation looks at no more than this many siblings at a time (see _windows).
 _WINDOW: Final = 64
-
-
-class HardenedOptions(TypedDict):
-    """The keyword options of lxml's parsers that :data:`HARDENED_OPTIONS` sets."""
-
-    resolve_entities: bool
-    no_network: bool
-    load_dtd: bool
-    dtd_validation: bool
-    huge_tree: bool
-    remove_comments: bool
-    remove_pis: bool
-    strip_cdata: bool
-    collect_ids: bool
-
-
-#: The options of every parser that reads an envelope: no entity expansion, no DTD, no network, libxml2's size
-#: limits kept; comments and processing instructions dropped, CDATA sections read as text, ``xml:id`` not indexed.
-HARDENED_OPTIONS: Final[HardenedOptions] = {
-    "resolve_entities": False,
-    "no_network": True,
-    "load_dtd": False,
-    "dtd_validation": False,
-    "huge_tree": False,
-    "remove_comments": True,
-    "remove_pis": True,
-    "strip_cdata": True,
-    "collect_ids": False,
-}
-
-
-def _hardened_parser(*, recover: bool) -> etree.XMLParser:
-    """An lxml parser with :data:`HARDENED_OPTIONS`, recovering from malformed input or not."""
-    return etree.XMLParser(recover=recover, **HARDENED_OPTIONS)
 
 
 # One strict parser per thread: a push parser holds its document between feed() and close().
@@ -120,12 +100,69 @@ _END_SCAN: Final = re.compile(r"</dial\s*>|<!--|<!\[CDATA\[|<\?")
 _TERMINATORS: Final = {"<!--": "-->", "<![CDATA[": "]]>", "<?": "?>"}
 
 
-def _find_start(text: str, pos: int) -> tuple[int, int, bool] | None:
-    """The next ``<dial`` start tag proper at or after ``pos``: (start, end of the tag, self-closing)."""
+class _InlineCode:
+    """Tells whether positions of a text, asked in increasing order, lie inside a Markdown inline code span.
+
+    A span is a run of backticks closed by a run of the same length later on the same line; a run with no such
+    close is literal, and a run of three or more at a line's start opens a fence (whose content is not inline
+    code: an envelope written inside a fenced block counts). Runs longer than eight backticks are literal. Every
+    search moves forward only, so all questions together cost time linear in the text.
+    """
+
+    __slots__ = ("closes", "newline", "pos", "span_end", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+        self.span_end = -1
+        self.newline = -2
+        self.closes: dict[int, int] = {}
+
+    def inside(self, at: int) -> bool:
+        if at < self.span_end:
+            return True
+        text, pos = self.text, max(self.pos, self.span_end)
+        while (run := _TICKS.search(text, pos, at)) is not None:
+            start, pos = run.start(), run.end()
+            length = pos - start
+            if length > 8 or (length >= 3 and (start == 0 or text[start - 1] == "\n")):
+                continue
+            close = self.close(length, pos)
+            if close != -1 and close < self.line_end(pos):
+                pos = self.span_end = close + length
+                if at < pos:
+                    self.pos = start
+                    return True
+        self.pos = at
+        return False
+
+    def close(self, length: int, pos: int) -> int:
+        found = self.closes.get(length, -2)
+        if found != -1 and found < pos:
+            match = _CLOSING_TICKS[length].search(self.text, pos)
+            found = self.closes[length] = match.start() if match is not None else -1
+        return found
+
+    def line_end(self, pos: int) -> int:
+        if self.newline != -1 and self.newline < pos:
+            self.newline = self.text.find("\n", pos)
+        return len(self.text) if self.newline == -1 else self.newline
+
+
+_TICKS: Final = re.compile("`+")
+_CLOSING_TICKS: Final = {length: re.compile(f"(?<!`)`{{{length}}}(?!`)") for length in range(1, 9)}
+
+
+def _find_start(text: str, pos: int, code: _InlineCode | None = None) -> tuple[int, int, bool] | None:
+    """The next ``<dial`` start tag proper at or after ``pos``, outside inline code: (start, end of the tag,
+    self-closing). ``code`` tracks the text's inline code spans (``None``: the text has no backtick)."""
     while True:
         match = _START.search(text, pos)
         if match is None:
             return None
+        if code is not None and code.inside(match.start()):
+            pos = match.end()
+            continue
         if text.startswith(">", match.end()):  # the common bare <dial>
             return match.start(), match.end() + 1, False
         tail = _TAG_TAIL.match(text, match.end()) or _LOOSE_TAG_TAIL.match(text, match.end())
@@ -168,34 +205,57 @@ def _parse_strictly(data: bytes) -> etree._Element:
     """
     parser: etree.XMLParser | None = getattr(_STRICT, "parser", None)
     if parser is None:
-        parser = _STRICT.parser = _hardened_parser(recover=False)
+        parser = _STRICT.parser = hardened_parser(recover=False)
     parser.feed(data)
     return parser.close()
 
 
-def _locate(text: str, pos: int) -> tuple[int, int, bool] | None:
-    """The next envelope at or after ``pos``: (start, end, has its end tag)."""
-    start = _find_start(text, pos)
+def _locate(text: str, pos: int, code: _InlineCode | None = None) -> tuple[int, int, int, bool] | None:
+    """The next envelope candidate at or after ``pos``: (start, end of its start tag, end, has its end tag)."""
+    start = _find_start(text, pos, code)
     if start is None:
         return None
     begin, tag_end, self_closing = start
     if self_closing:
-        return begin, tag_end, True
+        return begin, tag_end, tag_end, True
     end, closed = _find_end(text, tag_end)
-    return begin, end, closed
+    return begin, tag_end, end, closed
+
+
+def _inline_code(text: str) -> _InlineCode | None:
+    return _InlineCode(text) if "`" in text else None
 
 
 def extract_prose(text: str) -> str:
-    """The reply without its first envelope, ends trimmed (internal whitespace is kept).
+    """The reply without its envelope, ends trimmed (internal whitespace is kept).
 
-    ``"Hello <dial>…</dial> bye"`` gives ``"Hello  bye"``. A later envelope stays in the prose, so nothing the
-    agent wrote disappears unreported; with no envelope the whole reply is returned, trimmed.
+    ``"Hello <dial>…</dial> bye"`` gives ``"Hello  bye"``. The envelope is the one :func:`parse` reads (see
+    there), so a ``<dial>`` quoted in prose stays in it, and so does a later envelope: nothing the agent wrote
+    disappears unreported. With no envelope the whole reply is returned, trimmed.
     """
-    found = _locate(text, 0)
+    found = envelope_bounds(text)
     if found is None:
         return text.strip()
     start, end, _ = found
     return (text[:start] + text[end:]).strip()
+
+
+def envelope_bounds(text: str) -> tuple[int, int, bool] | None:
+    """Where the envelope :func:`parse` reads lies in ``text``: (start, end, whether it has its end tag);
+    ``None`` when there is none.
+
+    With a single candidate nothing is parsed; with several, the first ones are (see :func:`parse`).
+    """
+    code = _inline_code(text)
+    found = _locate(text, 0, code)
+    if found is None:
+        return None
+    if _START.search(text, found[1]) is not None:  # maybe several candidates: the one parse reads
+        with contextlib.suppress(DialSizeError):
+            chosen = _choose(text, DEFAULT_MAX_SIZE, schema=False)
+            if chosen is not None:
+                found = chosen[0].found
+    return found[0], found[2], found[3]
 
 
 # ---------------------------------------------------------------------------------------------- issues
@@ -204,15 +264,17 @@ def extract_prose(text: str) -> str:
 class _Issues:
     """Collects issues, listing at most :data:`MAX_ISSUES_PER_CODE` per code.
 
-    ``wide`` records that some element has more than :data:`_WINDOW` children, which validation must know.
+    ``wide`` records that some element has more than :data:`_WINDOW` children, which validation must know;
+    ``many_attributes`` that the envelope may have elements with many attributes, which reading them must know.
     """
 
-    __slots__ = ("counts", "items", "wide")
+    __slots__ = ("counts", "items", "many_attributes", "wide")
 
-    def __init__(self) -> None:
+    def __init__(self, *, many_attributes: bool = False) -> None:
         self.items: list[ParseIssue] = []
         self.counts: dict[str, int] = {}
         self.wide = False
+        self.many_attributes = many_attributes
 
     def full(self, code: str) -> bool:
         return self.counts.get(code, 0) >= MAX_ISSUES_PER_CODE
@@ -239,7 +301,21 @@ _REPAIR_SCAN: Final = re.compile(
     r"(?P<ref>&)|(?P<comment><!--)|(?P<cdata><!\[CDATA\[)|(?P<pi><\?)|(?P<doctype><!(?i:doctype))"
     r"|(?P<end></(?=[^\W\d]|:))|(?P<tag><(?=[^\W\d]|:))|(?P<lt><)|(?P<cdata_end>\]\]>)"
 )
-_REF: Final = re.compile(r"&(?:#[0-9]+|#x[0-9a-fA-F]+|([^\W\d][\w.:-]*|:[\w.:-]*));")
+_REF: Final = re.compile(r"&(?:#([0-9]+)|#x([0-9a-fA-F]+)|([^\W\d][\w.:-]*|:[\w.:-]*));")
+
+
+def _surrogate(ref: re.Match[str]) -> int | None:
+    """The code point a numeric character reference (a ``_REF`` match) names, if it is a surrogate."""
+    decimal, hexadecimal = ref.group(1), ref.group(2)
+    if decimal is not None:
+        code = int(decimal[-7:]) if len(decimal.lstrip("0")) <= 7 else 0
+    elif hexadecimal is not None:
+        code = int(hexadecimal[-6:], 16) if len(hexadecimal.lstrip("0")) <= 6 else 0
+    else:
+        return None
+    return code if 0xD800 <= code <= 0xDFFF else None
+
+
 _PREDEFINED: Final = frozenset({"amp", "lt", "gt", "quot", "apos"})
 _AMP: Final = re.compile("&")
 _TAG_NAME: Final = re.compile(r"""[^\s/>"'<=&]+""")
@@ -336,27 +412,45 @@ class _Repairer:
         self.replace(at, at + 1, "&lt;")
         self.issues.add("recovered", f"{what} kept as text", self.line_at(at))
 
-    def fix_reference(self, text: str, at: int, line: int) -> tuple[str, int]:
-        """The replacement for the ``&`` at ``at`` in ``text`` and where scanning resumes."""
+    def fix_reference(self, text: str, at: int, line: int) -> tuple[str, int, int]:
+        """What replaces the ``&`` at ``at`` in ``text``: (replacement, end of what it replaces, scan resumes).
+
+        A character reference to a surrogate is decoded when a high one is followed by a low one (UTF-16
+        serialisers write a character outside the BMP so) and replaced by U+FFFD otherwise.
+        """
         ref = _REF.match(text, at)
         if ref is None:
             self.issues.add("recovered", "a raw '&' written as '&amp;'", line)
-            return "&amp;", at + 1
-        name = ref.group(1)
-        if name is None or name in _PREDEFINED:
-            return "&", ref.end()
+            return "&amp;", at + 1, at + 1
+        name = ref.group(3)
+        if name is None:
+            code = _surrogate(ref)
+            if code is None:
+                return "&", at, ref.end()
+            if code < 0xDC00:
+                low = _REF.match(text, ref.end())
+                low_code = _surrogate(low) if low is not None else None
+                if low is not None and low_code is not None and low_code >= 0xDC00:
+                    combined = 0x10000 + ((code - 0xD800) << 10) + (low_code - 0xDC00)
+                    return f"&#x{combined:X};", low.end(), low.end()
+            self.issues.add(
+                "recovered", f"a reference to a lone surrogate ({ref.group()}) replaced by U+FFFD", line
+            )
+            return "\ufffd", ref.end(), ref.end()
+        if name in _PREDEFINED:
+            return "&", at, ref.end()
         self.issues.add(
             "entity",
             f"entity reference '&{name};' kept as text: only the five XML entities and character "
             "references are decoded, nothing is expanded or fetched",
             line,
         )
-        return "&amp;", at + 1
+        return "&amp;", at + 1, at + 1
 
     def reference(self, at: int) -> int:
-        replacement, resume = self.fix_reference(self.raw, at, self.line_at(at))
-        if replacement != "&":
-            self.replace(at, at + 1, replacement)
+        replacement, replaced_end, resume = self.fix_reference(self.raw, at, self.line_at(at))
+        if replaced_end > at:
+            self.replace(at, replaced_end, replacement)
         return resume
 
     def fix_value(self, value: str, line: int) -> str:
@@ -365,10 +459,11 @@ class _Repairer:
         parts: list[str] = []
         copied = scan = 0
         while (match := _AMP.search(value, scan)) is not None:
-            replacement, scan = self.fix_reference(value, match.start(), line)
-            parts.append(value[copied : match.start()])
-            parts.append(replacement)
-            copied = match.start() + 1
+            replacement, replaced_end, scan = self.fix_reference(value, match.start(), line)
+            if replaced_end > match.start():
+                parts.append(value[copied : match.start()])
+                parts.append(replacement)
+                copied = replaced_end
         parts.append(value[copied:])
         return "".join(parts)
 
@@ -494,7 +589,7 @@ def _recover(raw: str, base: int, issues: _Issues, *, repair: bool) -> etree._El
     repaired = _Repairer(raw, base, issues).run() if repair else raw
     parser: etree.XMLParser | None = getattr(_RECOVERY, "parser", None)
     if parser is None:
-        parser = _hardened_parser(recover=True)
+        parser = hardened_parser(recover=True)
         _RECOVERY.parser = parser
     root: etree._Element | None
     try:
@@ -656,51 +751,42 @@ def _payload(payloads: Sequence[etree._Element], parent: str, issues: _Issues, b
 # ---------------------------------------------------------------------------------------------- speech acts
 
 _Converter = Callable[[str, str, etree._Element, _Issues, int], Any]
-# XML attribute name -> (record field, converter or None to keep the string). Absent attributes are not
-# passed, so the records' own defaults (SPEC-NOTES section 1) apply.
-_Attributes = dict[str, tuple[str, _Converter | None]]
+# XML attribute name -> (record field, converter or None to keep the string), built from the registry.
+_Fields = dict[str, tuple[str, _Converter | None]]
 
-_ACT: Final[_Attributes] = {
-    "id": ("id", None),
-    "observe": ("observe", None),
-    "yield": ("yields", _events),
-    "addressed-to": ("addressed_to", None),
-    "lang": ("lang", None),
-}
-_ATTRIBUTES: Final[dict[str, _Attributes]] = {
-    "dial": {
-        "version": ("version", None),
-        "turn": ("turn", _unsigned),
-        "actor": ("actor", None),
-        "session": ("session", None),
-    },
-    "dial-inform": {**_ACT, "render": ("render", None)},
-    "dial-ask": {**_ACT, "response-type": ("response_type", None), "timeout": ("timeout", _seconds)},
-    "dial-suggest": {**_ACT, "render": ("render", None), "action": ("action", None), "multi": ("multi", _boolean)},
-    "dial-execute": _ACT,
-    "dial-acknowledge": {**_ACT, "of": ("of", None)},
-    "dial-declare": {**_ACT, "context-key": ("context_key", None)},
-    "dial-delegate": {**_ACT, "to": ("to", None), "intent": ("intent", None), "resume": ("resume", _boolean)},
-    "dial-phatic": {**_ACT, "signal": ("signal", None), "interval": ("interval", _seconds)},
-    "dial-option": {
-        "value": ("value", None),
-        "default": ("default", _boolean),
-        "disabled": ("disabled", _boolean),
-    },
-    "step": {
-        "env": ("env", None),
-        "id": ("id", None),
-        "label": ("label", None),
-        "observe": ("observe", None),
-        "yield": ("yields", _events),
-    },
+_CONVERTERS: Final[dict[ValueKind, _Converter | None]] = {
+    "text": None,
+    "events": _events,
+    "boolean": _boolean,
+    "seconds": _seconds,
+    "unsigned": _unsigned,
 }
 
 
-def _fields(element: etree._Element, table: _Attributes, issues: _Issues, base: int) -> dict[str, Any]:
+def _converters(attributes: Attributes) -> _Fields:
+    return {name: (field, _CONVERTERS[kind]) for name, (field, kind) in attributes.items()}
+
+
+_ATTRIBUTES: Final[dict[str, _Fields]] = {
+    name: _converters(attributes)
+    for name, attributes in [
+        *((act.name, act.attributes) for act in SPEECH_ACTS.values()),
+        *HELPER_ATTRIBUTES.items(),
+    ]
+}
+
+
+def _fields(element: etree._Element, table: _Fields, issues: _Issues, base: int) -> dict[str, Any]:
     """The record fields the element's attributes give through ``table``; other attributes are skipped."""
     fields: dict[str, Any] = {}
-    for name, value in cast("list[tuple[str, str]]", element.items()):
+    if not issues.many_attributes:
+        pairs = cast("list[tuple[str, str]]", element.items())
+    else:
+        # lxml's items() looks every value up by name, in time quadratic in the number of attributes: read the
+        # names, then the values of the few known ones. items() is a third faster for the usual few attributes.
+        names = cast("list[str]", element.keys())
+        pairs = [(name, cast("str", element.get(name))) for name in names if name in table]
+    for name, value in pairs:
         spec = table.get(name)
         if spec is not None:
             field, convert = spec
@@ -708,17 +794,18 @@ def _fields(element: etree._Element, table: _Attributes, issues: _Issues, base: 
     return fields
 
 
-def _carrier(element: etree._Element, issues: _Issues, base: int) -> Inform | Suggest | Declare:
-    """An inform, suggest or declare: text and an optional ``<dial-payload>``."""
+def _carrier(element: etree._Element, issues: _Issues, base: int) -> Element:
+    """An act of text and an optional ``<dial-payload>`` (inform, suggest, declare)."""
     tag = element.tag
     text, payloads = _content(element, "dial-payload", issues, base)
     fields = _fields(element, _ATTRIBUTES[tag], issues, base)
     if payloads:
         fields.update(_payload(payloads, tag, issues, base))
-    return _CARRIERS[tag](**fields, line=_line(element, base), text=text)
+    return _RECORDS[tag](**fields, line=_line(element, base), text=text)
 
 
-def _ask(element: etree._Element, issues: _Issues, base: int) -> AskElement:
+def _ask(element: etree._Element, issues: _Issues, base: int) -> Element:
+    """An act of text and ``<dial-option>`` children (ask)."""
     text, option_elements = _content(element, "dial-option", issues, base)
     options = []
     for option in option_elements:
@@ -726,69 +813,72 @@ def _ask(element: etree._Element, issues: _Issues, base: int) -> AskElement:
         fields = _fields(option, _ATTRIBUTES["dial-option"], issues, base)
         fields.setdefault("value", label)
         options.append(Option(**fields, label=label))
-    return AskElement(
-        **_fields(element, _ATTRIBUTES["dial-ask"], issues, base),
+    return _RECORDS[element.tag](
+        **_fields(element, _ATTRIBUTES[element.tag], issues, base),
         line=_line(element, base),
         text=text,
         options=tuple(options),
     )
 
 
-def _execute(element: etree._Element, issues: _Issues, base: int) -> Execute:
+def _execute(element: etree._Element, issues: _Issues, base: int) -> Element:
+    """An act of ``<step>`` children (execute)."""
     steps = tuple(
         Step(
             **_fields(step, _ATTRIBUTES["step"], issues, base), command=_content(step, None, issues, base)[0] or ""
         )
         for step in _content(element, "step", issues, base)[1]
     )
-    return Execute(
-        **_fields(element, _ATTRIBUTES["dial-execute"], issues, base), line=_line(element, base), steps=steps
-    )
+    fields = _fields(element, _ATTRIBUTES[element.tag], issues, base)
+    return _RECORDS[element.tag](**fields, line=_line(element, base), steps=steps)
 
 
-def _acknowledge(element: etree._Element, issues: _Issues, base: int) -> Acknowledge:
+def _text_only(element: etree._Element, issues: _Issues, base: int) -> Element:
+    """An act of text only (acknowledge)."""
     text = _content(element, None, issues, base)[0]
-    fields = _fields(element, _ATTRIBUTES["dial-acknowledge"], issues, base)
-    return Acknowledge(**fields, line=_line(element, base), text=text)
+    fields = _fields(element, _ATTRIBUTES[element.tag], issues, base)
+    return _RECORDS[element.tag](**fields, line=_line(element, base), text=text)
 
 
-def _delegate(element: etree._Element, issues: _Issues, base: int) -> Delegate:
-    """A delegate: description text, and the payload of its ``<dial-context>`` (not part of the text)."""
+def _delegate(element: etree._Element, issues: _Issues, base: int) -> Element:
+    """An act of text and the payload of its ``<dial-context>``, not part of the text (delegate)."""
+    tag = element.tag
     text, contexts = _content(element, "dial-context", issues, base)
-    fields = _fields(element, _ATTRIBUTES["dial-delegate"], issues, base)
+    fields = _fields(element, _ATTRIBUTES[tag], issues, base)
     if contexts:
         for extra in contexts[1:]:
             issues.add(
                 "extra-context",
-                "a second <dial-context> in <dial-delegate> is ignored; only the first counts",
+                f"a second <dial-context> in <{tag}> is ignored; only the first counts",
                 _line(extra, base),
             )
         payloads = _content(contexts[0], "dial-payload", issues, base)[1]
         if payloads:
-            fields.update(_payload(payloads, "dial-delegate", issues, base))
-    return Delegate(**fields, line=_line(element, base), text=text)
+            fields.update(_payload(payloads, tag, issues, base))
+    return _RECORDS[tag](**fields, line=_line(element, base), text=text)
 
 
-def _phatic(element: etree._Element, issues: _Issues, base: int) -> Phatic:
+def _empty(element: etree._Element, issues: _Issues, base: int) -> Element:
+    """An act whose content is not read (phatic)."""
     _content(element, None, issues, base)  # the content is dropped, but stray children are still reported
-    return Phatic(**_fields(element, _ATTRIBUTES["dial-phatic"], issues, base), line=_line(element, base))
+    return _RECORDS[element.tag](
+        **_fields(element, _ATTRIBUTES[element.tag], issues, base), line=_line(element, base)
+    )
 
 
-_CARRIERS: Final[dict[str, type[Inform] | type[Suggest] | type[Declare]]] = {
-    "dial-inform": Inform,
-    "dial-suggest": Suggest,
-    "dial-declare": Declare,
+# The record type of each act, as a constructor of any fields.
+_RECORDS: Final[dict[str, Callable[..., Element]]] = dict(ELEMENT_TYPES)
+
+
+_BY_CONTENT: Final[dict[Content, Callable[[etree._Element, _Issues, int], Element]]] = {
+    "payload": _carrier,
+    "options": _ask,
+    "steps": _execute,
+    "text": _text_only,
+    "context": _delegate,
+    "empty": _empty,
 }
-_BUILDERS: Final[dict[str, Callable[[etree._Element, _Issues, int], Element]]] = {
-    "dial-inform": _carrier,
-    "dial-ask": _ask,
-    "dial-suggest": _carrier,
-    "dial-execute": _execute,
-    "dial-acknowledge": _acknowledge,
-    "dial-declare": _carrier,
-    "dial-delegate": _delegate,
-    "dial-phatic": _phatic,
-}
+_BUILDERS: Final = {name: _BY_CONTENT[act.content] for name, act in SPEECH_ACTS.items()}
 _NO_ROOT_ATTRIBUTES: Final = RootAttributes()
 
 
@@ -811,12 +901,15 @@ def _shell(element: etree._Element, *, first: bool) -> etree._Element:
 
     Later copies have no attributes, so an attribute error is reported once (the lenient XSD requires none).
     """
-    shell = etree.Element(element.tag)
-    shell.sourceline = element.sourceline
-    if first:
-        for name, value in element.items():
-            shell.set(name, value)
-        shell.text = element.text
+    if not first:
+        shell = etree.Element(element.tag)
+        shell.sourceline = element.sourceline
+        return shell
+    # A copy keeps line, attributes and text in time linear in their number (copying attributes one by one
+    # through lxml's items() would be quadratic); the children are the windows' to place.
+    shell = copy.copy(element)
+    del shell[:]
+    shell.tail = None
     return shell
 
 
@@ -886,8 +979,9 @@ def _check(schema: etree.XMLSchema, tree: etree._Element, issues: _Issues, base:
 
 def _extra_envelopes(text: str, pos: int, line: int, line_pos: int, issues: _Issues) -> None:
     """Report every later envelope with its line; they are not parsed and stay in the prose."""
-    while (found := _locate(text, pos)) is not None:
-        start, pos, _ = found
+    code = _inline_code(text)
+    while (found := _locate(text, pos, code)) is not None:
+        start, _, pos, _ = found
         line += text.count("\n", line_pos, start)
         line_pos = start
         issues.add(
@@ -897,21 +991,20 @@ def _extra_envelopes(text: str, pos: int, line: int, line_pos: int, issues: _Iss
         )
 
 
-def parse(text: str, *, max_size: int = DEFAULT_MAX_SIZE, schema: bool = True) -> Envelope | None:
-    """Parse the first DIAL envelope of an agent's reply; ``None`` when the reply holds none.
+class _Read(NamedTuple):
+    """One envelope candidate, read: where it is, what it holds, the issues found so far."""
 
-    ``max_size`` limits the envelope (not the prose around it) in bytes of UTF-8; it is checked before any XML
-    parsing, and a larger envelope raises :class:`~dial_runtime.errors.DialSizeError`. Never raises on content:
-    whatever could not be read as written is repaired or skipped and reported in ``Envelope.issues``.
+    found: tuple[int, int, int, bool]
+    attributes: RootAttributes
+    elements: tuple[Element, ...]
+    issues: _Issues
+    base: int
+    usable: bool
 
-    ``schema=False`` skips the check against the lenient XSD, whose findings are only ever issues (``"schema"``):
-    the elements are the same either way. It is for callers that read the elements and not the issues, as the
-    runtime does while a reply has elements to handle.
-    """
-    found = _locate(text, 0)
-    if found is None:
-        return None
-    start, end, closed = found
+
+def _read(text: str, found: tuple[int, int, int, bool], max_size: int, schema: bool) -> _Read:
+    """Read the envelope candidate ``found`` of ``text`` (see :func:`parse`)."""
+    start, _, end, closed = found
     raw = text[start:end]
     clean = True
     data: bytes | None = None
@@ -927,7 +1020,7 @@ def parse(text: str, *, max_size: int = DEFAULT_MAX_SIZE, schema: bool = True) -
     if size > max_size:
         raise DialSizeError(size, max_size)
     base = text.count("\n", 0, start)
-    issues = _Issues()
+    issues = _Issues(many_attributes=raw.count("=") > _MANY_ATTRIBUTES)
     root: etree._Element | None = None
     repair = True
     if clean:
@@ -956,6 +1049,88 @@ def parse(text: str, *, max_size: int = DEFAULT_MAX_SIZE, schema: bool = True) -
                 elements.append(builder(child, issues, base))
         if schema:
             _validate(root, issues, base)
+    usable = False
+    for element in elements:
+        if element.has_content:
+            usable = True
+            break
+    return _Read(found, attributes, tuple(elements), issues, base, usable)
+
+
+def _choose(text: str, max_size: int, schema: bool) -> tuple[_Read, list[int]] | None:
+    """The envelope of a reply and the starts of the candidates skipped before it; ``None`` with no candidate.
+
+    The first candidate whose elements carry content wins; when none does (of the first
+    :data:`MAX_CANDIDATES`), the first candidate, with nothing skipped.
+    """
+    code = _inline_code(text)
+    found = _locate(text, 0, code)
+    if found is None:
+        return None
+    first: _Read | None = None
+    skipped: list[int] = []
+    for _ in range(MAX_CANDIDATES):
+        candidate = _read(text, found, max_size, schema)
+        if candidate.usable:
+            return candidate, skipped
+        first = first or candidate
+        following = _locate(text, found[1], code)  # a later candidate may lie inside this one
+        if following is None:
+            break
+        skipped.append(found[0])
+        found = following
+    assert first is not None
+    return first, []
+
+
+def parse(
+    text: str,
+    *,
+    max_size: int = DEFAULT_MAX_SIZE,
+    schema: bool = True,
+    max_reply_size: int = DEFAULT_MAX_REPLY_SIZE,
+) -> Envelope | None:
+    """Parse the DIAL envelope of an agent's reply; ``None`` when the reply holds none.
+
+    The envelope is the first ``<dial>`` start tag that is not inside Markdown inline code (a span of backticks
+    on one line; a fenced code block is no inline code, so an envelope written in one counts) whose elements
+    carry content (``Envelope.usable``); a ``<dial>`` passed over for that is reported (``"quoted-envelope"``) and
+    stays in the prose. When none of the first :data:`MAX_CANDIDATES` carries content, the first is the envelope,
+    and ``"empty-envelope"`` says so when it has elements.
+
+    ``max_size`` limits the envelope (not the prose around it) in bytes of UTF-8; it is checked before any XML
+    parsing, and a larger envelope raises :class:`~dial_runtime.errors.DialSizeError`; ``max_reply_size`` limits
+    the whole reply likewise (``DialSizeError`` with ``what="reply"``). Never raises on content: whatever could
+    not be read as written is repaired or skipped and reported in ``Envelope.issues``.
+
+    ``schema=False`` skips the check against the lenient XSD, whose findings are only ever issues (``"schema"``):
+    the elements are the same either way. It is for callers that read the elements and not the issues, as the
+    runtime does while a reply has elements to handle.
+    """
+    if len(text) > max_reply_size // 4:  # a character is at most four bytes: shorter texts are within the limit
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        if size > max_reply_size:
+            raise DialSizeError(size, max_reply_size, what="reply")
+    chosen = _choose(text, max_size, schema)
+    if chosen is None:
+        return None
+    candidate, skipped = chosen
+    start, _, end, _ = candidate.found
+    issues = candidate.issues
+    for position in skipped:
+        issues.add(
+            "quoted-envelope",
+            "this <dial> holds no speech act with content and a later one does: it is read as prose",
+            text.count("\n", 0, position) + 1,
+        )
+    if candidate.elements and not candidate.usable:
+        issues.add(
+            "empty-envelope",
+            f"the envelope gives nothing to show or do: its {len(candidate.elements)} elements are all empty",
+            candidate.base + 1,
+        )
     if _START.search(text, end) is not None:
-        _extra_envelopes(text, end, base + 1, start, issues)
-    return Envelope(attributes=attributes, elements=tuple(elements), raw=raw, issues=issues.result())
+        _extra_envelopes(text, end, candidate.base + 1, start, issues)
+    return Envelope(
+        attributes=candidate.attributes, elements=candidate.elements, raw=text[start:end], issues=issues.result()
+    )

@@ -77,6 +77,11 @@ class Inform(_PayloadCarrier, frozen=True, kw_only=True):
     type: str = "dial-inform"
     render: str = "prose"
 
+    @property
+    def has_content(self) -> bool:
+        """Whether there is something to show: text or a payload."""
+        return bool(self.text) or self.payload_text is not None
+
 
 class AskElement(_Act, frozen=True, kw_only=True):
     """``<dial-ask>``: a question; ``timeout`` is in seconds (``None``: wait forever)."""
@@ -87,6 +92,11 @@ class AskElement(_Act, frozen=True, kw_only=True):
     text: str | None = None
     options: tuple[Option, ...] = ()
 
+    @property
+    def has_content(self) -> bool:
+        """Whether there is something to ask: text or options."""
+        return bool(self.text) or bool(self.options)
+
 
 class Suggest(_PayloadCarrier, frozen=True, kw_only=True):
     """``<dial-suggest>``: a proposed action, with the agent's wording in ``text``."""
@@ -96,12 +106,22 @@ class Suggest(_PayloadCarrier, frozen=True, kw_only=True):
     action: str | None = None
     multi: bool = False
 
+    @property
+    def has_content(self) -> bool:
+        """Always: even an empty suggestion gets an outcome."""
+        return True
+
 
 class Execute(_Act, frozen=True, kw_only=True):
     """``<dial-execute>``: a graph of steps linked by observe/yield."""
 
     type: str = "dial-execute"
     steps: tuple[Step, ...] = ()
+
+    @property
+    def has_content(self) -> bool:
+        """Whether there are steps."""
+        return bool(self.steps)
 
 
 class Acknowledge(_Act, frozen=True, kw_only=True):
@@ -111,12 +131,22 @@ class Acknowledge(_Act, frozen=True, kw_only=True):
     of: str | None = None
     text: str | None = None
 
+    @property
+    def has_content(self) -> bool:
+        """Whether there is text to show."""
+        return bool(self.text)
+
 
 class Declare(_PayloadCarrier, frozen=True, kw_only=True):
     """``<dial-declare>``: a named fact; the body may be a payload or bare JSON text (kept in ``text``)."""
 
     type: str = "dial-declare"
     context_key: str | None = None
+
+    @property
+    def has_content(self) -> bool:
+        """Whether it names a fact (a ``context-key``), or has a body a suggestion before it may use."""
+        return self.context_key is not None or bool(self.text) or self.payload_text is not None
 
 
 class Delegate(_PayloadCarrier, frozen=True, kw_only=True):
@@ -127,6 +157,11 @@ class Delegate(_PayloadCarrier, frozen=True, kw_only=True):
     intent: str | None = None
     resume: bool = False
 
+    @property
+    def has_content(self) -> bool:
+        """Whether there is a target, text or a payload to hand off."""
+        return bool(self.to or self.text) or self.payload_text is not None
+
 
 class Phatic(_Act, frozen=True, kw_only=True):
     """``<dial-phatic>``: a channel signal such as ``typing`` or ``session-complete``."""
@@ -135,19 +170,13 @@ class Phatic(_Act, frozen=True, kw_only=True):
     signal: str | None = None
     interval: float | None = None
 
+    @property
+    def has_content(self) -> bool:
+        """Whether there is a signal."""
+        return bool(self.signal)
+
 
 Element = Inform | AskElement | Suggest | Execute | Acknowledge | Declare | Delegate | Phatic
-
-ELEMENT_TYPES: dict[str, type[Element]] = {
-    "dial-inform": Inform,
-    "dial-ask": AskElement,
-    "dial-suggest": Suggest,
-    "dial-execute": Execute,
-    "dial-acknowledge": Acknowledge,
-    "dial-declare": Declare,
-    "dial-delegate": Delegate,
-    "dial-phatic": Phatic,
-}
 
 
 class Envelope(msgspec.Struct, frozen=True, kw_only=True):
@@ -157,6 +186,12 @@ class Envelope(msgspec.Struct, frozen=True, kw_only=True):
     elements: tuple[Element, ...] = ()
     raw: str = ""
     issues: tuple[ParseIssue, ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        """Whether some element carries content (see each record's ``has_content``); ``False`` for an envelope
+        the runtime has nothing to show or do for, such as one of empty informs, which it refuses."""
+        return any(element.has_content for element in self.elements)
 
 
 def is_json_type(media_type: str | None) -> bool:

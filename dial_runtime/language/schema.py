@@ -37,6 +37,9 @@ from typing import Any, cast
 import msgspec
 from lxml import etree
 
+from dial_runtime.language.acts import ACT_NAMES, SPEECH_ACTS
+from dial_runtime.language.hardening import SAFE_OPTIONS
+
 __all__ = [
     "SchemaIssue",
     "describe_lxml_error",
@@ -91,18 +94,13 @@ def _xsd_path(strict: bool) -> pathlib.Path:
 
 
 def hardened_parser() -> etree.XMLParser:
-    """A new lxml parser that expands no entity, loads no DTD, uses no network and keeps libxml2's size limits.
+    """A new lxml parser with :data:`~dial_runtime.language.hardening.SAFE_OPTIONS`: it expands no entity, loads
+    no DTD, uses no network and keeps libxml2's size limits.
 
     Text is read as UTF-8 whatever an XML declaration says, since :func:`validate` encodes its ``str`` so.
     Parsers are not thread-safe: take a new one per parse (it is cheap).
     """
-    return etree.XMLParser(
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        huge_tree=False,
-        encoding="utf-8",
-    )
+    return etree.XMLParser(**SAFE_OPTIONS, encoding="utf-8")
 
 
 def lxml_schema(strict: bool = False) -> etree.XMLSchema:
@@ -112,7 +110,7 @@ def lxml_schema(strict: bool = False) -> etree.XMLSchema:
 
 @functools.cache
 def _lxml_schema(strict: bool) -> etree.XMLSchema:
-    parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
+    parser = etree.XMLParser(**SAFE_OPTIONS)
     return etree.XMLSchema(etree.parse(str(xsd_path(strict)), parser))
 
 
@@ -338,30 +336,21 @@ def _element_at(tree: etree._ElementTree, path: str | None) -> etree._Element | 
 
 # ---------------------------------------------------------------------------------------------- messages
 
-_ACT_LIST = (
-    "dial-inform",
-    "dial-ask",
-    "dial-suggest",
-    "dial-execute",
-    "dial-acknowledge",
-    "dial-declare",
-    "dial-delegate",
-    "dial-phatic",
-)
-
-# Where each helper element may appear.
+# Where each helper element may appear: the acts whose content holds it (a payload also in dial-context).
+_HELPERS = {"dial-payload": "payload", "dial-option": "options", "step": "steps", "dial-context": "context"}
 _HOMES: dict[str, tuple[str, ...]] = {
-    "dial-payload": ("dial-inform", "dial-suggest", "dial-declare", "dial-context"),
-    "dial-option": ("dial-ask",),
-    "step": ("dial-execute",),
-    "dial-context": ("dial-delegate",),
-    **{act: ("dial",) for act in _ACT_LIST},
+    **{
+        helper: tuple(name for name, act in SPEECH_ACTS.items() if act.content == content)
+        + (("dial-context",) if helper == "dial-payload" else ())
+        for helper, content in _HELPERS.items()
+    },
+    **{act: ("dial",) for act in ACT_NAMES},
 }
 
 # The child elements each element may hold.
 _CHILDREN: dict[str, tuple[str, ...]] = {
-    "dial": _ACT_LIST,
-    **{parent: tuple(child for child, homes in _HOMES.items() if parent in homes) for parent in _ACT_LIST},
+    "dial": ACT_NAMES,
+    **{parent: tuple(child for child, homes in _HOMES.items() if parent in homes) for parent in ACT_NAMES},
     "dial-context": ("dial-payload",),
 }
 
