@@ -208,7 +208,7 @@ class _WebSurface:
         ids = await self.settings.store.conversations()
         return JSONResponse({"conversations": [each for each in ids if self._may_view(principal, each)]})
 
-    async def agui(self, request: Request) -> Response:
+    async def agui(self, request: Request) -> Response | _EventStream:
         """``POST /agui``: one AG-UI run, answered as a server-sent event stream."""
         principal = await self._principal(request)
         if principal is None:
@@ -388,21 +388,22 @@ def _resolution(entry: ResumeEntry, subject: Suggestion | Ask, principal: str) -
 
 
 def _unknown(interrupt: str, waiting: Iterable[Suggestion | Ask], log: Sequence[LogEntry]) -> _Refused:
-    """Why a resume names an interrupt that does not wait: decided elsewhere (by whom), superseded by a refusal,
-    or never asked."""
+    """Why a resume names an interrupt that does not wait: replaced after a refused edit, decided elsewhere (by
+    whom), ended otherwise, or never asked."""
     subject = interrupt.rpartition("~")[0] or interrupt
-    for entry in reversed(log):
-        event: Any = entry.event
+    if any(each.id == subject for each in waiting):
+        return _Refused("stale-interrupt", f"interrupt {interrupt!r} was replaced after a refused edit; reload")
+    events: list[Any] = [entry.event for entry in reversed(log)]
+    for event in events:
         if event.type == "decided" and event.suggestion_id == subject:
             return _Refused(
                 "already-decided", f"{subject!r} was already decided ({event.decision}) by {event.by or 'someone'}"
             )
         if event.type == "answered" and event.ask_id == subject and event.text:
             return _Refused("already-decided", f"{subject!r} was already answered by {event.by or 'someone'}")
+    for event in events:
         if event.type == "outcome" and event.id == subject:
             return _Refused("already-decided", f"{subject!r} already ended {event.status}")
-    if any(each.id == subject for each in waiting):
-        return _Refused("stale-interrupt", f"interrupt {interrupt!r} was replaced after a refused edit; reload")
     return _Refused("unknown-interrupt", f"no interrupt {interrupt!r} waits in this conversation")
 
 
@@ -456,24 +457,26 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-class _EventStream(Response):
+class _EventStream:
     """An AG-UI event stream: ``RUN_STARTED``, what the run emits, and ``RUN_ERROR`` if it is refused or fails.
 
     The run is shielded from the client: a page that reloads or loses its connection mid-turn does not cancel the
     agent's turn; the turn ends as it would have, in the log, and the next snapshot shows it.
     """
 
-    media_type = "text/event-stream"
-
     def __init__(
         self, run: Callable[[Callable[[BaseEvent], None]], Awaitable[None]], run_input: RunAgentInput
     ) -> None:
-        super().__init__(headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self._drive = run
         self._input = run_input
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         sender, receiver = anyio.create_memory_object_stream[BaseEvent](math.inf)
 
         async def produce() -> None:
