@@ -265,11 +265,12 @@ class _WebSurface:
             for mapped in mapper.map(event):
                 emit(mapped)
 
+        agent = settings.agent(thread, entries)
         try:
             conversation = await Conversation.open(
                 settings.store,
                 thread,
-                agent=settings.agent(thread, entries),
+                agent=agent,
                 domain=settings.domain,
                 human=_DeferringHuman(),
                 on_event=on_event,
@@ -286,6 +287,9 @@ class _WebSurface:
         finally:
             for mapped in mapper.close():
                 emit(mapped)
+            close = getattr(agent, "aclose", None)
+            if close is not None:
+                await close()
         log = conversation.log
         emit(self._finished(run, principal, conversation.pending, log))
 
