@@ -29,45 +29,64 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serve(*options: str) -> Iterator[str]:
-    """``dial-runtime serve`` with ``options`` on a free port; its base URL once it answers (10 s at most)."""
+    """``dial-runtime serve`` with ``options`` on a free port; its base URL once it answers (30 s at most: each
+    worker process imports the library)."""
     port = free_port()
     process = subprocess.Popen(
         [*COMMAND, *options, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while True:
             try:
                 httpx.get(f"{url}/conversations", timeout=1).raise_for_status()
                 break
             except httpx.TransportError:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    output = process.stdout.read() if process.stdout else ""
+                    process.kill()
+                    output = process.communicate(timeout=10)[0]
                     raise AssertionError(f"serve did not start: {output}") from None
                 time.sleep(0.05)
         yield url
     finally:
         process.terminate()
-        process.wait(timeout=10)
-        if process.stdout:
-            process.stdout.close()
+        try:
+            process.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate(timeout=10)
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_serve_runs_a_scripted_conversation_on_sqlite(tmp_path: Path, workers: int) -> None:
+@pytest.fixture(params=["sqlite-1", "sqlite-2", "postgresql-3"])
+def store_and_workers(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, int]:
+    kind, _, workers = request.param.partition("-")
+    url = f"sqlite:{tmp_path / 'c.db'}" if kind == "sqlite" else request.getfixturevalue("pg_schema_url")
+    return url, int(workers)
+
+
+def test_serve_runs_conversations_across_workers(tmp_path: Path, store_and_workers: tuple[str, int]) -> None:
+    """Each request on a new connection: with several workers, runs and resumes land on any of them."""
+    store, workers = store_and_workers
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([envelope(suggest("add-note", '{"text":"milk"}')), "<dial/>"]))
-    options = ["--agent", f"script:{script}", "--domain", DOMAIN, "--store", f"sqlite:{tmp_path / 'c.db'}"]
-    with serve(*options, "--workers", str(workers)) as url:
-        events = decode(httpx.post(f"{url}/agui", json=run_input("one", words="add milk"), timeout=10).text)
-        (interrupt,) = events[-1]["outcome"]["interrupts"]
-        resume = [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}]
-        events = decode(httpx.post(f"{url}/agui", json=run_input("one", resume=resume), timeout=10).text)
-        assert [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["sg-1"]
+    names = [f"c{n}" for n in range(6)]
+    with serve(
+        "--agent", f"script:{script}", "--domain", DOMAIN, "--store", store, "--workers", str(workers)
+    ) as url:
+        waiting = {}
+        for name in names:
+            events = decode(httpx.post(f"{url}/agui", json=run_input(name, words="add milk"), timeout=10).text)
+            (waiting[name],) = events[-1]["outcome"]["interrupts"]
+        for name in names:
+            resume = [{"interruptId": waiting[name]["id"], "status": "resolved", "payload": {"approved": True}}]
+            events = decode(httpx.post(f"{url}/agui", json=run_input(name, resume=resume), timeout=10).text)
+            assert [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["sg-1"]
+            again = decode(httpx.post(f"{url}/agui", json=run_input(name, resume=resume), timeout=10).text)
+            assert again[-1]["code"] == "already-decided"
         page = httpx.get(url, timeout=10)
         assert page.status_code == 200 and "dial-chat" in page.text
-        assert httpx.get(f"{url}/conversations", timeout=10).json() == {"conversations": ["one"]}
+        assert httpx.get(f"{url}/conversations", timeout=10).json() == {"conversations": names}
 
 
 @pytest.mark.parametrize(
