@@ -14,18 +14,14 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import resource
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,6 +31,7 @@ import httpx
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 from dial_runtime import LogEntry, open_store
+from tests.web_server import free_port, server_process
 
 INFORMS, INTERVAL = 40, 0.005
 
@@ -81,41 +78,9 @@ def serve_stamping(port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", ws="none", lifespan="off", backlog=4096)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def raise_fd_limit() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-@contextlib.contextmanager
-def process(
-    command: list[str], url: str, *, env: dict[str, str] | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    """A server process, once ``url`` answers (60 s at most); terminated after the block."""
-    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(url, timeout=1)
-                break
-            except httpx.TransportError:
-                if child.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{command[:4]} did not start") from None
-                time.sleep(0.05)
-        yield child
-    finally:
-        child.terminate()
-        try:
-            child.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(timeout=10)
 
 
 def body(thread: str, words: str | None = None, resume: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -190,7 +155,7 @@ def resumes_per_second(store_url: str, workers: int, conversations: int) -> dict
     command += ["--domain", "dial_runtime.demo:NotesDomain", "--store", store_url, "--port", str(port)]
     command += ["--workers", str(workers)]
     names = [f"r-{uuid.uuid4().hex[:8]}-{n}" for n in range(conversations)]
-    with process(command, f"{url}/conversations"):
+    with server_process(command, f"{url}/conversations"):
 
         async def drive() -> tuple[float, int]:
             limits = httpx.Limits(max_connections=32)
@@ -257,7 +222,7 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, __file__, "--serve-stamping", str(port)]
-    with process(command, f"{url}/conversations", env={**os.environ}) as server:
+    with server_process(command, f"{url}/conversations") as server:
         found = anyio.run(latencies, url, runs)
         kb = anyio.run(memory_per_stream, url, server.pid, streams)
     found.sort()

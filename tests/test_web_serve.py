@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,47 +13,19 @@ import httpx
 import pytest
 
 from .fakes import envelope, suggest
-from .web_server import decode, run_input
+from .web_server import decode, free_port, run_input, server_process
 
 COMMAND = [sys.executable, "-m", "dial_runtime.cli", "serve"]
 DOMAIN = "dial_runtime.demo:NotesDomain"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def serve(*options: str) -> Iterator[str]:
-    """``dial-runtime serve`` with ``options`` on a free port; its base URL once it answers (30 s at most: each
-    worker process imports the library)."""
+    """``dial-runtime serve`` with ``options`` on a free port; its base URL once it answers."""
     port = free_port()
-    process = subprocess.Popen(
-        [*COMMAND, *options, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{url}/conversations", timeout=1).raise_for_status()
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    process.kill()
-                    output = process.communicate(timeout=10)[0]
-                    raise AssertionError(f"serve did not start: {output}") from None
-                time.sleep(0.05)
+    with server_process([*COMMAND, *options, "--port", str(port)], f"{url}/conversations"):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate(timeout=10)
 
 
 @pytest.fixture(params=["sqlite-1", "sqlite-2", "postgresql-3"])

@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import subprocess
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -43,6 +45,45 @@ def serving(app: Any) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=START_TIMEOUT)
         listener.close()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def server_process(
+    command: Sequence[str], ready_url: str, *, timeout: float = 60.0
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A server started with ``command``, once ``ready_url`` answers (``timeout`` seconds at most: a process of
+    several workers imports the library in each); terminated (then killed) after the block. Its output goes to a
+    file, shown when it does not start."""
+    with tempfile.TemporaryFile() as output:
+        child = subprocess.Popen(list(command), stdout=output, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    httpx.get(ready_url, timeout=1)
+                    break
+                except httpx.TransportError:
+                    if child.poll() is not None or time.monotonic() > deadline:
+                        child.kill()
+                        child.wait(timeout=10)
+                        output.seek(0)
+                        raise RuntimeError(f"{command[0]} did not start: {output.read().decode()}") from None
+                    time.sleep(0.05)
+            yield child
+        finally:
+            child.terminate()
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(timeout=10)
 
 
 def run_input(
