@@ -6,11 +6,15 @@ import contextlib
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
+
+from dial_runtime import open_store
 
 from .fakes import envelope, suggest
 from .web_server import decode, free_port, run_input, server_process
@@ -75,3 +79,58 @@ def test_bad_settings_are_one_line_and_exit_2(options: list[str], message: str) 
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("dial-runtime serve: ")
     assert message in done.stderr
+
+
+def test_a_worker_killed_mid_turn_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
+    """The action is running when the worker dies: the next worker shows it failed (interrupted), carries on with
+    the conversation, and never runs it again."""
+    script = tmp_path / "replies.json"
+    script.write_text(
+        json.dumps(
+            [envelope(suggest("add-note", '{"text":"milk"}')), "<dial><dial-inform>Noted.</dial-inform></dial>"]
+        )
+    )
+    database = tmp_path / "c.db"
+    options = [
+        "--agent",
+        f"script:{script}",
+        "--domain",
+        "tests.web_domains:StuckNotes",
+        "--store",
+        f"sqlite:{database}",
+    ]
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with server_process([*COMMAND, *options, "--port", str(port)], f"{url}/conversations") as worker:
+        events = decode(httpx.post(f"{url}/agui", json=run_input("k", words="add milk"), timeout=10).text)
+        (interrupt,) = events[-1]["outcome"]["interrupts"]
+        resume = [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}]
+        with (
+            httpx.Client(timeout=10) as client,
+            client.stream("POST", f"{url}/agui", json=run_input("k", resume=resume)),
+        ):
+            deadline = time.monotonic() + 10
+            while "action-started" not in stored_types(database, "k"):
+                assert time.monotonic() < deadline, "the action did not start"
+                time.sleep(0.05)
+            worker.kill()
+            worker.wait(timeout=10)
+    with serve(*options) as url:
+        snapshot = decode(httpx.post(f"{url}/agui", json=run_input("k"), timeout=10).text)
+        results = [m for m in snapshot[1]["messages"] if m["role"] == "tool"]
+        assert [json.loads(m["content"])["code"] for m in results] == ["interrupted"]
+        assert snapshot[-1]["outcome"] == {"type": "success"}
+        events = decode(httpx.post(f"{url}/agui", json=run_input("k", words="and now?"), timeout=10).text)
+        assert "Noted." in [event.get("delta") for event in events]
+    assert stored_types(database, "k").count("action-started") == 1
+
+
+def stored_types(database: Path, conversation: str) -> list[str]:
+    async def read() -> list[str]:
+        store = open_store(f"sqlite:{database}")
+        try:
+            return [entry.event.type for entry in await store.read(conversation)]
+        finally:
+            await store.aclose()
+
+    return anyio.run(read)

@@ -246,11 +246,12 @@ class _WebSurface:
         thread = run.thread_id
         entries = await settings.store.read(thread)
         if words is None and not run.resume:
-            emit(MessagesSnapshotEvent(messages=messages_from_log(entries)))
-            pending = Conversation(
-                agent=_NoAgent(), domain=settings.domain, human=_DeferringHuman(), log=entries
-            ).pending
-            emit(self._finished(run, principal, pending, entries))
+            # Rebuilt in memory, not opened: a snapshot takes no lock, and shows a call that a dead worker left
+            # open as the next run will find it (a started action failed, what waited waiting).
+            held = Conversation(agent=_NoAgent(), domain=settings.domain, human=_DeferringHuman(), log=entries)
+            log = held.log
+            emit(MessagesSnapshotEvent(messages=messages_from_log(log)))
+            emit(self._finished(run, principal, held.pending, log))
             return
         count = 0
 
