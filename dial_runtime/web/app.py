@@ -249,6 +249,7 @@ class _WebSurface:
             # Rebuilt in memory, not opened: a snapshot takes no lock, and shows a call that a dead worker left
             # open as the next run will find it (a started action failed, what waited waiting).
             held = Conversation(agent=_NoAgent(), domain=settings.domain, human=_DeferringHuman(), log=entries)
+            held.recover()
             log = held.log
             emit(MessagesSnapshotEvent(messages=messages_from_log(log)))
             emit(self._finished(run, principal, held.pending, log))
