@@ -10,6 +10,7 @@ import typing as _typing
 
 from ._lazy import lazy_exports as _lazy_exports
 from .agents import RecordedAgent, ScriptedAgent, system_prompt
+from .domains import Domain
 from .errors import (
     ActionError,
     AgentError,
@@ -86,6 +87,7 @@ __all__ = [
     "DialSizeError",
     "Dismiss",
     "Divergence",
+    "Domain",
     "Edit",
     "Envelope",
     "Event",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -82,7 +83,7 @@ def _chat(args: argparse.Namespace) -> int:
     from .stores import open_store
 
     try:
-        domain = _load_domain(args.domain)
+        domain = _load_domain(args.domain) if args.mcp is None else None
         store = open_store(args.store) if args.store else None
     except ValueError as error:
         print(f"dial-runtime chat: {error}", file=sys.stderr)
@@ -94,6 +95,22 @@ def _chat(args: argparse.Namespace) -> int:
     surface = TerminalSurface()
 
     async def hold() -> int:
+        if domain is not None:
+            return await converse(domain)
+        try:
+            from .mcp import McpConnectionError, mcp_domain
+        except ImportError as error:
+            print(f"dial-runtime chat: --mcp: {error}", file=sys.stderr)
+            return 2
+        try:
+            with open(args.mcp_log or os.devnull, "a", encoding="utf-8") as errlog:
+                async with mcp_domain(args.mcp, errlog=errlog) as served:
+                    return await converse(served)
+        except (OSError, ValueError, McpConnectionError) as error:
+            print(f"dial-runtime chat: --mcp: {error}", file=sys.stderr)
+            return 2
+
+    async def converse(domain: Any) -> int:
         earlier = await store.read(ident) if store is not None else []
         try:
             agent = agent_from_uri(
@@ -164,11 +181,47 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _diagrams(args: argparse.Namespace) -> int:
-    from .diagrams import write_diagrams
+    from .diagrams import write_diagrams, write_flow_diagram
 
-    for path in write_diagrams(Path(args.out), svg=not args.no_svg):
+    if args.flow is None:
+        paths = write_diagrams(Path(args.out), svg=not args.no_svg)
+    else:
+        try:
+            machine, actions = _load_flow(args.flow)
+        except ValueError as error:
+            print(f"dial-runtime diagrams: {error}", file=sys.stderr)
+            return 2
+        paths = write_flow_diagram(machine, Path(args.out), actions=actions, svg=not args.no_svg)
+    for path in paths:
         print(path)
     return 0
+
+
+def _load_flow(spec: str) -> tuple[Any, dict[str, list[str]]]:
+    """The flow ``module:NAME`` names (a StateMachine class, or a Domain with a flow) and the actions bound to its
+    events, from that domain or, for a class, from every Domain in the module that uses it."""
+    from statemachine import StateMachine
+
+    from .domains import Domain
+
+    module_name, _, name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name) if module_name and name else None
+    except ImportError as error:
+        raise ValueError(f"--flow {spec!r}: cannot import {module_name}: {error}") from None
+    found = getattr(module, name, None) if module is not None else None
+    if isinstance(found, Domain) and found.flow_machine is not None:
+        return found.flow_machine, found.bound_actions
+    if not (isinstance(found, type) and issubclass(found, StateMachine)):
+        raise ValueError(
+            f"--flow {spec!r}: expected module:Class naming a StateMachine class or a Domain with a flow"
+        )
+    actions: dict[str, list[str]] = {}
+    for value in vars(module).values():
+        if isinstance(value, Domain) and value.flow_machine is found:
+            for event, bound in value.bound_actions.items():
+                actions.setdefault(event, []).extend(bound)
+    return found, actions
 
 
 def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
@@ -439,11 +492,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URI",
         help="openai:MODEL, ollama:MODEL[@HOST:PORT], vllm:..., llamacpp:... or http(s)://HOST/v1#MODEL",
     )
-    chat.add_argument(
+    served = chat.add_mutually_exclusive_group(required=True)
+    served.add_argument(
         "--domain",
-        required=True,
         metavar="MODULE:FACTORY",
         help="module:factory; factory() returns the domain (dial_runtime.demo:NotesDomain)",
+    )
+    served.add_argument(
+        "--mcp",
+        metavar="'COMMAND ARGS...'|URL",
+        help="an MCP server's tools as the domain: a command to start (stdio) or an http(s) URL (streamable HTTP)",
+    )
+    chat.add_argument(
+        "--mcp-log",
+        metavar="FILE",
+        help="append the MCP server's standard error here (default: discarded)",
     )
     chat.add_argument(
         "--transcript", metavar="FILE", help="save the transcript (plain text) here when the session ends"
@@ -471,6 +534,11 @@ def build_parser() -> argparse.ArgumentParser:
     diagrams = commands.add_parser("diagrams", help="write the state machines as .dot, .svg and .mmd files")
     diagrams.add_argument("--out", default="diagrams", help="the directory to write (default: diagrams)")
     diagrams.add_argument("--no-svg", action="store_true", help="skip the .svg files (they need Graphviz)")
+    diagrams.add_argument(
+        "--flow",
+        metavar="MODULE:CLASS",
+        help="draw this domain flow (a StateMachine class, or a Domain with a flow)",
+    )
     diagrams.set_defaults(run=_diagrams)
 
     store_help = "the store: memory:, sqlite:PATH or postgresql://..."

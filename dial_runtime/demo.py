@@ -6,59 +6,59 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Annotated, Any
+
+import msgspec
 
 from .agents import ScriptedAgent
-from .runtime import ActionError, ActionSpec, Conversation, scripted_human
+from .domains import Domain
+from .runtime import ActionError, Conversation, Issue, scripted_human
 from .transcript import NarratedHuman, Transcript
 
+NoteText = Annotated[str, msgspec.Meta(min_length=1, max_length=60, pattern=r"\S")]
+"""A note: some text that is not only spaces, at most 60 characters."""
 
-class NotesDomain:
-    """A small notebook: add, remove, list and share notes."""
 
-    actions: ClassVar[dict[str, ActionSpec]] = {
-        "add-note": ActionSpec(mutates=True),
-        "remove-note": ActionSpec(mutates=True, destructive=True),
-        "list-notes": ActionSpec(mutates=False),
-        "share-note": ActionSpec(mutates=False, handoff=True),
-    }
+class NotesDomain(Domain):
+    """A small notebook: add, remove, list and share notes. Each call makes a new, empty notebook."""
 
     def __init__(self) -> None:
+        super().__init__("notes", description="A small notebook: the person keeps short notes in it.")
         self.notes: list[str] = []
+        notes = self.notes
 
-    def validate(self, action: str, payload: Any) -> dict[str, Any]:
-        if action in ("add-note", "remove-note", "share-note"):
-            text = payload.get("text") if isinstance(payload, dict) else None
-            if not isinstance(text, str) or not text.strip():
-                return {"ok": False, "code": "missing-text", "field": "text", "hint": "Give the note's text."}
-            if len(text) > 60:
-                return {"ok": False, "code": "too-long", "field": "text", "hint": "Keep a note under 60 chars."}
-        return {"ok": True}
+        @self.action(preview="Add the note '{text}'")
+        def add_note(text: NoteText) -> dict[str, int]:
+            """Add a note to the notebook."""
+            notes.append(text)
+            return {"count": len(notes)}
 
-    def preview(self, action: str, payload: Any) -> str:
-        text = payload.get("text", "") if isinstance(payload, dict) else ""
-        return {
-            "add-note": f"Add the note '{text}'",
-            "remove-note": f"Remove the note '{text}'",
-            "list-notes": "List the notes",
-            "share-note": f"Share the note '{text}'",
-        }[action]
+        def existing(text: str) -> Issue | None:
+            if text in notes:
+                return None
+            return Issue(code="not-found", field="text", hint="List the notes first and use a note's exact text.")
 
-    def run(self, action: str, payload: Any) -> Any:
-        if action == "add-note":
-            self.notes.append(payload["text"])
-            return {"count": len(self.notes)}
-        if action == "remove-note":
-            if payload["text"] not in self.notes:
+        @self.action(destructive=True, check=existing, preview="Remove the note '{text}'")
+        def remove_note(text: NoteText) -> dict[str, int]:
+            """Remove a note, given its exact text."""
+            if text not in notes:  # removed since it was checked
                 raise ActionError("no such note", code="not-found", field="text", hint="List the notes first.")
-            self.notes.remove(payload["text"])
-            return {"count": len(self.notes)}
-        if action == "list-notes":
-            return {"notes": list(self.notes)}
-        return {"shared": payload["text"]}
+            notes.remove(text)
+            return {"count": len(notes)}
 
-    def context(self) -> str:
-        return f'<context notes="{len(self.notes)}"/>'
+        @self.action(read_only=True, preview="List the notes")
+        def list_notes() -> dict[str, list[str]]:
+            """List every note, oldest first."""
+            return {"notes": list(notes)}
+
+        @self.action(handoff=True, preview="Share the note '{text}'")
+        def share_note(text: NoteText) -> dict[str, str]:
+            """Open the sharing panel for a note; the person picks whom to share it with there."""
+            return {"shared": text}
+
+        @self.context
+        def count() -> str:
+            return f'<context notes="{len(notes)}"/>'
 
 
 #: What the person says, and what the recorded agent replied to each turn.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from statemachine import StateMachine
@@ -28,7 +29,7 @@ from dial_runtime.statemachines import (
     compile_machine,
 )
 
-__all__ = ["MACHINES", "render_dot", "render_mermaid", "svg_stamp", "write_diagrams"]
+__all__ = ["MACHINES", "render_dot", "render_mermaid", "svg_stamp", "write_diagrams", "write_flow_diagram"]
 
 MACHINES: dict[str, type[StateMachine]] = {
     "suggestion_lifecycle": SuggestionLifecycle,
@@ -45,11 +46,12 @@ def _guard(cond: tuple[str, ...], unless: tuple[str, ...]) -> str:
     return " and ".join([*cond, *(f"not {name}" for name in unless)])
 
 
-def _edges(table: Table) -> list[tuple[str, str, list[str]]]:
+def _edges(table: Table, actions: Mapping[str, Sequence[str]] | None = None) -> list[tuple[str, str, list[str]]]:
     """The edges to draw as (source, target, label lines), in declaration order.
 
     Transitions from one state to one target share an edge, one label line per event; consecutive guarded
-    transitions of one event to one target share a line, their guards joined by ``or``.
+    transitions of one event to one target share a line, their guards joined by ``or``. ``actions`` names, by
+    event, the domain actions bound to it, shown after the event: ``confirm (confirm-order)``.
     """
     by_route: dict[tuple[str, str], list[tuple[str, tuple[str, ...], tuple[str, ...]]]] = {}
     for t in table.transitions:
@@ -69,6 +71,8 @@ def _edges(table: Table) -> list[tuple[str, str, list[str]]]:
                 guards = [f"({g})" if " and " in g else g for g in guards]
             condition = f"{keyword}{' or '.join(guards)}"
             label = f"{event} [{condition}]" if condition else event
+            if actions and actions.get(event):
+                label += f" ({', '.join(actions[event])})"
             edges.setdefault((source, target), []).append(label)
     return [(source, target, labels) for (source, target), labels in edges.items()]
 
@@ -78,8 +82,8 @@ def _quote(*lines: str) -> str:
     return '"' + "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in lines) + '"'
 
 
-def render_dot(cls: type[StateMachine]) -> str:
-    """The Graphviz DOT source of the declared machine ``cls``."""
+def render_dot(cls: type[StateMachine], actions: Mapping[str, Sequence[str]] | None = None) -> str:
+    """The Graphviz DOT source of the declared machine ``cls`` (``actions``: see :func:`_edges`)."""
     table = compile_machine(cls)
     lines = [
         f"// {table.name}: generated from its declaration by `dial-runtime diagrams`.",
@@ -93,18 +97,18 @@ def render_dot(cls: type[StateMachine]) -> str:
         attributes = " [shape=doublecircle, style=solid, width=0.3]" if state in table.finals else ""
         lines.append(f"  {_quote(state)}{attributes};")
     lines.append(f'  "__initial__" -> {_quote(table.initial)};')
-    for source, target, labels in _edges(table):
+    for source, target, labels in _edges(table, actions):
         lines.append(f"  {_quote(source)} -> {_quote(target)} [label={_quote(*labels)}];")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def render_mermaid(cls: type[StateMachine]) -> str:
-    """The Mermaid ``stateDiagram-v2`` source of the declared machine ``cls``."""
+def render_mermaid(cls: type[StateMachine], actions: Mapping[str, Sequence[str]] | None = None) -> str:
+    """The Mermaid ``stateDiagram-v2`` source of the declared machine ``cls`` (``actions``: see :func:`_edges`)."""
     table = compile_machine(cls)
     lines = ["---", f"title: {table.name}", "---", "stateDiagram-v2", "    direction LR"]
     lines.append(f"    [*] --> {table.initial}")
-    for source, target, labels in _edges(table):
+    for source, target, labels in _edges(table, actions):
         lines.extend(f"    {source} --> {target} : {label}" for label in labels)
     lines.extend(f"    {state} --> [*]" for state in table.states if state in table.finals)
     return "\n".join(lines) + "\n"
@@ -134,18 +138,41 @@ def write_diagrams(out_dir: Path, *, svg: bool = True) -> list[Path]:
     Raises ``FileNotFoundError`` before writing anything when ``svg`` is asked for and Graphviz's ``dot`` is
     not on ``PATH``.
     """
+    return _write(MACHINES, out_dir, dot=_dot(svg))
+
+
+def _dot(svg: bool) -> str | None:
+    """Graphviz's ``dot`` when SVG is asked for; ``FileNotFoundError`` when it is asked for and missing."""
     dot = shutil.which("dot")
     if svg and dot is None:
         raise FileNotFoundError(
             "Graphviz's `dot` is not on PATH: install Graphviz (e.g. `apt-get install graphviz`) to render the "
             "SVG diagrams, or write only the .dot and .mmd files with svg=False"
         )
+    return dot if svg else None
+
+
+def write_flow_diagram(
+    cls: type[StateMachine], out_dir: Path, *, actions: Mapping[str, Sequence[str]] | None = None, svg: bool = True
+) -> list[Path]:
+    """Write a domain flow's diagram as ``<Class>.dot``, ``.mmd`` and (with ``svg``) ``.svg`` into ``out_dir``,
+    each transition labelled with the actions bound to its event; as :func:`write_diagrams` otherwise."""
+    return _write({cls.__name__: cls}, out_dir, dot=_dot(svg), actions=actions)
+
+
+def _write(
+    machines: Mapping[str, type[StateMachine]],
+    out_dir: Path,
+    *,
+    dot: str | None,
+    actions: Mapping[str, Sequence[str]] | None = None,
+) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for name, cls in MACHINES.items():
-        dot_source = render_dot(cls)
-        outputs = {".dot": dot_source, ".mmd": render_mermaid(cls)}
-        if svg and dot is not None:
+    for name, cls in machines.items():
+        dot_source = render_dot(cls, actions)
+        outputs = {".dot": dot_source, ".mmd": render_mermaid(cls, actions)}
+        if dot is not None:
             outputs[".svg"] = _render_svg(dot, name, dot_source)
         for suffix, text in outputs.items():
             path = out_dir / f"{name}{suffix}"

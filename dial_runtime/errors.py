@@ -11,6 +11,7 @@ Every exception the library raises on purpose, and the one a domain raises to fa
     ├── IllegalTransition    a state machine was asked for a transition its table does not have
     ├── LogError             a log no run of the runtime could have written (names the entry; a ValueError)
     ├── AgentError           an agent's endpoint refused the request, or its retries were used up
+    ├── McpConnectionError   an MCP server could not be started, reached or initialised (dial_runtime.mcp)
     └── ActionError          raised by a domain's ``run`` to fail an action with a code, field and hint
 
 They are importable from here and from ``dial_runtime``; :class:`StoreConflict` also from
@@ -105,3 +106,7 @@ class ActionError(DialError):
         self.code = code
         self.field = field
         self.hint = hint
+
+
+class McpConnectionError(DialError):
+    """The MCP server could not be started, reached or initialised, or its tools could not be listed."""

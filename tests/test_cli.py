@@ -47,7 +47,7 @@ def test_the_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> N
         "   you decide on sg-1: accept",
         "   ✓ done: Add the note 'buy milk' ({\"count\": 1})",
         "   (turn 2: the agent is told sg-1:done)",
-        "   the edit was refused: Keep a note under 60 chars.",
+        "   the edit was refused: Expected `str` of length <= 60.",
         "agent proposes sg-3: Remove the note 'buy milk'  [DESTRUCTIVE]",
         "   – dismissed: Remove the note 'buy milk'",
         "agent proposes sg-4: List the notes  [read-only, runs at once]",

@@ -8,9 +8,11 @@ import dial_runtime
 
 #: The names the README documents; adding or removing one is a deliberate API change.
 EXPECTED = {
-    "Accept", "Acknowledge", "ActionError", "ActionSpec", "Agent", "AgentError", "Ask", "AskElement", "ChatAgent",
+    "Accept", "Acknowledge", "ActionError", "ActionSpec", "Agent", "AgentError", "Ask", "AskElement",
+    "ChatAgent",
     "Conversation", "ConversationBusy", "Declare", "Defer", "Delegate", "DialError", "DialSizeError", "Dismiss",
-    "Divergence", "Edit", "Envelope", "Event", "Execute", "Human", "IllegalTransition", "Inform", "Issue",
+    "Divergence", "Domain", "Edit", "Envelope", "Event", "Execute", "Human", "IllegalTransition", "Inform",
+    "Issue",
     "LogEntry", "LogError", "Option", "Outcome", "ParseIssue", "Phatic", "RecordedAgent", "ReplayReport",
     "RootAttributes", "Say", "SchemaIssue", "ScriptedAgent", "Step", "Store", "StoreClosed", "StoreConflict",
     "StreamParser", "StreamingAgent", "Suggest", "Suggestion", "TurnResult", "__version__", "agent_from_uri",

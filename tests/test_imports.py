@@ -36,7 +36,6 @@ def test_importing_the_library_loads_no_http_or_terminal_library(code: str) -> N
     ],
 )
 def test_an_export_that_needs_a_library_loads_it_on_first_use(code: str, loaded: set[str]) -> None:
-    # What the library itself imports: httpx loads rich for its own command line when click is installed (the
-    # web extra's uvicorn brings click), which is httpx's doing, not ours.
+    # httpx loads its command line's rich itself when click is installed: what the library alone brings in.
     brought = set().union(*(loaded_after(f"import {name}") for name in loaded))
     assert loaded_after(f"import dial_runtime, dial_runtime.agents, dial_runtime.stores\n{code}") == brought

@@ -14,9 +14,11 @@ import pytest
 import dial_runtime
 import dial_runtime.agents
 
-#: Exported classes that do something rather than hold a value: agents, the conversation, the parser, the ports.
+#: Exported classes that do something rather than hold a value: agents, the conversation, the parser, the ports,
+#: the domain toolkit.
 SERVICES = {
-    "Agent", "ChatAgent", "Conversation", "Human", "RecordedAgent", "ScriptedAgent", "Store", "StreamParser",
+    "Agent", "ChatAgent", "Conversation", "Domain", "Human", "RecordedAgent", "ScriptedAgent", "Store",
+    "StreamParser",
     "StreamingAgent",
 }  # fmt: skip
 

@@ -636,7 +636,9 @@ def test_the_log_is_an_audit_trail(store: str, capsys: Any) -> None:
         'run           sg-1 add-note {"text": "dentist on monday"}',
         'outcome       sg-1 done {"count": 1}',
         'decided       sg-2 edit by bob: {"text": "gym"} → {"text": "' + "gym " * 20 + '"}',
-        'refused       sg-2 {"text": "' + "gym " * 20 + '"}: too-long (text): Keep a note under 60 chars.',
+        'refused       sg-2 {"text": "'
+        + "gym " * 20
+        + '"}: invalid-payload (text): Expected `str` of length <= 60.',
         'decided       sg-2 edit by bob: {"text": "' + "gym " * 20 + '"} → {"text": "gym on friday"}',
         'run           sg-2 add-note {"text": "gym on friday"} (edited)',
         'answered      when by ada: "mornings"',

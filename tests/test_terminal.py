@@ -164,8 +164,8 @@ def test_a_whole_chat_session(server: OpenAIServer, tmp_path: Path, terminal: St
     # Edited in $EDITOR: not JSON (asked again), then refused by the domain, then accepted.
     term.type("add the dentist", after="you:")
     term.type("e", after="sg-2 ›")
-    term.expect("That is not JSON", "the edit was refused: Keep a note under 60 chars.")
-    term.expect("refused: Keep a note under 60 chars. (field text, code too-long)", long[:40])
+    term.expect("That is not JSON", "the edit was refused: Expected `str` of length <= 60.")
+    term.expect("refused: Expected `str` of length <= 60. (field text, code invalid-payload)", long[:40])
     term.type("e", after="sg-2 ›")
     term.expect("✓ done: Add the note 'call the dentist at 9'", "edited)")
 
@@ -212,7 +212,7 @@ def test_a_whole_chat_session(server: OpenAIServer, tmp_path: Path, terminal: St
         "you: add milk",
         "agent proposes sg-1: Add the note 'buy milk'",
         "   you decide on sg-1: accept",
-        "   the edit was refused: Keep a note under 60 chars.",
+        "   the edit was refused: Expected `str` of length <= 60.",
         '   you decide on sg-2: edit → {"text": "call the dentist at 9"}',
         "   2. The dentist note (default)",
         "   you answer: milk",

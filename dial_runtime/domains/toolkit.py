@@ -1,0 +1,428 @@
+"""A domain written as typed functions: each action's payload, schema, validation and preview come from its
+signature.
+
+::
+
+    notes = Domain("notes")
+
+    @notes.action(preview="Add the note '{text}'")
+    def add_note(text: Annotated[str, msgspec.Meta(min_length=1, max_length=60)]) -> dict[str, int]:
+        \"\"\"Add a note to the notebook.\"\"\"
+
+A :class:`Domain` is the duck-typed domain the runtime uses (``actions``, ``validate``, ``preview``, ``run``,
+``context``) plus what :func:`~dial_runtime.system_prompt` reads (``description``, ``vocabulary``,
+``describe``), so the agent is told each action's JSON Schema and a valid example.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import string
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar, overload
+
+import attrs
+import msgspec
+from statemachine import StateMachine
+
+from ..runtime.records import ActionError, ActionSpec, Issue, as_issue
+from ..statemachines.compiled import Table, compile_machine
+from .examples import example_from_schema
+from .payloads import KeywordPayload, Payload, payload_of
+
+__all__ = ["UNKNOWN_ACTION", "ActionDefinition", "Domain", "default_preview", "words"]
+
+UNKNOWN_ACTION = "unknown-action"
+"""The code of the issue for an action the domain does not have."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+Preview = str | Callable[..., object] | None
+# A value in a default preview is cut to this many characters.
+_PREVIEW_VALUE = 60
+
+
+@attrs.frozen(kw_only=True)
+class ActionDefinition:
+    """One typed action: its name, contract, function, payload form, preview, check hook and documentation."""
+
+    name: str
+    spec: ActionSpec
+    function: Callable[..., Any]
+    payload: Payload
+    preview: Preview
+    check: Callable[..., object] | None
+    description: str
+    example: Any
+    asynchronous: bool = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "asynchronous", inspect.iscoroutinefunction(self.function))
+
+    def shape_issue(self, payload: Any) -> Issue | None:
+        """The issue with ``payload``'s shape and types (the check hook is not called), or ``None``."""
+        converted = self.payload.convert(payload)
+        return converted if isinstance(converted, Issue) else None
+
+
+def action_name(function_name: str) -> str:
+    """``add_note`` as the action name ``add-note``."""
+    return function_name.strip("_").replace("_", "-")
+
+
+def words(name: str) -> str:
+    """An action's name as words: ``add-note`` as ``Add note``."""
+    text = name.replace("-", " ").replace("_", " ").replace(".", " ").strip()
+    return text[:1].upper() + text[1:]
+
+
+def default_preview(label: str, payload: Any) -> str:
+    """What a person reads when an action gives no preview: ``label`` and the payload's values, as in
+    ``Add note: text="buy milk"``."""
+    if isinstance(payload, Mapping) and payload:
+        shown = []
+        for key, value in payload.items():
+            text = json.dumps(value, ensure_ascii=False, default=str)
+            shown.append(f"{key}={text if len(text) <= _PREVIEW_VALUE else text[: _PREVIEW_VALUE - 1] + '…'}")
+        return f"{label}: {', '.join(shown)}"
+    if payload not in (None, {}):
+        return f"{label}: {json.dumps(payload, ensure_ascii=False, default=str)}"
+    return label
+
+
+def _json_ready(result: Any) -> Any:
+    """An action's result as JSON data: Structs, dataclasses, datetimes and the like through msgspec, pydantic
+    models through their own ``model_dump``; anything else is left for the runtime to write with ``str()``."""
+    try:
+        return msgspec.to_builtins(result, enc_hook=_dump_model)
+    except TypeError:
+        return result
+
+
+def _dump_model(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    raise TypeError(f"not JSON data: {type(value).__name__}")
+
+
+def _check_preview(domain: str, action: str, preview: str, schema: Mapping[str, Any]) -> None:
+    """Refuse a preview format string that names a field the payload does not have (``ValueError``)."""
+    properties = schema.get("properties")
+    known = set(properties) if isinstance(properties, Mapping) else None
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(preview) if name is not None]
+    except ValueError as error:
+        raise ValueError(f"{domain}: the preview of {action!r} is not a format string: {error}") from None
+    for field in fields:
+        root = field.split(".", 1)[0].split("[", 1)[0]
+        if not root or root.isdigit() or (known is not None and root not in known):
+            raise ValueError(
+                f"{domain}: the preview of {action!r} names {{{field}}}, which is not a payload field"
+            )
+
+
+async def _awaited(pending: Any) -> Any:
+    return _json_ready(await pending)
+
+
+class Domain:
+    """A domain built from typed functions; see the module docstring and the README's "Domains" section.
+
+    ``name`` names the application; ``description`` (one or two sentences) goes into the system prompt.
+    ``flow`` is a python-statemachine ``StateMachine`` class, the domain's own process: an action declared with
+    ``event=`` is allowed only in the states where that event is (see :meth:`allowed_now`), and its ``done``
+    outcome fires the event (:meth:`after_done`). The flow is compiled once into a table; a ``TypeError`` names
+    what a table cannot hold (compound states, eventless or guarded-by-callable transitions).
+    """
+
+    def __init__(self, name: str, *, description: str = "", flow: type[StateMachine] | None = None) -> None:
+        self.name = name
+        self.description = description
+        self.flow_machine = flow
+        self.flow: Table | None = None if flow is None else compile_machine(flow)
+        """The flow's compiled table (``None`` without a flow): the domain's process, see :meth:`allowed_now`."""
+        self._events: dict[str, str] = {}
+        self._definitions: dict[str, ActionDefinition] = {}
+        self._specs: dict[str, ActionSpec] = {}
+        self._context: Callable[[], object] | None = None
+        self.actions: Mapping[str, ActionSpec] = MappingProxyType(self._specs)
+        """Action name -> :class:`~dial_runtime.ActionSpec`, in declaration order (read-only)."""
+
+    def __repr__(self) -> str:
+        return f"Domain({self.name!r}, actions={list(self._definitions)!r})"
+
+    # ------------------------------------------------------------------------------------------ declaring
+
+    @overload
+    def action(self, function: F, /) -> F: ...
+
+    @overload
+    def action(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        preview: Preview = None,
+        read_only: bool = False,
+        destructive: bool = False,
+        handoff: bool = False,
+        check: Callable[..., object] | None = None,
+        schema: Mapping[str, Any] | None = None,
+        example: Any = None,
+        description: str | None = None,
+        event: str | None = None,
+    ) -> Callable[[F], F]: ...
+
+    def action(
+        self,
+        function: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        preview: Preview = None,
+        read_only: bool = False,
+        destructive: bool = False,
+        handoff: bool = False,
+        check: Callable[..., object] | None = None,
+        schema: Mapping[str, Any] | None = None,
+        example: Any = None,
+        description: str | None = None,
+        event: str | None = None,
+    ) -> F | Callable[[F], F]:
+        """Declare ``function`` as an action (as ``@domain.action`` or ``@domain.action(...)``).
+
+        - ``name``: the action's name (default: the function's, ``add_note`` -> ``add-note``).
+        - ``preview``: what the person is shown: a format string over the payload (``"Add the note '{text}'"``),
+          a callable taking the function's arguments, or by default the action's name in words and its
+          arguments (``Add note: text="buy milk"``).
+        - ``read_only``: runs without asking the person; ``destructive``: marked for the person; ``handoff``:
+          taken over by the surface (see the suggestion lifecycle).
+        - ``check``: a domain rule beyond types, called with the function's arguments once they are valid;
+          it returns ``None`` or an :class:`~dial_runtime.Issue` (``Issue(code="not-found", ...)``).
+        - ``schema``: a JSON Schema for the payload instead of the function's annotations; the function's one
+          parameter receives the payload.
+        - ``example``: the example payload the system prompt shows (default: one built from the schema); it
+          must pass the action's validation (``ValueError`` when it does not).
+        - ``description``: what the prompt says of the action (default: the function's docstring).
+        - ``event``: the flow's event a ``done`` outcome of the action fires; the action is allowed only where
+          the event is (``ValueError`` without a flow, or for an event the flow does not have).
+
+        The function's keyword parameters, typed by their annotations, are the payload (or its one
+        ``msgspec.Struct`` or pydantic model parameter). It may be plain or ``async``; it raises
+        :class:`~dial_runtime.ActionError` to fail with a code, field and hint. ``TypeError`` when its
+        signature cannot be a payload, ``ValueError`` for a name declared twice.
+        """
+
+        def declare(declared: F) -> F:
+            self._declare(
+                declared,
+                name=name,
+                preview=preview,
+                spec=ActionSpec(mutates=not read_only, destructive=destructive, handoff=handoff),
+                check=check,
+                schema=schema,
+                example=example,
+                description=description,
+                event=event,
+            )
+            return declared
+
+        return declare if function is None else declare(function)
+
+    def _declare(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None,
+        preview: Preview,
+        spec: ActionSpec,
+        check: Callable[..., object] | None,
+        schema: Mapping[str, Any] | None,
+        example: Any,
+        description: str | None,
+        event: str | None,
+    ) -> None:
+        named = name or action_name(getattr(function, "__name__", ""))
+        if not named or named.startswith("<"):  # a lambda's name is "<lambda>"
+            raise TypeError("Domain.action: give the action a name (name=...)")
+        if named in self._definitions:
+            raise ValueError(f"{self.name}: action {named!r} is declared twice")
+        if event is not None:
+            if self.flow is None:
+                raise ValueError(
+                    f"{self.name}: action {named!r} names the event {event!r}, but the domain has no flow"
+                )
+            if event not in self.flow.events:
+                known = ", ".join(sorted(self.flow.events))
+                raise ValueError(f"{self.name}: the flow {self.flow.name} has no event {event!r} (it has {known})")
+        payload = payload_of(function, named, schema)
+        if isinstance(preview, str):
+            _check_preview(self.name, named, preview, payload.schema)
+        definition = ActionDefinition(
+            name=named,
+            spec=spec,
+            function=function,
+            payload=payload,
+            preview=preview,
+            check=check,
+            description=(description if description is not None else inspect.getdoc(function) or "").strip(),
+            example=None,
+        )
+        if example is not None:
+            issue = definition.shape_issue(example)
+            if issue is not None:
+                raise ValueError(f"{self.name}: the example of {named!r} is invalid: {issue.field}: {issue.hint}")
+        else:
+            built = example_from_schema(payload.schema)
+            example = built if definition.shape_issue(built) is None else None
+        self._definitions[named] = attrs.evolve(definition, example=example)
+        self._specs[named] = spec
+        if event is not None:
+            self._events[named] = event
+
+    @overload
+    def context(self, /) -> str: ...
+
+    @overload
+    def context(self, function: Callable[[], object], /) -> Callable[[], object]: ...
+
+    def context(self, function: Callable[[], object] | None = None, /) -> str | Callable[[], object]:
+        """As ``@domain.context``: mark the function whose text goes with every turn. Called with no argument
+        (as the runtime does): that text, or ``""``."""
+        if function is not None:
+            self._context = function
+            return function
+        if self._context is None:
+            return ""
+        text = self._context()
+        return "" if text is None else str(text)
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    @property
+    def definitions(self) -> Mapping[str, ActionDefinition]:
+        """Each action's :class:`ActionDefinition`, by name."""
+        return MappingProxyType(self._definitions)
+
+    @property
+    def vocabulary(self) -> dict[str, dict[str, Any]]:
+        """What the system prompt says of each action: ``description`` (with the flow's states it is allowed
+        in, for an action bound to an event), ``schema`` and ``example``."""
+        return {
+            name: {"description": self._described(name), "schema": d.payload.schema, "example": d.example}
+            for name, d in self._definitions.items()
+        }
+
+    def _described(self, action: str) -> str:
+        description = self._definitions[action].description
+        event = self._events.get(action)
+        if event is None or self.flow is None:
+            return description
+        states = [state for state in self.flow.states if event in self.flow.allowed(state)]
+        rule = f"Allowed only while the {self.name} flow is in: {', '.join(states)}."
+        return f"{description}\n\n{rule}" if description else rule
+
+    # ------------------------------------------------------------------------------------------ the flow
+
+    @property
+    def bound_actions(self) -> dict[str, list[str]]:
+        """The actions bound to each flow event, by event (what a flow diagram labels its transitions with)."""
+        bound: dict[str, list[str]] = {}
+        for action, event in self._events.items():
+            bound.setdefault(event, []).append(action)
+        return bound
+
+    def event_of(self, action: str) -> str | None:
+        """The flow event ``action`` is bound to, or ``None``."""
+        return self._events.get(action)
+
+    def allowed_actions(self, state: str) -> tuple[str, ...]:
+        """The actions allowed in the flow's ``state``, in declaration order: every unbound action, and each
+        bound one whose event the state has a transition for. ``ValueError`` for a state the flow lacks."""
+        flow = self._require_flow()
+        events = flow.allowed(state)
+        return tuple(name for name in self._definitions if self._events.get(name, None) in (None, *events))
+
+    def allowed_now(self, state: str, action: str) -> Issue | None:
+        """``None`` when ``action`` may be suggested in the flow's ``state``, else ``not-allowed-now`` with a
+        hint naming the state and the actions allowed in it. Pure: reads only the flow's table."""
+        flow = self._require_flow()
+        event = self._events.get(action)
+        if event is None or event in flow.allowed(state):
+            return None
+        allowed = ", ".join(f"`{name}`" for name in self.allowed_actions(state)) or "none"
+        return Issue(
+            code="not-allowed-now",
+            hint=f"Not possible while the {self.name} flow is in {state!r}; allowed now: {allowed}.",
+        )
+
+    def after_done(self, state: str, action: str) -> str:
+        """The flow's state once ``action`` ended ``done`` in ``state``: its event's target, or ``state`` for an
+        unbound action. Raises :class:`~dial_runtime.IllegalTransition` where the event is not allowed."""
+        flow = self._require_flow()
+        event = self._events.get(action)
+        return state if event is None else flow.fire(state, event)
+
+    def flow_context(self, state: str) -> str:
+        """The flow's state and the actions allowed in it, as the text that goes with a turn's context."""
+        allowed = " ".join(self.allowed_actions(state))
+        return f'<flow name="{self.name}" state="{state}" allowed="{allowed}"/>'
+
+    def _require_flow(self) -> Table:
+        if self.flow is None:
+            raise ValueError(f"{self.name}: the domain has no flow")
+        return self.flow
+
+    def describe(self, action: str) -> str:
+        """The action's description (its docstring unless given)."""
+        definition = self._definitions.get(action)
+        return "" if definition is None else definition.description
+
+    def schema(self, action: str) -> dict[str, Any]:
+        """The JSON Schema of the action's payload (``KeyError`` for an unknown action)."""
+        return self._definitions[action].payload.schema
+
+    # ------------------------------------------------------------------------------------------ the runtime's
+
+    def validate(self, action: str, payload: Any) -> Issue | None:
+        """``None`` when ``payload`` is valid for ``action``, else the issue: its shape and types first
+        (``invalid-payload``, the path of the value at fault, a hint), then the action's check hook."""
+        definition = self._definitions.get(action)
+        if definition is None:
+            return Issue(code=UNKNOWN_ACTION, hint=f"Use one of: {', '.join(self._definitions) or 'no actions'}.")
+        arguments = definition.payload.convert(payload)
+        if isinstance(arguments, Issue):
+            return arguments
+        if definition.check is None:
+            return None
+        return as_issue(definition.check(**arguments))
+
+    def preview(self, action: str, payload: Any) -> str:
+        """What the person is shown for ``action`` with a valid ``payload`` (see :meth:`action`)."""
+        definition = self._definitions[action]
+        shown = definition.preview
+        if shown is None:
+            return default_preview(words(action), payload)
+        arguments = definition.payload.convert(payload)
+        if isinstance(arguments, Issue):
+            return default_preview(words(action), payload)
+        if callable(shown):
+            return str(shown(**arguments))
+        # Keyword parameters are formatted with their defaults filled in; other forms over the payload's JSON.
+        fields = arguments if isinstance(definition.payload, KeywordPayload) else payload
+        return shown.format_map(fields) if isinstance(fields, Mapping) else shown
+
+    def run(self, action: str, payload: Any) -> Any:
+        """Call the action's function with the payload's values; an ``async`` function's coroutine is returned
+        for the runtime to await. The result comes back as JSON data (a ``Struct`` as a dict)."""
+        definition = self._definitions[action]
+        arguments = definition.payload.convert(payload)
+        if isinstance(arguments, Issue):  # the runtime validates first; a direct caller may not have
+            raise ActionError(
+                "the payload is invalid", code=arguments.code, field=arguments.field, hint=arguments.hint
+            )
+        if definition.asynchronous:
+            return _awaited(definition.function(**arguments))
+        return _json_ready(definition.function(**arguments))

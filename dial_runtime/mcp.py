@@ -1,0 +1,347 @@
+"""An MCP server as a domain: each of its tools an action, behind the runtime's validation and the person's say.
+
+::
+
+    async with McpDomain.stdio(["mcp-server-git"]) as domain:
+        conversation = Conversation(agent=agent, domain=domain, human=human)
+        await conversation.say("what changed?")
+
+:class:`McpDomain` connects with the official ``mcp`` SDK (``pip install 'dial-runtime[mcp]'``) over stdio (a
+command it starts) or streamable HTTP (a URL), lists the server's tools and makes each an action of the same
+name:
+
+- the tool's ``inputSchema`` validates the payload (``jsonschema``), with the ``field``/``hint`` precision of typed
+  actions; the system prompt shows the schema, the tool's description and an example;
+- ``destructiveHint`` marks the action destructive (the MCP default for a tool that is not read-only);
+  ``readOnlyHint`` lets a tool run without asking only when ``trust_read_only=True``: annotations are hints from a
+  server that may not be trusted, so by default every tool waits for the person;
+- the person sees the tool's title (else its name in words) and the arguments;
+- the result is the outcome's ``result``: the structured content when the server gives one, else the text of its
+  content; ``isError`` fails the action with the server's text.
+
+Every call has a deadline (``deadline`` seconds, 60 by default). A call that runs past it, a server that dies
+or closes the connection mid-call, a protocol error: each fails the action with an
+:class:`~dial_runtime.ActionError` whose ``code`` says which (``mcp-timeout``, ``mcp-disconnected``,
+``mcp-error``, ``mcp-tool-error``), never an outcome lost. The session lives on a task of its own for as long as
+the ``async with`` block: a server's failure ends the session, not the program around it. Runs under trio and
+asyncio.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType, TracebackType
+from typing import Any, TextIO
+
+import anyio
+import anyio.abc
+import attrs
+
+from .domains import SchemaPayload, default_preview, example_from_schema, words
+from .errors import McpConnectionError
+from .runtime.records import ActionError, ActionSpec, Issue
+
+try:
+    import mcp_types
+    from mcp import Client, MCPError, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+except ImportError as error:  # pragma: no cover - only without the extra
+    raise ImportError("dial_runtime.mcp needs the mcp SDK: pip install 'dial-runtime[mcp]'") from error
+
+__all__ = ["DEFAULT_DEADLINE", "McpConnectionError", "McpDomain", "McpTool", "mcp_domain"]
+
+DEFAULT_DEADLINE = 60.0
+"""Seconds a tool call may take before its action fails with code ``mcp-timeout``."""
+
+# Pages of tools/list read at most, so a server whose cursor never ends cannot hang the connection.
+_TOOL_PAGES = 100
+_UNKNOWN_EFFECT = "The tool may or may not have had its effect: check before trying it again."
+
+
+@attrs.frozen(kw_only=True)
+class McpTool:
+    """One tool of the server as an action: its contract, its schema's validator, what the prompt says of it."""
+
+    name: str
+    title: str
+    spec: ActionSpec
+    description: str
+    schema: dict[str, Any]
+    payload: SchemaPayload | None
+    schema_problem: str | None
+    example: Any
+
+
+def _tool(tool: mcp_types.Tool, trust_read_only: bool) -> McpTool:
+    hints = tool.annotations
+    read_only = bool(hints and hints.read_only_hint)
+    # MCP's defaults: destructiveHint is true unless the tool says otherwise, and means nothing when read-only.
+    destructive = not read_only and not (hints is not None and hints.destructive_hint is False)
+    schema = dict(tool.input_schema or {"type": "object"})
+    payload: SchemaPayload | None = None
+    problem = None
+    try:
+        payload = SchemaPayload(schema)
+    except ValueError as error:
+        problem = str(error)
+    example = example_from_schema(schema) if payload is not None else None
+    if payload is not None and payload.issue(example) is not None:
+        example = None
+    return McpTool(
+        name=tool.name,
+        title=tool.title or (hints.title if hints and hints.title else None) or words(tool.name),
+        spec=ActionSpec(mutates=not (read_only and trust_read_only), destructive=destructive),
+        description=(tool.description or "").strip(),
+        schema=schema,
+        payload=payload,
+        schema_problem=problem,
+        example=example,
+    )
+
+
+def _content_text(content: Sequence[Any]) -> str:
+    """A tool result's content as text: text blocks as they are, anything else named by its kind."""
+    parts = []
+    for block in content:
+        if isinstance(block, mcp_types.TextContent):
+            parts.append(block.text)
+        else:
+            kind = getattr(block, "type", type(block).__name__)
+            mime = getattr(block, "mime_type", None)
+            parts.append(f"[{kind}{': ' + mime if mime else ''}]")
+    return "\n".join(parts)
+
+
+class McpDomain:
+    """The tools of one MCP server as a domain (see the module docstring); use it as ``async with``.
+
+    Build it with :meth:`stdio` or :meth:`http`. ``trust_read_only`` lets tools the server marks read-only run
+    without asking; ``deadline`` bounds each tool call in seconds (``None``: no bound, not advised);
+    ``connect_timeout`` bounds starting the connection and listing the tools.
+    """
+
+    def __init__(
+        self,
+        server: StdioServerParameters | str,
+        *,
+        trust_read_only: bool = False,
+        deadline: float | None = DEFAULT_DEADLINE,
+        connect_timeout: float = 30.0,
+        errlog: TextIO = sys.stderr,
+    ) -> None:
+        self.server = server
+        self.trust_read_only = trust_read_only
+        self.deadline = deadline
+        self.connect_timeout = connect_timeout
+        self.errlog = errlog
+        self.description = ""
+        self._tools: dict[str, McpTool] = {}
+        self._specs: dict[str, ActionSpec] = {}
+        self.actions: Mapping[str, ActionSpec] = MappingProxyType(self._specs)
+        """Tool name -> :class:`~dial_runtime.ActionSpec`, as the server listed them (read-only)."""
+        self._client: Client | None = None
+        self._group: anyio.abc.TaskGroup | None = None
+        self._closing = anyio.Event()
+        self._ended: str | None = None
+
+    @classmethod
+    def stdio(
+        cls,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        **options: Any,
+    ) -> McpDomain:
+        """The server that ``command`` (program and arguments) starts, spoken to over its stdin and stdout;
+        ``env`` adds to the few variables the SDK passes on; ``options`` are the constructor's. The server's
+        standard error goes to ``errlog`` (default: this process's)."""
+        if not command:
+            raise ValueError("McpDomain.stdio: the command is empty")
+        program, *arguments = command
+        parameters = StdioServerParameters(
+            command=program, args=list(arguments), env=dict(env) if env else None, cwd=cwd
+        )
+        return cls(parameters, **options)
+
+    @classmethod
+    def http(cls, url: str, **options: Any) -> McpDomain:
+        """The server at ``url``, spoken to over streamable HTTP; ``options`` are the constructor's."""
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"McpDomain.http: {url!r} is not an http(s) URL")
+        return cls(url, **options)
+
+    @property
+    def where(self) -> str:
+        """The server's URL, or its command line."""
+        server = self.server
+        return server if isinstance(server, str) else " ".join([server.command, *server.args])
+
+    def __repr__(self) -> str:
+        return f"McpDomain({self.where!r}, tools={list(self._tools)!r})"
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> McpDomain:
+        if self._group is not None:
+            raise RuntimeError("McpDomain: already connected; one async with at a time")
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        try:
+            with anyio.fail_after(self.connect_timeout):
+                await group.start(self._hold)
+        except BaseException as error:
+            group.cancel_scope.cancel()
+            await group.__aexit__(None, None, None)
+            if isinstance(error, TimeoutError):
+                raise McpConnectionError(
+                    f"MCP server {self.where}: no answer within {self.connect_timeout} s while connecting"
+                ) from None
+            raise
+        self._group = group
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        group, self._group = self._group, None
+        self._closing.set()
+        if group is not None:
+            # The block's own exception is not the session's: it propagates as it is, not in a group.
+            await group.__aexit__(None, None, None)
+
+    async def _hold(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The session's own task: connect, list the tools, then keep the session open until the domain closes
+        or the connection fails (which ends the session and is remembered, not raised into the caller)."""
+        server = self.server
+        transport: Any = server if isinstance(server, str) else stdio_client(server, errlog=self.errlog)
+        started = False
+        try:
+            async with Client(transport) as client:
+                await self._list_tools(client)
+                self._client = client
+                started = True
+                task_status.started()
+                await self._closing.wait()
+        except Exception as error:
+            if not started:
+                raise McpConnectionError(f"MCP server {self.where}: cannot connect: {_reason(error)}") from error
+            self._ended = _reason(error)
+        finally:
+            self._client = None
+            if self._ended is None:
+                self._ended = "the domain was closed"
+
+    async def _list_tools(self, client: Client) -> None:
+        instructions = client.instructions
+        info = client.server_info
+        self.description = (instructions or (info.title or info.name if info else "") or "").strip()
+        cursor: str | None = None
+        for _ in range(_TOOL_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            for listed in page.tools:
+                tool = _tool(listed, self.trust_read_only)
+                self._tools[tool.name] = tool
+                self._specs[tool.name] = tool.spec
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    @property
+    def tools(self) -> Mapping[str, McpTool]:
+        """Each tool as listed, by name."""
+        return MappingProxyType(self._tools)
+
+    @property
+    def vocabulary(self) -> dict[str, dict[str, Any]]:
+        """What the system prompt says of each tool: ``description``, ``schema`` and ``example``."""
+        return {
+            name: {"description": tool.description, "schema": tool.schema, "example": tool.example}
+            for name, tool in self._tools.items()
+        }
+
+    def describe(self, action: str) -> str:
+        tool = self._tools.get(action)
+        return "" if tool is None else tool.description
+
+    # ------------------------------------------------------------------------------------------ the runtime's
+
+    def validate(self, action: str, payload: Any) -> Issue | None:
+        """``None`` when ``payload`` passes the tool's ``inputSchema``, else the issue (``invalid-payload`` with
+        the path of the value at fault); an unknown tool is ``unknown-action``."""
+        tool = self._tools.get(action)
+        if tool is None:
+            return Issue(code="unknown-action", hint=f"Use one of the server's tools: {', '.join(self._tools)}.")
+        if tool.payload is None:
+            return Issue(
+                code="invalid-schema", hint=f"The server's schema for this tool is broken: {tool.schema_problem}"
+            )
+        return tool.payload.issue(payload)
+
+    def preview(self, action: str, payload: Any) -> str:
+        """The tool's title and the arguments: ``Commit: repo_path="/src", message="Fix it"``."""
+        tool = self._tools.get(action)
+        return default_preview(tool.title if tool is not None else words(action), payload)
+
+    def context(self) -> str:
+        return ""
+
+    async def run(self, action: str, payload: Any) -> Any:
+        """Call the tool within the deadline; its structured content (else its text) is the result, and every
+        way a call can go wrong raises :class:`~dial_runtime.ActionError` with a code."""
+        client = self._client
+        if client is None:
+            reason = self._ended or "the domain is not connected (use it as async with)"
+            raise ActionError(
+                f"the MCP server's session has ended: {reason}", code="mcp-disconnected", hint=_UNKNOWN_EFFECT
+            )
+        arguments = dict(payload) if isinstance(payload, Mapping) else {}
+        deadline = math.inf if self.deadline is None else self.deadline
+        try:
+            with anyio.fail_after(deadline):
+                result = await client.call_tool(action, arguments)
+        except TimeoutError:
+            raise ActionError(
+                f"the tool did not answer within {self.deadline} s", code="mcp-timeout", hint=_UNKNOWN_EFFECT
+            ) from None
+        except MCPError as error:
+            gone = self._client is None or "closed" in str(error).lower()
+            raise ActionError(
+                f"the MCP server {'went away' if gone else 'refused the call'}: {error}",
+                code="mcp-disconnected" if gone else "mcp-error",
+                hint=_UNKNOWN_EFFECT if gone else "Check the tool's name and arguments.",
+            ) from None
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as error:
+            raise ActionError(
+                f"the MCP server went away: {_reason(error)}", code="mcp-disconnected", hint=_UNKNOWN_EFFECT
+            ) from None
+        if result.is_error:
+            raise ActionError(_content_text(result.content) or "the tool reported an error", code="mcp-tool-error")
+        if result.structured_content is not None:
+            return result.structured_content
+        return _content_text(result.content)
+
+
+def mcp_domain(server: str, **options: Any) -> McpDomain:
+    """The domain ``server`` names: an http(s) URL (streamable HTTP), else a command line split as a shell
+    would (``"mcp-server-git --repository ."``); ``options`` are :class:`McpDomain`'s."""
+    if server.startswith(("http://", "https://")):
+        return McpDomain.http(server, **options)
+    try:
+        command = shlex.split(server)
+    except ValueError as error:
+        raise ValueError(f"cannot read the command {server!r}: {error}") from None
+    return McpDomain.stdio(command, **options)
+
+
+def _reason(error: BaseException) -> str:
+    """What went wrong, through exception groups to the first leaf."""
+    while getattr(error, "exceptions", None):  # an exception group (BaseExceptionGroup needs Python 3.11)
+        error = error.exceptions[0]  # type: ignore[attr-defined]
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
