@@ -13,9 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dial_runtime.demo import NotesDomain
 from dial_runtime.web import create_app, scripted_agents
 from tests.browser import chromium
+from tests.web_domains import WebNotes
 from tests.web_server import serving
 
 SCRIPTS = {
@@ -44,7 +44,7 @@ def main() -> None:
     out = Path(parser.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
-        app = create_app(store=f"sqlite:{folder}/c.db", domain=NotesDomain(), agent=scripted_agents(SCRIPTS))
+        app = create_app(store=f"sqlite:{folder}/c.db", domain=WebNotes(), agent=scripted_agents(SCRIPTS))
         with serving(app) as url, chromium() as browser:
             page = browser.new_page(viewport={"width": 820, "height": 900}, device_scale_factor=1)
             page.set_default_timeout(10_000)

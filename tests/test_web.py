@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from dial_runtime import open_store
-from dial_runtime.demo import NotesDomain
 from dial_runtime.web import create_app, scripted_agents
 
 from .fakes import envelope, suggest
+from .web_domains import WebNotes
 from .web_server import accept, finished, interrupts, run, run_input, serving
 
 pytestmark = pytest.mark.anyio
@@ -51,7 +51,7 @@ def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def base_url(store_path: Path) -> Iterator[str]:
     app = create_app(
         store=f"sqlite:{store_path}",
-        domain=NotesDomain(),
+        domain=WebNotes(),
         agent=scripted_agents(SCRIPTS),
         auth=principal,
         can_decide=lambda who, subject: who != "viewer",

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from dial_runtime.demo import NotesDomain
 from dial_runtime.web import create_app, scripted_agents
 
 from .fakes import envelope, suggest
+from .web_domains import WebNotes
 from .web_server import serving
 
 CLIENT = Path(__file__).parent / "agui_node"
@@ -27,7 +27,7 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         '<dial><dial-acknowledge of="sg-1">Added.</dial-acknowledge></dial>',
     ]
     store = tmp_path_factory.mktemp("node") / "c.db"
-    with serving(create_app(store=f"sqlite:{store}", domain=NotesDomain(), agent=scripted_agents(replies))) as url:
+    with serving(create_app(store=f"sqlite:{store}", domain=WebNotes(), agent=scripted_agents(replies))) as url:
         yield url
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from dial_runtime.demo import NotesDomain
 from dial_runtime.web import create_app, scripted_agents
 
 from .browser import chromium
 from .fakes import envelope, suggest
+from .web_domains import WebNotes
 from .web_server import serving
 
 ADD = envelope(suggest("add-note", '{"text":"buy milk"}'), prose="Here is the note.")
@@ -36,7 +36,7 @@ _COUNT = itertools.count()
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     store = tmp_path_factory.mktemp("panel") / "conversations.db"
-    app = create_app(store=f"sqlite:{store}", domain=NotesDomain(), agent=scripted_agents(SCRIPTS))
+    app = create_app(store=f"sqlite:{store}", domain=WebNotes(), agent=scripted_agents(SCRIPTS))
     with serving(app) as url:
         yield url
 

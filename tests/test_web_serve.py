@@ -20,7 +20,7 @@ from .fakes import envelope, suggest
 from .web_server import decode, free_port, run_input, server_process
 
 COMMAND = [sys.executable, "-m", "dial_runtime.cli", "serve"]
-DOMAIN = "dial_runtime.demo:NotesDomain"
+DOMAIN = "tests.web_domains:WebNotes"
 
 
 @contextlib.contextmanager
