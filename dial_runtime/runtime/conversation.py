@@ -16,6 +16,7 @@ import inspect
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from types import GeneratorType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -55,6 +56,12 @@ if TYPE_CHECKING:
 __all__ = ["HANDLED_ELEMENTS", "Conversation"]
 
 logger = logging.getLogger("dial_runtime")
+
+
+def _awaitable(value: object) -> bool:
+    """Whether a collaborator's answer must be awaited (``inspect.isawaitable`` without its slow ABC check for
+    the plain values most answers are)."""
+    return hasattr(value, "__await__") or (type(value) is GeneratorType and inspect.isawaitable(value))
 
 
 def _require(obj: object, role: str, method: str) -> None:
@@ -344,13 +351,16 @@ class Conversation:
                 return None
             error = None
             try:
-                if effect.durable:
-                    await self.flush()
-                value = await _PERFORMERS[type(effect)](self, call, effect)
+                if effect.immediate:
+                    value = _ANSWERS[type(effect)](self, effect)
+                else:
+                    if effect.durable:
+                        await self.flush()
+                    value = await _PERFORMERS[type(effect)](self, call, effect)
             except BaseException as raised:
                 value, error = None, raised
 
-    async def _context(self, call: Call, effect: GetContext) -> object:
+    def _context(self, effect: GetContext) -> object:
         context = getattr(self.domain, "context", None)
         return None if context is None else context()
 
@@ -360,7 +370,7 @@ class Conversation:
             return await self._stream(call, effect)
         timeout = self.timeout
         reply = self.agent.send(effect.message)
-        if inspect.isawaitable(reply):
+        if _awaitable(reply):
             if timeout is None:
                 reply = await reply
             else:
@@ -428,16 +438,16 @@ class Conversation:
         assert self._more_streamed is not None
         await self._more_streamed()
 
-    async def _look_up(self, call: Call, effect: LookUp) -> ActionSpec | None:
+    def _look_up(self, effect: LookUp) -> ActionSpec | None:
         actions = getattr(self.domain, "actions", None)
         declared = actions.get(effect.action) if isinstance(actions, (dict, Mapping)) else None
         return None if declared is None else as_action_spec(declared)
 
-    async def _validate(self, call: Call, effect: Validate) -> object:
+    def _validate(self, effect: Validate) -> object:
         validate = getattr(self.domain, "validate", None)
         return None if validate is None else as_issue(validate(effect.action, effect.payload))
 
-    async def _preview(self, call: Call, effect: Preview) -> str:
+    def _preview(self, effect: Preview) -> str:
         preview = getattr(self.domain, "preview", None)
         if preview is None:
             return effect.action
@@ -448,12 +458,12 @@ class Conversation:
             return effect.action
         return str(text) if text else effect.action
 
-    async def _consult(self, call: Call, effect: Consult) -> object:
+    def _consult(self, effect: Consult) -> object:
         """Put the question to the person: a plain function's answer is taken at once; an awaitable one is
         awaited by :meth:`_await_person` once the core has logged what it must."""
         question = effect.question
         reply = self.human.decide(question) if isinstance(question, Suggestion) else self.human.answer(question)
-        if not inspect.isawaitable(reply):
+        if not _awaitable(reply):
             return Answer(reply)
         self._thinking = reply
         return Thinking()
@@ -470,22 +480,26 @@ class Conversation:
     async def _run(self, call: Call, effect: RunAction) -> object:
         try:
             result = self.domain.run(effect.action, effect.payload)
-            if inspect.isawaitable(result):
+            if _awaitable(result):
                 result = await result
         except Exception as error:
             return RunFailed(error)
         return Ran(result)
 
 
-_PERFORMERS: dict[type[Effect], Callable[[Conversation, Call, Any], Awaitable[Any]]] = {
+_ANSWERS: dict[type[Effect], Callable[[Conversation, Any], Any]] = {
     GetContext: Conversation._context,
-    Send: Conversation._send,
-    AwaitStream: Conversation._await_stream,
     LookUp: Conversation._look_up,
     Validate: Conversation._validate,
     Preview: Conversation._preview,
     Consult: Conversation._consult,
+}
+"""How the driver answers each immediate effect."""
+
+_PERFORMERS: dict[type[Effect], Callable[[Conversation, Call, Any], Awaitable[Any]]] = {
+    Send: Conversation._send,
+    AwaitStream: Conversation._await_stream,
     AwaitPerson: Conversation._await_person,
     RunAction: Conversation._run,
 }
-"""How the driver performs each effect."""
+"""How the driver performs each effect that may wait."""

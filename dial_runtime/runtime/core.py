@@ -92,6 +92,15 @@ from .records import (
 )
 from .state import ConversationState, OpenSuggestion, fold_log
 
+#: The loop states in which a call goes on turning (neither ended nor parked for the person), and those that start
+#: a turn: read from the table once.
+TURNING = frozenset(
+    state
+    for state in TURN_LOOP.states
+    if not TURN_LOOP.is_final(state) and "resume" not in TURN_LOOP.allowed(state)
+)
+STARTING = TURN_LOOP.sources("start_turn")
+
 #: The phatic signal with which an agent ends the conversation.
 SESSION_COMPLETE = "session-complete"
 
@@ -323,8 +332,8 @@ class ConversationCore:
 
     def _loop(self, words: str) -> Generator[Effect, Any, None]:
         state = self.state
-        while not TURN_LOOP.is_final(state.loop) and "resume" not in TURN_LOOP.allowed(state.loop):
-            if "start_turn" in TURN_LOOP.allowed(state.loop):
+        while state.loop in TURNING:
+            if state.loop in STARTING:
                 turn = state.turn + 1
                 if TURN_LOOP.is_final(
                     TURN_LOOP.fire(state.loop, "start_turn", out_of_turns=turn > self.max_turns)

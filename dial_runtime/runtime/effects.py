@@ -3,7 +3,8 @@
 The core (:mod:`dial_runtime.runtime.core`) runs a call as a generator: it yields an effect, and the driver
 performs it and sends back the input it came to (or throws the exception it raised into the generator). An
 effect whose ``durable`` is true has an effect outside the process (a message sent, a wait for the person, an
-action run): with a store, the driver writes the log through before performing it.
+action run): with a store, the driver writes the log through before performing it. An effect whose ``immediate``
+is true is a question the driver answers at once from the domain or the person's plain function, without waiting.
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ from .records import Ask, Suggestion
 
 
 class Effect(msgspec.Struct, frozen=True, kw_only=True):
-    """Something the core needs done; ``durable``: write the log through first."""
+    """Something the core needs done; ``durable``: write the log through first; ``immediate``: answered without
+    waiting."""
 
     durable: ClassVar[bool] = False
+    immediate: ClassVar[bool] = False
 
 
 class GetContext(Effect, frozen=True, kw_only=True):
     """Ask the domain for the text that goes with every turn (``context()``); input: the text, or ``None``."""
+
+    immediate: ClassVar[bool] = True
 
 
 class Send(Effect, frozen=True, kw_only=True):
@@ -49,11 +54,15 @@ class EndStream(Effect, frozen=True, kw_only=True):
 class LookUp(Effect, frozen=True, kw_only=True):
     """The domain's spec of ``action``; input: its :class:`~dial_runtime.ActionSpec`, or ``None`` (unknown)."""
 
+    immediate: ClassVar[bool] = True
+
     action: str
 
 
 class Validate(Effect, frozen=True, kw_only=True):
     """Check ``payload`` with the domain's ``validate``; input: ``None`` (valid) or the domain's ``Issue``."""
+
+    immediate: ClassVar[bool] = True
 
     action: str
     payload: Any
@@ -61,6 +70,8 @@ class Validate(Effect, frozen=True, kw_only=True):
 
 class Preview(Effect, frozen=True, kw_only=True):
     """The short text the person sees for this proposal (the domain's ``preview``); input: the text."""
+
+    immediate: ClassVar[bool] = True
 
     action: str
     payload: Any
@@ -72,6 +83,8 @@ class Consult(Effect, frozen=True, kw_only=True):
     Input: :class:`Answer` when the person's function answered at once, or :class:`Thinking` when its answer has
     to be awaited: the core then yields :class:`AwaitPerson`.
     """
+
+    immediate: ClassVar[bool] = True
 
     question: Suggestion | Ask
 
