@@ -593,6 +593,52 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    """``dial-runtime serve``: the web surface (AG-UI at /agui, the panel at /) under uvicorn."""
+    try:
+        from .web.serve import serve
+    except ImportError as error:
+        print(
+            f"dial-runtime serve: needs the web extra (pip install 'dial-runtime[web]'): {error}", file=sys.stderr
+        )
+        return 2
+    if args.workers < 1 or not 0 <= args.port <= 65535:
+        print("dial-runtime serve: --workers must be at least 1 and --port within 0-65535", file=sys.stderr)
+        return 2
+    try:
+        serve(
+            agent=args.agent,
+            domain=args.domain,
+            store=args.store,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+        )
+    except ValueError as error:
+        print(f"dial-runtime serve: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _add_serve(commands: Any) -> None:
+    serving = commands.add_parser("serve", help="serve the chat panel and AG-UI (/agui) over HTTP with uvicorn")
+    serving.add_argument(
+        "--agent", required=True, metavar="URI", help="script:FILE (a JSON list of replies) or a chat URI"
+    )
+    serving.add_argument(
+        "--domain", required=True, metavar="MODULE:FACTORY", help="e.g. dial_runtime.demo:NotesDomain"
+    )
+    serving.add_argument(
+        "--store", required=True, metavar="URL", help="sqlite:PATH, or postgresql://... for --workers"
+    )
+    serving.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
+    serving.add_argument("--port", type=int, default=8000, help="the port (default: 8000)")
+    serving.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default: 1)")
+    serving.set_defaults(run=_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line's argument parser."""
     parser = argparse.ArgumentParser(prog="dial-runtime", description=__doc__)
@@ -718,6 +764,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--store", required=True, metavar="URL", help=store_help)
     listing.set_defaults(run=_list)
+    _add_serve(commands)
     return parser
 
 

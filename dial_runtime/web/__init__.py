@@ -1,0 +1,17 @@
+"""The web surface: :func:`create_app` (an ASGI application speaking AG-UI over server-sent events, with the
+``<dial-chat>`` panel at ``/``). Needs the ``web`` extra: ``pip install 'dial-runtime[web]'``."""
+
+from __future__ import annotations
+
+from .app import AgentFactory, create_app, scripted_agents
+from .mapping import EventMapper, interrupt_for, messages_from_log, payload_digest
+
+__all__ = [
+    "AgentFactory",
+    "EventMapper",
+    "create_app",
+    "interrupt_for",
+    "messages_from_log",
+    "payload_digest",
+    "scripted_agents",
+]

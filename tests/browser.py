@@ -1,0 +1,33 @@
+"""Headless Chromium for the panel's tests and screenshots: Debian's ``chromium`` driven by Playwright."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from playwright.sync_api import Browser, sync_playwright
+
+CHROMIUM = os.environ.get("DIAL_TEST_CHROMIUM", "/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Browser]:
+    """A headless Chromium (``DIAL_TEST_CHROMIUM`` or /usr/bin/chromium), closed after the block."""
+    if not os.path.exists(CHROMIUM):
+        raise RuntimeError(f"the browser tests need Chromium at {CHROMIUM}: apt-get install chromium")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, timeout=30_000)
+        try:
+            yield browser
+        finally:
+            browser.close()

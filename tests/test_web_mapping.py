@@ -1,0 +1,192 @@
+"""The one function from runtime events to AG-UI events, case by case; and the snapshot built from a log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dial_runtime import Ask, Issue, LogEntry, Option, Suggestion, event_from_dict
+from dial_runtime.web import EventMapper, interrupt_for, messages_from_log, payload_digest
+
+SUGGESTION = {
+    "type": "suggestion",
+    "id": "sg-1",
+    "action": "add-note",
+    "text": "",
+    "payload": {"text": "a"},
+    "preview": "Add a",
+    "destructive": False,
+    "mutates": True,
+}
+OUTCOME = {"type": "outcome", "id": "sg-1", "action": "add-note", "status": "done", "result": {"count": 1}}
+
+
+def wire(events: list[Any]) -> list[tuple[str, Any]]:
+    """Each AG-UI event's type and its one telling field."""
+    shown = []
+    for event in events:
+        data = event.model_dump(by_alias=True)
+        detail = data.get("delta", data.get("toolCallName", data.get("content", data.get("name"))))
+        shown.append((data["type"].value if hasattr(data["type"], "value") else data["type"], detail))
+    return shown
+
+
+def delta(text: str, element: int) -> Any:
+    """A text delta of the element being read (the event the runtime is to emit while a reply streams)."""
+
+    class InformDelta:
+        type = "inform-delta"
+        __struct_fields__ = ("text", "element")
+
+        def __init__(self) -> None:
+            self.text, self.element = text, element
+
+    return InformDelta()
+
+
+CASES: list[tuple[str, list[Any], list[tuple[str, Any]]]] = [
+    (
+        "an inform is one whole text message",
+        [{"type": "inform", "text": "Hello", "act": "inform", "element": 0}],
+        [("TEXT_MESSAGE_START", None), ("TEXT_MESSAGE_CONTENT", "Hello"), ("TEXT_MESSAGE_END", None)],
+    ),
+    (
+        "prose is a text message too",
+        [{"type": "inform", "text": "Sure.", "act": None}],
+        [("TEXT_MESSAGE_START", None), ("TEXT_MESSAGE_CONTENT", "Sure."), ("TEXT_MESSAGE_END", None)],
+    ),
+    ("an empty inform shows nothing", [{"type": "inform", "text": "", "act": None}], []),
+    (
+        "an ask's question is agent text",
+        [{"type": "ask", "text": "Which?", "id": "q"}],
+        [("TEXT_MESSAGE_START", None), ("TEXT_MESSAGE_CONTENT", "Which?"), ("TEXT_MESSAGE_END", None)],
+    ),
+    (
+        "a suggestion is a tool call with its payload as arguments",
+        [SUGGESTION],
+        [("TOOL_CALL_START", "add-note"), ("TOOL_CALL_ARGS", '{"text":"a"}'), ("TOOL_CALL_END", None)],
+    ),
+    (
+        "a shown suggestion's outcome is its tool result",
+        [SUGGESTION, OUTCOME],
+        [
+            ("TOOL_CALL_START", "add-note"),
+            ("TOOL_CALL_ARGS", '{"text":"a"}'),
+            ("TOOL_CALL_END", None),
+            ("TOOL_CALL_RESULT", '{"action":"add-note","result":{"count":1},"status":"done"}'),
+        ],
+    ),
+    (
+        "an invalid suggestion was never shown: its outcome is no event",
+        [{**OUTCOME, "status": "invalid", "code": "missing-text", "result": None}],
+        [],
+    ),
+    (
+        "the elements the runtime only shows are custom events",
+        [{"type": "declare", "context_key": "k", "value": 1}, {"type": "turn-limit", "turns": 8}],
+        [("CUSTOM", "dial.declare"), ("CUSTOM", "dial.turn-limit")],
+    ),
+    (
+        "events only the log needs show nothing",
+        [{"type": "sent", "turn": 1, "message": "m"}, {"type": "reply", "turn": 1, "text": "r"}],
+        [],
+    ),
+    (
+        "text deltas stream into one message that the element's inform closes",
+        [delta("Hel", 0), delta("lo", 0), {"type": "inform", "text": "Hello", "act": "inform", "element": 0}],
+        [
+            ("TEXT_MESSAGE_START", None),
+            ("TEXT_MESSAGE_CONTENT", "Hel"),
+            ("TEXT_MESSAGE_CONTENT", "lo"),
+            ("TEXT_MESSAGE_END", None),
+        ],
+    ),
+    (
+        "a delta of the next element closes the open message first",
+        [delta("A", 0), delta("B", 1), SUGGESTION],
+        [
+            ("TEXT_MESSAGE_START", None),
+            ("TEXT_MESSAGE_CONTENT", "A"),
+            ("TEXT_MESSAGE_END", None),
+            ("TEXT_MESSAGE_START", None),
+            ("TEXT_MESSAGE_CONTENT", "B"),
+            ("TEXT_MESSAGE_END", None),
+            ("TOOL_CALL_START", "add-note"),
+            ("TOOL_CALL_ARGS", '{"text":"a"}'),
+            ("TOOL_CALL_END", None),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("events", "expected"), [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_runtime_events_map_to_agui_events(events: list[Any], expected: list[tuple[str, Any]]) -> None:
+    mapper = EventMapper()
+    mapped = []
+    for event in events:
+        mapped += mapper.map(event_from_dict(event) if isinstance(event, dict) else event)
+    mapped += mapper.close()
+    assert wire(mapped) == expected
+
+
+def test_every_text_message_is_opened_and_closed_under_one_id() -> None:
+    mapper = EventMapper()
+    mapped = [*mapper.map(delta("a", 0)), *mapper.map(event_from_dict(SUGGESTION)), *mapper.close()]
+    ids = [getattr(event, "message_id", None) for event in mapped[:3]]
+    assert ids == ["m-1", "m-1", "m-1"]
+
+
+def test_a_snapshot_holds_words_text_tool_calls_and_results_in_order() -> None:
+    events = [
+        {"type": "said", "text": "add a"},
+        {"type": "inform", "text": "Sure.", "act": None},
+        SUGGESTION,
+        OUTCOME,
+        {"type": "said", "text": ""},
+    ]
+    log = [LogEntry(seq=seq, time=0.0, event=event_from_dict(event)) for seq, event in enumerate(events, 1)]
+    messages = [message.model_dump(by_alias=True) for message in messages_from_log(log)]
+    assert [(m["role"], m["id"]) for m in messages] == [
+        ("user", "said-1"),
+        ("assistant", "m-2"),
+        ("assistant", "call-3"),
+        ("tool", "m-4"),
+    ]
+    assert messages[2]["toolCalls"][0]["function"] == {"name": "add-note", "arguments": '{"text":"a"}'}
+    assert messages[3]["toolCallId"] == "sg-1"
+
+
+def test_a_refused_suggestion_is_a_new_interrupt_carrying_the_issue() -> None:
+    refused = Suggestion(
+        id="sg-1",
+        action="add-note",
+        payload={"text": ""},
+        preview="Add",
+        issue=Issue(code="c", field="text", hint="h"),
+    )
+    interrupt = interrupt_for(refused, refusals=1).model_dump(by_alias=True)
+    assert interrupt["id"] == "sg-1~2"
+    assert interrupt["metadata"]["issue"] == {"code": "c", "field": "text", "hint": "h"}
+    assert interrupt["metadata"]["digest"] == payload_digest("add-note", {"text": ""})
+
+
+def test_an_ask_interrupt_lists_its_options() -> None:
+    ask = Ask(
+        id="q", text="Which?", response_type="choice", options=(Option(value="a", label="A"), Option(value="b"))
+    )
+    interrupt = interrupt_for(ask).model_dump(by_alias=True)
+    assert (interrupt["reason"], interrupt["message"]) == ("input_required", "Which?")
+    assert interrupt["metadata"]["options"] == [{"value": "a", "label": "A"}, {"value": "b", "label": "b"}]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "same"),
+    [
+        (("add-note", {"text": "a", "n": 1}), ("add-note", {"n": 1, "text": "a"}), True),
+        (("add-note", {"text": "a"}), ("add-note", {"text": "b"}), False),
+        (("add-note", {"text": "a"}), ("remove-note", {"text": "a"}), False),
+    ],
+)
+def test_the_digest_covers_action_and_payload_not_key_order(first: Any, second: Any, same: bool) -> None:
+    assert (payload_digest(*first) == payload_digest(*second)) is same

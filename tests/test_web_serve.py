@@ -1,0 +1,136 @@
+"""``dial-runtime serve``: the command starts uvicorn on the web surface; bad settings are one line and exit 2."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from dial_runtime import open_store
+
+from .fakes import envelope, suggest
+from .web_server import decode, free_port, run_input, server_process
+
+COMMAND = [sys.executable, "-m", "dial_runtime.cli", "serve"]
+DOMAIN = "tests.web_domains:WebNotes"
+
+
+@contextlib.contextmanager
+def serve(*options: str) -> Iterator[str]:
+    """``dial-runtime serve`` with ``options`` on a free port; its base URL once it answers."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with server_process([*COMMAND, *options, "--port", str(port)], f"{url}/conversations"):
+        yield url
+
+
+@pytest.fixture(params=["sqlite-1", "sqlite-2", "postgresql-3"])
+def store_and_workers(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, int]:
+    kind, _, workers = request.param.partition("-")
+    url = f"sqlite:{tmp_path / 'c.db'}" if kind == "sqlite" else request.getfixturevalue("pg_schema_url")
+    return url, int(workers)
+
+
+def test_serve_runs_conversations_across_workers(tmp_path: Path, store_and_workers: tuple[str, int]) -> None:
+    """Each request on a new connection: with several workers, runs and resumes land on any of them."""
+    store, workers = store_and_workers
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([envelope(suggest("add-note", '{"text":"milk"}')), "<dial/>"]))
+    names = [f"c{n}" for n in range(6)]
+    with serve(
+        "--agent", f"script:{script}", "--domain", DOMAIN, "--store", store, "--workers", str(workers)
+    ) as url:
+        waiting = {}
+        for name in names:
+            events = decode(httpx.post(f"{url}/agui", json=run_input(name, words="add milk"), timeout=10).text)
+            (waiting[name],) = events[-1]["outcome"]["interrupts"]
+        for name in names:
+            resume = [{"interruptId": waiting[name]["id"], "status": "resolved", "payload": {"approved": True}}]
+            events = decode(httpx.post(f"{url}/agui", json=run_input(name, resume=resume), timeout=10).text)
+            assert [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["sg-1"]
+            again = decode(httpx.post(f"{url}/agui", json=run_input(name, resume=resume), timeout=10).text)
+            assert again[-1]["code"] == "already-decided"
+        page = httpx.get(url, timeout=10)
+        assert page.status_code == 200 and "dial-chat" in page.text
+        assert httpx.get(f"{url}/conversations", timeout=10).json() == {"conversations": names}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--agent", "script:/no/such.json", "--domain", DOMAIN, "--store", "memory:"], "cannot read"),
+        (["--agent", "script:/dev/null", "--domain", "nope", "--store", "memory:"], "expected module:factory"),
+        (["--agent", "openai:x", "--domain", "no_such_module:X", "--store", "memory:"], "cannot import"),
+        (["--agent", "weird", "--domain", DOMAIN, "--store", "memory:"], "is not one of"),
+        (["--agent", "ollama:m", "--domain", DOMAIN, "--store", "ftp://x"], "store URL"),
+        (["--agent", "ollama:m", "--domain", DOMAIN, "--store", "memory:", "--workers", "0"], "--workers"),
+    ],
+)
+def test_bad_settings_are_one_line_and_exit_2(options: list[str], message: str) -> None:
+    done = subprocess.run([*COMMAND, *options], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("dial-runtime serve: ")
+    assert message in done.stderr
+
+
+def test_a_worker_killed_mid_turn_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
+    """The action is running when the worker dies: the next worker shows it failed (interrupted), carries on with
+    the conversation, and never runs it again."""
+    script = tmp_path / "replies.json"
+    script.write_text(
+        json.dumps(
+            [envelope(suggest("add-note", '{"text":"milk"}')), "<dial><dial-inform>Noted.</dial-inform></dial>"]
+        )
+    )
+    database = tmp_path / "c.db"
+    options = [
+        "--agent",
+        f"script:{script}",
+        "--domain",
+        "tests.web_domains:StuckNotes",
+        "--store",
+        f"sqlite:{database}",
+    ]
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with server_process([*COMMAND, *options, "--port", str(port)], f"{url}/conversations") as worker:
+        events = decode(httpx.post(f"{url}/agui", json=run_input("k", words="add milk"), timeout=10).text)
+        (interrupt,) = events[-1]["outcome"]["interrupts"]
+        resume = [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}]
+        with (
+            httpx.Client(timeout=10) as client,
+            client.stream("POST", f"{url}/agui", json=run_input("k", resume=resume)),
+        ):
+            deadline = time.monotonic() + 10
+            while "action-started" not in stored_types(database, "k"):
+                assert time.monotonic() < deadline, "the action did not start"
+                time.sleep(0.05)
+            worker.kill()
+            worker.wait(timeout=10)
+    with serve(*options) as url:
+        snapshot = decode(httpx.post(f"{url}/agui", json=run_input("k"), timeout=10).text)
+        results = [m for m in snapshot[1]["messages"] if m["role"] == "tool"]
+        assert [json.loads(m["content"])["code"] for m in results] == ["interrupted"]
+        assert snapshot[-1]["outcome"] == {"type": "success"}
+        events = decode(httpx.post(f"{url}/agui", json=run_input("k", words="and now?"), timeout=10).text)
+        assert "Noted." in [event.get("delta") for event in events]
+    assert stored_types(database, "k").count("action-started") == 1
+
+
+def stored_types(database: Path, conversation: str) -> list[str]:
+    async def read() -> list[str]:
+        store = open_store(f"sqlite:{database}")
+        try:
+            return [entry.event.type for entry in await store.read(conversation)]
+        finally:
+            await store.aclose()
+
+    return anyio.run(read)
