@@ -13,6 +13,7 @@ import logging
 import traceback
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -32,9 +33,12 @@ from dial_runtime.runtime.events import (
     SentEvent,
     entry_to_dict,
 )
+from dial_runtime.stores import open_store
 
+from .crash_child import OK, FileNotes
 from .fakes import Agent, Notes, envelope, suggest
 from .openai_server import Drop, Error, OpenAIServer, Reply
+from .test_durable import crash
 
 pytestmark = pytest.mark.anyio
 
@@ -325,6 +329,11 @@ STREAMING: list[Event] = [SentEvent(turn=1, message="q"), ReplyStartedEvent(turn
             id="streamed",
         ),
         pytest.param([SentEvent(turn=1, message="q")], [], id="never-answered"),
+        pytest.param(
+            [SentEvent(turn=1, message="q"), SentEvent(turn=1, message="q again"), ReplyEvent(turn=1, text="a")],
+            [ChatMessage("user", "q again"), ChatMessage("assistant", "a")],
+            id="resent-after-a-crash",
+        ),
         pytest.param(
             STREAMING,
             [ChatMessage("user", "q")],
@@ -741,3 +750,35 @@ def test_a_recorded_agent_from_replies_records_what_it_was_sent() -> None:
 def test_a_recorded_agent_refuses_what_is_not_a_log() -> None:
     with pytest.raises(TypeError, match="expected log entries or events, got 42"):
         RecordedAgent.from_log([42])
+
+
+# ---------------------------------------------------------------------------------------------- delivery
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio", "asyncio"])
+async def test_a_message_resent_after_a_crash_reaches_the_history_once(
+    server: OpenAIServer, tmp_path: Path, anyio_backend: str
+) -> None:
+    """A process killed after sending an outcome report, before any reply: the report goes again with the next
+    words, and the history rebuilt from the log holds it once (the copy that got the reply)."""
+    url, runs = f"sqlite:{tmp_path / 'logs.db'}", FileNotes(tmp_path / "runs")
+    store = open_store(url)
+    try:
+        left = await crash("report", anyio_backend, url, "c-1", runs, store)
+        assert left[-1].event.type == "sent" and "sg-1:done" in left[-1].event.message
+        conversation = await Conversation.open(store, "c-1", agent=Agent([OK]), domain=runs, human=policy_human())
+        await conversation.say("again")
+        log = list(conversation.log)
+    finally:
+        await store.aclose()
+    sent = [entry.event.message for entry in log if isinstance(entry.event, SentEvent)]
+    assert sum("sg-1:done" in message for message in sent) == 2  # at least once: the report went twice
+
+    history = history_from_log(log)
+    assert sum(message.content.count("sg-1:done") for message in history) == 1
+    assert [message.role for message in history] == ["user", "assistant"] * 2
+    server.add("fine")
+    async with chat(server, history=history) as agent:
+        await agent.send("next")
+    told = [message["content"] for message in server.requests[0].messages]
+    assert sum(text.count("sg-1:done") for text in told) == 1
