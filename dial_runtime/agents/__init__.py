@@ -3,7 +3,8 @@ for any OpenAI-compatible chat-completions endpoint, with the system prompt gene
 
 from __future__ import annotations
 
-from .chat import AgentError, ChatAgent, ChatMessage, history_from_log
+from .chat import AgentError, ChatAgent, ChatMessage, GenerationSettings, history_from_log
+from .grammar import Grammar, domain_grammar
 from .prompt import VocabularyEntry, system_prompt, vocabulary
 from .recorded import RecordedAgent
 from .scripted import ScriptedAgent
@@ -13,10 +14,13 @@ __all__ = [
     "AgentError",
     "ChatAgent",
     "ChatMessage",
+    "GenerationSettings",
+    "Grammar",
     "RecordedAgent",
     "ScriptedAgent",
     "VocabularyEntry",
     "agent_from_uri",
+    "domain_grammar",
     "history_from_log",
     "system_prompt",
     "vocabulary",
