@@ -32,10 +32,10 @@ from dial_runtime.agents.grammar import (
     speech_acts,
 )
 from dial_runtime.agents.grammar import Literal as Text
-from dial_runtime.language.records import Suggest
+from dial_runtime.language.records import AskElement, Inform, Suggest
 
 #: Characters a negated class is drawn from: ASCII and a few that XML, JSON or UTF-8 treat specially.
-POOL = [chr(code) for code in range(128)] + list("é中😀\u2028\x85\ufffd\ufffe\uffff\U0010fffd")
+POOL = [chr(code) for code in range(128)] + list("é中😀\u2028\u3000\xa0\x85\ufffd\ufffe\uffff\U0010fffd")
 #: Past this depth a walk takes the simplest way out: the first option, the fewest repetitions.
 DEPTH = 10
 
@@ -92,6 +92,8 @@ def check_reply(text: str, schemas: dict[str, Any]) -> None:
     envelope = parse(text)
     assert envelope is not None and envelope.elements and not envelope.issues, text
     for element in envelope.elements:
+        if isinstance(element, (Inform, Suggest, AskElement)):
+            assert element.text is not None and element.text.strip(), text  # something a person can read
         if isinstance(element, Suggest):
             assert element.action in schemas, text
             assert element.payload_text is not None and json.loads(element.payload_text) == element.payload, text
@@ -102,7 +104,9 @@ def check_reply(text: str, schemas: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------------- schemas
 
 NAMES = st.text(alphabet=st.sampled_from('abz_-<&"é 中'), min_size=1, max_size=6)
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.text(max_size=6))
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.text(max_size=6), st.sampled_from(["<&>", "\ufffe"])
+)
 
 
 def leaves() -> st.SearchStrategy[dict[str, Any]]:

@@ -26,6 +26,7 @@ tree to draw random sentences and check each one.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -188,8 +189,25 @@ _XML_TEXT_CHAR = Chars(
 _ENTITY = Choice(tuple(Literal(entity) for entity in ("&amp;", "&lt;", "&gt;", "&quot;", "&apos;")))
 #: An attribute value's character (double-quoted).
 _ATTRIBUTE_CHAR = Chars(((0x00, 0x1F), (0x22, 0x22), (0x26, 0x26), (0x3C, 0x3C), (0xFFFE, 0xFFFF)), negated=True)
-#: A character that starts visible text: XML text but no whitespace.
-_VISIBLE_CHAR = Chars(((0x00, 0x20), (0x3C, 0x3C), (0x3E, 0x3E), (0x26, 0x26), (0xFFFE, 0xFFFF)), negated=True)
+#: A character that starts visible text: XML text but no whitespace (what Python's ``str.isspace`` says).
+_VISIBLE_CHAR = Chars(
+    (
+        (0x00, 0x20),
+        (0x26, 0x26),
+        (0x3C, 0x3C),
+        (0x3E, 0x3E),
+        (0x85, 0x85),
+        (0xA0, 0xA0),
+        (0x1680, 0x1680),
+        (0x2000, 0x200A),
+        (0x2028, 0x2029),
+        (0x202F, 0x202F),
+        (0x205F, 0x205F),
+        (0x3000, 0x3000),
+        (0xFFFE, 0xFFFF),
+    ),
+    negated=True,
+)
 _BREAK = Repeat(Chars(((0x20, 0x20), (0x0A, 0x0A))), 0, 2)
 
 # JSON text inside XML: a string's character is anything but '"', '\\', control characters and XML markup,
@@ -417,6 +435,7 @@ class _SchemaRules:
         return Sequence(tuple(items))
 
 
+_UNSAFE_IN_XML = re.compile("[&<>\ud800-\udfff\ufffe\uffff]")
 _NUMERIC_BOUNDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
 _UNSUPPORTED = frozenset(
     {
@@ -439,9 +458,10 @@ _UNSUPPORTED = frozenset(
 
 
 def _compact(value: Any) -> str:
-    """``value`` as compact JSON that is also XML text (markup characters as JSON escapes)."""
+    """``value`` as compact JSON that is also XML text: markup characters, surrogates and the two non-characters
+    XML refuses as JSON escapes."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+    return _UNSAFE_IN_XML.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def schema_rules(schema: Any, *, max_text: int = 200) -> Grammar:
