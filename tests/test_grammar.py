@@ -210,6 +210,28 @@ def test_the_grammar_writes_the_registrys_speech_acts_and_the_domains_actions() 
     assert '<dial-suggest action=\\"do-it\\">' in gbnf and '<dial-suggest action=\\"look\\">' in gbnf
 
 
+class Sizes:
+    """Two actions whose schemas each define a ``Size``, differently."""
+
+    actions: ClassVar[dict[str, ActionSpec]] = {
+        "shirt": ActionSpec(mutates=True),
+        "shoe": ActionSpec(mutates=True),
+    }
+    vocabulary: ClassVar[dict[str, Any]] = {
+        "shirt": {"schema": {"$ref": "#/$defs/Size", "$defs": {"Size": {"enum": ["S", "M"]}}}},
+        "shoe": {"schema": {"$ref": "#/$defs/Size", "$defs": {"Size": {"type": "integer"}}}},
+    }
+
+
+@settings(max_examples=25, deadline=None)
+@given(rng=st.randoms(use_true_random=False))
+def test_definitions_of_one_name_in_two_schemas_stay_apart(rng: random.Random) -> None:
+    grammar = domain_grammar(Sizes(), max_text=8)
+    schemas = {name: entry["schema"] for name, entry in Sizes.vocabulary.items()}
+    for _ in range(4):
+        check_reply(sample(grammar, rng), schemas)
+
+
 def test_a_domain_without_actions_suggests_nothing() -> None:
     class Quiet:
         actions: ClassVar[dict[str, ActionSpec]] = {}

@@ -252,7 +252,9 @@ class _SchemaRules:
         self.rules = rules
         self.max_text = max_text
         self.approximations: list[str] = []
-        self._defs: dict[str, str] = {}
+        # Definition rules by the reference and the definitions it is read from: schemas share a rule only when
+        # their definitions are the same.
+        self._defs: dict[tuple[str, str], str] = {}
         self._shared()
 
     def _shared(self) -> None:
@@ -351,15 +353,16 @@ class _SchemaRules:
     def _reference(self, reference: Any, where: str, root: Mapping[str, Any]) -> Node:
         if not isinstance(reference, str) or not reference.startswith(("#/$defs/", "#/definitions/")):
             return self._loose(where, f"$ref {reference!r} is not a local definition", Ref("json-value"))
-        if reference not in self._defs:
-            section, _, name = reference[2:].partition("/")
-            target = (root.get(section) or {}).get(name)
-            if target is None:
-                return self._loose(where, f"$ref {reference!r} names no definition", Ref("json-value"))
-            rule = f"def-{len(self._defs) + 1}"
-            self._defs[reference] = rule
+        section, _, name = reference[2:].partition("/")
+        definitions = root.get(section) or {}
+        target = definitions.get(name) if isinstance(definitions, Mapping) else None
+        if target is None:
+            return self._loose(where, f"$ref {reference!r} names no definition", Ref("json-value"))
+        key = (reference, json.dumps(definitions, sort_keys=True, default=str))
+        if key not in self._defs:
+            rule = self._defs[key] = f"def-{len(self._defs) + 1}"
             self.rules[rule] = self.node(target, reference, root)
-        return Ref(self._defs[reference])
+        return Ref(self._defs[key])
 
     def _typed(self, kind: Any, schema: Mapping[str, Any], where: str, root: Mapping[str, Any]) -> Node:
         if kind == "string":
