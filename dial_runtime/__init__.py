@@ -6,8 +6,21 @@ the person, runs what the person accepts (or edits), and tells the agent exactly
 
 from __future__ import annotations
 
-from .agents import AgentError, ChatAgent, RecordedAgent, ScriptedAgent, agent_from_uri, system_prompt
-from .errors import ConversationBusy, DialError, DialSizeError, IllegalTransition, LogError
+import typing as _typing
+
+from ._lazy import lazy_exports as _lazy_exports
+from .agents import RecordedAgent, ScriptedAgent, system_prompt
+from .errors import (
+    ActionError,
+    AgentError,
+    ConversationBusy,
+    DialError,
+    DialSizeError,
+    IllegalTransition,
+    LogError,
+    StoreClosed,
+    StoreConflict,
+)
 from .jsonl import export_jsonl, import_jsonl
 from .language.outcomes import Outcome, outcome_reply
 from .language.parser import extract_prose, parse
@@ -28,10 +41,10 @@ from .language.records import (
 )
 from .language.schema import SchemaIssue, validate
 from .language.stream import StreamParser
+from .ports import Agent, Human, StreamingAgent
 from .replay import Divergence, ReplayReport, replay
 from .runtime import (
     Accept,
-    ActionError,
     ActionSpec,
     Ask,
     Conversation,
@@ -46,7 +59,11 @@ from .runtime import (
     scripted_human,
 )
 from .runtime.events import Event, LogEntry, event_from_dict, event_to_dict
-from .stores import Store, StoreConflict, open_store
+from .stores import Store, open_store
+
+if _typing.TYPE_CHECKING:
+    from .agents.chat import ChatAgent
+    from .agents.uri import agent_from_uri
 
 __version__ = "0.1.0"
 
@@ -55,6 +72,7 @@ __all__ = [
     "Acknowledge",
     "ActionError",
     "ActionSpec",
+    "Agent",
     "AgentError",
     "Ask",
     "AskElement",
@@ -72,6 +90,7 @@ __all__ = [
     "Envelope",
     "Event",
     "Execute",
+    "Human",
     "IllegalTransition",
     "Inform",
     "Issue",
@@ -89,8 +108,10 @@ __all__ = [
     "ScriptedAgent",
     "Step",
     "Store",
+    "StoreClosed",
     "StoreConflict",
     "StreamParser",
+    "StreamingAgent",
     "Suggest",
     "Suggestion",
     "TurnResult",
@@ -110,3 +131,8 @@ __all__ = [
     "system_prompt",
     "validate",
 ]
+
+# What needs httpx is imported on first use, so ``import dial_runtime`` loads no HTTP library.
+__getattr__, __dir__ = _lazy_exports(
+    __name__, {"ChatAgent": ".agents.chat", "agent_from_uri": ".agents.uri"}, globals()
+)

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import trio
@@ -20,6 +20,9 @@ import trio.testing
 from .language.parser import parse
 from .language.schema import validate
 from .runtime.events import LogEntry, event_to_dict
+
+if TYPE_CHECKING:
+    from .surfaces.terminal import TerminalSurface
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -56,12 +59,27 @@ def _load_domain(spec: str) -> Any:
     return factory()
 
 
+def _without_terminal_extra(command: str, error: ModuleNotFoundError) -> int:
+    """Say in one line how to install what the terminal surface needs (exit 2); re-raise any other missing
+    module."""
+    if (error.name or "").partition(".")[0] not in ("rich", "prompt_toolkit"):
+        raise error
+    print(
+        f"dial-runtime {command}: the terminal surface needs rich and prompt_toolkit: "
+        "pip install 'dial-runtime[terminal]'",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def _chat(args: argparse.Namespace) -> int:
+    try:
+        from .surfaces.terminal import PlainAgent, TerminalSurface
+    except ModuleNotFoundError as error:
+        return _without_terminal_extra("chat", error)
     from .agents import agent_from_uri, history_from_log, system_prompt
     from .runtime import Conversation
     from .stores import open_store
-    from .surfaces import TerminalSurface
-    from .surfaces.terminal import PlainAgent
 
     try:
         domain = _load_domain(args.domain)
@@ -111,16 +129,14 @@ def _chat(args: argparse.Namespace) -> int:
             surface.save(args.transcript)
 
 
-async def _interactive_demo() -> None:
+async def _interactive_demo(surface: TerminalSurface) -> None:
     """The demo conversation with the person at the terminal deciding: each of the script's words gets its own
     recorded replies, so a decision that takes fewer turns does not shift the rest of the script (one that
     needs more finds no recorded reply, and that turn stops with the agent's error)."""
     from .agents import ScriptedAgent
     from .demo import SCRIPT, NotesDomain
     from .runtime import Conversation
-    from .surfaces import TerminalSurface
 
-    surface = TerminalSurface()
     conversation = Conversation(
         agent=ScriptedAgent(()), domain=NotesDomain(), human=surface, on_event=surface.on_event
     )
@@ -135,7 +151,11 @@ async def _interactive_demo() -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     if args.interactive:
-        anyio.run(_interactive_demo, backend="asyncio")
+        try:
+            from .surfaces.terminal import TerminalSurface
+        except ModuleNotFoundError as error:
+            return _without_terminal_extra("demo --interactive", error)
+        anyio.run(_interactive_demo, TerminalSurface(), backend="asyncio")
         return 0
     from .demo import run_demo
 

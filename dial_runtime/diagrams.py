@@ -19,7 +19,14 @@ from pathlib import Path
 
 from statemachine import StateMachine
 
-from dial_runtime.statemachines import ConversationLife, SuggestionLifecycle, Table, TurnLoop, compile_machine
+from dial_runtime.statemachines import (
+    CallGate,
+    ConversationLife,
+    SuggestionLifecycle,
+    Table,
+    TurnLoop,
+    compile_machine,
+)
 
 __all__ = ["MACHINES", "render_dot", "render_mermaid", "svg_stamp", "write_diagrams"]
 
@@ -27,6 +34,7 @@ MACHINES: dict[str, type[StateMachine]] = {
     "suggestion_lifecycle": SuggestionLifecycle,
     "turn_loop": TurnLoop,
     "conversation_life": ConversationLife,
+    "call_gate": CallGate,
 }
 """The machines drawn, by the file name their diagrams get."""
 

@@ -1,14 +1,21 @@
-"""The library's exceptions.
+"""The library's exceptions, all in this module.
 
-Every error raised on purpose derives from :class:`DialError`::
+Every exception the library raises on purpose, and the one a domain raises to fail an action, derives from
+:class:`DialError`::
 
     DialError
     ├── DialSizeError        an envelope is larger than the parser's limit (also a ValueError)
     ├── ConversationBusy     a call came while another call (here or in another worker) drives the conversation
-    │   └── StoreConflict    an append to a store whose log moved on (dial_runtime.stores)
+    │   └── StoreConflict    an append to a store whose log moved on since the caller read it
+    ├── StoreClosed          a store was used after ``aclose()`` (also a RuntimeError)
     ├── IllegalTransition    a state machine was asked for a transition its table does not have
-    ├── LogError             a log that no run of the runtime could have written (names the entry's seq)
-    └── AgentError           an agent's endpoint refused the request (dial_runtime.agents)
+    ├── LogError             a log no run of the runtime could have written (names the entry; a ValueError)
+    ├── AgentError           an agent's endpoint refused the request, or its retries were used up
+    └── ActionError          raised by a domain's ``run`` to fail an action with a code, field and hint
+
+They are importable from here and from ``dial_runtime``; :class:`StoreConflict` also from
+``dial_runtime.stores``, :class:`AgentError` from ``dial_runtime.agents`` and :class:`ActionError` from
+``dial_runtime.runtime``, where they were first defined.
 
 Built-in types are used where they fit: ``TypeError`` for a collaborator without a required method or a
 decision of the wrong shape, ``ValueError`` for a value the caller should not have passed.
@@ -44,7 +51,7 @@ class IllegalTransition(DialError):
         self.event = event
 
 
-class LogError(DialError):
+class LogError(DialError, ValueError):
     """Raised when a log could not have been written by any run of the runtime; no conversation is built.
 
     ``seq`` is the offending entry's number (``None`` when the log as a whole is at fault), ``event_type`` its
@@ -57,3 +64,44 @@ class LogError(DialError):
         self.seq = seq
         self.event_type = event_type
         self.reason = reason
+
+
+class StoreConflict(ConversationBusy):
+    """An append whose expected sequence number is not the stored last one: another writer got there first.
+
+    Nothing was written; the caller reads what the other writer stored and tries again, or gives up the call.
+    """
+
+
+class StoreClosed(DialError, RuntimeError):
+    """A store was used (append, read, list, lock) after its ``aclose()``; nothing was done."""
+
+
+class AgentError(DialError):
+    """A chat-completions request failed for good.
+
+    Raised at once for an error that is not transient (``status`` 400, 401, 404, ... with the server's message),
+    for a response that is not a chat completion, for a streamed answer that broke off after it had started, and
+    when the retries of a transient failure are used up. ``status`` is the last HTTP status, ``None`` when no
+    response came.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ActionError(DialError):
+    """Raise from ``domain.run`` to fail an action with a code, field and hint the agent can act on.
+
+    The runtime catches it (as any exception from ``run``) and reports the action ``failed`` with these reasons;
+    it never propagates out of a conversation's call.
+    """
+
+    def __init__(
+        self, message: str, *, code: str | None = None, field: str | None = None, hint: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.field = field
+        self.hint = hint

@@ -27,8 +27,10 @@ from typing import Any, NoReturn, cast
 
 import anyio
 import attrs
+import msgspec
 
 from .runtime.conversation import Conversation
+from .runtime.core import OVERTAKEN, PROCESS_STOPPED
 from .runtime.events import (
     AnsweredEvent,
     DecidedEvent,
@@ -48,13 +50,13 @@ from .runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, S
 EXPIRE_TIMEOUT = 0.01
 
 #: The reason the runtime records for a call a dead process left open; such a call raised nothing.
-_PROCESS_STOPPED = "the process stopped"
+_PROCESS_STOPPED = PROCESS_STOPPED
 
 #: What can follow a message to the agent.
 _AGENT_ANSWERS = frozenset({"reply", "no-reply", "send-failed"})
 
 #: The events recovering from a dead process records.
-_RECOVERY = frozenset({"outcome", "deferred", "interrupted", "finished"})
+_RECOVERY = frozenset({"outcome", "deferred", "handled", "interrupted", "finished"})
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -79,8 +81,7 @@ def _summary(event: dict[str, Any]) -> str:
     return f"{event.get('type')} {_short(rest, 160)}"
 
 
-@attrs.frozen
-class Divergence:
+class Divergence(msgspec.Struct, frozen=True, kw_only=True):
     """Where a replayed call differs from the recording: the 1-based ``call``, the ``turn`` (as the runtime
     numbers turns), the event's ``position`` within that turn (0-based, counted in the recording when it holds the
     event, else in the replay), and the event on each side (``None`` where that side has none).
@@ -117,8 +118,7 @@ class Divergence:
         return f"{where}: {name}: {'; '.join(changes)}"
 
 
-@attrs.frozen
-class ReplayReport:
+class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
     """What a replay came to: the calls made, the turns run (messages the recorded agent answered or not), and
     every divergence from the recording, in order."""
 
@@ -275,7 +275,7 @@ class _Call:
         for event in self.events:
             if isinstance(event, SendFailedEvent):
                 return event.error
-            if isinstance(event, InterruptedEvent) and event.reason != _PROCESS_STOPPED:
+            if isinstance(event, InterruptedEvent) and event.reason not in (_PROCESS_STOPPED, OVERTAKEN):
                 return event.reason
         return None
 
@@ -359,6 +359,7 @@ class _Replay:
             log=log,
             **self._options,
         )
+        conversation.recover()
         conversation.on_event = lambda event: self._crash_point()
         return conversation
 
@@ -453,11 +454,11 @@ def _compare(
         if their_reply != our_reply:
             found.append(
                 Divergence(
-                    call,
-                    turn,
-                    len(theirs),
-                    their_reply[0] if their_reply else None,
-                    our_reply[0] if our_reply else None,
+                    call=call,
+                    turn=turn,
+                    position=len(theirs),
+                    recorded=their_reply[0] if their_reply else None,
+                    replayed=our_reply[0] if our_reply else None,
                 )
             )
         matcher = difflib.SequenceMatcher(
@@ -472,7 +473,7 @@ def _compare(
                 before = theirs[i1 + offset] if i1 + offset < i2 else None
                 after = ours[j1 + offset] if j1 + offset < j2 else None
                 position = i1 + offset if before is not None else j1 + offset
-                found.append(Divergence(call, turn, position, before, after))
+                found.append(Divergence(call=call, turn=turn, position=position, recorded=before, replayed=after))
     return found
 
 

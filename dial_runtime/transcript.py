@@ -6,11 +6,13 @@ what ran, and what the agent was told. It holds no rules: it only renders events
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from typing import Any
 
 from .language.parser import parse
+from .ports import AnswerLike, DecisionLike, Human
 from .runtime.events import Event
 from .runtime.records import Accept, Ask, Dismiss, Edit, Say, Suggestion, TurnResult, as_decision
 
@@ -126,22 +128,22 @@ class Transcript:
 class NarratedHuman:
     """Wraps a person so their decisions and answers appear in the transcript."""
 
-    def __init__(self, human: Any, transcript: Transcript) -> None:
+    def __init__(self, human: Human, transcript: Transcript) -> None:
         self.human = human
         self.transcript = transcript
 
-    async def decide(self, suggestion: Suggestion) -> object:
+    async def decide(self, suggestion: Suggestion) -> DecisionLike:
         if suggestion.issue is not None:
             self.transcript.refused(suggestion)
         decision = self.human.decide(suggestion)
-        if hasattr(decision, "__await__"):
+        if inspect.isawaitable(decision):
             decision = await decision
         self.transcript.decided(suggestion, decision)
         return decision
 
-    async def answer(self, ask: Ask) -> object:
+    async def answer(self, ask: Ask) -> AnswerLike:
         answer = self.human.answer(ask)
-        if hasattr(answer, "__await__"):
+        if inspect.isawaitable(answer):
             answer = await answer
         self.transcript.answered(ask, answer)
         return answer

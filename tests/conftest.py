@@ -1,6 +1,9 @@
-"""Shared fixtures: both anyio backends, trio with virtual time."""
+"""Shared fixtures: both anyio backends, trio with virtual time (or real clocks, for the store tests); a store
+URL of each kind."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import trio.testing
@@ -17,3 +20,34 @@ from .pg import pg_schema_url, postgres_url  # noqa: F401  (a PostgreSQL server,
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object]]:
     """Every async test runs on trio (virtual clock: timeouts pass instantly) and on asyncio."""
     return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=["trio", "asyncio"])
+def real_clocks(request: pytest.FixtureRequest) -> str:
+    """Both backends on real clocks: a module whose tests wait on threads, processes or servers overrides
+    ``anyio_backend`` with this."""
+    return request.param  # type: ignore[no-any-return]
+
+
+#: The kinds of store, the in-process one first.
+STORE_KINDS = ["memory", "sqlite", "postgres"]
+
+
+def _store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "memory":
+        return "memory:"
+    if request.param == "sqlite":
+        return f"sqlite:{tmp_path / 'logs.db'}"
+    return request.getfixturevalue("pg_schema_url")  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=STORE_KINDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL of each kind, naming an empty log."""
+    return _store_url(request, tmp_path)
+
+
+@pytest.fixture
+def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL other processes can reach (``sqlite`` or ``postgres``, given indirectly)."""
+    return _store_url(request, tmp_path)

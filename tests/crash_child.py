@@ -7,7 +7,8 @@
   having printed ``ready``: the test kills the process there.
 - ``decide-later``: take the deferred decision on ``sg-1`` (``Accept()``, by ``b``), print the result as JSON.
 - ``race``: print ``ready``, wait for a line on stdin, then say until :data:`RACE_SAYS` calls went through,
-  counting the calls refused as busy (and apart, as conflicts); print the counts as JSON.
+  counting the calls refused as busy (and apart, as conflicts); print the counts as JSON. Each worker's first
+  call waits, holding the conversation, until the other was refused (:class:`Meeting`), so the two always meet.
 
 The domain appends ``<text> <pid>`` to ``RUNS_FILE`` each time an action runs, so a test can count runs across
 processes.
@@ -105,10 +106,33 @@ class HoldingHuman:
         return Accept()
 
 
-class Responder:
-    """Proposes a note for the person's words, and acknowledges a report of outcomes."""
+class Meeting:
+    """Makes the two ``race`` workers meet, every time: the first call to hold the conversation waits inside it
+    until the other worker has been refused as busy (a marker file beside the runs file says so)."""
 
-    def send(self, message: str) -> str:
+    def __init__(self, runs: Path) -> None:
+        self.marker = runs.with_name(runs.name + ".refused")
+
+    def refused(self) -> None:
+        self.marker.touch()
+
+    async def met(self) -> None:
+        with anyio.fail_after(10):
+            while not self.marker.exists():
+                await anyio.sleep(0.005)
+
+
+class Responder:
+    """Proposes a note for the person's words, and acknowledges a report of outcomes; its first reply waits until
+    the other worker has met the lock this call holds."""
+
+    def __init__(self, meeting: Meeting) -> None:
+        self.meeting: Meeting | None = meeting
+
+    async def send(self, message: str) -> str:
+        if self.meeting is not None:
+            await self.meeting.met()
+            self.meeting = None
         return OK if "yield=" in message else ONE
 
 
@@ -148,8 +172,9 @@ async def decide_later(url: str, conversation_id: str, runs: Path) -> None:
 async def race(url: str, conversation_id: str, runs: Path) -> None:
     """Say as fast as possible once told to, with another worker doing the same on the same conversation."""
     store = open_store(url)
+    meeting = Meeting(runs)
     conversation = Conversation(
-        agent=Responder(),
+        agent=Responder(meeting),
         domain=FileNotes(runs),
         human=policy_human("accept"),
         store=store,
@@ -168,6 +193,7 @@ async def race(url: str, conversation_id: str, runs: Path) -> None:
                 continue
             except ConversationBusy:
                 busy += 1
+                meeting.refused()
                 await anyio.lowlevel.checkpoint()
                 continue
             assert (result.status, result.turns) == ("idle", 2), result

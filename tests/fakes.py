@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, ClassVar
 
 import anyio
@@ -46,6 +46,32 @@ async def hang(message: str) -> str:
     """An agent step that never answers."""
     await anyio.sleep_forever()
     raise AssertionError("unreachable")
+
+
+class Stall:
+    """A wait that never ends and says when it began, so a test cancels the call stuck in it at that moment (as a
+    caller's deadline would) instead of after some real time. An agent step, or awaited in a callback."""
+
+    def __init__(self) -> None:
+        self.reached = anyio.Event()
+
+    async def __call__(self, *_: object) -> Any:
+        self.reached.set()
+        await anyio.sleep_forever()
+
+    async def interrupt(self, call: Callable[[], Awaitable[object]]) -> None:
+        """Run ``call`` and cancel it once it is stuck here (within 10 s); fail when it returned before."""
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+
+                async def cancel_when_reached() -> None:
+                    await self.reached.wait()
+                    group.cancel_scope.cancel()
+
+                group.start_soon(cancel_when_reached)
+                await call()
+                group.cancel_scope.cancel()
+        assert self.reached.is_set(), "the call returned without reaching the stall"
 
 
 class Notes:

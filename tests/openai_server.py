@@ -12,9 +12,11 @@ completion::
 
 Steps, taken in order:
 
-- ``Reply(text, chunks=1, interval=0.0, delay=0.0, drop_after=None)``: answer ``text``. Streamed, it is split into
-  ``chunks`` pieces of near-equal length sent ``interval`` seconds apart; ``drop_after=N`` closes the connection
-  after N content pieces, mid-body (``0``: right after the headers and the role chunk).
+- ``Reply(text, chunks=1, interval=0.0, delay=0.0, drop_after=None, hold_after=None)``: answer ``text``.
+  Streamed, it is split into ``chunks`` pieces of near-equal length sent ``interval`` seconds apart;
+  ``drop_after=N`` closes the connection after N content pieces, mid-body (``0``: right after the headers and the
+  role chunk); ``hold_after=N`` sends N pieces and holds the rest until the server closes (a reply whose end is
+  still on its way, for as long as a test needs).
 - ``Error(status, message="scripted error", retry_after=None, body=None, delay=0.0)``: answer ``status`` with an
   OpenAI-style ``{"error": {"message", "type", "code"}}`` body (or the text ``body`` instead) and, when given, a
   ``Retry-After`` header.
@@ -92,6 +94,7 @@ class Reply:
     interval: float = attrs.field(default=0.0, kw_only=True)
     delay: float = attrs.field(default=0.0, kw_only=True)
     drop_after: int | None = attrs.field(default=None, kw_only=True)
+    hold_after: int | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen
@@ -346,6 +349,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_event(_chunk(request, number, {"role": "assistant", "content": ""}))
         for index, piece in enumerate(_split(reply.text, reply.chunks)):
             if reply.drop_after is not None and index >= reply.drop_after:
+                self.close_connection = True
+                return
+            if index == reply.hold_after:
+                owner._closing.wait()
                 self.close_connection = True
                 return
             if index and not owner._wait(reply.interval):

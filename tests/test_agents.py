@@ -320,12 +320,12 @@ STREAMING: list[Event] = [SentEvent(turn=1, message="q"), ReplyStartedEvent(turn
     [
         pytest.param(
             [SentEvent(turn=1, message="q"), ReplyEvent(turn=1, text="a")],
-            [ChatMessage("user", "q"), ChatMessage("assistant", "a")],
+            [ChatMessage(role="user", content="q"), ChatMessage(role="assistant", content="a")],
             id="answered",
         ),
         pytest.param(
             [*STREAMING, ReplyEvent(turn=1, text="a")],
-            [ChatMessage("user", "q"), ChatMessage("assistant", "a")],
+            [ChatMessage(role="user", content="q"), ChatMessage(role="assistant", content="a")],
             id="streamed",
         ),
         pytest.param([SentEvent(turn=1, message="q")], [], id="never-answered"),
@@ -336,22 +336,26 @@ STREAMING: list[Event] = [SentEvent(turn=1, message="q"), ReplyStartedEvent(turn
         ),
         pytest.param(
             STREAMING,
-            [ChatMessage("user", "q")],
+            [ChatMessage(role="user", content="q")],
             id="died-while-streaming",
         ),
         pytest.param(
             [*STREAMING, ReplyProgressEvent(turn=1, text="<dial>"), ReplyProgressEvent(turn=1, text="<dial-ask>")],
-            [ChatMessage("user", "q"), ChatMessage("assistant", "<dial><dial-ask>")],
+            [ChatMessage(role="user", content="q"), ChatMessage(role="assistant", content="<dial><dial-ask>")],
             id="died-while-the-person-decided",
         ),
         pytest.param(
             [*STREAMING, ReplyProgressEvent(turn=1, text="<dial>"), ReplyEvent(turn=1, text="<dial></dial>")],
-            [ChatMessage("user", "q"), ChatMessage("assistant", "<dial></dial>")],
+            [ChatMessage(role="user", content="q"), ChatMessage(role="assistant", content="<dial></dial>")],
             id="the-whole-reply-wins",
         ),
         pytest.param(
             [*STREAMING, SentEvent(turn=1, message="outcome"), ReplyEvent(turn=1, text="ok")],
-            [ChatMessage("user", "q"), ChatMessage("user", "outcome"), ChatMessage("assistant", "ok")],
+            [
+                ChatMessage(role="user", content="q"),
+                ChatMessage(role="user", content="outcome"),
+                ChatMessage(role="assistant", content="ok"),
+            ],
             id="taken-up-after-dying-while-streaming",
         ),
     ],
@@ -367,10 +371,10 @@ async def test_the_agent_keeps_its_conversations_history(server: OpenAIServer) -
         assert await agent.send("a") == "one"
         assert await agent.send("b") == "two"
         assert agent.history == (
-            ChatMessage("user", "a"),
-            ChatMessage("assistant", "one"),
-            ChatMessage("user", "b"),
-            ChatMessage("assistant", "two"),
+            ChatMessage(role="user", content="a"),
+            ChatMessage(role="assistant", content="one"),
+            ChatMessage(role="user", content="b"),
+            ChatMessage(role="assistant", content="two"),
         )
     first, second = server.requests
     system = {"role": "system", "content": "You are terse."}
@@ -404,7 +408,7 @@ async def test_streamed_and_plain_replies_give_the_same_text(server: OpenAIServe
         pieces = await collect(agent, "q")
         assert plain == "".join(pieces) == TRICKY
         assert len(pieces) == 7
-        assert agent.history[-1] == ChatMessage("assistant", TRICKY)
+        assert agent.history[-1] == ChatMessage(role="assistant", content=TRICKY)
         assert len(agent.history) == 4
     assert [request.stream for request in server.requests] == [False, True]
     assert server.requests[1].messages[-2:] == [
@@ -420,7 +424,10 @@ async def test_a_stream_left_early_keeps_what_the_caller_saw(server: OpenAIServe
             async for piece in pieces:
                 assert piece == "abc"
                 break
-        assert agent.history == (ChatMessage("user", "q"), ChatMessage("assistant", "abc"))
+        assert agent.history == (
+            ChatMessage(role="user", content="q"),
+            ChatMessage(role="assistant", content="abc"),
+        )
         assert await agent.send("again") == "after"
     assert server.requests[1].messages[-3:] == [
         {"role": "user", "content": "q"},
@@ -457,7 +464,7 @@ async def test_a_transient_status_is_retried(server: OpenAIServer, status: int) 
     server.add(Error(status, "try later"), "ok")
     async with chat(server) as agent:
         assert await agent.send("q") == "ok"
-        assert agent.history[-1] == ChatMessage("assistant", "ok")
+        assert agent.history[-1] == ChatMessage(role="assistant", content="ok")
     assert len(server.requests) == 2
     assert server.requests[1].messages == [{"role": "user", "content": "q"}]  # the failed try left no trace
 
@@ -526,7 +533,7 @@ async def test_a_stream_that_breaks_before_its_first_text_is_retried(server: Ope
     server.add(Reply("lost", chunks=2, drop_after=0), Error(503), Reply("found", chunks=1))
     async with chat(server) as agent:
         assert await collect(agent, "q") == ["found"]
-        assert agent.history[-1] == ChatMessage("assistant", "found")
+        assert agent.history[-1] == ChatMessage(role="assistant", content="found")
     assert len(server.requests) == 3
 
 
@@ -537,7 +544,10 @@ async def test_a_stream_is_never_retried_once_its_answer_has_started(server: Ope
         with pytest.raises(AgentError, match="broke off after it had started") as caught:
             async for piece in agent.stream("q"):
                 received.append(piece)
-        assert agent.history == (ChatMessage("user", "q"), ChatMessage("assistant", "ab"))
+        assert agent.history == (
+            ChatMessage(role="user", content="q"),
+            ChatMessage(role="assistant", content="ab"),
+        )
     assert received == ["ab"]
     assert caught.value.status == 200
     assert isinstance(caught.value.__cause__, httpx.RemoteProtocolError)

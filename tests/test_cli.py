@@ -73,3 +73,38 @@ def test_the_console_script_runs() -> None:
         [sys.executable, "-m", "dial_runtime.cli", "validate", str(EXAMPLE)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+def _run_without_the_terminal_extra(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The command line in a process where rich and prompt_toolkit cannot be imported."""
+    code = (
+        "import sys\n"
+        "sys.modules['rich'] = sys.modules['prompt_toolkit'] = None\n"
+        "from dial_runtime.cli import main\n"
+        f"sys.exit(main({list(argv)!r}))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("chat", "--agent", "ollama:llama3.1", "--domain", "dial_runtime.demo:NotesDomain"),
+        ("demo", "--interactive"),
+    ],
+    ids=["chat", "demo-interactive"],
+)
+def test_the_terminal_surface_without_its_extra_says_how_to_install_it(argv: tuple[str, ...]) -> None:
+    done = _run_without_the_terminal_extra(*argv)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"dial-runtime {' '.join(argv[:2]) if argv[0] == 'demo' else 'chat'}: the terminal surface needs rich and "
+        "prompt_toolkit: pip install 'dial-runtime[terminal]'"
+    ]
+
+
+def test_the_quick_start_demo_needs_no_terminal_extra() -> None:
+    done = _run_without_the_terminal_extra("demo")
+    assert done.returncode == 0, done.stderr
+    assert "you: add a note: buy milk" in done.stdout.splitlines()

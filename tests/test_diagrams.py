@@ -125,5 +125,6 @@ def test_mermaid_shows_guards_and_finals(line: str) -> None:
 def test_life_draws_ended_as_terminal_with_its_self_transitions() -> None:
     dot_source = render_dot(MACHINES["conversation_life"])
     assert '"ended" [shape=doublecircle' in dot_source
-    assert '"ended" -> "ended" [label="begin\\nfinish\\nend"];' in dot_source
+    assert '"ended" -> "ended" [label="end"];' in dot_source
+    assert '"ended" -> "ending" [label="begin"];' in dot_source
     assert "    ended --> [*]" in render_mermaid(MACHINES["conversation_life"]).splitlines()

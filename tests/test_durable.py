@@ -25,8 +25,8 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from dial_runtime import Accept, Conversation, ConversationBusy, policy_human, scripted_human
-from dial_runtime.runtime.conversation import UNKNOWN_EFFECT
-from dial_runtime.runtime.events import LogEntry
+from dial_runtime.runtime.core import UNKNOWN_EFFECT
+from dial_runtime.runtime.events import LogEntry, SaidEvent
 from dial_runtime.runtime.state import ConversationState
 from dial_runtime.stores import Store, open_store
 
@@ -51,30 +51,10 @@ FIRST_REPLY = envelope(
 )
 
 
-@pytest.fixture(params=["trio", "asyncio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Real clocks: the stores wait on threads, processes and servers, which a virtual clock would skip past."""
-    return request.param  # type: ignore[no-any-return]
-
-
-def _store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "memory":
-        return "memory:"
-    if request.param == "sqlite":
-        return f"sqlite:{tmp_path / 'logs.db'}"
-    return request.getfixturevalue("pg_schema_url")  # type: ignore[no-any-return]
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store URL of each kind, naming an empty log."""
-    return _store_url(request, tmp_path)
-
-
 @pytest.fixture
-def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store URL that other processes can reach."""
-    return _store_url(request, tmp_path)
+def anyio_backend(real_clocks: str) -> str:
+    """Real clocks: the stores wait on threads, processes and servers, which a virtual clock would skip past."""
+    return real_clocks
 
 
 @pytest.fixture
@@ -357,6 +337,68 @@ async def test_an_ending_between_calls_is_stored_after_another_workers_call(
     assert (await opened()).ended
 
 
+class FailingOnce:
+    """A store whose ``fail_at``-th append raises (the write never reached the store), like a dropped
+    connection; everything else goes to the real store."""
+
+    def __init__(self, store: Store, fail_at: int) -> None:
+        self._store = store
+        self._appends = 0
+        self._fail_at = fail_at
+
+    async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
+        self._appends += 1
+        if self._appends == self._fail_at:
+            raise OSError("the connection to the store was lost")
+        await self._store.append(conversation_id, entries, expected_seq=expected_seq)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+async def test_a_worker_whose_write_failed_never_replays_its_events_over_another_workers_log(
+    url: str, connect: Callable[[str], Store], conversation_id: str
+) -> None:
+    """The write before the action fails: that worker's unwritten events are dropped, the next worker's call
+    stands, and the first worker's next call reads the store again instead of recording them a second time."""
+    failing = FailingOnce(connect(url), fail_at=2)  # 1: before the send, 2: before the action
+    here = await Conversation.open(
+        failing,
+        conversation_id,
+        agent=Agent([ONE, OK]),
+        domain=Notes(),
+        human=policy_human(),  # type: ignore[arg-type]
+    )
+    with pytest.raises(OSError, match="connection to the store was lost"):
+        await here.say("go")
+    there = await Conversation.open(
+        connect(url), conversation_id, agent=Agent([OK]), domain=Notes(), human=policy_human()
+    )
+    assert (await there.say("hello")).status == "idle"
+    later_agent = Agent([OK])
+    here.agent = later_agent
+    assert (await here.say("more")).status == "idle"
+    stored = await connect(url).read(conversation_id)
+    checked(stored)
+    assert list(here.log) == stored
+    proposed = [entry.event.id for entry in stored if entry.event.type == "proposed"]
+    outcomes = [(entry.event.id, entry.event.status) for entry in stored if entry.event.type == "outcome"]
+    assert proposed == [] and outcomes == []  # the proposal was never written: no worker saw it
+    assert all("sg-1" not in message for message in later_agent.sent)
+
+
+def test_a_stored_conversation_takes_no_log_of_its_own() -> None:
+    with pytest.raises(TypeError, match="log comes from its store"):
+        Conversation(
+            agent=Agent([]),
+            domain=Notes(),
+            human=policy_human(),
+            store=open_store("memory:"),
+            conversation_id="c",
+            log=[LogEntry(seq=1, time=1.0, event=SaidEvent(text="hi"))],
+        )
+
+
 @ACROSS_PROCESSES
 async def test_a_decision_deferred_in_one_process_is_taken_in_another(
     durable_url: str, anyio_backend: str, connect: Callable[[str], Store], conversation_id: str, runs: FileNotes
@@ -524,7 +566,7 @@ async def test_two_processes_racing_for_one_conversation(
         counts = [await one.result(), await two.result()]
     assert [count["done"] for count in counts] == [RACE_SAYS, RACE_SAYS]
     assert [count["conflicts"] for count in counts] == [0, 0], "a write got past the lock"
-    assert sum(count["busy"] for count in counts) > 0, "the workers never met"
+    assert sum(count["busy"] for count in counts) > 0, "the lock never refused the other worker"
 
     total = 2 * RACE_SAYS
     stored = await connect(durable_url).read(conversation_id)

@@ -8,14 +8,14 @@ import dial_runtime
 
 #: The names the README documents; adding or removing one is a deliberate API change.
 EXPECTED = {
-    "Accept", "Acknowledge", "ActionError", "ActionSpec", "AgentError", "Ask", "AskElement", "ChatAgent",
+    "Accept", "Acknowledge", "ActionError", "ActionSpec", "Agent", "AgentError", "Ask", "AskElement", "ChatAgent",
     "Conversation", "ConversationBusy", "Declare", "Defer", "Delegate", "DialError", "DialSizeError", "Dismiss",
-    "Divergence", "Edit", "Envelope", "Event", "Execute", "IllegalTransition", "Inform", "Issue", "LogEntry", "LogError",
-    "Option", "Outcome", "ParseIssue", "Phatic", "RecordedAgent", "ReplayReport", "RootAttributes", "Say",
-    "SchemaIssue", "ScriptedAgent", "Step", "Store", "StoreConflict", "StreamParser", "Suggest", "Suggestion",
-    "TurnResult", "__version__", "agent_from_uri", "event_from_dict", "event_to_dict", "export_jsonl",
-    "extract_prose", "import_jsonl", "open_store", "outcome_reply", "parse", "policy_human", "replay",
-    "scripted_human", "system_prompt", "validate",
+    "Divergence", "Edit", "Envelope", "Event", "Execute", "Human", "IllegalTransition", "Inform", "Issue",
+    "LogEntry", "LogError", "Option", "Outcome", "ParseIssue", "Phatic", "RecordedAgent", "ReplayReport",
+    "RootAttributes", "Say", "SchemaIssue", "ScriptedAgent", "Step", "Store", "StoreClosed", "StoreConflict",
+    "StreamParser", "StreamingAgent", "Suggest", "Suggestion", "TurnResult", "__version__", "agent_from_uri",
+    "event_from_dict", "event_to_dict", "export_jsonl", "extract_prose", "import_jsonl", "open_store",
+    "outcome_reply", "parse", "policy_human", "replay", "scripted_human", "system_prompt", "validate",
 }  # fmt: skip
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
-import anyio
 import msgspec
 import pytest
 
@@ -13,7 +13,7 @@ from dial_runtime import Conversation, Dismiss, Outcome, event_from_dict, event_
 from dial_runtime.runtime.events import EVENT_TYPES, OutcomeEvent, entry_from_dict, entry_to_dict
 from dial_runtime.runtime.state import ConversationState
 
-from .fakes import Agent, Notes, envelope, hang, suggest
+from .fakes import Agent, Notes, Stall, envelope, hang, suggest
 
 pytestmark = pytest.mark.anyio
 
@@ -122,10 +122,10 @@ async def test_a_log_must_number_its_entries_from_1(cut: slice, numbered: bool) 
 
 async def test_the_log_holds_what_on_event_never_sees() -> None:
     events: list[Any] = []
-    agent = Agent([hang])
+    stall = Stall()
+    agent = Agent([stall])
     conversation = Conversation(agent=agent, domain=Notes(), human=scripted_human([]), on_event=events.append)
-    with anyio.move_on_after(1):
-        await conversation.say("hi")
+    await stall.interrupt(partial(conversation.say, "hi"))
     logged = [entry.event.type for entry in conversation.log]
     assert logged == ["said", "sent", "interrupted", "finished"]
     assert [event.type for event in events] == ["sent"]

@@ -163,12 +163,12 @@ class SlowNotes(NotesDomain):
 
 
 async def crash(store: MemoryStore, call: Callable[[], Awaitable[object]]) -> MemoryStore:
-    """Make ``call`` until it waits, then let its process die: the store that survives holds what was stored then,
-    and nothing the dying call logs afterwards."""
+    """Make ``call`` until it waits (every task is blocked), then let its process die: the store that survives
+    holds what was stored then, and nothing the dying call logs afterwards."""
     survivor = MemoryStore()
     async with anyio.create_task_group() as group:
         group.start_soon(call)
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()
         await survivor.append("crashes", await store.read("crashes"), expected_seq=0)
         group.cancel_scope.cancel()
     return survivor
@@ -418,6 +418,7 @@ async def test_a_refused_deferred_decision_that_now_passes_diverges_in_its_own_c
         "decided",
         "action-started",
         "outcome",
+        "handled",
         "finished",
     ]
 
@@ -455,15 +456,15 @@ async def test_failures_are_replayed_as_they_happened() -> None:
 def test_a_divergence_reads_as_one_line_per_side() -> None:
     said = {"type": "said", "text": "hi"}
     assert (
-        str(Divergence(1, 0, 0, said, None))
+        str(Divergence(call=1, turn=0, position=0, recorded=said, replayed=None))
         == 'call 1, turn 0, event 0: recorded said {"text": "hi"}, missing from the replay'
     )
     assert (
-        str(Divergence(2, 1, 3, None, said))
+        str(Divergence(call=2, turn=1, position=3, recorded=None, replayed=said))
         == 'call 2, turn 1, event 3: replayed said {"text": "hi"}, not in the recording'
     )
     other = {"type": "finished", "status": "idle", "turns": 1}
-    assert str(Divergence(1, 1, 5, said, other)) == (
+    assert str(Divergence(call=1, turn=1, position=5, recorded=said, replayed=other)) == (
         'call 1, turn 1, event 5: recorded said {"text": "hi"}, replayed finished {"status": "idle", "turns": 1}'
     )
 

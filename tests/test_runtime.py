@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from functools import partial
 from types import coroutine as types_coroutine
 from typing import Any
 
@@ -31,7 +32,7 @@ from dial_runtime import (
 )
 from dial_runtime.runtime.events import RENDERED
 
-from .fakes import Agent, Notes, envelope, hang, make, statuses, suggest, types
+from .fakes import Agent, Notes, Stall, envelope, hang, make, statuses, suggest, types
 
 pytestmark = pytest.mark.anyio
 
@@ -394,16 +395,17 @@ async def test_a_second_say_while_one_runs_is_refused_at_once() -> None:
 
 
 async def test_cancelling_during_a_decision_supersedes_and_keeps_outcomes_owed() -> None:
+    stall = Stall()
+
     class Waits:
         async def decide(self, suggestion: Suggestion) -> Any:
-            await anyio.sleep_forever()
+            await stall()
 
     reply = envelope(
         suggest("list-notes", "{}"), suggest("add-note", '{"text":"x"}'), suggest("add-note", '{"text":"y"}')
     )
     conversation, agent, _ = make([reply, "after"], Waits())
-    with anyio.move_on_after(1):
-        await conversation.say("go")
+    await stall.interrupt(partial(conversation.say, "go"))
     assert statuses(conversation.owed) == [("sg-1", "done"), ("sg-2", "superseded"), ("sg-3", "superseded")]
     types_logged = [entry.event.type for entry in conversation.log]
     assert types_logged[-2:] == ["interrupted", "finished"]
@@ -413,9 +415,9 @@ async def test_cancelling_during_a_decision_supersedes_and_keeps_outcomes_owed()
 
 
 async def test_cancelling_while_the_agent_thinks_leaves_the_conversation_usable() -> None:
-    conversation, agent, _ = make([hang, "hi"])
-    with anyio.move_on_after(1):
-        await conversation.say("first")
+    stall = Stall()
+    conversation, agent, _ = make([stall, "hi"])
+    await stall.interrupt(partial(conversation.say, "first"))
     assert (await conversation.say("second")).status == "idle"
     assert agent.sent == ["first", "second"]
 
@@ -506,7 +508,8 @@ async def test_session_complete_ends_after_the_reply_is_handled() -> None:
     later = await conversation.say("hello?")
     assert (later.status, later.turns) == ("ended", 0)
     assert len(agent.sent) == 1
-    assert conversation.log[-1].event.type == "said" and conversation.log[-1].event.text == "hello?"
+    said, finished = (entry.event for entry in conversation.log[-2:])
+    assert (said.type, said.text, finished.type, finished.status) == ("said", "hello?", "finished", "ended")
     assert statuses(conversation.owed) == [("sg-1", "done")]
 
 
@@ -597,32 +600,34 @@ def test_every_rendered_event_type_is_documented() -> None:
 
 
 async def test_cancelling_while_an_action_runs_fails_it_as_interrupted() -> None:
+    stall = Stall()
+
     class Stuck(Notes):
         async def run(self, action: str, payload: Any) -> Any:
-            await anyio.sleep_forever()
+            await stall()
 
     reply = envelope(suggest("add-note", '{"text":"x"}'), suggest("add-note", '{"text":"y"}'))
     conversation, _, _ = make([reply], domain=Stuck())
-    with anyio.move_on_after(1):
-        await conversation.say("go")
+    await stall.interrupt(partial(conversation.say, "go"))
     first, second = conversation.owed
     assert (first.status, first.code, second.status) == ("failed", "interrupted", "superseded")
     assert first.hint == "The turn stopped while the action ran; its effect is unknown."
 
 
 async def test_cancelling_while_the_person_answers_keeps_earlier_outcomes() -> None:
+    stall = Stall()
+
     class Thinking:
         def decide(self, suggestion: Suggestion) -> Any:
             return Accept()
 
         async def answer(self, ask: Ask) -> str:
-            await anyio.sleep_forever()
+            await stall()
             raise AssertionError
 
     reply = envelope(suggest("add-note", '{"text":"x"}'), "<dial-ask>And?</dial-ask>", suggest("list-notes", "{}"))
     conversation, _, _ = make([reply], Thinking())
-    with anyio.move_on_after(1):
-        await conversation.say("go")
+    await stall.interrupt(partial(conversation.say, "go"))
     assert statuses(conversation.owed) == [("sg-1", "done"), ("sg-2", "superseded")]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import typing
 from collections import deque
 
 import pytest
@@ -13,13 +14,27 @@ from statemachine.exceptions import TransitionNotAllowed
 
 from dial_runtime.errors import IllegalTransition
 from dial_runtime.statemachines import (
+    BETWEEN_CALLS,
+    CALL,
+    CALL_STATUS,
+    DECIDING,
+    ENDED,
+    FINAL_STATE,
+    IN_CALL,
     LIFE,
     NEEDS_REPLY,
     OUTCOME_STATUS,
+    RUNNING,
     SUGGESTION,
     TURN_LOOP,
+    CallGate,
+    CallStatus,
     ConversationLife,
+    LifeState,
+    LoopState,
+    OutcomeStatus,
     SuggestionLifecycle,
+    SuggestionState,
     Table,
     Transition,
     TurnLoop,
@@ -46,9 +61,10 @@ MACHINES = [
     pytest.param(SuggestionLifecycle, SUGGESTION, id="suggestion"),
     pytest.param(TurnLoop, TURN_LOOP, id="turn_loop"),
     pytest.param(ConversationLife, LIFE, id="life"),
+    pytest.param(CallGate, CALL, id="call"),
     pytest.param(Guarded, GUARDED, id="guarded"),
 ]
-TABLES = [pytest.param(table, id=table.name) for table in (SUGGESTION, TURN_LOOP, LIFE)]
+TABLES = [pytest.param(table, id=table.name) for table in (SUGGESTION, TURN_LOOP, LIFE, CALL)]
 
 
 class Flags:
@@ -104,22 +120,28 @@ def test_guards_are_tried_in_declaration_order() -> None:
 Step = tuple[str, str, dict[str, bool], str]
 """A path case: from a state, an event with flags, to a target."""
 
+PENDING = ("pending", "pending_refused_once", "pending_refused_twice")
+CALL_ENDS = ("idle", "no_reply", "turn_limit", "ended", "send_failed", "cancelled")
+
 SUGGESTION_PATHS: list[Step] = [
-    ("proposed", "reject", {}, "invalid"),
-    ("proposed", "supersede", {}, "superseded"),
-    ("proposed", "run_read_only", {}, "running"),
-    ("proposed", "hand_off", {}, "handing_off"),
-    ("proposed", "present", {}, "pending"),
+    ("proposed", "review", {"unknown": True}, "invalid"),
+    ("proposed", "review", {"refused": True, "read_only": True}, "invalid"),
+    ("proposed", "review", {"overtaken": True, "handoff": True}, "superseded"),
+    ("proposed", "review", {"handoff": True, "read_only": True}, "handing_off"),
+    ("proposed", "review", {"read_only": True}, "running"),
+    ("proposed", "review", {}, "pending"),
     *(
         (pending, event, {}, target)
-        for pending in ("pending", "pending_refused_once", "pending_refused_twice")
+        for pending in PENDING
         for event, target in (
             ("supersede", "superseded"),
             ("dismiss", "dismissed"),
             ("expire", "dismissed"),
-            ("accept", "running"),
+            ("start", "running"),
         )
     ),
+    ("running", "start", {}, "running"),
+    ("handing_off", "start", {}, "handing_off"),
     ("pending", "refuse", {}, "pending_refused_once"),
     ("pending_refused_once", "refuse", {}, "pending_refused_twice"),
     ("pending_refused_twice", "refuse", {}, "invalid"),
@@ -129,13 +151,13 @@ SUGGESTION_PATHS: list[Step] = [
     ("handing_off", "fail", {}, "failed"),
     ("running", "interrupt", {}, "failed"),
     ("handing_off", "interrupt", {}, "failed"),
-    *(
-        (state, "interrupt", {}, "superseded")
-        for state in ("proposed", "pending", "pending_refused_once", "pending_refused_twice")
-    ),
+    *((state, "interrupt", {}, "superseded") for state in ("proposed", *PENDING)),
 ]
 
 TURN_LOOP_PATHS: list[Step] = [
+    *((end, "begin", {"ending": True, "nothing_to_send": True}, "ended") for end in CALL_ENDS),
+    *((end, "begin", {"nothing_to_send": True}, "idle") for end in CALL_ENDS),
+    *((end, "begin", {}, "composing") for end in CALL_ENDS),
     ("composing", "start_turn", {}, "awaiting_reply"),
     ("composing", "start_turn", {"out_of_turns": True}, "turn_limit"),
     ("composing", "cancel", {}, "cancelled"),
@@ -144,8 +166,10 @@ TURN_LOOP_PATHS: list[Step] = [
     ("awaiting_reply", "send_fail", {}, "send_failed"),
     ("awaiting_reply", "cancel", {}, "cancelled"),
     ("handling", "cancel", {}, "cancelled"),
-    ("handling", "park", {}, "awaiting"),
+    ("awaiting", "cancel", {}, "cancelled"),
     ("awaiting", "resume", {}, "handling"),
+    ("handling", "handled", {"person_pending": True, "ending": True}, "awaiting"),
+    ("handling", "handled", {"cut_short": True, "needs_reply": True}, "awaiting"),
     ("handling", "handled", {"ending": True}, "ended"),
     ("handling", "handled", {"ending": True, "words_pending": True, "needs_reply": True}, "ended"),
     ("handling", "handled", {"words_pending": True}, "composing"),
@@ -159,13 +183,21 @@ LIFE_PATHS: list[Step] = [
     ("open", "begin", {}, "in_turn"),
     ("open", "end", {}, "ended"),
     ("in_turn", "finish", {}, "open"),
-    ("in_turn", "end", {}, "ended"),
-    ("ended", "begin", {}, "ended"),
+    ("in_turn", "end", {}, "ending"),
+    ("ending", "end", {}, "ending"),
+    ("ending", "finish", {}, "ended"),
+    ("ended", "begin", {}, "ending"),
     ("ended", "end", {}, "ended"),
-    ("ended", "finish", {}, "ended"),
 ]
 
-PATHS = {SUGGESTION.name: SUGGESTION_PATHS, TURN_LOOP.name: TURN_LOOP_PATHS, LIFE.name: LIFE_PATHS}
+CALL_PATHS: list[Step] = [("free", "acquire", {}, "held"), ("held", "release", {}, "free")]
+
+PATHS = {
+    SUGGESTION.name: SUGGESTION_PATHS,
+    TURN_LOOP.name: TURN_LOOP_PATHS,
+    LIFE.name: LIFE_PATHS,
+    CALL.name: CALL_PATHS,
+}
 
 
 @pytest.mark.parametrize(
@@ -179,7 +211,7 @@ PATHS = {SUGGESTION.name: SUGGESTION_PATHS, TURN_LOOP.name: TURN_LOOP_PATHS, LIF
             target,
             id="-".join([f"{table.name}:{state}", event, *(f"{k}={int(v)}" for k, v in flags.items())]),
         )
-        for table in (SUGGESTION, TURN_LOOP, LIFE)
+        for table in (SUGGESTION, TURN_LOOP, LIFE, CALL)
         for state, event, flags, target in PATHS[table.name]
     ],
 )
@@ -195,22 +227,26 @@ def test_paths_cover_every_transition(table: Table) -> None:
 
 ALLOWED = {
     SUGGESTION.name: {
-        "proposed": {"reject", "supersede", "run_read_only", "hand_off", "present", "interrupt"},
-        "pending": {"supersede", "dismiss", "expire", "accept", "refuse", "interrupt"},
-        "pending_refused_once": {"supersede", "dismiss", "expire", "accept", "refuse", "interrupt"},
-        "pending_refused_twice": {"supersede", "dismiss", "expire", "accept", "refuse", "interrupt"},
-        "running": {"succeed", "fail", "interrupt"},
-        "handing_off": {"succeed", "fail", "interrupt"},
+        "proposed": {"review", "interrupt"},
+        **{pending: {"supersede", "dismiss", "expire", "start", "refuse", "interrupt"} for pending in PENDING},
+        "running": {"start", "succeed", "fail", "interrupt"},
+        "handing_off": {"start", "succeed", "fail", "interrupt"},
         **{final: set() for final in ("done", "failed", "invalid", "dismissed", "superseded", "handed_off")},
     },
     TURN_LOOP.name: {
         "composing": {"start_turn", "cancel"},
         "awaiting_reply": {"reply", "time_out", "send_fail", "cancel"},
-        "handling": {"handled", "park", "cancel"},
-        "awaiting": {"resume"},
-        **{final: set() for final in ("idle", "no_reply", "turn_limit", "ended", "send_failed", "cancelled")},
+        "handling": {"handled", "cancel"},
+        "awaiting": {"resume", "cancel"},
+        **{end: {"begin"} for end in CALL_ENDS},
     },
-    LIFE.name: {"open": {"begin", "end"}, "in_turn": {"finish", "end"}, "ended": {"begin", "finish", "end"}},
+    LIFE.name: {
+        "open": {"begin", "end"},
+        "in_turn": {"finish", "end"},
+        "ending": {"finish", "end"},
+        "ended": {"begin", "end"},
+    },
+    CALL.name: {"free": {"acquire"}, "held": {"release"}},
 }
 
 
@@ -223,7 +259,7 @@ def test_allowed_events(table: Table) -> None:
     ("table", "state", "event"),
     [
         pytest.param(table, state, event, id=f"{table.name}:{state}-{event}")
-        for table in (SUGGESTION, TURN_LOOP, LIFE)
+        for table in (SUGGESTION, TURN_LOOP, LIFE, CALL)
         for state in table.states
         for event in sorted(table.events - ALLOWED[table.name][state])
     ],
@@ -235,20 +271,26 @@ def test_refusal(table: Table, state: str, event: str) -> None:
 
 
 IMPORTANT_REFUSALS = [
-    (SUGGESTION, "proposed", "accept", "the person decides only on a presented suggestion"),
+    (SUGGESTION, "proposed", "start", "nothing runs before its review"),
+    (SUGGESTION, "proposed", "dismiss", "the person decides only on a presented suggestion"),
     (SUGGESTION, "proposed", "refuse", "a proposal that fails validate is rejected, not refused"),
     (SUGGESTION, "running", "supersede", "a running action is not superseded: it ends done or failed"),
     (SUGGESTION, "running", "dismiss", "a decision cannot undo a run"),
     (SUGGESTION, "handing_off", "supersede", "a hand-off runs to its end"),
     (SUGGESTION, "pending", "succeed", "nothing runs before it is accepted"),
     (SUGGESTION, "done", "fail", "an outcome is final"),
-    (SUGGESTION, "invalid", "present", "an invalid suggestion is never shown"),
+    (SUGGESTION, "invalid", "review", "an invalid suggestion is never shown"),
+    (SUGGESTION, "pending", "review", "a suggestion is reviewed once"),
     (TURN_LOOP, "composing", "reply", "no reply before a send"),
     (TURN_LOOP, "awaiting_reply", "handled", "nothing is handled before the reply"),
     (TURN_LOOP, "handling", "start_turn", "the next turn starts after the reply is handled"),
-    (TURN_LOOP, "idle", "cancel", "a finished say cannot be cancelled"),
+    (TURN_LOOP, "idle", "cancel", "a finished call cannot be cancelled"),
+    (TURN_LOOP, "awaiting", "begin", "new words first supersede what waits for the person"),
+    (TURN_LOOP, "handling", "begin", "a call begins only once the last one ended"),
     (LIFE, "in_turn", "begin", "a second call while one drives the conversation (ConversationBusy)"),
+    (LIFE, "ending", "begin", "a second call while an ending one drives the conversation"),
     (LIFE, "open", "finish", "no turn to finish"),
+    (CALL, "held", "acquire", "one call at a time (ConversationBusy)"),
 ]
 
 
@@ -283,8 +325,9 @@ def test_unknown_state_is_a_value_error(method: str) -> None:
     ("table", "initial", "finals"),
     [
         (SUGGESTION, "proposed", {"done", "failed", "invalid", "dismissed", "superseded", "handed_off"}),
-        (TURN_LOOP, "composing", {"idle", "no_reply", "turn_limit", "ended", "send_failed", "cancelled"}),
+        (TURN_LOOP, "idle", {"idle", "no_reply", "turn_limit", "ended", "send_failed", "cancelled"}),
         (LIFE, "open", {"ended"}),
+        (CALL, "free", set()),
     ],
 )
 def test_initial_and_finals(table: Table, initial: str, finals: set[str]) -> None:
@@ -296,7 +339,7 @@ def test_initial_and_finals(table: Table, initial: str, finals: set[str]) -> Non
 def test_ended_is_terminal_though_not_declared_final() -> None:
     assert not ConversationLife.ended.final
     assert LIFE.is_final("ended")
-    assert LIFE.fire("ended", "begin") == "ended"
+    assert LIFE.fire("ended", "begin") == "ending"
 
 
 def _successors(table: Table, state: str) -> set[str]:
@@ -315,7 +358,7 @@ def test_every_state_is_reachable_and_can_reach_a_final_state(table: Table) -> N
 
     assert reachable(table.initial) == set(table.states)
     for state in table.states:
-        if not table.is_final(state):
+        if not table.is_final(state) and table.finals:
             assert reachable(state) & table.finals, f"{state} cannot reach a final state"
 
 
@@ -340,13 +383,46 @@ def test_outcome_statuses() -> None:
 def test_table_lists_transitions_in_declaration_order() -> None:
     handled = [t for t in TURN_LOOP.transitions if t.event == "handled"]
     assert handled == [
+        Transition(source="handling", event="handled", target="awaiting", cond=("person_pending",)),
+        Transition(source="handling", event="handled", target="awaiting", cond=("cut_short",)),
         Transition(source="handling", event="handled", target="ended", cond=("ending",)),
         Transition(source="handling", event="handled", target="composing", cond=("words_pending",)),
         Transition(source="handling", event="handled", target="composing", cond=("needs_reply",)),
         Transition(source="handling", event="handled", target="composing", cond=("unusable_reply",)),
         Transition(source="handling", event="handled", target="idle"),
     ]
-    assert TURN_LOOP.states[:3] == ("composing", "awaiting_reply", "handling")
+    assert TURN_LOOP.states[:4] == ("idle", "composing", "awaiting_reply", "handling")
+
+
+@pytest.mark.parametrize(
+    ("literal", "table"),
+    [(SuggestionState, SUGGESTION), (LoopState, TURN_LOOP), (LifeState, LIFE)],
+)
+def test_state_types_name_exactly_the_tables_states(literal: object, table: Table) -> None:
+    assert typing.get_args(literal) == table.states
+
+
+def test_status_types_name_exactly_the_statuses_the_tables_report() -> None:
+    assert set(typing.get_args(OutcomeStatus)) == set(OUTCOME_STATUS.values())
+    assert set(FINAL_STATE) == set(OUTCOME_STATUS.values()) and set(FINAL_STATE.values()) == SUGGESTION.finals
+    assert set(typing.get_args(CallStatus)) == set(CALL_STATUS.values())
+    assert set(CALL_STATUS) == TURN_LOOP.finals | {"awaiting"}
+
+
+def test_the_derived_sets_follow_the_tables() -> None:
+    assert {"pending", "pending_refused_once", "pending_refused_twice"} == DECIDING
+    assert {"running", "handing_off"} == RUNNING
+    assert {"ending", "ended"} == ENDED
+    assert {"in_turn", "ending"} == IN_CALL
+    assert {"said", "resumed", "ended"} == BETWEEN_CALLS
+
+
+def test_reachable_sources_and_targets() -> None:
+    assert SUGGESTION.reachable("pending") == {"superseded", "dismissed", "running", "pending_refused_once"}
+    assert SUGGESTION.sources("succeed") == {"running", "handing_off"}
+    assert LIFE.targets("end") == {"ending", "ended"}
+    with pytest.raises(ValueError, match="unknown event 'nothing'"):
+        SUGGESTION.sources("nothing")
 
 
 # -- compile_machine accepts only what a table can reproduce -------------------------------------------------

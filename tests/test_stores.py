@@ -23,14 +23,22 @@ import pytest
 from dial_runtime.demo import run_demo
 from dial_runtime.errors import ConversationBusy
 from dial_runtime.runtime.events import LogEntry, SaidEvent
-from dial_runtime.stores import MemoryStore, PostgresStore, SQLiteStore, Store, StoreConflict, open_store
+from dial_runtime.stores import (
+    MemoryStore,
+    PostgresStore,
+    SQLiteStore,
+    Store,
+    StoreClosed,
+    StoreConflict,
+    open_store,
+)
 from dial_runtime.stores import sqlite as sqlite_store
 from dial_runtime.stores.base import encode
 
+from .conftest import STORE_KINDS
+
 pytestmark = pytest.mark.anyio
 
-DURABLE = ["sqlite", "postgres"]
-KINDS = ["memory", *DURABLE]
 
 #: A process that takes a conversation's lock, says so, and holds it until it is killed.
 HOLDER = """
@@ -46,10 +54,10 @@ anyio.run(main)
 """
 
 
-@pytest.fixture(params=["trio", "asyncio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
+@pytest.fixture
+def anyio_backend(real_clocks: str) -> str:
     """Real clocks: the stores wait on threads, processes and servers, which a virtual clock would skip past."""
-    return request.param  # type: ignore[no-any-return]
+    return real_clocks
 
 
 @pytest.fixture(scope="module")
@@ -57,24 +65,6 @@ def demo_log() -> tuple[LogEntry, ...]:
     """The log of the shipped demo conversation: many kinds of event, payloads, results, outcomes."""
     conversation = anyio.run(partial(run_demo, write=lambda _: None))
     return conversation.log
-
-
-@pytest.fixture(params=KINDS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store URL of each kind, naming an empty log."""
-    if request.param == "memory":
-        return "memory:"
-    if request.param == "sqlite":
-        return f"sqlite:{tmp_path / 'logs.db'}"
-    return request.getfixturevalue("pg_schema_url")  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store URL that other processes can reach."""
-    if request.param == "sqlite":
-        return f"sqlite:{tmp_path / 'logs.db'}"
-    return request.getfixturevalue("pg_schema_url")  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -121,7 +111,7 @@ async def test_a_real_log_round_trips(connect: Callable[[], Store], demo_log: tu
     assert await connect().read("demo") == list(demo_log)
 
 
-durable = pytest.mark.parametrize("durable_url", DURABLE, indirect=True)
+durable = pytest.mark.parametrize("durable_url", STORE_KINDS[1:], indirect=True)
 
 
 @durable
@@ -131,9 +121,32 @@ async def test_a_log_outlives_its_store(
     first = keep(open_store(durable_url))
     await write(first, "demo", demo_log)
     await first.aclose()
-    with pytest.raises(RuntimeError, match="closed"):
-        await first.read("demo")
     assert await keep(open_store(durable_url)).read("demo") == list(demo_log)
+
+
+async def _lock(store: Store) -> None:
+    async with store.lock("demo"):
+        raise AssertionError("a closed store gave its lock")
+
+
+#: Every call a conversation makes on a store.
+STORE_CALLS: dict[str, Callable[[Store], Any]] = {
+    "append": lambda store: store.append("demo", [said(2, "again")], expected_seq=1),
+    "read": lambda store: store.read("demo"),
+    "read-after": lambda store: store.read("demo", after_seq=1),
+    "conversations": lambda store: store.conversations(),
+    "lock": _lock,
+}
+
+
+@pytest.mark.parametrize("call", STORE_CALLS)
+async def test_a_closed_store_refuses_every_call(url: str, call: str) -> None:
+    store = open_store(url)
+    await store.append("demo", [said(1, "hello")], expected_seq=0)
+    await store.aclose()
+    with pytest.raises(StoreClosed, match="closed"):
+        await STORE_CALLS[call](store)
+    await store.aclose()  # closing again is harmless
 
 
 async def test_reads_after_a_seq(connect: Callable[[], Store], demo_log: tuple[LogEntry, ...]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import anyio
@@ -14,7 +15,7 @@ from dial_runtime.agents.chat import history_from_log
 from dial_runtime.language.stream import StreamParser
 from dial_runtime.runtime.events import LogEntry, ReplyProgressEvent, entry_from_dict, entry_to_dict
 
-from .fakes import Agent, Notes, StreamingAgent, envelope, suggest
+from .fakes import Agent, Notes, Stall, StreamingAgent, envelope, suggest
 from .test_runtime import LIFECYCLE
 
 pytestmark = pytest.mark.anyio
@@ -163,11 +164,13 @@ def test_a_broken_stream_leaves_the_rest_to_the_final_parse() -> None:
 
 @pytest.mark.parametrize("how", ["human raises", "caller cancels"])
 async def test_interruptions_of_a_streamed_turn_keep_outcomes_owed_and_raise_plainly(how: str) -> None:
+    stall = Stall()
+
     class Person:
         async def decide(self, suggestion: Any) -> Any:
             if how == "human raises":
                 raise ValueError("the UI crashed")
-            await anyio.sleep_forever()
+            await stall()
 
     reply = envelope(suggest("list-notes", "{}"), suggest("add-note", '{"text":"x"}'), suggest("list-notes", "{}"))
     conversation = Conversation(agent=StreamingAgent([reply], size=len(reply)), domain=Notes(), human=Person())
@@ -175,8 +178,7 @@ async def test_interruptions_of_a_streamed_turn_keep_outcomes_owed_and_raise_pla
         with pytest.raises(ValueError, match="the UI crashed"):
             await conversation.say("go")
     else:
-        with anyio.move_on_after(1):
-            await conversation.say("go")
+        await stall.interrupt(partial(conversation.say, "go"))
     assert [(o.id, o.status) for o in conversation.owed] == [
         ("sg-1", "done"),
         ("sg-2", "superseded"),
@@ -240,9 +242,12 @@ async def test_a_reply_still_arriving_is_logged_as_far_as_it_got_before_the_pers
         ReplyProgressEvent(turn=1, text=second),
     ]
     assert "reply" not in {event.type for event in logged}
-    assert history_from_log(at_decisions[0]) == [ChatMessage("user", turns[0]), ChatMessage("assistant", first)]
-    assert history_from_log(at_decisions[1])[-1] == ChatMessage("assistant", first + second)
+    assert history_from_log(at_decisions[0]) == [
+        ChatMessage(role="user", content=turns[0]),
+        ChatMessage(role="assistant", content=first),
+    ]
+    assert history_from_log(at_decisions[1])[-1] == ChatMessage(role="assistant", content=first + second)
     whole = [entry.event for entry in conversation.log if entry.event.type == "reply"]
     assert [event.text for event in whole] == [first + second + rest, "ok"]
-    assert history_from_log(conversation.log)[1] == ChatMessage("assistant", first + second + rest)
+    assert history_from_log(conversation.log)[1] == ChatMessage(role="assistant", content=first + second + rest)
     assert [entry_from_dict(entry_to_dict(entry)) for entry in conversation.log] == list(conversation.log)

@@ -295,8 +295,8 @@ def test_a_stored_chat_is_taken_up_where_a_killed_session_left_it(
     server.add(
         dial(suggest("add-note", "Add milk", '{"text": "buy milk"}')),
         dial("<dial-inform>Added.</dial-inform>"),
-        # Streamed slowly, so that the process is killed while the reply's end is still on its way.
-        Reply(dial(suggest("add-note", "Add bread", '{"text": "buy bread"}')), chunks=16, interval=0.25),
+        # The envelope's end is held back, so that the process is killed while the reply is still on its way.
+        Reply(dial(suggest("add-note", "Add bread", '{"text": "buy bread"}')), chunks=16, hold_after=15),
         dial("<dial-inform>Both are in.</dial-inform>"),
     )
     store = f"sqlite:{tmp_path / 'chats.db'}"

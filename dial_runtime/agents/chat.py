@@ -47,8 +47,9 @@ from typing import Any
 import anyio
 import attrs
 import httpx
+import msgspec
 
-from ..errors import DialError
+from ..errors import AgentError
 from ..runtime.events import LogEntry, ReplyEvent, ReplyProgressEvent, ReplyStartedEvent, SentEvent
 from .grammar import Grammar, domain_grammar
 from .prompt import system_prompt as domain_prompt
@@ -83,22 +84,7 @@ _REDACTED = "[redacted]"
 _QUOTE_LIMIT = 500
 
 
-class AgentError(DialError):
-    """A chat-completions request failed for good.
-
-    Raised at once for an error that is not transient (``status`` 400, 401, 404, ... with the server's message),
-    for a response that is not a chat completion, for a streamed answer that broke off after it had started, and
-    when the retries of a transient failure are used up. ``status`` is the last HTTP status, ``None`` when no
-    response came.
-    """
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@attrs.frozen
-class ChatMessage:
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
     """One message of a chat history: ``role`` is ``system``, ``user`` or ``assistant``."""
 
     role: str
@@ -260,7 +246,10 @@ def history_from_log(entries: Iterable[LogEntry]) -> list[ChatMessage]:
         elif isinstance(event, ReplyEvent):
             asked = sent if sent is not None else delivered
             if asked is not None:
-                history += [ChatMessage("user", asked), ChatMessage("assistant", event.text)]
+                history += [
+                    ChatMessage(role="user", content=asked),
+                    ChatMessage(role="assistant", content=event.text),
+                ]
             sent = delivered = None
             so_far = ""
     if delivered is not None:
@@ -270,7 +259,10 @@ def history_from_log(entries: Iterable[LogEntry]) -> list[ChatMessage]:
 
 def _unfinished(message: str, so_far: str) -> list[ChatMessage]:
     """A delivered message whose reply's end the log lacks, and the reply as far as the log has it."""
-    return [ChatMessage("user", message), *([ChatMessage("assistant", so_far)] if so_far else [])]
+    return [
+        ChatMessage(role="user", content=message),
+        *([ChatMessage(role="assistant", content=so_far)] if so_far else []),
+    ]
 
 
 class ChatAgent:
@@ -444,9 +436,12 @@ class ChatAgent:
     # ------------------------------------------------------------------------------------------ internals
 
     def _body(self, message: str, *, stream: bool) -> dict[str, Any]:
-        history = [ChatMessage("system", self.system_prompt)] if self.system_prompt else []
-        history += [*self._history, ChatMessage("user", message)]
-        body: dict[str, Any] = {"model": self.model, "messages": [attrs.asdict(entry) for entry in history]}
+        history = [ChatMessage(role="system", content=self.system_prompt)] if self.system_prompt else []
+        history += [*self._history, ChatMessage(role="user", content=message)]
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [msgspec.structs.asdict(entry) for entry in history],
+        }
         if stream:
             body["stream"] = True
         body.update(self.settings.body())
@@ -464,7 +459,7 @@ class ChatAgent:
         return {**self._headers, "Idempotency-Key": message_id}
 
     def _remember(self, message: str, reply: str) -> None:
-        self._history += [ChatMessage("user", message), ChatMessage("assistant", reply)]
+        self._history += [ChatMessage(role="user", content=message), ChatMessage(role="assistant", content=reply)]
 
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, _REDACTED) if self._api_key else text

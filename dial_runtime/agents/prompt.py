@@ -25,7 +25,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
+import msgspec
 
 from ..language.outcomes import Outcome, compact_json, escape_attribute, escape_text, outcome_reply
 from ..runtime.records import ActionSpec, as_action_spec
@@ -38,8 +38,7 @@ _PLACEHOLDERS: dict[str, Any] = {"string": "…", "integer": 0, "number": 0, "bo
 _SCHEMA_DEPTH = 8
 
 
-@attrs.frozen(kw_only=True)
-class VocabularyEntry:
+class VocabularyEntry(msgspec.Struct, frozen=True, kw_only=True):
     """What the prompt says of one action: its spec, description, payload schema and example payload.
 
     ``example`` is the domain's own example, else one built from ``schema``, else ``None`` (the payload is not

@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, cast
 
-import attrs
+import msgspec
 from lxml import etree
 
 __all__ = [
@@ -55,8 +55,7 @@ _XSD_FILES = {False: "dial-lenient.xsd", True: "dial-strict.xsd"}
 _MAX_ROUNDS = 64
 
 
-@attrs.frozen(kw_only=True)
-class SchemaIssue:
+class SchemaIssue(msgspec.Struct, frozen=True, kw_only=True):
     """One reason a document is not valid DIAL.
 
     ``line`` is 1-based in the validated text (``None`` when libxml2 gives none); ``path`` is the XPath of the

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from ..errors import ActionError
 from .conversation import HANDLED_ELEMENTS, Conversation
 from .humans import policy_human, scripted_human
 from .records import (
     Accept,
-    ActionError,
     ActionSpec,
     Ask,
     Defer,

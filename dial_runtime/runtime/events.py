@@ -269,10 +269,12 @@ class ResumedEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class HandledEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """Every element of the turn's reply has been handled and nothing awaits the person."""
+    """The turn's reply was handled as far as it can be now: every element (``complete``), or, for a call a dead
+    process left open, up to where it stopped (the next call resumes from there)."""
 
     type: ClassVar[str] = "handled"
     turn: int
+    complete: bool = True
 
 
 class SendFailedEvent(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,8 +17,7 @@ from .events import Event, LogEntry
 class EventLog:
     """Events numbered from 1, with their wall-clock times; :meth:`entries` gives them as log entries.
 
-    ``events`` and ``times`` grow together: the conversation appends to both, once per event (a method call per
-    event is a measurable share of a turn), and everything else goes through :meth:`add`.
+    ``events`` and ``times`` grow together, through :meth:`add` and :meth:`add_entry`.
     """
 
     __slots__ = ("_entries", "events", "times")
@@ -26,7 +25,7 @@ class EventLog:
     def __init__(self, entries: Iterable[LogEntry] = ()) -> None:
         self.events: list[Event] = []
         self.times = array("d")
-        self._entries: list[LogEntry] = []
+        self._entries: list[LogEntry] | None = None  # made when first asked for: most logs never are
         for entry in entries:
             self.add_entry(entry)
 
@@ -42,20 +41,19 @@ class EventLog:
         """Append an entry read from elsewhere (a store, a file); it must carry the next seq."""
         if entry.seq != len(self.events) + 1:
             raise ValueError(f"log entry {len(self.events) + 1} has seq {entry.seq}; a log numbers from 1")
-        self.entries()
-        self._entries.append(entry)
+        self._made().append(entry)
         self.add(entry.event, entry.time)
 
     def entries(self, start: int = 0, stop: int | None = None) -> list[LogEntry]:
         """The entries from index ``start`` to ``stop`` (the end when ``None``), made the first time asked."""
         end = len(self.events) if stop is None else stop
-        made = self._entries
-        for index in range(len(made), end):
-            made.append(LogEntry(seq=index + 1, time=self.times[index], event=self.events[index]))
-        return made[start:end]
+        return self._made()[start:end]
 
-    def truncate(self, length: int) -> None:
-        """Keep the first ``length`` events only."""
-        del self.events[length:]
-        del self.times[length:]
-        del self._entries[length:]
+    def _made(self) -> list[LogEntry]:
+        """The entries made so far, every event's included."""
+        if self._entries is None:
+            self._entries = []
+        made = self._entries
+        for index in range(len(made), len(self.events)):
+            made.append(LogEntry(seq=index + 1, time=self.times[index], event=self.events[index]))
+        return made

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from ..errors import ActionError as ActionError  # where it was defined before errors.py held it
 from ..language.outcomes import Outcome
 from ..language.records import Option
 
@@ -30,18 +31,6 @@ class ActionSpec(msgspec.Struct, frozen=True, kw_only=True):
     mutates: bool
     destructive: bool = False
     handoff: bool = False
-
-
-class ActionError(Exception):
-    """Raise from ``domain.run`` to fail an action with a code, field and hint the agent can act on."""
-
-    def __init__(
-        self, message: str, *, code: str | None = None, field: str | None = None, hint: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.field = field
-        self.hint = hint
 
 
 class Suggestion(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,25 +1,45 @@
 """A conversation's state as a fold over its event log: no I/O, no awaiting, no callbacks.
 
 What the agent is owed (outcomes, refusals of unusable replies, words the person gave inside the conversation)
-accumulates from the events that produce it and is cleared by the next ``reply`` event, because a reply means the
-message carrying it arrived. So a send that fails, a deadline that passes or a crash leaves it owed without any
-event having to say so, and after a reply what is owed is exactly what that reply produced.
+accumulates from the events that produce it and is cleared by the next reply, because a reply means the message
+carrying it arrived. So a send that fails, a deadline that passes or a crash leaves it owed without any event
+having to say so, and after a reply what is owed is exactly what that reply produced.
 
 The fold also follows the machines: the conversation's life, the turn loop of the call in progress, and every
 suggestion that has no outcome yet (its lifecycle state, current payload, preview and last refusal), so a
 conversation rebuilt from its log (in another process, after a crash) can take a deferred decision, or carry on
 with the rest of a reply, exactly where the original stopped.
+
+The fold trusts nothing: every event goes through the machines and the checks below, live or read from a log, and
+:func:`fold_log` turns any refusal into a :class:`~dial_runtime.errors.LogError` naming the entry, so a log that
+no run of the runtime could have written builds no conversation.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
+import msgspec
 
+from ..errors import IllegalTransition, LogError
 from ..language.outcomes import Outcome
-from ..statemachines import LIFE, NEEDS_REPLY, SUGGESTION, TURN_LOOP
+from ..statemachines import (
+    BETWEEN_CALLS,
+    DECIDING,
+    ENDED,
+    FINAL_STATE,
+    IN_CALL,
+    LIFE,
+    NEEDS_REPLY,
+    SILENT,
+    SUGGESTION,
+    TURN_LOOP,
+)
+from ..statemachines.turn_loop import CALL_STATUS
 from .events import (
     ActionStartedEvent,
     AnsweredEvent,
@@ -30,7 +50,9 @@ from .events import (
     EndedEvent,
     Event,
     FinishedEvent,
+    HandledEvent,
     InterruptedEvent,
+    LogEntry,
     OutcomeEvent,
     ProposedEvent,
     RefusedEvent,
@@ -38,6 +60,7 @@ from .events import (
     ReplyRefusedEvent,
     ReplyStartedEvent,
     ResumedEvent,
+    SaidEvent,
     SentEvent,
     SuggestionEvent,
     TurnLimitEvent,
@@ -47,8 +70,18 @@ from .records import Ask, Issue, Suggestion
 #: Declared keys the runtime itself uses to report outcomes; they never enter ``facts``.
 OUTCOME_KEY_PREFIX = "outcome:"
 
-#: The lifecycle states in which a suggestion waits for the person.
-DECIDING = frozenset({"pending", "pending_refused_once", "pending_refused_twice"})
+#: The ids the runtime assigns: ``sg-N`` for suggestions, ``ask-N`` for asks.
+_NUMBERED = re.compile(r"(?:sg|ask)-([1-9][0-9]*)")
+
+#: The decisions a ``decided`` event can record.
+DECISIONS = frozenset({"accept", "dismiss", "edit", "say", "expire"})
+
+#: How a call can finish (``FinishedEvent.status``).
+CALL_STATUSES = frozenset(CALL_STATUS.values())
+
+
+class _Refusal(Exception):
+    """An event the state cannot take where it stands; :func:`fold_log` reports it as a LogError."""
 
 
 @attrs.define
@@ -80,6 +113,11 @@ class OpenSuggestion:
             issue=self.issue,
         )
 
+    @property
+    def deciding(self) -> bool:
+        """Whether the suggestion waits for the person's decision."""
+        return self.state in DECIDING
+
 
 @attrs.define
 class ConversationState:
@@ -92,28 +130,36 @@ class ConversationState:
     owed_refusals: list[ReplyRefusedEvent] = attrs.Factory(list)
     owed_words: list[str] = attrs.Factory(list)
     suggestions_numbered: int = 0
-    asks: int = 0
+    asks_numbered: int = 0
     replies: int = 0
     reply: str | None = None
+    streaming: bool = False
     cursor: int = -2
     instead: str | None = None
     open_suggestions: dict[str, OpenSuggestion] = attrs.Factory(dict)
     asked: dict[str, Ask] = attrs.Factory(dict)
     open_asks: dict[str, Ask] = attrs.Factory(dict)
+    given_ids: set[str] | None = None  # the ids the agent chose (made at the first: most agents choose none)
     facts: dict[str, Any] = attrs.Factory(dict)
 
     @classmethod
     def fold(cls, events: Iterable[Event]) -> ConversationState:
-        """The state a conversation is in after these events."""
+        """The state a conversation is in after these events (``_Refusal`` or ``IllegalTransition`` when an
+        event cannot stand; :func:`fold_log` says which entry)."""
         state = cls()
         for event in events:
             state.apply(event)
         return state
 
     @property
+    def in_call(self) -> bool:
+        """Whether a call is in progress (or was, when a process died during it)."""
+        return self.life in IN_CALL
+
+    @property
     def ended(self) -> bool:
         """Whether the conversation has ended (later words are logged, never sent)."""
-        return LIFE.is_final(self.life)
+        return self.life in ENDED
 
     def owes(self) -> bool:
         """Whether anything is owed to the agent."""
@@ -128,17 +174,37 @@ class ConversationState:
         """Whether a deferred decision or answer is pending (:meth:`pending` without making the records)."""
         return bool(self.open_asks) or any(each.deferred for each in self.open_suggestions.values())
 
-    def handled_flags(self) -> dict[str, bool]:
-        """What the turn loop decides on once a reply is handled: everything owed now came from that reply."""
-        return {
-            "ending": self.ended,
-            "words_pending": bool(self.owed_words),
-            "needs_reply": any(outcome.status in NEEDS_REPLY for outcome in self.owed_outcomes),
-            "unusable_reply": bool(self.owed_refusals),
-        }
+    def used(self, ident: str) -> bool:
+        """Whether a suggestion or an ask of this conversation has the id already.
+
+        The runtime assigns ``sg-N`` and ``ask-N`` in order, skipping the agent's own ids, so an assigned-looking
+        id numbered up to the counter is taken either way.
+        """
+        if self.given_ids is not None and ident in self.given_ids:
+            return True
+        numbered = _NUMBERED.fullmatch(ident)
+        if numbered is None:
+            return False
+        counter = self.suggestions_numbered if ident.startswith("sg-") else self.asks_numbered
+        return int(numbered.group(1)) <= counter
+
+    def next_id(self, prefix: str) -> str:
+        """The next id the runtime assigns (``sg`` or ``ask``), skipping ids the agent used already."""
+        number = self.suggestions_numbered if prefix == "sg" else self.asks_numbered
+        while True:
+            number += 1
+            ident = f"{prefix}-{number}"
+            if self.given_ids is None or ident not in self.given_ids:
+                return ident
 
     def apply(self, event: Event) -> None:
-        """Advance the state by one event; an event the machines refuse raises and changes nothing."""
+        """Advance the state by one event; an event that cannot stand here raises and changes nothing the
+        machines hold (``_Refusal`` or ``IllegalTransition``)."""
+        if self.life in IN_CALL:
+            if self.life in ENDED and event.type in SILENT:
+                raise _Refusal(f"a conversation that has ended sends nothing (no {event.type!r})")
+        elif event.type not in BETWEEN_CALLS:
+            raise _Refusal(f"a {event.type!r} happens only during a call")
         handler = _APPLY.get(event.type)
         if handler is not None:
             handler(self, event)
@@ -146,28 +212,37 @@ class ConversationState:
         if element is not None and element > self.cursor:
             self.cursor = element
 
-    def _began(self) -> None:
-        self.life = LIFE.fire(self.life, "begin")
+    def _open(self, suggestion_id: str) -> OpenSuggestion:
+        opened = self.open_suggestions.get(suggestion_id)
+        if opened is None:
+            raise _Refusal(f"no suggestion {suggestion_id!r} is open")
+        return opened
 
-    def _said(self, event: Any) -> None:
-        self._began()
-        if not self.ended:
-            self.loop = TURN_LOOP.initial
-            self.turn = 0
+    def _said(self, event: SaidEvent) -> None:
+        life = LIFE.fire(self.life, "begin")
+        flags = {"ending": life in ENDED, "nothing_to_send": not event.text and not self.owes()}
+        self.loop = TURN_LOOP.fire(self.loop, "begin", **flags)
+        self.life = life
+        self.turn = 0
 
     def _resumed(self, event: ResumedEvent) -> None:
-        self._began()
+        life = LIFE.fire(self.life, "begin")
         self.loop = TURN_LOOP.fire(self.loop, "resume")
+        self.life = life
 
     def _finished(self, event: FinishedEvent) -> None:
-        if event.status == "awaiting":
-            self.loop = TURN_LOOP.fire(self.loop, "park")
+        if event.status not in CALL_STATUSES:
+            raise _Refusal(f"unknown call status {event.status!r}")
+        if event.status != "interrupted" and CALL_STATUS.get(self.loop) != event.status:
+            raise _Refusal(f"a call cannot finish {event.status!r} with its turn loop {self.loop!r}")
         self.life = LIFE.fire(self.life, "finish")
 
     def _ended(self, event: EndedEvent) -> None:
         self.life = LIFE.fire(self.life, "end")
 
     def _sent(self, event: SentEvent) -> None:
+        if event.turn != self.turn + 1:
+            raise _Refusal(f"turn {event.turn} follows turn {self.turn}")
         self.loop = TURN_LOOP.fire(self.loop, "start_turn")
         self.turn = event.turn
 
@@ -175,11 +250,17 @@ class ConversationState:
         self.loop = TURN_LOOP.fire(self.loop, "start_turn", out_of_turns=True)
 
     def _reply(self, event: ReplyEvent) -> None:
-        if self.loop == "awaiting_reply":
-            self._reply_started(event)
+        if self.streaming:
+            self.streaming = False
+        else:
+            self._begin_reply()
         self.reply = event.text
 
-    def _reply_started(self, event: ReplyEvent | ReplyStartedEvent) -> None:
+    def _reply_started(self, event: ReplyStartedEvent) -> None:
+        self._begin_reply()
+        self.streaming = True
+
+    def _begin_reply(self) -> None:
         self.loop = TURN_LOOP.fire(self.loop, "reply")
         self.replies += 1
         self.reply = ""
@@ -197,21 +278,47 @@ class ConversationState:
         self.loop = TURN_LOOP.fire(self.loop, "send_fail")
 
     def _interrupted(self, event: InterruptedEvent) -> None:
-        if not TURN_LOOP.is_final(self.loop):
-            self.loop = TURN_LOOP.fire(self.loop, "cancel")
+        self.loop = TURN_LOOP.fire(self.loop, "cancel")
+        self.streaming = False
 
-    def _handled(self, event: Any) -> None:
-        self.loop = TURN_LOOP.fire(self.loop, "handled", **self.handled_flags())
+    def _handled(self, event: HandledEvent) -> None:
+        self.loop = TURN_LOOP.fire(
+            self.loop,
+            "handled",
+            person_pending=self.awaits_person(),
+            cut_short=not event.complete,
+            ending=self.ended,
+            words_pending=bool(self.owed_words),
+            needs_reply=any(outcome.status in NEEDS_REPLY for outcome in self.owed_outcomes),
+            unusable_reply=bool(self.owed_refusals),
+        )
 
     def _outcome(self, event: OutcomeEvent) -> None:
-        self.open_suggestions.pop(event.id, None)
+        opened = self._open(event.id)
+        final = FINAL_STATE.get(event.status)
+        if final is None:
+            raise _Refusal(f"unknown outcome status {event.status!r}")
+        reached = (
+            opened.state == final
+            if SUGGESTION.is_final(opened.state)
+            else final in SUGGESTION.reachable(opened.state)
+        )
+        if not reached:
+            raise _Refusal(f"suggestion {event.id!r} cannot end {event.status!r} from {opened.state!r}")
+        del self.open_suggestions[event.id]
+        if not self.open_suggestions:  # a dict keeps its size once emptied; a fresh one is a third of it
+            self.open_suggestions = {}
         self.owed_outcomes.append(event.outcome)
 
     def _refused_reply(self, event: ReplyRefusedEvent) -> None:
+        if self.loop != "handling":
+            raise _Refusal("a reply is refused only while it is handled")
         self.owed_refusals.append(event)
 
     def _ask(self, event: AskEvent) -> None:
-        self.asks += 1
+        self._use_id(
+            event.id, "ask", _NUMBERED.fullmatch(event.id) is not None and event.id == self.next_id("ask")
+        )
         if event.asked:
             self.asked[event.id] = Ask(
                 id=event.id,
@@ -221,56 +328,81 @@ class ConversationState:
                 timeout=event.timeout,
             )
 
+    def _use_id(self, ident: str, prefix: str, assigned: bool) -> None:
+        """Take an id, unique within the conversation: an assigned one moves the counter on to it (it must be
+        the next), an id the agent chose is remembered."""
+        if self.used(ident):
+            raise _Refusal(f"the id {ident!r} is used already")
+        if not assigned:
+            if self.given_ids is None:
+                self.given_ids = set()
+            self.given_ids.add(ident)
+        elif ident != self.next_id(prefix):
+            raise _Refusal(f"the next assigned id is {self.next_id(prefix)!r}, not {ident!r}")
+        elif prefix == "sg":
+            self.suggestions_numbered = int(ident[3:])
+        else:
+            self.asks_numbered = int(ident[4:])
+
     def _answered(self, event: AnsweredEvent) -> None:
-        self.asked.pop(event.ask_id, None)
-        self.open_asks.pop(event.ask_id, None)
+        if self.asked.pop(event.ask_id, None) is None and self.open_asks.pop(event.ask_id, None) is None:
+            raise _Refusal(f"no ask {event.ask_id!r} waits for an answer")
         if event.text:
             self.owed_words.append(event.text)
 
     def _deferred(self, event: DeferredEvent) -> None:
-        if event.subject_id in self.open_suggestions:
-            self.open_suggestions[event.subject_id].deferred = True
+        if event.kind == "suggestion":
+            opened = self._open(event.subject_id)
+            if not opened.deciding or opened.deferred:
+                raise _Refusal(f"suggestion {event.subject_id!r} is not waiting for a decision")
+            opened.deferred = True
+        elif event.kind == "ask":
+            ask = self.asked.pop(event.subject_id, None)
+            if ask is None:
+                raise _Refusal(f"no ask {event.subject_id!r} is being asked")
+            self.open_asks[event.subject_id] = ask
         else:
-            self.open_asks[event.subject_id] = self.asked.pop(event.subject_id)
+            raise _Refusal(f"unknown kind {event.kind!r}")
 
     def _proposed(self, event: ProposedEvent) -> None:
-        self.suggestions_numbered += event.numbered
+        if self.loop != "handling":
+            raise _Refusal("a suggestion is proposed only while a reply is handled")
+        self._use_id(event.id, "sg", event.numbered)
         self.open_suggestions[event.id] = OpenSuggestion(
             id=event.id, action=event.action, text=event.text, payload=event.payload
         )
 
     def _suggestion(self, event: SuggestionEvent) -> None:
-        opened = self.open_suggestions[event.id]
+        opened = self._open(event.id)
+        opened.state = SUGGESTION.fire(opened.state, "review", read_only=not event.mutates, handoff=event.handoff)
         opened.payload = event.payload
         opened.preview = event.preview
         opened.destructive = event.destructive
         opened.mutates = event.mutates
         opened.handoff = event.handoff
-        if event.mutates and not event.handoff:
-            opened.state = SUGGESTION.fire(opened.state, "present")
 
     def _decided(self, event: DecidedEvent) -> None:
-        opened = self.open_suggestions.get(event.suggestion_id)
-        if opened is not None:
-            opened.deferred = False
-            if event.decision == "edit":
-                opened.payload = event.payload
-                opened.edited = True
+        opened = self._open(event.suggestion_id)
+        if not opened.deciding:
+            raise _Refusal(f"suggestion {event.suggestion_id!r} is not waiting for a decision")
+        if event.decision not in DECISIONS:
+            raise _Refusal(f"unknown decision {event.decision!r}")
+        opened.deferred = False
+        if event.decision == "edit":
+            opened.payload = event.payload
+            opened.edited = True
         if event.decision == "say" and event.text:
             self.instead = event.text
             self.owed_words.append(event.text)
 
     def _refused(self, event: RefusedEvent) -> None:
-        opened = self.open_suggestions[event.suggestion_id]
+        opened = self._open(event.suggestion_id)
         opened.state = SUGGESTION.fire(opened.state, "refuse")
         opened.issue = Issue(code=event.code, field=event.field, hint=event.hint)
 
     def _action_started(self, event: ActionStartedEvent) -> None:
-        opened = self.open_suggestions[event.suggestion_id]
-        if opened.state in DECIDING:
-            opened.state = SUGGESTION.fire(opened.state, "accept")
-        else:
-            opened.state = SUGGESTION.fire(opened.state, "hand_off" if opened.handoff else "run_read_only")
+        opened = self._open(event.suggestion_id)
+        opened.state = SUGGESTION.fire(opened.state, "start")
         opened.payload = event.payload
         opened.preview = event.preview
 
@@ -304,3 +436,45 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
     "action-started": ConversationState._action_started,
     "declare": ConversationState._declare,
 }
+
+
+def checked_entry(entry: object, expected_seq: int) -> LogEntry:
+    """``entry`` when it can stand at ``expected_seq`` of a log: a :class:`LogEntry` of that seq, a finite time,
+    and an event whose every field has its declared type; else :class:`LogError`."""
+    if not isinstance(entry, LogEntry):
+        raise LogError(None, None, f"entry {expected_seq} is a {type(entry).__name__}, not a LogEntry")
+    event = entry.event
+    kind = getattr(event, "type", None)
+    if entry.seq != expected_seq:
+        raise LogError(
+            entry.seq, kind, f"expected seq {expected_seq}: a log numbers from 1, with no gap and no repeat"
+        )
+    if not isinstance(entry.time, (int, float)) or isinstance(entry.time, bool) or not math.isfinite(entry.time):
+        raise LogError(entry.seq, kind, f"its time {entry.time!r} is not a finite number")
+    if not isinstance(event, msgspec.Struct) or not isinstance(kind, str):
+        raise LogError(entry.seq, None, f"{event!r} is not an event")
+    try:
+        msgspec.convert(msgspec.to_builtins(event), type(event), strict=True)
+    except (msgspec.ValidationError, TypeError) as error:
+        raise LogError(entry.seq, kind, f"a field has the wrong type ({error})") from None
+    return entry
+
+
+def fold_log(
+    entries: Iterable[object], state: ConversationState | None = None, *, first_seq: int = 1
+) -> list[LogEntry]:
+    """Check a log (or the part of one that follows ``state``, from ``first_seq``) and fold it into ``state``.
+
+    Returns the checked entries; raises :class:`LogError` naming the first entry that no run of the runtime
+    could have written there, and then ``state`` must not be used.
+    """
+    folded = ConversationState() if state is None else state
+    checked: list[LogEntry] = []
+    for offset, raw in enumerate(entries):
+        entry = checked_entry(raw, first_seq + offset)
+        try:
+            folded.apply(entry.event)
+        except (_Refusal, IllegalTransition) as error:
+            raise LogError(entry.seq, entry.event.type, str(error)) from None
+        checked.append(entry)
+    return checked

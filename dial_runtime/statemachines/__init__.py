@@ -6,19 +6,53 @@ compiled at import into a :class:`Table`; the runtime fires events on the tables
 
 from __future__ import annotations
 
+from dial_runtime.statemachines.call import CALL, CallGate
 from dial_runtime.statemachines.compiled import Table, Transition, compile_machine
-from dial_runtime.statemachines.life import LIFE, ConversationLife
-from dial_runtime.statemachines.suggestion import NEEDS_REPLY, OUTCOME_STATUS, SUGGESTION, SuggestionLifecycle
-from dial_runtime.statemachines.turn_loop import TURN_LOOP, TurnLoop
+from dial_runtime.statemachines.life import (
+    BETWEEN_CALLS,
+    ENDED,
+    IN_CALL,
+    LIFE,
+    SILENT,
+    ConversationLife,
+    LifeState,
+)
+from dial_runtime.statemachines.suggestion import (
+    DECIDING,
+    FINAL_STATE,
+    NEEDS_REPLY,
+    OUTCOME_STATUS,
+    RUNNING,
+    SUGGESTION,
+    OutcomeStatus,
+    SuggestionLifecycle,
+    SuggestionState,
+)
+from dial_runtime.statemachines.turn_loop import CALL_STATUS, TURN_LOOP, CallStatus, LoopState, TurnLoop
 
 __all__ = [
+    "BETWEEN_CALLS",
+    "CALL",
+    "CALL_STATUS",
+    "DECIDING",
+    "ENDED",
+    "FINAL_STATE",
+    "IN_CALL",
     "LIFE",
     "NEEDS_REPLY",
     "OUTCOME_STATUS",
+    "RUNNING",
+    "SILENT",
     "SUGGESTION",
     "TURN_LOOP",
+    "CallGate",
+    "CallStatus",
     "ConversationLife",
+    "LifeState",
+    "LoopState",
+    "OutcomeStatus",
     "SuggestionLifecycle",
+    "SuggestionState",
     "Table",
     "Transition",
     "TurnLoop",

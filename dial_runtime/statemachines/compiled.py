@@ -54,6 +54,7 @@ class Table:
     flags: frozenset[str] = attrs.field(init=False)
     _routes: dict[tuple[str, str], _Route] = attrs.field(init=False, repr=False, eq=False)
     _allowed: dict[str, frozenset[str]] = attrs.field(init=False, repr=False, eq=False)
+    _next: dict[str, frozenset[str]] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         known = set(self.states)
@@ -80,6 +81,10 @@ class Table:
         object.__setattr__(self, "flags", frozenset(f for t in self.transitions for f in (*t.cond, *t.unless)))
         object.__setattr__(self, "_routes", routes)
         object.__setattr__(self, "_allowed", {state: frozenset(events) for state, events in allowed.items()})
+        following: dict[str, set[str]] = {state: set() for state in self.states}
+        for t in self.transitions:
+            following[t.source].add(t.target)
+        object.__setattr__(self, "_next", {state: frozenset(targets) for state, targets in following.items()})
 
     def fire(self, state: str, event: str, **flags: bool) -> str:
         """Return the state that ``event`` leads to from ``state``, given the guard ``flags`` (absent = False).
@@ -110,6 +115,25 @@ class Table:
         """The events ``state`` has a transition for (some may still be refused by their guards)."""
         try:
             return self._allowed[state]
+        except KeyError:
+            raise ValueError(f"{self.name}: unknown state {state!r}") from None
+
+    def sources(self, event: str) -> frozenset[str]:
+        """The states that have a transition for ``event``."""
+        if event not in self.events:
+            raise ValueError(f"{self.name}: unknown event {event!r}")
+        return frozenset(t.source for t in self.transitions if t.event == event)
+
+    def targets(self, event: str) -> frozenset[str]:
+        """The states ``event`` can lead to, from any state."""
+        if event not in self.events:
+            raise ValueError(f"{self.name}: unknown event {event!r}")
+        return frozenset(t.target for t in self.transitions if t.event == event)
+
+    def reachable(self, state: str) -> frozenset[str]:
+        """The states one transition (any event, any flags) leads to from ``state``."""
+        try:
+            return self._next[state]
         except KeyError:
             raise ValueError(f"{self.name}: unknown state {state!r}") from None
 

@@ -4,17 +4,18 @@
 #
 # - Every suggestion starts `proposed` and ends in exactly one final state, which the agent is told as an
 #   outcome (OUTCOME_STATUS names its status).
-# - An unknown action, or a payload the domain's validate refuses, ends `invalid` at once: the person never
-#   sees it.
-# - A read-only action runs without asking. A hand-off action runs without asking and ends `handed_off`, or
-#   `failed` if it raised.
-# - Any other suggestion is presented and the person decides: accept (or an edit whose payload passes validate)
-#   runs it; dismiss ends it `dismissed`, and so does the decision deadline passing.
+# - Once read, a suggestion is reviewed (the `review` event, whose guards are the facts the runtime found):
+#   an unknown action, or a payload that is unusable or that the domain's validate refuses, ends `invalid` at
+#   once, and the person never sees it; a valid one that arrives after the person said something else in this
+#   reply ends `superseded`; a hand-off action runs without asking and ends `handed_off` (or `failed`); a
+#   read-only action runs without asking; any other suggestion waits `pending` for the person.
+# - While pending, the person decides: an accept (or an edit whose payload passes validate) starts the action;
+#   dismiss ends it `dismissed`, and so does the decision deadline passing.
 # - An edit that fails validate, or an accept of a payload that failed before, is refused and the person
 #   decides again; the third refusal ends `invalid`.
-# - When the person says something else during the reply, or the turn is cancelled, a suggestion not yet
-#   running ends `superseded`.
-# - A running action ends `done`, or `failed` when it raised.
+# - When the person says something else, a suggestion still waiting for them ends `superseded`.
+# - An action starts only from a state that runs it (`start`): a pending suggestion the person accepted, or one
+#   the review sent to run. A running action ends `done`, or `failed` when it raised.
 # - When a turn is interrupted (cancelled, a callback raised, the process died), every suggestion without an
 #   outcome gets one: a running action ends `failed` (its effect is unknown), any other suggestion `superseded`.
 # - Only `done`, `failed` and `invalid` make a turn follow at once (NEEDS_REPLY); the other outcomes go with
@@ -22,11 +23,23 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from statemachine import State, StateMachine
 
 from dial_runtime.statemachines.compiled import compile_machine
 
-__all__ = ["NEEDS_REPLY", "OUTCOME_STATUS", "SUGGESTION", "SuggestionLifecycle"]
+__all__ = [
+    "DECIDING",
+    "FINAL_STATE",
+    "NEEDS_REPLY",
+    "OUTCOME_STATUS",
+    "RUNNING",
+    "SUGGESTION",
+    "OutcomeStatus",
+    "SuggestionLifecycle",
+    "SuggestionState",
+]
 
 
 class SuggestionLifecycle(StateMachine):
@@ -45,14 +58,22 @@ class SuggestionLifecycle(StateMachine):
     superseded = State(final=True)
     handed_off = State(final=True)
 
-    reject = proposed.to(invalid)
-    supersede = superseded.from_(proposed, pending, pending_refused_once, pending_refused_twice)
-    run_read_only = proposed.to(running)
-    hand_off = proposed.to(handing_off)
-    present = proposed.to(pending)
+    review = (
+        proposed.to(invalid, cond="unknown")
+        | proposed.to(invalid, cond="refused")
+        | proposed.to(superseded, cond="overtaken")
+        | proposed.to(handing_off, cond="handoff")
+        | proposed.to(running, cond="read_only")
+        | proposed.to(pending)
+    )
+    supersede = superseded.from_(pending, pending_refused_once, pending_refused_twice)
     dismiss = dismissed.from_(pending, pending_refused_once, pending_refused_twice)
     expire = dismissed.from_(pending, pending_refused_once, pending_refused_twice)
-    accept = running.from_(pending, pending_refused_once, pending_refused_twice)
+    start = (
+        running.from_(pending, pending_refused_once, pending_refused_twice)
+        | running.to(running)
+        | handing_off.to(handing_off)
+    )
     refuse = (
         pending.to(pending_refused_once)
         | pending_refused_once.to(pending_refused_twice)
@@ -67,7 +88,26 @@ class SuggestionLifecycle(StateMachine):
 
 SUGGESTION = compile_machine(SuggestionLifecycle)
 
-OUTCOME_STATUS: dict[str, str] = {
+SuggestionState = Literal[
+    "proposed",
+    "pending",
+    "pending_refused_once",
+    "pending_refused_twice",
+    "running",
+    "handing_off",
+    "done",
+    "failed",
+    "invalid",
+    "dismissed",
+    "superseded",
+    "handed_off",
+]
+"""A suggestion's lifecycle state (a test holds it equal to the table's states)."""
+
+OutcomeStatus = Literal["done", "failed", "invalid", "dismissed", "superseded", "handed-off"]
+"""The status of an outcome, as the agent is told it."""
+
+OUTCOME_STATUS: dict[str, OutcomeStatus] = {
     "done": "done",
     "failed": "failed",
     "invalid": "invalid",
@@ -76,6 +116,15 @@ OUTCOME_STATUS: dict[str, str] = {
     "handed_off": "handed-off",
 }
 """The outcome status a suggestion reports, by final state."""
+
+FINAL_STATE: dict[str, str] = {status: state for state, status in OUTCOME_STATUS.items()}
+"""The final state an outcome status reports."""
+
+DECIDING = SUGGESTION.sources("dismiss")
+"""The states in which a suggestion waits for the person: those the person can dismiss it from."""
+
+RUNNING = SUGGESTION.sources("succeed")
+"""The states in which a suggestion's action is in flight (an interruption leaves its effect unknown)."""
 
 NEEDS_REPLY = frozenset({"done", "failed", "invalid"})
 """The outcome statuses that make a turn follow at once."""

@@ -1,53 +1,72 @@
-"""The turns one ``say`` runs: send, await the reply, handle it, and decide whether another turn follows."""
+"""The turns one call runs: send, await the reply, handle it, and decide whether another turn follows."""
 
 # Rules of the turn loop
 #
-# - A turn starts `composing` what is owed to the agent. Starting it when the turn limit is used up ends the
-#   loop `turn_limit`; otherwise the message is sent and the loop is `awaiting_reply`.
+# - Between calls the loop rests in the state its last call ended in (`idle` before the first call). A call
+#   `begin`s from there: with nothing to send (no words and nothing owed) it ends `idle` at once; on a
+#   conversation that has ended it ends `ended` at once (its words are logged, nothing is sent); otherwise it
+#   starts `composing` the first turn's message.
+# - A turn starts when its message is composed. Starting it when the turn limit is used up ends the loop
+#   `turn_limit`; otherwise the message is sent and the loop is `awaiting_reply`.
 # - A reply is handled; no reply before the deadline ends the loop `no_reply`, and a send that fails with any
-#   other error ends it `send_failed` (say raises that error).
-# - After a reply is handled, the loop ends `ended` when the conversation ends (the agent signalled
-#   session-complete, or end() was called). Otherwise another turn follows at once when words are owed (an
-#   answer, or what the person wrote instead of deciding), when an outcome needs a reply (done, failed,
-#   invalid), or when the reply could not be used (the agent is told why). Otherwise the loop ends `idle`.
-# - A reply whose suggestions or asks the person deferred is `awaiting` their decisions: the loop is parked
-#   between calls and resumes `handling` when a decision or an answer arrives (in any process).
-# - Cancelling say ends the loop `cancelled` from any state that is not final.
-# - The flags `out_of_turns`, `ending`, `words_pending`, `needs_reply` and `unusable_reply` are the caller's
-#   facts; the declared machine reads them from its model.
+#   other error ends it `send_failed` (the call raises that error).
+# - Once the reply is handled as far as it can be, the loop is `awaiting` the person when a decision or an answer
+#   was deferred, or when the call was cut short while handling (a crash): it is parked between calls, and
+#   resumes `handling` when a decision or an answer arrives, or on resume (in any process). Otherwise the loop
+#   ends `ended` when the conversation ends (the agent signalled session-complete, or end() was called); another
+#   turn follows at once when words are owed (an answer, or what the person wrote instead of deciding), when an
+#   outcome needs a reply (done, failed, invalid), or when the reply could not be used (the agent is told why);
+#   otherwise the loop ends `idle`.
+# - Cancelling the call (or a callback raising) ends the loop `cancelled` from any state that is not final, a
+#   parked loop included (new words supersede what waits).
+# - The flags are the caller's facts; the declared machine reads them from its model.
 
 from __future__ import annotations
+
+from typing import ClassVar, Literal
 
 from statemachine import State, StateMachine
 
 from dial_runtime.statemachines.compiled import compile_machine
 
-__all__ = ["TURN_LOOP", "TurnLoop"]
+__all__ = ["CALL_STATUS", "TURN_LOOP", "CallStatus", "LoopState", "TurnLoop"]
 
 
 class TurnLoop(StateMachine):
-    """The turns of one ``say``; the runtime runs the compiled :data:`TURN_LOOP` table."""
+    """The turns of one call; the runtime runs the compiled :data:`TURN_LOOP` table."""
 
-    composing = State(initial=True)
+    # A call ends in one of these, and the next call begins from it: python-statemachine cannot declare a state
+    # with outgoing transitions final, so the compiled table marks them final.
+    terminal_states: ClassVar[frozenset[str]] = frozenset(
+        {"idle", "no_reply", "turn_limit", "ended", "send_failed", "cancelled"}
+    )
+
+    idle = State(initial=True)
+    composing = State()
     awaiting_reply = State()
     handling = State()
     awaiting = State()
-    idle = State(final=True)
-    no_reply = State(final=True)
-    turn_limit = State(final=True)
-    ended = State(final=True)
-    send_failed = State(final=True)
-    cancelled = State(final=True)
+    no_reply = State()
+    turn_limit = State()
+    ended = State()
+    send_failed = State()
+    cancelled = State()
 
+    begin = (
+        ended.from_(idle, no_reply, turn_limit, ended, send_failed, cancelled, cond="ending")
+        | idle.from_(idle, no_reply, turn_limit, ended, send_failed, cancelled, cond="nothing_to_send")
+        | composing.from_(idle, no_reply, turn_limit, ended, send_failed, cancelled)
+    )
     start_turn = composing.to(turn_limit, cond="out_of_turns") | composing.to(awaiting_reply)
     reply = awaiting_reply.to(handling)
     time_out = awaiting_reply.to(no_reply)
     send_fail = awaiting_reply.to(send_failed)
-    park = handling.to(awaiting)
     resume = awaiting.to(handling)
-    cancel = cancelled.from_(composing, awaiting_reply, handling)
+    cancel = cancelled.from_(composing, awaiting_reply, handling, awaiting)
     handled = (
-        handling.to(ended, cond="ending")
+        handling.to(awaiting, cond="person_pending")
+        | handling.to(awaiting, cond="cut_short")
+        | handling.to(ended, cond="ending")
         | handling.to(composing, cond="words_pending")
         | handling.to(composing, cond="needs_reply")
         | handling.to(composing, cond="unusable_reply")
@@ -56,3 +75,31 @@ class TurnLoop(StateMachine):
 
 
 TURN_LOOP = compile_machine(TurnLoop)
+
+LoopState = Literal[
+    "idle",
+    "composing",
+    "awaiting_reply",
+    "handling",
+    "awaiting",
+    "no_reply",
+    "turn_limit",
+    "ended",
+    "send_failed",
+    "cancelled",
+]
+"""A turn loop state (a test holds it equal to the table's states)."""
+
+CallStatus = Literal["idle", "no-reply", "turn-limit", "ended", "awaiting", "interrupted"]
+"""How a call finished: a ``TurnResult`` status, or ``interrupted`` for a call that raised."""
+
+CALL_STATUS: dict[str, CallStatus] = {
+    "idle": "idle",
+    "no_reply": "no-reply",
+    "turn_limit": "turn-limit",
+    "ended": "ended",
+    "awaiting": "awaiting",
+    "send_failed": "interrupted",
+    "cancelled": "interrupted",
+}
+"""The status a call reports, by the loop state it stopped in."""

@@ -6,21 +6,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .base import Store, StoreConflict, open_store
+from .._lazy import lazy_exports
+from ..errors import StoreClosed, StoreConflict
+from .base import Store, open_store
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore
 
-__all__ = ["MemoryStore", "PostgresStore", "SQLiteStore", "Store", "StoreConflict", "open_store"]
+__all__ = ["MemoryStore", "PostgresStore", "SQLiteStore", "Store", "StoreClosed", "StoreConflict", "open_store"]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "PostgresStore":
-        from .postgres import PostgresStore
-
-        return PostgresStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {"PostgresStore": ".postgres"}, globals())

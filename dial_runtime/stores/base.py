@@ -1,4 +1,5 @@
-"""The protocol of the durable event-log stores, and :func:`open_store`, which picks one by URL.
+"""What the durable event-log stores share, and :func:`open_store`, which picks one by URL (the protocol a
+store satisfies is :class:`dial_runtime.ports.Store`, re-exported here).
 
 A conversation's state is a fold over its log, so persisting the log is persisting the conversation. A store keeps
 the logs of many conversations, keyed by conversation id; appends are optimistic (each names the sequence number it
@@ -9,41 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Protocol
 
-from ..errors import ConversationBusy
+from ..errors import StoreClosed, StoreConflict
+from ..ports import Store
 from ..runtime.events import LogEntry, entry_from_dict, entry_to_dict
 
-
-class StoreConflict(ConversationBusy):
-    """An append whose expected sequence number is not the stored last one: another writer got there first."""
-
-
-class Store(Protocol):
-    """A durable home for conversation logs."""
-
-    async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
-        """Append ``entries`` (numbered ``expected_seq + 1``, ``+ 2``, ...) atomically, iff the stored log ends
-        at ``expected_seq``; else raise :class:`StoreConflict` and write nothing."""
-        ...
-
-    async def read(self, conversation_id: str, *, after_seq: int = 0) -> list[LogEntry]:
-        """The entries after ``after_seq``, in order; ``[]`` for a conversation never appended to."""
-        ...
-
-    async def conversations(self) -> list[str]:
-        """The ids of every conversation with at least one entry, sorted."""
-        ...
-
-    def lock(self, conversation_id: str) -> AbstractAsyncContextManager[None]:
-        """Hold the conversation exclusively; raise :class:`ConversationBusy` at once when it is held elsewhere
-        (another task, worker, process or connection). Released on exit, and when the holding process dies."""
-        ...
-
-    async def aclose(self) -> None:
-        """Release the store's connections."""
-        ...
+__all__ = ["Store", "StoreClosed", "StoreConflict", "check_entries", "decode", "encode", "open_store"]
 
 
 def check_entries(entries: Sequence[LogEntry], expected_seq: int) -> None:

@@ -5,21 +5,28 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from ..errors import ConversationBusy
+from ..errors import ConversationBusy, StoreClosed, StoreConflict
 from ..runtime.events import LogEntry
-from .base import StoreConflict, check_entries
+from .base import check_entries
 
 
 class MemoryStore:
     """Logs kept in this process; they end with it. Every method runs without awaiting, so each is atomic on
-    the event loop."""
+    the event loop. Closed, it refuses every call (:class:`~dial_runtime.errors.StoreClosed`), as the durable
+    stores do, so code tested against it behaves the same on them."""
 
     def __init__(self) -> None:
         self._logs: dict[str, list[LogEntry]] = {}
         self._held: set[str] = set()
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("the in-process store is closed")
 
     async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
         """Append ``entries`` iff the log ends at ``expected_seq``; else :class:`StoreConflict`."""
+        self._check_open()
         check_entries(entries, expected_seq)
         log = self._logs.get(conversation_id, [])
         last = log[-1].seq if log else 0
@@ -30,15 +37,18 @@ class MemoryStore:
 
     async def read(self, conversation_id: str, *, after_seq: int = 0) -> list[LogEntry]:
         """The entries after ``after_seq``, in order (a log's seq ``n`` is at index ``n - 1``)."""
+        self._check_open()
         return self._logs.get(conversation_id, [])[max(after_seq, 0) :]
 
     async def conversations(self) -> list[str]:
         """The ids of the conversations with entries, sorted."""
+        self._check_open()
         return sorted(self._logs)
 
     @asynccontextmanager
     async def lock(self, conversation_id: str) -> AsyncIterator[None]:
         """Hold the conversation in this process; :class:`ConversationBusy` when it is held already."""
+        self._check_open()
         if conversation_id in self._held:
             raise ConversationBusy(f"conversation {conversation_id!r} is held by another task")
         self._held.add(conversation_id)
@@ -48,4 +58,5 @@ class MemoryStore:
             self._held.discard(conversation_id)
 
     async def aclose(self) -> None:
-        """Nothing to release: the logs stay readable."""
+        """Refuse every later call; the logs go with the store."""
+        self._closed = True

@@ -15,9 +15,9 @@ try:
 except ImportError as error:
     raise ImportError("the PostgreSQL store needs psycopg 3: pip install 'dial-runtime[postgres]'") from error
 
-from ..errors import ConversationBusy
+from ..errors import ConversationBusy, StoreClosed, StoreConflict
 from ..runtime.events import LogEntry
-from .base import StoreConflict, check_entries, decode, encode
+from .base import check_entries, decode, encode
 
 T = TypeVar("T")
 
@@ -94,7 +94,7 @@ class PostgresStore:
     def _call(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         with self._guard:
             if self._closed:
-                raise RuntimeError("the store is closed")
+                raise StoreClosed("the PostgreSQL store is closed")
             if self._connection is None or self._connection.closed:
                 self._connection = self._open()
             return work(self._connection)
@@ -145,7 +145,7 @@ class PostgresStore:
         while True:
             with self._idle_guard:
                 if self._closed:
-                    raise RuntimeError("the store is closed")
+                    raise StoreClosed("the PostgreSQL store is closed")
                 connection = self._idle.pop() if self._idle else None
             kept = connection is not None
             if connection is None:

@@ -16,9 +16,9 @@ from typing import TypeVar
 
 import anyio.to_thread
 
-from ..errors import ConversationBusy
+from ..errors import ConversationBusy, StoreClosed, StoreConflict
 from ..runtime.events import LogEntry
-from .base import StoreConflict, check_entries, decode, encode
+from .base import check_entries, decode, encode
 
 T = TypeVar("T")
 
@@ -186,7 +186,7 @@ class SQLiteStore:
         with self._guard:
             if self._connection is None:
                 if self._closed:
-                    raise RuntimeError(f"the store at {str(self.path)!r} is closed")
+                    raise StoreClosed(f"the store at {str(self.path)!r} is closed")
                 self._connection = self._connect()
             return work(self._connection)
 
@@ -259,6 +259,8 @@ class SQLiteStore:
 
         Creating and ``flock``-ing a local file with ``LOCK_NB`` never waits, so it runs on the event loop.
         """
+        if self._closed:
+            raise StoreClosed(f"the store at {str(self.path)!r} is closed")
         descriptor = _open_lock_file(self._lock_file(conversation_id), os.O_RDWR)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,0 +1,822 @@
+"""The conversation core: every decision of a call, with no I/O, no awaiting and no callbacks.
+
+A call (``say``, ``decide``, ``answer``, ``resume``) is a generator: it yields :mod:`effects
+<dial_runtime.runtime.effects>` (send this message, put this suggestion to the person, run this action, wait for
+more of the stream) and is sent back what they came to; an effect that raised is thrown into it. Every step is
+an event recorded on the log and folded into :class:`~dial_runtime.runtime.state.ConversationState` at once, and
+every lifecycle decision is a lookup in a machine's table. What a generator holds between two effects is only
+where it stands in the reply, which the fold keeps too (its cursor and each suggestion's state): a process that
+dies between two effects loses nothing that :meth:`ConversationCore.recover` cannot rebuild from the log.
+
+The driver (:class:`~dial_runtime.runtime.conversation.Conversation`) performs the effects under anyio; tests can
+drive a call with a list of inputs and no event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Generator, Iterable, Sequence
+from typing import Any
+
+from ..errors import DialError, DialSizeError
+from ..language.outcomes import Outcome, outcome_reply, refusal_reply, to_json_ready
+from ..language.parser import parse
+from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest, is_json_type
+from ..language.stream import StreamParser
+from ..statemachines import CALL_STATUS, OUTCOME_STATUS, RUNNING, SUGGESTION, TURN_LOOP
+from .effects import (
+    AwaitPerson,
+    AwaitStream,
+    Consult,
+    Effect,
+    EndStream,
+    Expired,
+    GetContext,
+    LookUp,
+    NoReply,
+    Preview,
+    Ran,
+    Replied,
+    RunAction,
+    RunFailed,
+    Send,
+    Streaming,
+    Thinking,
+    Validate,
+)
+from .events import (
+    ActionStartedEvent,
+    AnsweredEvent,
+    AskEvent,
+    DecidedEvent,
+    DeclareEvent,
+    DeferredEvent,
+    DelegateEvent,
+    EndedEvent,
+    Event,
+    ExecuteEvent,
+    FinishedEvent,
+    HandledEvent,
+    InformEvent,
+    InterruptedEvent,
+    LogEntry,
+    NoReplyEvent,
+    OutcomeEvent,
+    PhaticEvent,
+    ProposedEvent,
+    RefusedEvent,
+    ReplyEvent,
+    ReplyProgressEvent,
+    ReplyRefusedEvent,
+    ReplyStartedEvent,
+    ResumedEvent,
+    SaidEvent,
+    SendFailedEvent,
+    SentEvent,
+    SuggestionEvent,
+    TurnLimitEvent,
+)
+from .log import EventLog
+from .records import (
+    Accept,
+    ActionSpec,
+    Ask,
+    Defer,
+    Dismiss,
+    Edit,
+    Issue,
+    Say,
+    TurnResult,
+    as_decision,
+)
+from .state import ConversationState, OpenSuggestion, fold_log
+
+#: The phatic signal with which an agent ends the conversation.
+SESSION_COMPLETE = "session-complete"
+
+#: The hint of an outcome whose action may or may not have taken effect.
+UNKNOWN_EFFECT = "The turn stopped while the action ran; its effect is unknown."
+
+#: Why a call that a dead process left open stopped.
+PROCESS_STOPPED = "the process stopped"
+
+#: Why what waited for the person ended when they said something new instead.
+OVERTAKEN = "the person said something else"
+
+Call = Generator[Effect, Any, TurnResult]
+"""A call in progress: yields effects, is sent their inputs, returns the call's result."""
+
+
+def reason(error: BaseException) -> str:
+    """Why a call stopped, in words a person reads: the error's type and message, or what stopped it."""
+    if isinstance(error, Exception):
+        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted by the person (Ctrl-C)"
+    if isinstance(error, SystemExit):
+        return "the process exited"
+    return "the call was cancelled"
+
+
+def _text_attribute(error: BaseException, name: str) -> str | None:
+    value = getattr(error, name, None)
+    return None if value is None else str(value)
+
+
+def _json_text(text: str) -> tuple[Any, str | None]:
+    """The JSON value of a bare declare body, or ``(None, reason)`` when it is not JSON."""
+    try:
+        return json.loads(text), None
+    except ValueError as error:
+        return None, f"the payload is not valid JSON ({error})"
+
+
+def _payload_value(element: Suggest | Declare) -> tuple[Any, str | None]:
+    """The value of an element's ``dial-payload``: its JSON, or its text when its type is not JSON."""
+    text = element.payload_text or ""
+    if element.payload is not None:
+        return element.payload, None
+    if is_json_type(element.payload_type):
+        return _json_text(text)
+    return text, None
+
+
+def _paired(elements: Sequence[Element], index: int) -> tuple[Any, str | None, int]:
+    """The payload of the suggest at ``index``, why it is unusable (or ``None``), and the index after what it
+    used: its own ``dial-payload``, else the declare right after it."""
+    element = elements[index]
+    assert isinstance(element, Suggest)
+    if element.payload_text is not None:
+        return (*_payload_value(element), index + 1)
+    following = elements[index + 1] if index + 1 < len(elements) else None
+    if not isinstance(following, Declare):
+        return {}, None, index + 1
+    if following.payload_text is not None:
+        return (*_payload_value(following), index + 2)
+    if not following.text:
+        return {}, None, index + 2
+    return (*_json_text(following.text), index + 2)
+
+
+class _Stream:
+    """A streamed reply as it arrives: its parser, the elements complete so far, and how it went."""
+
+    __slots__ = ("elements", "ended", "failure", "logged", "parser", "started")
+
+    def __init__(self) -> None:
+        self.parser = StreamParser()
+        self.elements: list[Element] = []
+        self.started = False
+        self.ended = False
+        self.failure: Exception | None = None
+        self.logged = 0  # how much of the reply's text ``reply-progress`` events hold
+
+
+class ConversationCore:
+    """One conversation's log, its fold, and the calls that advance it.
+
+    ``max_turns`` bounds the turns of one call; ``decide_timeout`` each decision (seconds, ``None``: no bound);
+    ``answers``: whether the person can answer asks at all (a human without ``answer()`` only sees them).
+    """
+
+    __slots__ = ("_outcomes", "answers", "decide_timeout", "log", "max_turns", "state", "stream")
+
+    def __init__(
+        self,
+        entries: Iterable[LogEntry] = (),
+        *,
+        max_turns: int = 8,
+        decide_timeout: float | None = None,
+        answers: bool = True,
+    ) -> None:
+        self.state = ConversationState()
+        self.log = EventLog(fold_log(entries, self.state))
+        self.max_turns = max_turns
+        self.decide_timeout = decide_timeout
+        self.answers = answers
+        self.stream: _Stream | None = None
+        self._outcomes: list[Outcome] | None = None  # the outcomes of the call in progress
+
+    # --- the log -----------------------------------------------------------------------------------------------
+
+    def record(self, event: Event) -> None:
+        """Fold an event into the state and append it to the log (the state refuses it first if it must)."""
+        self.state.apply(event)
+        self.log.add(event, time.time())
+
+    def take_stored(self, entries: Iterable[LogEntry], stored: int) -> None:
+        """Fold in what other workers stored after the first ``stored`` entries (raises ``LogError``).
+
+        Only the conversation's ending can have been recorded here and not stored between calls (``end()``):
+        it is recorded again after the stored entries. Anything else unstored came from a call whose write
+        failed, and is dropped: another worker's log is the truth.
+        """
+        local = self.log.events[stored:]
+        if local or stored < len(self.log) or not stored:
+            state = ConversationState()
+            log = EventLog(fold_log(self.log.entries(0, stored), state))
+        else:
+            state, log = self.state, self.log
+        for entry in fold_log(entries, state, first_seq=stored + 1):
+            log.add_entry(entry)
+        self.state, self.log = state, log
+        if any(isinstance(event, EndedEvent) for event in local):
+            self.end("end() was called")
+
+    def end(self, why: str) -> None:
+        """End the conversation (idempotent)."""
+        self.record(EndedEvent(reason=why))
+
+    def recover(self) -> None:
+        """Close a call that a dead process left open: an action that had started and has no result ends
+        ``failed`` (``interrupted``: it is never run again); a reply being handled waits as if its decisions
+        and answers were deferred, to be resumed; a call that stopped before that is interrupted."""
+        state = self.state
+        if not state.in_call:
+            return
+        for opened in list(state.open_suggestions.values()):
+            if opened.state in RUNNING:
+                self._interrupt(opened, PROCESS_STOPPED)
+        if TURN_LOOP.is_final(state.loop):
+            self.record(FinishedEvent(status=CALL_STATUS[state.loop], turns=state.turn))
+            return
+        if "handled" in TURN_LOOP.allowed(state.loop):
+            for opened in state.open_suggestions.values():
+                if opened.deciding and not opened.deferred:
+                    self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
+            for ask_id in list(state.asked):
+                self.record(DeferredEvent(subject_id=ask_id, kind="ask"))
+            self.record(HandledEvent(turn=state.turn, complete=False))
+            self.record(FinishedEvent(status="awaiting", turns=state.turn))
+            return
+        self.record(InterruptedEvent(turn=state.turn, reason=PROCESS_STOPPED))
+        self.record(FinishedEvent(status="interrupted", turns=state.turn))
+
+    # --- the calls ---------------------------------------------------------------------------------------------
+
+    def say(self, words: str) -> Call:
+        """Send the person's words (with whatever is owed) and run turns until the agent needs nothing back."""
+        state = self.state
+        if "begin" not in TURN_LOOP.allowed(state.loop):  # new words supersede what waits for the person
+            self.record(ResumedEvent(call="say"))
+            self._abandon(OVERTAKEN)
+            self.record(InterruptedEvent(turn=state.turn, reason=OVERTAKEN))
+            self.record(FinishedEvent(status="interrupted", turns=state.turn))
+        self.record(SaidEvent(text=words))
+        if TURN_LOOP.is_final(state.loop):  # nothing to send, or the conversation has ended
+            return self._finished_at_once()
+        return self._drive(words, None)
+
+    def decide(self, suggestion_id: str, decision: Accept | Dismiss | Edit | Say | Defer, by: str | None) -> Call:
+        """Take the person's deferred decision on a suggestion and carry on; ``DialError`` when it is not
+        awaiting one (nothing changes)."""
+        opened = self.state.open_suggestions.get(suggestion_id)
+        if opened is None or not opened.deferred:
+            raise DialError(f"Conversation: suggestion {suggestion_id!r} is not awaiting a decision")
+        self.record(ResumedEvent(call="decide"))
+        return self._drive("", self._decided(opened, decision, by))
+
+    def answer(self, ask_id: str, text: str, by: str | None) -> Call:
+        """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands)."""
+        if ask_id not in self.state.open_asks:
+            raise DialError(f"Conversation: ask {ask_id!r} is not awaiting an answer")
+        self.record(ResumedEvent(call="answer"))
+        self.record(AnsweredEvent(ask_id=ask_id, text=text, by=by))
+        return self._drive("", None)
+
+    def resume(self) -> Call | None:
+        """Carry on with a reply whose handling a crash cut short; ``None`` when nothing waits to be resumed."""
+        if "resume" not in TURN_LOOP.allowed(self.state.loop):
+            return None
+        self.record(ResumedEvent(call="resume"))
+        return self._drive("", None)
+
+    def _finished_at_once(self) -> Call:
+        state = self.state
+        status = CALL_STATUS[state.loop]
+        self.record(FinishedEvent(status=status, turns=0))
+        return TurnResult(status=status, turns=0)
+        yield  # makes this a generator that yields nothing
+
+    def _drive(self, words: str, first: Generator[Effect, Any, None] | None) -> Call:
+        """Run the turn loop (after ``first``, a step that must happen first) until this call is done."""
+        self._outcomes = []
+        state = self.state
+        try:
+            if first is not None:
+                yield from first
+            yield from self._loop(words)
+        except BaseException as error:
+            why = reason(error)
+            if not TURN_LOOP.is_final(state.loop):
+                self._abandon(why)
+                self.record(InterruptedEvent(turn=state.turn, reason=why))
+            self.stream = None
+            self.record(FinishedEvent(status="interrupted", turns=state.turn))
+            raise
+        finally:
+            outcomes, self._outcomes = self._outcomes or [], None
+        status = CALL_STATUS[state.loop]
+        self.record(FinishedEvent(status=status, turns=state.turn))
+        return TurnResult(status=status, turns=state.turn, outcomes=tuple(outcomes), pending=state.pending())
+
+    def _loop(self, words: str) -> Generator[Effect, Any, None]:
+        state = self.state
+        while not TURN_LOOP.is_final(state.loop) and "resume" not in TURN_LOOP.allowed(state.loop):
+            if "start_turn" in TURN_LOOP.allowed(state.loop):
+                turn = state.turn + 1
+                if TURN_LOOP.is_final(
+                    TURN_LOOP.fire(state.loop, "start_turn", out_of_turns=turn > self.max_turns)
+                ):
+                    self.record(TurnLimitEvent(turns=self.max_turns))
+                    return
+                context = yield GetContext()
+                message = self._compose(words, context)
+                words = ""
+                self.record(SentEvent(turn=turn, message=message))
+                try:
+                    answer = yield Send(message=message, turn=turn)
+                except Exception as error:
+                    self.record(SendFailedEvent(turn=turn, error=reason(error)))
+                    raise
+                if isinstance(answer, NoReply):
+                    self.stream = None
+                    self.record(
+                        NoReplyEvent(turn=turn, error=f"The agent didn't reply within {answer.timeout:g}s")
+                    )
+                    return
+                if isinstance(answer, Streaming):
+                    yield from self._streamed(turn)
+                else:
+                    assert isinstance(answer, Replied)
+                    self.record(ReplyEvent(turn=turn, text=answer.text))
+                    yield from self._handle(self._elements())
+            else:
+                yield from self._handle(self._elements())
+            self.record(HandledEvent(turn=state.turn))
+
+    def _compose(self, words: str, context: object) -> str:
+        """The message of a turn: outcomes and refusals owed, the domain's context, then the words."""
+        state = self.state
+        parts = []
+        if state.owed_outcomes:
+            parts.append(outcome_reply(state.owed_outcomes))
+        parts.extend(refusal_reply(refusal.reply_id, refusal.reason) for refusal in state.owed_refusals)
+        if context:
+            parts.append(str(context))
+        spoken = [*state.owed_words, words] if words else state.owed_words
+        if spoken:
+            parts.append("\n\n".join(spoken))
+        return "\n\n".join(parts)
+
+    # --- a streamed reply --------------------------------------------------------------------------------------
+
+    def open_stream(self) -> None:
+        """A streamed reply is about to arrive: its chunks go to :meth:`feed`."""
+        self.stream = _Stream()
+
+    def feed(self, chunk: str) -> bool:
+        """Take a chunk of the streamed reply; whether it completed elements."""
+        stream = self.stream
+        assert stream is not None
+        if not stream.started:
+            stream.started = True
+            self.record(ReplyStartedEvent(turn=self.state.turn))
+        completed = stream.parser.feed(chunk)
+        if completed:
+            stream.elements.extend(completed)
+            return True
+        return False
+
+    def end_stream(self, failure: Exception | None = None) -> bool:
+        """The streamed reply ended (``failure``: it broke off); whether the reply is now on the log."""
+        stream = self.stream
+        assert stream is not None
+        stream.ended = True
+        if failure is not None:
+            stream.failure = failure
+            if not stream.started:
+                return False
+        elif not stream.started:
+            stream.started = True
+            self.record(ReplyStartedEvent(turn=self.state.turn))
+        self.record(ReplyEvent(turn=self.state.turn, text=stream.parser.text))
+        return True
+
+    def _streamed(self, turn: int) -> Generator[Effect, Any, None]:
+        """Handle a streamed reply's elements as they complete, then what only the whole reply shows."""
+        stream = self.stream
+        assert stream is not None
+        if stream.started:
+            yield from self._consume(stream)
+        yield EndStream()
+        self.stream = None
+        if stream.failure is not None and not stream.started:
+            self.record(SendFailedEvent(turn=turn, error=reason(stream.failure)))
+            raise stream.failure
+        yield from self._handle(self._elements())
+
+    def _consume(self, stream: _Stream) -> Generator[Effect, Any, None]:
+        """Handle streamed elements in order; a suggest without its own payload waits for what follows it."""
+        index = max(self.state.cursor + 1, 0)
+        prose_shown = False
+        parser = stream.parser
+        while True:
+            if not prose_shown and parser.started:
+                prose_shown = True
+                if parser.prose_before and parser.prose_before.strip():
+                    self.record(InformEvent(text=parser.prose_before.strip(), element=-1))
+            arrived = stream.elements
+            available = len(arrived)
+            if index < available:
+                element = arrived[index]
+                if (
+                    not isinstance(element, Suggest)
+                    or element.payload_text is not None
+                    or index + 1 < available
+                    or stream.ended
+                ):
+                    index = yield from self._element(arrived, index)
+                    continue
+            if stream.ended:
+                break
+            yield AwaitStream()
+        trailing = parser.prose_after()
+        if prose_shown and trailing:
+            self.record(InformEvent(text=trailing))
+
+    # --- a whole reply -----------------------------------------------------------------------------------------
+
+    def _elements(self) -> tuple[Element, ...]:
+        """The current reply's elements, or none after recording why it cannot be used or has no envelope."""
+        state = self.state
+        reply = state.reply or ""
+        try:
+            envelope = parse(reply, schema=False)
+        except DialSizeError as error:
+            return self._refuse(str(error))
+        if envelope is None:
+            text = reply.strip()
+            if text and state.cursor < -1:
+                self.record(InformEvent(text=text, element=-1))
+            return ()
+        if not envelope.elements:
+            checked = parse(reply)  # with the schema's findings, which may be all there is to say about it
+            if checked is not None and checked.issues:
+                return self._refuse("; ".join(issue.message for issue in checked.issues))
+        if state.cursor < -1:
+            start = reply.find(envelope.raw)
+            prose = (reply[:start] + reply[start + len(envelope.raw) :]).strip()
+            if prose:
+                self.record(InformEvent(text=prose, element=-1))
+        return envelope.elements
+
+    def _refuse(self, why: str) -> tuple[Element, ...]:
+        state = self.state
+        if not state.owed_refusals:
+            self.record(
+                ReplyRefusedEvent(turn=state.turn, reply_id=f"reply-{state.replies}", reason=why, element=-1)
+            )
+        return ()
+
+    def _handle(self, elements: Sequence[Element]) -> Generator[Effect, Any, None]:
+        """Handle the reply's elements in document order, from the first one not yet accounted for."""
+        index = max(self.state.cursor + 1, 0)
+        while index < len(elements):
+            index = yield from self._element(elements, index)
+
+    def _element(self, elements: Sequence[Element], index: int) -> Generator[Effect, Any, int]:
+        """Handle the element at ``index``; the index of the next one."""
+        element = elements[index]
+        if isinstance(element, Suggest):
+            return (yield from self._suggest(elements, index))
+        if isinstance(element, AskElement):
+            yield from self._ask(element, index)
+        else:
+            _HANDLERS[element.type](self, element, index)
+        return index + 1
+
+    def _inform(self, element: Any, index: int) -> None:
+        if element.text:
+            act = "acknowledge" if element.type == "dial-acknowledge" else "inform"
+            self.record(InformEvent(text=element.text, act=act, element=index))
+
+    def _declare(self, element: Declare, index: int) -> None:
+        if element.context_key is None:
+            return
+        if element.payload_text is not None:
+            value, problem = _payload_value(element)
+            if problem is not None:
+                value = element.payload_text
+        else:
+            value, problem = _json_text(element.text or "")
+            if problem is not None:
+                value = element.text
+        self.record(DeclareEvent(context_key=element.context_key, value=value, element=index))
+
+    def _phatic(self, element: Phatic, index: int) -> None:
+        if element.signal:
+            self.record(PhaticEvent(signal=element.signal, element=index))
+            if element.signal == SESSION_COMPLETE and not self.state.ended:
+                self.end(f"the agent signalled {SESSION_COMPLETE}")
+
+    def _delegate(self, element: Delegate, index: int) -> None:
+        self.record(
+            DelegateEvent(
+                to=element.to or "",
+                intent=element.intent,
+                text=element.text,
+                payload=element.payload,
+                element=index,
+            )
+        )
+
+    def _execute(self, element: Execute, index: int) -> None:
+        self.record(ExecuteEvent(id=element.id, steps=element.steps, element=index))
+
+    def _ask(self, element: AskElement, index: int) -> Generator[Effect, Any, None]:
+        state = self.state
+        asked = state.instead is None and self.answers
+        ident = element.id if element.id and not state.used(element.id) else state.next_id("ask")
+        ask = Ask(
+            id=ident,
+            text=element.text or "",
+            response_type=element.response_type,
+            options=element.options,
+            timeout=element.timeout,
+        )
+        self.record(
+            AskEvent(
+                id=ask.id,
+                text=ask.text,
+                response_type=ask.response_type,
+                options=ask.options,
+                timeout=ask.timeout,
+                asked=asked,
+                element=index,
+            )
+        )
+        if not asked:
+            return
+        given = yield from self._consult(ask, ask.timeout)
+        if isinstance(given, Defer):
+            self.record(DeferredEvent(subject_id=ask.id, kind="ask"))
+            return
+        expired = isinstance(given, Expired)
+        text = "" if given is None or expired else str(given)
+        self.record(AnsweredEvent(ask_id=ask.id, text=text, expired=expired))
+
+    # --- a suggestion's lifecycle ------------------------------------------------------------------------------
+
+    def _propose(self, element: Suggest, payload: Any, last: int) -> OpenSuggestion:
+        """Record a suggestion read from the reply (``last``: the last element it used) and return it open.
+
+        An id the agent gave that this conversation used already is not taken over: the suggestion gets the
+        next assigned id, and its review ends it ``invalid`` (``duplicate-id``).
+        """
+        state = self.state
+        given = element.id
+        ident = given if given and not state.used(given) else state.next_id("sg")
+        numbered = ident != given
+        self.record(
+            ProposedEvent(
+                id=ident,
+                action=element.action or "",
+                payload=payload,
+                numbered=numbered,
+                text=element.text or "",
+                element=last,
+            )
+        )
+        return state.open_suggestions[ident]
+
+    def _suggest(self, elements: Sequence[Element], index: int) -> Generator[Effect, Any, int]:
+        """Run one suggestion's lifecycle to its outcome (or to a deferral); return the next element's index."""
+        element = elements[index]
+        assert isinstance(element, Suggest)
+        payload, problem, after = _paired(elements, index)
+        opened = self._propose(element, to_json_ready(payload), after - 1)
+        spec: ActionSpec | None = yield LookUp(action=opened.action)
+        issue: Issue | None = None
+        if element.id and opened.id != element.id:
+            issue = Issue(
+                code="duplicate-id",
+                field="id",
+                hint=f"The id '{element.id}' is used already in this conversation; give each suggestion its own.",
+            )
+        elif spec is None:
+            issue = Issue(code="unknown-action", hint=f"There is no action '{opened.action}'.")
+        elif problem is not None:
+            issue = Issue(code="invalid-payload", hint=problem)
+        else:
+            issue = yield Validate(action=opened.action, payload=payload)
+        if issue is not None:
+            target = SUGGESTION.fire(opened.state, "review", unknown=spec is None, refused=True)
+            self._finish(opened, target, code=issue.code, field=issue.field, hint=issue.hint)
+            return after
+        assert spec is not None
+        preview = yield Preview(action=opened.action, payload=payload)
+        target = SUGGESTION.fire(
+            opened.state,
+            "review",
+            overtaken=self.state.instead is not None,
+            handoff=spec.handoff,
+            read_only=not spec.mutates,
+        )
+        if SUGGESTION.is_final(target):
+            self._finish(opened, target, preview=preview)
+            return after
+        self.record(
+            SuggestionEvent(
+                id=opened.id,
+                action=opened.action,
+                text=element.text or "",
+                payload=opened.payload,
+                preview=preview,
+                destructive=spec.destructive,
+                mutates=spec.mutates,
+                handoff=spec.handoff,
+            )
+        )
+        if opened.deciding:
+            yield from self._decide(opened)
+        else:
+            yield from self._run(opened)
+        return after
+
+    def _consult(self, question: Any, deadline: float | None) -> Generator[Effect, Any, Any]:
+        """The person's decision or answer, or :class:`Expired` when ``deadline`` (seconds) passed first.
+
+        When the answer has to be awaited, a streamed reply still arriving is logged as far as it got first
+        (``reply-progress``: what arrived since the last one), so the agent's words survive a death meanwhile.
+        """
+        answer = yield Consult(question=question)
+        if isinstance(answer, Thinking):
+            stream = self.stream
+            if stream is not None and not stream.ended:
+                arrived = stream.parser.text[stream.logged :]
+                if arrived:
+                    stream.logged += len(arrived)
+                    self.record(ReplyProgressEvent(turn=self.state.turn, text=arrived))
+            answer = yield AwaitPerson(deadline=deadline)
+        return answer if isinstance(answer, Expired) else answer.value
+
+    def _decide(self, opened: OpenSuggestion) -> Generator[Effect, Any, None]:
+        """Put the suggestion to the person until it ends or is deferred."""
+        while opened.id in self.state.open_suggestions:
+            given = yield from self._consult(opened.suggestion(), self.decide_timeout)
+            if isinstance(given, Expired):
+                self.record(DecidedEvent(suggestion_id=opened.id, decision="expire"))
+                self._finish(opened, SUGGESTION.fire(opened.state, "expire"), expired=True)
+                return
+            decision = as_decision(given)
+            if isinstance(decision, Defer):
+                self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
+                return
+            yield from self._apply(opened, decision)
+
+    def _decided(
+        self, opened: OpenSuggestion, decision: Accept | Dismiss | Edit | Say | Defer, by: str | None
+    ) -> Generator[Effect, Any, None]:
+        """Apply a decision that arrived later; a refusal leaves the suggestion deferred again."""
+        if isinstance(decision, Defer):
+            self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
+            return
+        yield from self._apply(opened, decision, by=by)
+        if opened.id in self.state.open_suggestions and opened.deciding:
+            self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
+
+    def _apply(
+        self, opened: OpenSuggestion, decision: Accept | Dismiss | Edit | Say, *, by: str | None = None
+    ) -> Generator[Effect, Any, None]:
+        """Apply one decision of the person's: end the suggestion, refuse its payload, or run it."""
+        if isinstance(decision, Dismiss):
+            self.record(DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by))
+            self._finish(opened, SUGGESTION.fire(opened.state, "dismiss"))
+            return
+        if isinstance(decision, Say):
+            self.record(DecidedEvent(suggestion_id=opened.id, decision="say", text=decision.text, by=by))
+            waiting = [each for each in self.state.open_suggestions.values() if each.deferred]
+            for other in [opened, *waiting]:
+                self._finish(other, SUGGESTION.fire(other.state, "supersede"))
+            return
+        if isinstance(decision, Edit):
+            self.record(
+                DecidedEvent(
+                    suggestion_id=opened.id,
+                    decision="edit",
+                    payload=to_json_ready(decision.payload),
+                    previous=opened.payload,
+                    by=by,
+                )
+            )
+        else:
+            self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by))
+        issue = yield Validate(action=opened.action, payload=opened.payload)
+        if issue is None:
+            yield from self._run(opened)
+            return
+        self.record(
+            RefusedEvent(
+                suggestion_id=opened.id,
+                payload=opened.payload,
+                code=issue.code,
+                field=issue.field,
+                hint=issue.hint,
+            )
+        )
+        if SUGGESTION.is_final(opened.state):
+            self._finish(
+                opened, opened.state, code=issue.code, field=issue.field, hint=issue.hint, edited=opened.edited
+            )
+
+    def _run(self, opened: OpenSuggestion) -> Generator[Effect, Any, None]:
+        """Run the action, with its start on the log first; its success or exception decides the outcome."""
+        edited, payload = opened.edited, opened.payload
+        preview = (yield Preview(action=opened.action, payload=payload)) if edited else opened.preview
+        self.record(
+            ActionStartedEvent(
+                suggestion_id=opened.id, action=opened.action, payload=payload, preview=preview, edited=edited
+            )
+        )
+        ran = yield RunAction(action=opened.action, payload=payload)
+        if isinstance(ran, RunFailed):
+            error = ran.error
+            self._finish(
+                opened,
+                SUGGESTION.fire(opened.state, "fail"),
+                error=str(error) or type(error).__name__,
+                code=_text_attribute(error, "code"),
+                field=_text_attribute(error, "field"),
+                hint=_text_attribute(error, "hint"),
+                edited=edited,
+            )
+            return
+        assert isinstance(ran, Ran)
+        self._finish(
+            opened, SUGGESTION.fire(opened.state, "succeed"), result=to_json_ready(ran.result), edited=edited
+        )
+
+    def _finish(self, opened: OpenSuggestion, final: str, *, preview: str | None = None, **fields: Any) -> None:
+        """Report the outcome of a suggestion that reached the final state ``final``."""
+        shown = opened.preview if preview is None else preview
+        event = OutcomeEvent(
+            id=opened.id,
+            action=opened.action,
+            status=OUTCOME_STATUS[final],
+            preview="" if final == "invalid" else shown,
+            **fields,
+        )
+        self.record(event)
+        if self._outcomes is not None:
+            self._outcomes.append(self.state.owed_outcomes[-1])
+
+    def _interrupt(self, opened: OpenSuggestion, why: str) -> None:
+        """End a suggestion its turn no longer carries (the machine's ``interrupt``): an action that was running
+        fails as ``interrupted``, its effect unknown; anything else is superseded."""
+        final = SUGGESTION.fire(opened.state, "interrupt")
+        if opened.state in RUNNING:
+            self._finish(opened, final, error=why, code="interrupted", hint=UNKNOWN_EFFECT)
+        else:
+            self._finish(opened, final)
+
+    def _abandon(self, why: str) -> None:
+        """Give every open suggestion, and the reply's unhandled ones, their outcome after an interruption;
+        asks waiting for an answer are closed without one."""
+        state = self.state
+        for opened in list(state.open_suggestions.values()):
+            self._interrupt(opened, why)
+        for ask_id in [*state.asked, *state.open_asks]:
+            self.record(AnsweredEvent(ask_id=ask_id, text=""))
+        if "handled" not in TURN_LOOP.allowed(state.loop):
+            return
+        received = self.stream.parser.text if self.stream is not None else state.reply
+        try:
+            envelope = parse(received or "", schema=False)
+        except DialSizeError:
+            envelope = None
+        remaining = envelope.elements if envelope is not None else ()
+        index = max(state.cursor + 1, 0)
+        while index < len(remaining):
+            element = remaining[index]
+            if isinstance(element, Suggest):
+                payload, _, after = _paired(remaining, index)
+                self._interrupt(self._propose(element, to_json_ready(payload), after - 1), why)
+                index = after
+            else:
+                index += 1
+
+
+_HANDLERS: dict[str, Any] = {
+    "dial-inform": ConversationCore._inform,
+    "dial-acknowledge": ConversationCore._inform,
+    "dial-declare": ConversationCore._declare,
+    "dial-phatic": ConversationCore._phatic,
+    "dial-delegate": ConversationCore._delegate,
+    "dial-execute": ConversationCore._execute,
+}
+"""The handlers of the speech acts that need no waiting (a suggest and an ask may wait for the person)."""
+
+#: Every speech act the turn loop handles (a test holds it equal to the lenient XSD's set).
+HANDLED_ELEMENTS = frozenset([*_HANDLERS, "dial-suggest", "dial-ask"])

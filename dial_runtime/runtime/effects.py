@@ -1,0 +1,159 @@
+"""What the conversation core asks its driver to do (effects), and what the driver hands back (inputs).
+
+The core (:mod:`dial_runtime.runtime.core`) runs a call as a generator: it yields an effect, and the driver
+performs it and sends back the input it came to (or throws the exception it raised into the generator). An
+effect whose ``durable`` is true has an effect outside the process (a message sent, a wait for the person, an
+action run): with a store, the driver writes the log through before performing it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+from .records import Ask, Suggestion
+
+
+class Effect(msgspec.Struct, frozen=True, kw_only=True):
+    """Something the core needs done; ``durable``: write the log through first."""
+
+    durable: ClassVar[bool] = False
+
+
+class GetContext(Effect, frozen=True, kw_only=True):
+    """Ask the domain for the text that goes with every turn (``context()``); input: the text, or ``None``."""
+
+
+class Send(Effect, frozen=True, kw_only=True):
+    """Send ``message`` to the agent and wait (within the conversation's timeout) for its reply.
+
+    Input: :class:`Replied` (a whole reply), :class:`NoReply` (the deadline passed first) or, for an agent that
+    streams, :class:`Streaming` once its first chunk is in (or the stream ended or failed before one): its
+    chunks go to the core's stream while the call goes on. An error of the send is thrown into the core.
+    """
+
+    durable: ClassVar[bool] = True
+    message: str
+    turn: int
+
+
+class AwaitStream(Effect, frozen=True, kw_only=True):
+    """Wait until the streamed reply has more complete elements, or has ended; input: ``None``."""
+
+
+class EndStream(Effect, frozen=True, kw_only=True):
+    """The call is done with the streamed reply: stop reading it; input: ``None``."""
+
+
+class LookUp(Effect, frozen=True, kw_only=True):
+    """The domain's spec of ``action``; input: its :class:`~dial_runtime.ActionSpec`, or ``None`` (unknown)."""
+
+    action: str
+
+
+class Validate(Effect, frozen=True, kw_only=True):
+    """Check ``payload`` with the domain's ``validate``; input: ``None`` (valid) or the domain's ``Issue``."""
+
+    action: str
+    payload: Any
+
+
+class Preview(Effect, frozen=True, kw_only=True):
+    """The short text the person sees for this proposal (the domain's ``preview``); input: the text."""
+
+    action: str
+    payload: Any
+
+
+class Consult(Effect, frozen=True, kw_only=True):
+    """Put a suggestion (``decide``) or an ask (``answer``) to the person.
+
+    Input: :class:`Answer` when the person's function answered at once, or :class:`Thinking` when its answer has
+    to be awaited: the core then yields :class:`AwaitPerson`.
+    """
+
+    question: Suggestion | Ask
+
+
+class AwaitPerson(Effect, frozen=True, kw_only=True):
+    """Await the answer of the last :class:`Consult`, for at most ``deadline`` seconds (``None``: no bound).
+
+    Input: :class:`Answer`, or :class:`Expired` when the deadline passed first.
+    """
+
+    durable: ClassVar[bool] = True
+    deadline: float | None
+
+
+class RunAction(Effect, frozen=True, kw_only=True):
+    """Run the domain's action; input: :class:`Ran`, or :class:`RunFailed` when it raised."""
+
+    durable: ClassVar[bool] = True
+    action: str
+    payload: Any
+
+
+class Replied(msgspec.Struct, frozen=True):
+    """The agent's whole reply."""
+
+    text: str
+
+
+class NoReply(msgspec.Struct, frozen=True):
+    """The agent did not answer within ``timeout`` seconds."""
+
+    timeout: float
+
+
+class Streaming(msgspec.Struct, frozen=True):
+    """The agent's streamed reply began (or ended, or failed, before its first chunk): the core's stream says."""
+
+
+class Answer(msgspec.Struct, frozen=True):
+    """What the person's ``decide`` or ``answer`` returned."""
+
+    value: Any
+
+
+class Thinking(msgspec.Struct, frozen=True):
+    """The person's answer has to be awaited."""
+
+
+class Expired(msgspec.Struct, frozen=True):
+    """The deadline for the person's answer passed."""
+
+
+class Ran(msgspec.Struct, frozen=True):
+    """The action returned ``result``."""
+
+    result: Any
+
+
+class RunFailed(msgspec.Struct, frozen=True):
+    """The action raised ``error``."""
+
+    error: Exception
+
+
+__all__ = [
+    "Answer",
+    "AwaitPerson",
+    "AwaitStream",
+    "Consult",
+    "Effect",
+    "EndStream",
+    "Expired",
+    "GetContext",
+    "LookUp",
+    "NoReply",
+    "Preview",
+    "Ran",
+    "Replied",
+    "RunAction",
+    "RunFailed",
+    "Send",
+    "Streaming",
+    "Thinking",
+    "Validate",
+]

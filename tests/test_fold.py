@@ -1,0 +1,286 @@
+"""The fold trusts nothing: a log no run of the runtime could have written raises LogError naming its entry.
+
+Logs are made by real runs of the core (driven as in ``test_core``), then folded back, or corrupted first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dial_runtime import Accept, Conversation, Defer, Dismiss, Edit, LogError, Say, policy_human
+from dial_runtime.runtime.core import ConversationCore
+from dial_runtime.runtime.events import (
+    EVENT_TYPES,
+    ActionStartedEvent,
+    DecidedEvent,
+    LogEntry,
+    OutcomeEvent,
+    SentEvent,
+    event_from_dict,
+    event_to_dict,
+)
+from dial_runtime.runtime.state import ConversationState, fold_log
+
+from .fakes import Agent, Notes, envelope, suggest
+from .test_core import ACK, TEXT, World, drive
+
+
+def stored(core: ConversationCore) -> list[LogEntry]:
+    return list(core.log.entries())
+
+
+def a_log() -> list[LogEntry]:
+    """A conversation with a run, a dismissal, a refused edit, a deferral taken later and an answered ask."""
+    core = ConversationCore()
+    first = envelope(
+        suggest("add-note", TEXT),
+        suggest("remove-note", "{}"),
+        suggest("add-note", TEXT),
+        '<dial-ask id="q">Which list?</dial-ask>',
+    )
+    drive(core.say("go"), World([first, ACK], [Accept(), Dismiss(), Edit({}), Defer(), "groceries"]))
+    drive(core.decide("sg-3", Edit({"text": "eggs"}), "ada"), World([ACK]))
+    return stored(core)
+
+
+def seq_of(entries: list[LogEntry], kind: str, **fields: Any) -> int:
+    return next(
+        entry.seq
+        for entry in entries
+        if entry.event.type == kind and all(getattr(entry.event, k) == v for k, v in fields.items())
+    )
+
+
+def replaced(entries: list[LogEntry], seq: int, event: Any) -> list[LogEntry]:
+    return [msgspec.structs.replace(entry, event=event) if entry.seq == seq else entry for entry in entries]
+
+
+def renumbered(entries: list[LogEntry]) -> list[LogEntry]:
+    return [msgspec.structs.replace(entry, seq=index) for index, entry in enumerate(entries, start=1)]
+
+
+def test_a_real_log_folds_back_to_the_same_state() -> None:
+    core = ConversationCore()
+    drive(core.say("go"), World([envelope(suggest("add-note", TEXT)), ACK], [Accept()]))
+    state = ConversationState()
+    fold_log(stored(core), state)
+    assert state == core.state
+
+
+def _corruptions() -> list[Any]:
+    log = a_log()
+    done = seq_of(log, "outcome", id="sg-1")
+    pending = seq_of(log, "suggestion", id="sg-2")
+    proposed = seq_of(log, "proposed", id="sg-2")
+    decided = seq_of(log, "decided", suggestion_id="sg-2")
+    sent = seq_of(log, "sent", turn=1)
+    outcome = log[done - 1].event
+    cases = [
+        ("an outcome for an unknown id", replaced(log, done, msgspec.structs.replace(outcome, id="sg-9")), done),
+        ("an unknown status", replaced(log, done, msgspec.structs.replace(outcome, status="exploded")), done),
+        (
+            "done for a suggestion that never ran",
+            [
+                *log[:pending],
+                LogEntry(seq=pending + 1, time=1.0, event=msgspec.structs.replace(outcome, id="sg-2")),
+            ],
+            pending + 1,
+        ),
+        (
+            "an action-started for a suggestion that is not running",
+            [
+                *log[:proposed],
+                LogEntry(
+                    seq=proposed + 1,
+                    time=1.0,
+                    event=ActionStartedEvent(suggestion_id="sg-2", action="remove-note", payload={}, preview=""),
+                ),
+            ],
+            proposed + 1,
+        ),
+        (
+            "a decision for a suggestion that is not pending",
+            [
+                *log[:done],
+                LogEntry(seq=done + 1, time=1.0, event=DecidedEvent(suggestion_id="sg-1", decision="accept")),
+            ],
+            done + 1,
+        ),
+        (
+            "a decision nobody can make",
+            replaced(log, decided, msgspec.structs.replace(log[decided - 1].event, decision="maybe")),
+            decided,
+        ),
+        ("a field of the wrong type", replaced(log, sent, SentEvent(turn="one", message="hi")), sent),  # type: ignore[arg-type]
+        ("a gap in seq", [*log[:3], *log[4:]], 5),
+        ("a repeated seq", [*log[:4], log[3], *log[4:]], 4),
+        ("a time that is not a number", [*log[:2], msgspec.structs.replace(log[2], time=math.nan), *log[3:]], 3),
+        (
+            "a message sent after the conversation ended",
+            renumbered(
+                [
+                    *log,
+                    LogEntry(seq=0, time=1.0, event=event_from_dict({"type": "ended", "reason": "end()"})),
+                    LogEntry(seq=0, time=1.0, event=event_from_dict({"type": "said", "text": "hi"})),
+                    LogEntry(seq=0, time=1.0, event=SentEvent(turn=1, message="hi")),
+                ]
+            ),
+            len(log) + 3,
+        ),
+        (
+            "an event between calls",
+            renumbered([*log, LogEntry(seq=0, time=1.0, event=SentEvent(turn=3, message="hi"))]),
+            len(log) + 1,
+        ),
+        (
+            "a suggestion id proposed twice",
+            renumbered([*log[:done], log[seq_of(log, "proposed", id="sg-1") - 1], *log[done:]]),
+            done + 1,
+        ),
+    ]
+    return [pytest.param(entries, seq, id=name) for name, entries, seq in cases]
+
+
+@pytest.mark.parametrize(("entries", "seq"), _corruptions())
+def test_an_impossible_log_is_refused_naming_its_entry(entries: list[LogEntry], seq: int) -> None:
+    with pytest.raises(LogError) as refused:
+        fold_log(entries)
+    assert refused.value.seq == seq
+    with pytest.raises(LogError, match=f"log entry {seq}"):
+        Conversation(agent=Agent([]), domain=Notes(), human=policy_human(), log=entries)
+
+
+def test_the_log_error_names_the_entry_its_type_and_why() -> None:
+    log = a_log()
+    done = seq_of(log, "outcome", id="sg-1")
+    bad = replaced(log, done, msgspec.structs.replace(log[done - 1].event, status="exploded"))
+    with pytest.raises(LogError) as refused:
+        fold_log(bad)
+    assert (refused.value.seq, refused.value.event_type) == (done, "outcome")
+    assert str(refused.value) == f"log entry {done} (outcome): unknown outcome status 'exploded'"
+    assert isinstance(refused.value, ValueError)
+
+
+# --- random conversations, and random corruptions of their logs ------------------------------------------------
+
+ELEMENTS = st.sampled_from(
+    [
+        suggest("add-note", TEXT),
+        suggest("add-note", "{}"),
+        suggest("remove-note", "{}"),
+        suggest("list-notes", "{}"),
+        suggest("open-poll", "{}"),
+        suggest("fly", "{}"),
+        suggest("add-note", TEXT, ident="x"),
+        "<dial-ask>Which list?</dial-ask>",
+        "<dial-inform>Noted.</dial-inform>",
+        '<dial-declare context-key="mood">"fine"</dial-declare>',
+    ]
+)
+DECISIONS = st.sampled_from(
+    [Accept(), Dismiss(), Edit({"text": "eggs"}), Edit({}), Say("something else"), Defer(), "an answer", ""]
+)
+
+
+class RandomWorld(World):
+    """A world whose person picks from a list that never runs out, and whose actions fail when told."""
+
+    def __init__(self, replies: list[str], decisions: list[Any], fail: bool) -> None:
+        super().__init__(replies, decisions, fail=fail)
+
+    def respond(self, effect: Any) -> object:
+        from dial_runtime.runtime.effects import Answer, Consult, Replied, Send
+        from dial_runtime.runtime.records import Suggestion
+
+        if isinstance(effect, Send):
+            return Replied(self.replies.pop(0) if self.replies else ACK)
+        if isinstance(effect, Consult):
+            choice = self.decisions.pop(0) if self.decisions else Accept()
+            is_suggestion = isinstance(effect.question, Suggestion)
+            if is_suggestion and isinstance(choice, str):
+                choice = Dismiss()
+            elif not is_suggestion and not isinstance(choice, (str, Defer)):
+                choice = "an answer"
+            return Answer(choice)
+        return super().respond(effect)
+
+
+conversations = st.tuples(
+    st.lists(st.lists(ELEMENTS, min_size=1, max_size=5), min_size=1, max_size=4),
+    st.lists(DECISIONS, max_size=12),
+    st.booleans(),
+    st.lists(st.sampled_from(["say", "decide", "answer", "resume"]), max_size=4),
+)
+
+
+def hold(replies: list[list[str]], decisions: list[Any], fail: bool, calls: list[str]) -> ConversationCore:
+    core = ConversationCore(max_turns=4)
+    world = RandomWorld([envelope(*elements) for elements in replies], decisions, fail)
+    drive(core.say("go"), world)
+    for call in calls:
+        state = core.state
+        if call == "decide" and state.pending():
+            waiting = state.pending()[0]
+            if waiting.id in state.open_suggestions:
+                drive(core.decide(waiting.id, Accept(), "ada"), world)
+        elif call == "answer" and state.open_asks:
+            drive(core.answer(next(iter(state.open_asks)), "later", "ada"), world)
+        elif call == "resume":
+            resumed = core.resume()
+            if resumed is not None:
+                drive(resumed, world)
+        elif call == "say":
+            drive(core.say("more"), world)
+    return core
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversation=conversations)
+def test_every_log_a_run_writes_folds_back_to_the_same_state(conversation: Any) -> None:
+    core = hold(*conversation)
+    state = ConversationState()
+    fold_log(stored(core), state)
+    assert state == core.state
+
+
+CORRUPTIONS = st.sampled_from(["drop", "duplicate", "swap", "retype", "restatus"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversation=conversations, how=CORRUPTIONS, where=st.integers(min_value=0), data=st.data())
+def test_a_corrupted_log_folds_or_is_refused_never_anything_else(
+    conversation: Any, how: str, where: int, data: st.DataObject
+) -> None:
+    entries = stored(hold(*conversation))
+    index = where % len(entries)
+    events = [entry.event for entry in entries]
+    if how == "drop":
+        del events[index]
+    elif how == "duplicate":
+        events.insert(index, events[index])
+    elif how == "swap" and index + 1 < len(events):
+        events[index], events[index + 1] = events[index + 1], events[index]
+    elif how == "retype":
+        fields = event_to_dict(events[index])
+        fields["type"] = data.draw(st.sampled_from(sorted(EVENT_TYPES)))
+        try:
+            events[index] = event_from_dict(fields)
+        except (TypeError, ValueError):
+            return
+    elif how == "restatus":
+        outcomes = [i for i, event in enumerate(events) if isinstance(event, OutcomeEvent)]
+        if not outcomes:
+            return
+        chosen = outcomes[index % len(outcomes)]
+        status = data.draw(st.sampled_from(["done", "failed", "invalid", "dismissed", "superseded", "exploded"]))
+        events[chosen] = msgspec.structs.replace(events[chosen], status=status)
+    log = [LogEntry(seq=seq, time=1.0, event=event) for seq, event in enumerate(events, start=1)]
+    with contextlib.suppress(LogError):
+        fold_log(log)
