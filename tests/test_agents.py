@@ -331,7 +331,7 @@ STREAMING: list[Event] = [SentEvent(turn=1, message="q"), ReplyStartedEvent(turn
         pytest.param([SentEvent(turn=1, message="q")], [], id="never-answered"),
         pytest.param(
             [SentEvent(turn=1, message="q"), SentEvent(turn=1, message="q again"), ReplyEvent(turn=1, text="a")],
-            [ChatMessage("user", "q again"), ChatMessage("assistant", "a")],
+            [ChatMessage(role="user", content="q again"), ChatMessage(role="assistant", content="a")],
             id="resent-after-a-crash",
         ),
         pytest.param(
