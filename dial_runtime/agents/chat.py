@@ -100,20 +100,20 @@ def _stops(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
     return stops
 
 
-@attrs.frozen(kw_only=True)
-class GenerationSettings:
+class GenerationSettings(msgspec.Struct, frozen=True, kw_only=True):
     """The sampling settings of every request; ``None`` leaves a setting to the server's default.
 
-    ``stop`` is a list of strings at which the server stops generating.
+    ``stop`` is a string or a list of strings at which the server stops generating (kept as a tuple).
     """
 
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     seed: int | None = None
-    stop: tuple[str, ...] | None = attrs.field(default=None, converter=_stops)
+    stop: tuple[str, ...] | None = None
 
-    def __attrs_post_init__(self) -> None:
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "stop", _stops(self.stop))
         if self.max_tokens is not None and not (isinstance(self.max_tokens, int) and self.max_tokens >= 1):
             raise ValueError(f"ChatAgent: max_tokens must be a whole number of 1 or more, got {self.max_tokens!r}")
         for name in ("temperature", "top_p"):
@@ -125,7 +125,7 @@ class GenerationSettings:
 
     def body(self) -> dict[str, Any]:
         """The settings that are set, as request-body fields."""
-        fields = {name: value for name, value in attrs.asdict(self).items() if value is not None}
+        fields = {name: value for name, value in msgspec.structs.asdict(self).items() if value is not None}
         if "stop" in fields:
             fields["stop"] = list(fields["stop"])
         return fields
@@ -313,7 +313,7 @@ class ChatAgent:
         given = (max_tokens, temperature, top_p, seed, stop)
         if settings is None:
             settings = GenerationSettings(
-                max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, stop=stop
+                max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, stop=_stops(stop)
             )
         elif any(value is not None for value in given):
             raise TypeError("ChatAgent: pass settings or the separate generation settings, not both")

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+import msgspec
 
 from ..language import schema as language_schema
 from ..language.outcomes import escape_attribute
@@ -98,8 +99,7 @@ class Ref:
 Node = Literal | Chars | Sequence | Choice | Repeat | Ref
 
 
-@attrs.frozen(kw_only=True)
-class Grammar:
+class Grammar(msgspec.Struct, frozen=True, kw_only=True):
     """Named rules, starting at ``root``, and the places where a schema was only approximated."""
 
     rules: Mapping[str, Node]
