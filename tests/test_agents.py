@@ -13,6 +13,7 @@ import logging
 import traceback
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,7 +22,8 @@ import pytest
 
 from dial_runtime import Conversation, outcome_reply, policy_human
 from dial_runtime.agents import AgentError, ChatAgent, ChatMessage, RecordedAgent, agent_from_uri, system_prompt
-from dial_runtime.agents.chat import history_from_log, parse_retry_after
+from dial_runtime.agents.chat import GenerationSettings, history_from_log, parse_retry_after
+from dial_runtime.agents.grammar import domain_grammar
 from dial_runtime.runtime.events import (
     Event,
     LogEntry,
@@ -31,9 +33,12 @@ from dial_runtime.runtime.events import (
     SentEvent,
     entry_to_dict,
 )
+from dial_runtime.stores import open_store
 
+from .crash_child import OK, FileNotes
 from .fakes import Agent, Notes, envelope, suggest
 from .openai_server import Drop, Error, OpenAIServer, Reply
+from .test_durable import crash
 
 pytestmark = pytest.mark.anyio
 
@@ -150,7 +155,18 @@ async def test_a_uri_names_the_endpoint_the_model_and_the_key(
         ("http://host:8000/v1#", "names no model"),
         ("http:///v1#m", "has no host"),
         ("http://user:secret@host/v1#m", "put no credentials in the URI"),
-        ("http://host/v1?x=1#m", "no query string"),
+        (
+            "http://host/v1?x=1#m",
+            "unknown parameter 'x'; use max_tokens, seed, temperature, top_p, stop or extra.NAME",
+        ),
+        ("llamacpp:m?temperature=warm", "temperature must be a number, got 'warm'"),
+        ("llamacpp:m?max_tokens=2.5", "max_tokens must be a whole number, got '2.5'"),
+        ("llamacpp:m?seed=1&seed=2", "seed is given twice"),
+        ("llamacpp:m?extra.top_k=1&extra.top_k=2", "extra.top_k is given twice"),
+        ("llamacpp:m?temperature=nan", "temperature must be a number of 0 or more"),
+        ("llamacpp:m?max_tokens=0", "max_tokens must be a whole number of 1 or more"),
+        ("vllm:m?extra.model=other", "extra_body may not set model"),
+        ("ollama:m?Temperature=0", "unknown parameter 'Temperature'"),
         ("http://host:70000/v1#m", "out of range"),
     ],
 )
@@ -158,6 +174,126 @@ def test_a_malformed_uri_is_refused_with_a_reason(uri: str, problem: str) -> Non
     with pytest.raises(ValueError, match=problem) as caught:
         agent_from_uri(uri)
     assert "secret" not in str(caught.value)
+
+
+# ---------------------------------------------------------------------------------------------- settings
+
+#: URI query -> the fields it adds to every request body.
+SETTINGS = [
+    ("", {}),
+    ("?temperature=0&seed=1&max_tokens=256", {"temperature": 0.0, "seed": 1, "max_tokens": 256}),
+    ("?top_p=0.9&stop=%3C%2Fdial%3E&stop=END", {"top_p": 0.9, "stop": ["</dial>", "END"]}),
+    (
+        "?extra.top_k=40&extra.cache_prompt=true&extra.mirostat_tau=5.0&extra.note=plain%20text",
+        {"top_k": 40, "cache_prompt": True, "mirostat_tau": 5.0, "note": "plain text"},
+    ),
+    ("?extra.options=%7B%22a%22%3A%5B1%2C2%5D%7D", {"options": {"a": [1, 2]}}),
+]
+
+
+@pytest.mark.parametrize("form", ["llamacpp", "http"])
+@pytest.mark.parametrize(("query", "fields"), SETTINGS)
+async def test_a_uris_query_sets_every_requests_generation_settings(
+    server: OpenAIServer, form: str, query: str, fields: dict[str, Any]
+) -> None:
+    server.add("one", Reply("two", chunks=2))
+    uri = f"llamacpp:m@127.0.0.1:{server.port}{query}" if form == "llamacpp" else f"{server.base_url}{query}#m"
+    async with agent_from_uri(uri, max_retries=0) as agent:
+        assert agent.base_url == server.base_url
+        await agent.send("a")
+        await collect(agent, "b")
+    for request in server.requests:
+        own = {"model", "messages", "stream"}
+        assert {name: value for name, value in request.body.items() if name not in own} == fields
+        assert request.body["model"] == "m"
+
+
+async def test_keyword_settings_take_precedence_over_the_uri(server: OpenAIServer) -> None:
+    server.add("one")
+    uri = f"{server.base_url}?temperature=1&seed=1&extra.top_k=40&extra.min_p=0.1#m"
+    async with agent_from_uri(uri, temperature=0.2, extra_body={"top_k": 5}) as agent:
+        await agent.send("a")
+    body = server.requests[0].body
+    assert (body["temperature"], body["seed"], body["top_k"], body["min_p"]) == (0.2, 1, 5, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"extra_body": {"messages": []}}, "extra_body may not set messages"),
+        ({"extra_body": {"stream": False, "model": "x"}}, "extra_body may not set model, stream"),
+        ({"temperature": -1}, "temperature must be a number of 0 or more"),
+        ({"top_p": float("inf")}, "top_p must be a number of 0 or more"),
+        ({"seed": 1.5}, "seed must be a whole number"),
+        ({"max_tokens": 0}, "max_tokens must be a whole number of 1 or more"),
+        ({"stop": ["ok", ""]}, "stop must be a non-empty string"),
+        ({"server": "tgi"}, "server must be one of openai, llamacpp, vllm, ollama"),
+    ],
+)
+def test_generation_settings_are_checked(options: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        ChatAgent("http://test/v1", "m", **options)
+
+
+def test_settings_come_whole_or_separately() -> None:
+    with pytest.raises(TypeError, match="not both"):
+        ChatAgent("http://test/v1", "m", settings=GenerationSettings(seed=1), temperature=0)
+    assert ChatAgent("http://test/v1", "m", settings=GenerationSettings(stop="x")).settings.stop == ("x",)
+
+
+GBNF = 'root ::= "<dial><dial-inform>hi</dial-inform></dial>"\n'
+
+
+@pytest.mark.parametrize(
+    ("uri", "field", "value"),
+    [
+        ("llamacpp:m@127.0.0.1:{port}", "grammar", GBNF),
+        ("http://127.0.0.1:{port}/v1#m", "grammar", GBNF),
+        ("vllm:m@127.0.0.1:{port}", "structured_outputs", {"grammar": GBNF}),
+    ],
+)
+async def test_a_grammar_goes_in_the_field_the_server_reads(
+    server: OpenAIServer, uri: str, field: str, value: Any
+) -> None:
+    server.add("one", Reply("two", chunks=2))
+    async with agent_from_uri(uri.format(port=server.port), grammar=GBNF) as agent:
+        await agent.send("a")
+        await collect(agent, "b")
+    assert [request.body[field] for request in server.requests] == [value, value]
+    assert all({"grammar", "structured_outputs"} & set(request.body) == {field} for request in server.requests)
+
+
+async def test_a_domain_agent_is_prompted_and_constrained_for_its_domain(server: OpenAIServer) -> None:
+    server.add("one")
+    domain = Notes()
+    async with ChatAgent.for_domain(server.base_url, "m", domain, constrain=True, server="llamacpp") as agent:
+        await agent.send("a")
+    body = server.requests[0].body
+    assert body["messages"][0] == {"role": "system", "content": system_prompt(domain)}
+    assert body["grammar"] == domain_grammar(domain).gbnf
+    async with ChatAgent.for_domain(server.base_url, "m", domain) as unconstrained:
+        assert unconstrained.grammar is None
+
+
+# ---------------------------------------------------------------------------------------------- message ids
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+async def test_a_message_id_goes_as_the_idempotency_key_of_every_try(server: OpenAIServer, streamed: bool) -> None:
+    server.add(Error(503), Reply("one", chunks=2), Reply("two", chunks=2))
+    async with chat(server) as agent:
+        if streamed:
+            assert "".join(await collect_with_id(agent, "a", "c-1/reply-1")) == "one"
+            await collect(agent, "b")
+        else:
+            assert await agent.send("a", message_id="c-1/reply-1") == "one"
+            await agent.send("b")
+    keys = [request.headers.get("idempotency-key") for request in server.requests]
+    assert keys == ["c-1/reply-1", "c-1/reply-1", None]
+
+
+async def collect_with_id(agent: ChatAgent, message: str, message_id: str) -> list[str]:
+    return [piece async for piece in agent.stream(message, message_id=message_id)]
 
 
 def test_keys_come_from_the_environment_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,6 +329,11 @@ STREAMING: list[Event] = [SentEvent(turn=1, message="q"), ReplyStartedEvent(turn
             id="streamed",
         ),
         pytest.param([SentEvent(turn=1, message="q")], [], id="never-answered"),
+        pytest.param(
+            [SentEvent(turn=1, message="q"), SentEvent(turn=1, message="q again"), ReplyEvent(turn=1, text="a")],
+            [ChatMessage(role="user", content="q again"), ChatMessage(role="assistant", content="a")],
+            id="resent-after-a-crash",
+        ),
         pytest.param(
             STREAMING,
             [ChatMessage(role="user", content="q")],
@@ -619,3 +760,35 @@ def test_a_recorded_agent_from_replies_records_what_it_was_sent() -> None:
 def test_a_recorded_agent_refuses_what_is_not_a_log() -> None:
     with pytest.raises(TypeError, match="expected log entries or events, got 42"):
         RecordedAgent.from_log([42])
+
+
+# ---------------------------------------------------------------------------------------------- delivery
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio", "asyncio"])
+async def test_a_message_resent_after_a_crash_reaches_the_history_once(
+    server: OpenAIServer, tmp_path: Path, anyio_backend: str
+) -> None:
+    """A process killed after sending an outcome report, before any reply: the report goes again with the next
+    words, and the history rebuilt from the log holds it once (the copy that got the reply)."""
+    url, runs = f"sqlite:{tmp_path / 'logs.db'}", FileNotes(tmp_path / "runs")
+    store = open_store(url)
+    try:
+        left = await crash("report", anyio_backend, url, "c-1", runs, store)
+        assert left[-1].event.type == "sent" and "sg-1:done" in left[-1].event.message
+        conversation = await Conversation.open(store, "c-1", agent=Agent([OK]), domain=runs, human=policy_human())
+        await conversation.say("again")
+        log = list(conversation.log)
+    finally:
+        await store.aclose()
+    sent = [entry.event.message for entry in log if isinstance(entry.event, SentEvent)]
+    assert sum("sg-1:done" in message for message in sent) == 2  # at least once: the report went twice
+
+    history = history_from_log(log)
+    assert sum(message.content.count("sg-1:done") for message in history) == 1
+    assert [message.role for message in history] == ["user", "assistant"] * 2
+    server.add("fine")
+    async with chat(server, history=history) as agent:
+        await agent.send("next")
+    told = [message["content"] for message in server.requests[0].messages]
+    assert sum(text.count("sg-1:done") for text in told) == 1

@@ -16,6 +16,16 @@ retried once its first content has arrived: the caller has already seen it. Ever
 
 The API key is sent in the ``Authorization`` header only: it is kept out of reprs, log records and exception
 messages, and removed from any server message that quotes it.
+
+Generation settings (``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``) go into every request body
+when given; ``extra_body`` adds server-specific fields (vLLM's ``top_k``, llama.cpp's ``cache_prompt``, ...) after
+them. A ``grammar`` (GBNF text, or a :class:`~dial_runtime.agents.grammar.Grammar` from
+:func:`~dial_runtime.agents.grammar.domain_grammar`) constrains the replies: it is sent as llama.cpp's
+``grammar`` field, or as vLLM's ``structured_outputs: {"grammar": ...}`` when ``server="vllm"`` (vLLM before
+0.12 named it ``guided_grammar``: pass ``extra_body={"guided_grammar": ...}`` there instead).
+
+A message may carry an id (``send(message, message_id=...)``): it is sent as the ``Idempotency-Key`` header, so a
+server or proxy that deduplicates can tell a message resent after a crash from a new one.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ import random
 import re
 import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from datetime import timezone
 from types import TracebackType
 from typing import Any
@@ -41,8 +51,18 @@ import msgspec
 
 from ..errors import AgentError
 from ..runtime.events import LogEntry, ReplyEvent, ReplyProgressEvent, ReplyStartedEvent, SentEvent
+from .grammar import Grammar, domain_grammar
+from .prompt import system_prompt as domain_prompt
 
-__all__ = ["TRANSIENT_STATUSES", "AgentError", "ChatAgent", "ChatMessage", "parse_retry_after"]
+__all__ = [
+    "SERVERS",
+    "TRANSIENT_STATUSES",
+    "AgentError",
+    "ChatAgent",
+    "ChatMessage",
+    "GenerationSettings",
+    "parse_retry_after",
+]
 
 logger = logging.getLogger("dial_runtime.agents")
 
@@ -51,6 +71,12 @@ TRANSIENT_STATUSES = frozenset({408, 409, 429})
 
 # httpx errors that say the request may succeed when tried again; every other httpx error is final.
 _TRANSIENT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+#: The server kinds a ChatAgent knows; the kind decides how a grammar is sent.
+SERVERS = ("openai", "llamacpp", "vllm", "ollama")
+
+# Body fields the agent writes itself, which ``extra_body`` may not replace.
+_OWN_FIELDS = frozenset({"model", "messages", "stream"})
 
 _SECONDS = re.compile(r"\d+(?:\.\d+)?")
 _REDACTED = "[redacted]"
@@ -63,6 +89,46 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
 
     role: str
     content: str
+
+
+def _stops(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    stops = (value,) if isinstance(value, str) else tuple(value)
+    if not all(isinstance(stop, str) and stop for stop in stops):
+        raise ValueError(f"ChatAgent: stop must be a non-empty string or a list of them, got {value!r}")
+    return stops
+
+
+class GenerationSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The sampling settings of every request; ``None`` leaves a setting to the server's default.
+
+    ``stop`` is a string or a list of strings at which the server stops generating (kept as a tuple).
+    """
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "stop", _stops(self.stop))
+        if self.max_tokens is not None and not (isinstance(self.max_tokens, int) and self.max_tokens >= 1):
+            raise ValueError(f"ChatAgent: max_tokens must be a whole number of 1 or more, got {self.max_tokens!r}")
+        for name in ("temperature", "top_p"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
+                raise ValueError(f"ChatAgent: {name} must be a number of 0 or more, got {value!r}")
+        if self.seed is not None and not isinstance(self.seed, int):
+            raise ValueError(f"ChatAgent: seed must be a whole number, got {self.seed!r}")
+
+    def body(self) -> dict[str, Any]:
+        """The settings that are set, as request-body fields."""
+        fields = {name: value for name, value in msgspec.structs.asdict(self).items() if value is not None}
+        if "stop" in fields:
+            fields["stop"] = list(fields["stop"])
+        return fields
 
 
 @attrs.frozen(kw_only=True)
@@ -209,6 +275,11 @@ class ChatAgent:
     closes it. ``extra_headers`` go with every request. One send or stream at a time: each continues the history
     the previous one left. ``history`` starts the agent where a stored conversation left off
     (:func:`history_from_log`).
+
+    ``max_tokens``, ``temperature``, ``top_p``, ``seed`` and ``stop`` (or ``settings``, a
+    :class:`GenerationSettings`, instead) go with every request; ``extra_body`` holds further fields for the
+    server (it may not set ``model``, ``messages`` or ``stream``). ``grammar`` constrains every reply (see the
+    module docstring); ``server`` (one of :data:`SERVERS`) says how to send it.
     """
 
     def __init__(
@@ -225,11 +296,36 @@ class ChatAgent:
         max_backoff: float = 8.0,
         extra_headers: Mapping[str, str] | None = None,
         history: Iterable[ChatMessage] = (),
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        settings: GenerationSettings | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        grammar: str | Grammar | None = None,
+        server: str = "openai",
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"ChatAgent: max_retries must be 0 or more, got {max_retries}")
         if not (backoff >= 0 and max_backoff >= 0):
             raise ValueError(f"ChatAgent: backoff and max_backoff must be 0 or more, got {backoff}, {max_backoff}")
+        given = (max_tokens, temperature, top_p, seed, stop)
+        if settings is None:
+            settings = GenerationSettings(
+                max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, stop=_stops(stop)
+            )
+        elif any(value is not None for value in given):
+            raise TypeError("ChatAgent: pass settings or the separate generation settings, not both")
+        if server not in SERVERS:
+            raise ValueError(f"ChatAgent: server must be one of {', '.join(SERVERS)}, got {server!r}")
+        clashing = sorted(_OWN_FIELDS & set(extra_body or {}))
+        if clashing:
+            raise ValueError(f"ChatAgent: extra_body may not set {', '.join(clashing)}; the agent writes them")
+        self.settings = settings
+        self.server = server
+        self.grammar = grammar.gbnf if isinstance(grammar, Grammar) else grammar
+        self._extra_body = dict(extra_body or {})
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.system_prompt = system_prompt
@@ -246,6 +342,17 @@ class ChatAgent:
         self._timeout: Any = timeout if timeout is not None or client is None else httpx.USE_CLIENT_DEFAULT
         self._history: list[ChatMessage] = list(history)
 
+    @classmethod
+    def for_domain(
+        cls, base_url: str, model: str, domain: Any, *, constrain: bool = False, **options: Any
+    ) -> ChatAgent:
+        """An agent for ``domain``: its :func:`~dial_runtime.agents.system_prompt`, and with ``constrain`` the
+        grammar :func:`~dial_runtime.agents.grammar.domain_grammar` writes for it (for llama.cpp or vLLM)."""
+        options.setdefault("system_prompt", domain_prompt(domain))
+        if constrain:
+            options["grammar"] = domain_grammar(domain)
+        return cls(base_url, model, **options)
+
     def __repr__(self) -> str:
         key = "'<hidden>'" if self._api_key else "None"
         return f"ChatAgent(base_url={self.base_url!r}, model={self.model!r}, api_key={key})"
@@ -255,27 +362,33 @@ class ChatAgent:
         """The conversation so far, without the system prompt: user and assistant messages, alternating."""
         return tuple(self._history)
 
-    async def send(self, message: str) -> str:
-        """Send ``message`` with the history and return the assistant's reply, retrying transient failures."""
+    async def send(self, message: str, *, message_id: str | None = None) -> str:
+        """Send ``message`` with the history and return the assistant's reply, retrying transient failures.
+
+        ``message_id`` goes as the ``Idempotency-Key`` header (every retry of the message carries the same one).
+        """
         body = self._body(message, stream=False)
+        headers = self._headers_for(message_id)
         attempt = 0
         while True:
-            answer = await self._post(body)
+            answer = await self._post(body, headers)
             if isinstance(answer, str):
                 self._remember(message, answer)
                 return answer
             await self._pause(attempt, answer)
             attempt += 1
 
-    async def stream(self, message: str) -> AsyncGenerator[str, None]:
+    async def stream(self, message: str, *, message_id: str | None = None) -> AsyncGenerator[str, None]:
         """Send ``message`` with ``"stream": true`` and yield the reply's text as it arrives.
 
         The reply joins the history when the stream completes. Once some text has arrived, what arrived joins it
         however the stream ends (completed, broken off, or left early: close it with ``contextlib.aclosing``),
         since the caller has seen that much; a stream that ends before any text leaves the history as it was.
-        Transient failures are retried until the first piece of text arrives, never after.
+        Transient failures are retried until the first piece of text arrives, never after. ``message_id`` is sent
+        as for :meth:`send`.
         """
         body = self._body(message, stream=True)
+        headers = self._headers_for(message_id)
         pieces: list[str] = []
         completed = False
         try:
@@ -284,7 +397,7 @@ class ChatAgent:
                 failure: _Failure | None = None
                 try:
                     async with self._client.stream(
-                        "POST", self._url, json=body, headers=self._headers, timeout=self._timeout
+                        "POST", self._url, json=body, headers=headers, timeout=self._timeout
                     ) as response:
                         failure = await self._status_failure(response)
                         if failure is None:
@@ -331,7 +444,19 @@ class ChatAgent:
         }
         if stream:
             body["stream"] = True
+        body.update(self.settings.body())
+        if self.grammar is not None:
+            if self.server == "vllm":
+                body["structured_outputs"] = {"grammar": self.grammar}
+            else:
+                body["grammar"] = self.grammar
+        body.update(self._extra_body)
         return body
+
+    def _headers_for(self, message_id: str | None) -> dict[str, str]:
+        if message_id is None:
+            return self._headers
+        return {**self._headers, "Idempotency-Key": message_id}
 
     def _remember(self, message: str, reply: str) -> None:
         self._history += [ChatMessage(role="user", content=message), ChatMessage(role="assistant", content=reply)]
@@ -339,10 +464,10 @@ class ChatAgent:
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, _REDACTED) if self._api_key else text
 
-    async def _post(self, body: dict[str, Any]) -> str | _Failure:
+    async def _post(self, body: dict[str, Any], headers: Mapping[str, str]) -> str | _Failure:
         """One plain attempt: the reply's text, a transient failure to retry, or ``AgentError``."""
         try:
-            response = await self._client.post(self._url, json=body, headers=self._headers, timeout=self._timeout)
+            response = await self._client.post(self._url, json=body, headers=headers, timeout=self._timeout)
         except httpx.HTTPError as error:
             return self._transport_failure(error)
         failure = await self._status_failure(response)

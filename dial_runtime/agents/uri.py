@@ -18,6 +18,13 @@ skips the replies that history holds already, and ``ChatAgent``'s other options 
 
 ``OPENAI_API_KEY`` is required; ``DIAL_AGENT_API_KEY`` is sent when it is set.
 
+A query string sets generation settings: ``llamacpp:smollm2@localhost:8080?temperature=0&seed=1&max_tokens=256``.
+The settings are ``max_tokens`` and ``seed`` (whole numbers), ``temperature`` and ``top_p`` (numbers) and ``stop``
+(text; repeat it for several). A server-specific body field is written ``extra.NAME=VALUE``: the value is read as
+JSON when it is JSON (``extra.top_k=40``, ``extra.cache_prompt=true``), else kept as text. Any other parameter, a
+repeated one other than ``stop``, or a value of the wrong type is refused with a ``ValueError`` naming the allowed
+parameters. Keyword arguments given with the URI take precedence over its query.
+
 Model names may hold ``:`` and ``/`` (``ollama:llama3.1:8b``, ``vllm:meta-llama/Llama-3.1-8B-Instruct``); the
 host follows the last ``@``. Keys come from the environment only, never from the URI, so a URI can be logged,
 shown and put on a command line.
@@ -25,8 +32,10 @@ shown and put on a command line.
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from .chat import ChatAgent
@@ -40,6 +49,17 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 _LOCAL_SERVERS = {"ollama": "localhost:11434", "vllm": "localhost:8000", "llamacpp": "localhost:8080"}
 # The local servers that may sit behind a key (ollama takes none).
 _KEYED = frozenset({"vllm", "llamacpp", "http", "https"})
+
+# The query parameters of a URI and how each value is read.
+_SETTINGS: dict[str, Callable[[str], Any]] = {
+    "max_tokens": int,
+    "seed": int,
+    "temperature": float,
+    "top_p": float,
+    "stop": str,
+}
+_EXTRA = "extra."
+_ALLOWED = f"{', '.join(_SETTINGS)} or {_EXTRA}NAME"
 
 _FORMS = (
     "openai:MODEL, ollama:MODEL@HOST:PORT, vllm:MODEL@HOST:PORT, llamacpp:MODEL@HOST:PORT, "
@@ -68,8 +88,11 @@ def agent_from_uri(uri: str, *, system_prompt: str = "", **options: Any) -> Chat
         return ScriptedAgent.from_file(rest, skip=given)
     if not colon or any(character.isspace() for character in uri):
         raise ValueError(f"agent URI {uri!r} is not one of {_FORMS}")
+    query = ""
+    if scheme not in ("http", "https"):
+        rest, _, query = rest.partition("?")
     if scheme in ("http", "https"):
-        base_url, model = _from_url(uri)
+        base_url, model, query = _from_url(uri)
     elif scheme == "openai":
         if not rest or "@" in rest:
             raise ValueError(f"agent URI {uri!r}: write openai:MODEL, e.g. openai:gpt-4o-mini")
@@ -83,11 +106,50 @@ def agent_from_uri(uri: str, *, system_prompt: str = "", **options: Any) -> Chat
         base_url = f"http://{_host_port(uri, host, _LOCAL_SERVERS[scheme])}/v1"
     else:
         raise ValueError(f"agent URI {uri!r} has an unknown scheme {scheme!r}; use {_FORMS}")
+    settings = query_settings(uri, query)
+    extra_body = {**settings.pop("extra_body", {}), **(options.pop("extra_body", None) or {})}
+    if extra_body:
+        options["extra_body"] = extra_body
+    options = {**settings, **options}
+    options.setdefault("server", scheme if scheme in _LOCAL_SERVERS else "openai")
     return ChatAgent(base_url, model, api_key=_api_key(uri, scheme), system_prompt=system_prompt, **options)
 
 
-def _from_url(uri: str) -> tuple[str, str]:
-    """The base URL and the model (the fragment) of an ``http(s)://HOST/PATH#MODEL`` URI."""
+def query_settings(uri: str, query: str) -> dict[str, Any]:
+    """``ChatAgent``'s keyword arguments from a URI's query string (see the module docstring)."""
+    settings: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+        if name.startswith(_EXTRA) and len(name) > len(_EXTRA):
+            field = name[len(_EXTRA) :]
+            if field in extra:
+                raise ValueError(f"agent URI {uri!r}: {name} is given twice")
+            try:
+                extra[field] = json.loads(value)
+            except ValueError:
+                extra[field] = value
+            continue
+        read = _SETTINGS.get(name)
+        if read is None:
+            raise ValueError(f"agent URI {uri!r}: unknown parameter {name!r}; use {_ALLOWED}")
+        try:
+            parsed = read(value)
+        except ValueError:
+            kind = "a whole number" if read is int else "a number"
+            raise ValueError(f"agent URI {uri!r}: {name} must be {kind}, got {value!r}") from None
+        if name == "stop":
+            settings["stop"] = [*settings.get("stop", []), parsed]
+        elif name in settings:
+            raise ValueError(f"agent URI {uri!r}: {name} is given twice")
+        else:
+            settings[name] = parsed
+    if extra:
+        settings["extra_body"] = extra
+    return settings
+
+
+def _from_url(uri: str) -> tuple[str, str, str]:
+    """The base URL, the model (the fragment) and the query of an ``http(s)://HOST/PATH?QUERY#MODEL`` URI."""
     parts = urllib.parse.urlsplit(uri)
     try:
         parts.port  # noqa: B018  (reading it checks the port)
@@ -99,13 +161,11 @@ def _from_url(uri: str) -> tuple[str, str]:
         # The URI is not quoted: it holds a secret.
         shown = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
         raise ValueError(f"agent URI for {shown!r}: put no credentials in the URI; set DIAL_AGENT_API_KEY instead")
-    if parts.query:
-        raise ValueError(f"agent URI {uri!r}: the endpoint takes no query string")
     model = urllib.parse.unquote(parts.fragment)
     if not model:
         raise ValueError(f"agent URI {uri!r} names no model; add it after '#', e.g. {uri.rstrip('#')}#MODEL")
     base_url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
-    return base_url, model
+    return base_url, model, parts.query
 
 
 def _host_port(uri: str, host: str, default: str) -> str:
