@@ -77,7 +77,7 @@ NOT_RUN = "not-run-in-replay"
 _CONTEXT = "\ue000the recorded context\ue000"
 
 #: The events a call cancelled from outside records after the point where it was cancelled.
-_CANCELLING = frozenset({"proposed", "outcome", "answered", "interrupted", "finished"})
+_CANCELLING = frozenset({"reply-progress", "proposed", "outcome", "answered", "interrupted", "finished"})
 
 #: How the runtime words a call that was cancelled; a replay words one so too, and reads the older form (the
 #: exception's text, which names a cancel scope or a task that existed only in that process) as it.

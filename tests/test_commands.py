@@ -233,7 +233,6 @@ class _NamedPerson:
         return Accept()
 
 
-@pytest.mark.xfail(strict=True, reason="the runtime records by= only for Conversation.decide/answer, not human.by")
 def test_a_decision_taken_during_a_turn_records_who_took_it() -> None:
     async def hold() -> tuple[LogEntry, ...]:
         agent = ScriptedAgent([envelope(suggest("add-note", '{"text": "milk"}')), "ok"])

@@ -251,3 +251,38 @@ async def test_a_reply_still_arriving_is_logged_as_far_as_it_got_before_the_pers
     assert [event.text for event in whole] == [first + second + rest, "ok"]
     assert history_from_log(conversation.log)[1] == ChatMessage(role="assistant", content=first + second + rest)
     assert [entry_from_dict(entry_to_dict(entry)) for entry in conversation.log] == list(conversation.log)
+
+
+class EndlessAgent:
+    """Streams one envelope that never ends (``inside``) or prose that never ends, then answers plainly."""
+
+    def __init__(self, inside: bool) -> None:
+        self.inside = inside
+        self.sent: list[str] = []
+        self.chunks = 0
+
+    async def send(self, message: str) -> str:
+        raise AssertionError("a streaming agent is streamed")
+
+    async def stream(self, message: str) -> AsyncIterator[str]:
+        self.sent.append(message)
+        if len(self.sent) > 1:
+            yield "<dial><dial-acknowledge>understood</dial-acknowledge></dial>"
+            return
+        yield "<dial><dial-inform>" if self.inside else "Well, "
+        while True:
+            self.chunks += 1
+            yield "x" * 65536
+
+
+@pytest.mark.parametrize("inside", [True, False], ids=["inside-an-envelope", "prose"])
+async def test_an_endless_stream_is_cut_at_its_limit_and_the_agent_told(inside: bool) -> None:
+    agent = EndlessAgent(inside)
+    conversation = Conversation(agent=agent, domain=Notes(), human=policy_human())
+    result = await conversation.say("go")
+    assert result.status == "idle" and result.turns == 2
+    limit = (8 if inside else 16) * 1024 * 1024
+    assert agent.chunks * 65536 <= limit + 65536, "the stream was read past its limit"
+    refused = [entry.event for entry in conversation.log if entry.event.type == "reply-refused"]
+    assert len(refused) == 1 and "over the limit" in refused[0].reason
+    assert 'yield="reply-1:invalid"' in agent.sent[1]

@@ -57,6 +57,9 @@ __all__ = ["HANDLED_ELEMENTS", "Conversation"]
 
 logger = logging.getLogger("dial_runtime")
 
+#: Seconds a stream left early gets to close.
+CLOSE_TIMEOUT = 5.0
+
 
 def _awaitable(value: object) -> bool:
     """Whether a collaborator's answer must be awaited (``inspect.isawaitable`` without its slow ABC check for
@@ -393,14 +396,25 @@ class Conversation:
 
         async def produce() -> None:
             failure: Exception | None = None
+            chunks = self.agent.stream(effect.message)
             try:
-                async for chunk in self.agent.stream(effect.message):
+                async for chunk in chunks:
                     completed = core.feed(chunk)
                     arrived.set()
                     if completed:
                         woken[0].set()
+                    if not core.reading():
+                        break
             except Exception as error:
                 failure = error
+            finally:
+                close = getattr(chunks, "aclose", None)
+                if close is not None:  # a stream left early is closed now, not by the garbage collector
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT):
+                        try:
+                            await close()
+                        except Exception:
+                            logger.exception("closing the agent's stream raised; the conversation goes on")
             logged = core.end_stream(failure)
             arrived.set()
             woken[0].set()
@@ -464,17 +478,22 @@ class Conversation:
         question = effect.question
         reply = self.human.decide(question) if isinstance(question, Suggestion) else self.human.answer(question)
         if not _awaitable(reply):
-            return Answer(reply)
+            return Answer(reply, by=self._person())
         self._thinking = reply
         return Thinking()
+
+    def _person(self) -> str | None:
+        """Who answers for the human, when it says (a ``by`` attribute, as the terminal's person has)."""
+        by = getattr(self.human, "by", None)
+        return by if isinstance(by, str) else None
 
     async def _await_person(self, call: Call, effect: AwaitPerson) -> object:
         reply, self._thinking = self._thinking, None
         assert reply is not None
         if effect.deadline is None:
-            return Answer(await reply)
+            return Answer(await reply, by=self._person())
         with anyio.move_on_after(effect.deadline):
-            return Answer(await reply)
+            return Answer(await reply, by=self._person())
         return Expired()
 
     async def _run(self, call: Call, effect: RunAction) -> object:

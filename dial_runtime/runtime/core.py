@@ -14,18 +14,19 @@ drive a call with a list of inputs and no event loop.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
 from ..errors import DialError, DialSizeError
 from ..language.outcomes import Outcome, outcome_reply, refusal_reply, to_json_ready
-from ..language.parser import parse
-from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest, is_json_type
+from ..language.parser import extract_prose, parse
+from ..language.payloads import declare_value, pair_payload
+from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest
 from ..language.stream import StreamParser
 from ..statemachines import CALL_STATUS, OUTCOME_STATUS, RUNNING, SUGGESTION, TURN_LOOP
 from .effects import (
+    Answer,
     AwaitPerson,
     AwaitStream,
     Consult,
@@ -131,41 +132,6 @@ def reason(error: BaseException) -> str:
 def _text_attribute(error: BaseException, name: str) -> str | None:
     value = getattr(error, name, None)
     return None if value is None else str(value)
-
-
-def _json_text(text: str) -> tuple[Any, str | None]:
-    """The JSON value of a bare declare body, or ``(None, reason)`` when it is not JSON."""
-    try:
-        return json.loads(text), None
-    except ValueError as error:
-        return None, f"the payload is not valid JSON ({error})"
-
-
-def _payload_value(element: Suggest | Declare) -> tuple[Any, str | None]:
-    """The value of an element's ``dial-payload``: its JSON, or its text when its type is not JSON."""
-    text = element.payload_text or ""
-    if element.payload is not None:
-        return element.payload, None
-    if is_json_type(element.payload_type):
-        return _json_text(text)
-    return text, None
-
-
-def _paired(elements: Sequence[Element], index: int) -> tuple[Any, str | None, int]:
-    """The payload of the suggest at ``index``, why it is unusable (or ``None``), and the index after what it
-    used: its own ``dial-payload``, else the declare right after it."""
-    element = elements[index]
-    assert isinstance(element, Suggest)
-    if element.payload_text is not None:
-        return (*_payload_value(element), index + 1)
-    following = elements[index + 1] if index + 1 < len(elements) else None
-    if not isinstance(following, Declare):
-        return {}, None, index + 1
-    if following.payload_text is not None:
-        return (*_payload_value(following), index + 2)
-    if not following.text:
-        return {}, None, index + 2
-    return (*_json_text(following.text), index + 2)
 
 
 class _Stream:
@@ -318,6 +284,7 @@ class ConversationCore:
             yield from self._loop(words)
         except BaseException as error:
             why = reason(error)
+            self._log_progress()  # what arrived of a stream it cut off: the words the turn was read from
             if not TURN_LOOP.is_final(state.loop):
                 self._abandon(why)
                 self.record(InterruptedEvent(turn=state.turn, reason=why))
@@ -386,17 +353,25 @@ class ConversationCore:
         self.stream = _Stream()
 
     def feed(self, chunk: str) -> bool:
-        """Take a chunk of the streamed reply; whether it completed elements."""
+        """Take a chunk of the streamed reply; whether it completed elements. Past the reply's or its envelope's
+        size limit the core reads no more (:meth:`reading`): the reply is unusable, as a whole one would be."""
         stream = self.stream
         assert stream is not None
         if not stream.started:
             stream.started = True
             self.record(ReplyStartedEvent(turn=self.state.turn))
-        completed = stream.parser.feed(chunk)
+        try:
+            completed = stream.parser.feed(chunk)
+        except DialSizeError:
+            return True
         if completed:
             stream.elements.extend(completed)
             return True
         return False
+
+    def reading(self) -> bool:
+        """Whether the core wants more of the streamed reply."""
+        return self.stream is not None and self.stream.parser.overflow is None
 
     def end_stream(self, failure: Exception | None = None) -> bool:
         """The streamed reply ended (``failure``: it broke off); whether the reply is now on the log."""
@@ -420,11 +395,13 @@ class ConversationCore:
         if stream.started:
             yield from self._consume(stream)
         yield EndStream()
-        self.stream = None
         if stream.failure is not None and not stream.started:
+            self.stream = None
             self.record(SendFailedEvent(turn=turn, error=reason(stream.failure)))
             raise stream.failure
-        yield from self._handle(self._elements())
+        elements = self._elements()
+        self.stream = None
+        yield from self._handle(elements)
 
     def _consume(self, stream: _Stream) -> Generator[Effect, Any, None]:
         """Handle streamed elements in order; a suggest without its own payload waits for what follows it."""
@@ -461,6 +438,9 @@ class ConversationCore:
         """The current reply's elements, or none after recording why it cannot be used or has no envelope."""
         state = self.state
         reply = state.reply or ""
+        overflow = self.stream.parser.overflow if self.stream is not None else None
+        if overflow is not None:
+            return self._refuse(f"{overflow}; the rest was not read")
         try:
             envelope = parse(reply, schema=False)
         except DialSizeError as error:
@@ -474,9 +454,10 @@ class ConversationCore:
             checked = parse(reply)  # with the schema's findings, which may be all there is to say about it
             if checked is not None and checked.issues:
                 return self._refuse("; ".join(issue.message for issue in checked.issues))
+        elif not envelope.usable:  # elements, and none says anything: the agent must be told
+            return self._refuse("; ".join(issue.message for issue in envelope.issues) or "the envelope is empty")
         if state.cursor < -1:
-            start = reply.find(envelope.raw)
-            prose = (reply[:start] + reply[start + len(envelope.raw) :]).strip()
+            prose = extract_prose(reply)
             if prose:
                 self.record(InformEvent(text=prose, element=-1))
         return envelope.elements
@@ -512,17 +493,8 @@ class ConversationCore:
             self.record(InformEvent(text=element.text, act=act, element=index))
 
     def _declare(self, element: Declare, index: int) -> None:
-        if element.context_key is None:
-            return
-        if element.payload_text is not None:
-            value, problem = _payload_value(element)
-            if problem is not None:
-                value = element.payload_text
-        else:
-            value, problem = _json_text(element.text or "")
-            if problem is not None:
-                value = element.text
-        self.record(DeclareEvent(context_key=element.context_key, value=value, element=index))
+        if element.context_key is not None:
+            self.record(DeclareEvent(context_key=element.context_key, value=declare_value(element), element=index))
 
     def _phatic(self, element: Phatic, index: int) -> None:
         if element.signal:
@@ -569,12 +541,14 @@ class ConversationCore:
         if not asked:
             return
         given = yield from self._consult(ask, ask.timeout)
-        if isinstance(given, Defer):
+        if isinstance(given, Expired):
+            self.record(AnsweredEvent(ask_id=ask.id, text="", expired=True))
+            return
+        if isinstance(given.value, Defer):
             self.record(DeferredEvent(subject_id=ask.id, kind="ask"))
             return
-        expired = isinstance(given, Expired)
-        text = "" if given is None or expired else str(given)
-        self.record(AnsweredEvent(ask_id=ask.id, text=text, expired=expired))
+        text = "" if given.value is None else str(given.value)
+        self.record(AnsweredEvent(ask_id=ask.id, text=text, by=given.by))
 
     # --- a suggestion's lifecycle ------------------------------------------------------------------------------
 
@@ -604,7 +578,7 @@ class ConversationCore:
         """Run one suggestion's lifecycle to its outcome (or to a deferral); return the next element's index."""
         element = elements[index]
         assert isinstance(element, Suggest)
-        payload, problem, after = _paired(elements, index)
+        payload, problem, after = pair_payload(elements, index)
         opened = self._propose(element, to_json_ready(payload), after - 1)
         spec: ActionSpec | None = yield LookUp(action=opened.action)
         issue: Issue | None = None
@@ -654,7 +628,7 @@ class ConversationCore:
             yield from self._run(opened)
         return after
 
-    def _consult(self, question: Any, deadline: float | None) -> Generator[Effect, Any, Any]:
+    def _consult(self, question: Any, deadline: float | None) -> Generator[Effect, Any, Answer | Expired]:
         """The person's decision or answer, or :class:`Expired` when ``deadline`` (seconds) passed first.
 
         When the answer has to be awaited, a streamed reply still arriving is logged as far as it got first
@@ -662,14 +636,19 @@ class ConversationCore:
         """
         answer = yield Consult(question=question)
         if isinstance(answer, Thinking):
-            stream = self.stream
-            if stream is not None and not stream.ended:
-                arrived = stream.parser.text[stream.logged :]
-                if arrived:
-                    stream.logged += len(arrived)
-                    self.record(ReplyProgressEvent(turn=self.state.turn, text=arrived))
+            self._log_progress()
             answer = yield AwaitPerson(deadline=deadline)
-        return answer if isinstance(answer, Expired) else answer.value
+        assert isinstance(answer, (Answer, Expired))
+        return answer
+
+    def _log_progress(self) -> None:
+        """Log what arrived of a streamed reply still arriving since the last time (``reply-progress``)."""
+        stream = self.stream
+        if stream is not None and stream.started and not stream.ended:
+            arrived = stream.parser.text[stream.logged :]
+            if arrived:
+                stream.logged += len(arrived)
+                self.record(ReplyProgressEvent(turn=self.state.turn, text=arrived))
 
     def _decide(self, opened: OpenSuggestion) -> Generator[Effect, Any, None]:
         """Put the suggestion to the person until it ends or is deferred."""
@@ -679,11 +658,11 @@ class ConversationCore:
                 self.record(DecidedEvent(suggestion_id=opened.id, decision="expire"))
                 self._finish(opened, SUGGESTION.fire(opened.state, "expire"), expired=True)
                 return
-            decision = as_decision(given)
+            decision = as_decision(given.value)
             if isinstance(decision, Defer):
                 self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
                 return
-            yield from self._apply(opened, decision)
+            yield from self._apply(opened, decision, by=given.by)
 
     def _decided(
         self, opened: OpenSuggestion, decision: Accept | Dismiss | Edit | Say | Defer, by: str | None
@@ -810,7 +789,7 @@ class ConversationCore:
         while index < len(remaining):
             element = remaining[index]
             if isinstance(element, Suggest):
-                payload, _, after = _paired(remaining, index)
+                payload, _, after = pair_payload(remaining, index)
                 self._interrupt(self._propose(element, to_json_ready(payload), after - 1), why)
                 index = after
             else:

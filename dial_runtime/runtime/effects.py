@@ -124,9 +124,10 @@ class Streaming(msgspec.Struct, frozen=True):
 
 
 class Answer(msgspec.Struct, frozen=True):
-    """What the person's ``decide`` or ``answer`` returned."""
+    """What the person's ``decide`` or ``answer`` returned, and who gave it when the human says (``by``)."""
 
     value: Any
+    by: str | None = None
 
 
 class Thinking(msgspec.Struct, frozen=True):
