@@ -55,7 +55,8 @@ def test_the_skipped_candidate_is_reported_with_its_line() -> None:
     [
         pytest.param("<dial-inform>   </dial-inform><dial-inform>\n</dial-inform>", False, id="blank-informs"),
         pytest.param("<dial-acknowledge of='x'/><dial-phatic/>", False, id="nothing-to-show"),
-        pytest.param("<dial-ask/><dial-execute/>", False, id="empty-ask-and-execute"),
+        pytest.param("<dial-execute/><dial-phatic/>", False, id="empty-execute-and-phatic"),
+        pytest.param("<dial-ask/>", True, id="an-ask-always-counts"),
         pytest.param("<dial-inform> </dial-inform><dial-inform>x</dial-inform>", True, id="one-with-text"),
         pytest.param("<dial-suggest/>", True, id="a-suggestion-always-counts"),
         pytest.param("<dial-inform><dial-payload>{}</dial-payload></dial-inform>", True, id="a-payload"),

@@ -94,8 +94,8 @@ class AskElement(_Act, frozen=True, kw_only=True):
 
     @property
     def has_content(self) -> bool:
-        """Whether there is something to ask: text or options."""
-        return bool(self.text) or bool(self.options)
+        """Always: an ask without text or options still asks the person (they answer freely)."""
+        return True
 
 
 class Suggest(_PayloadCarrier, frozen=True, kw_only=True):

@@ -401,6 +401,8 @@ class StreamParser:
         self.prose_before = self.text[:absolute]
         self._base = self.prose_before.count("\n")
         self._tag_end = tag_end - start
+        if head[start:tag_end].endswith("/>"):  # an empty envelope: nothing after its tag is inside it
+            self._acts.done = True
         self._pull = etree.XMLPullParser(events=("start", "end"), **HARDENED_OPTIONS)
         return self._push(head[start:], self._tag_end)
 
