@@ -296,5 +296,5 @@ def test_prose_is_extracted_the_same() -> None:
 def test_an_empty_envelope_streams_what_follows_it_as_no_inform() -> None:
     """``<dial/>`` closes at its own tag: an inform after it is not inside it (found by Hypothesis)."""
     reply = "<dial/><dial-inform>0"
-    streamed, parser = stream([reply])
+    _, parser = stream([reply])
     assert all(delta.act == "prose" for delta in parser.text_deltas())
