@@ -7,7 +7,7 @@ dial_runtime.cli``) and the modules it calls into (the web surface's ``serve``) 
 from __future__ import annotations
 
 
-class CommandError(Exception):
+class _CommandError(Exception):
     """A failure the command reports as its one line; ``status`` is the exit status."""
 
     def __init__(self, message: str, status: int = 1) -> None:

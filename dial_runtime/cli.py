@@ -27,7 +27,7 @@ import anyio
 import trio
 import trio.testing
 
-from ._command import CommandError
+from ._command import _CommandError
 from .errors import DialError
 from .language.parser import parse
 from .language.schema import validate
@@ -38,7 +38,7 @@ USAGE = 2
 
 
 def _usage(message: str) -> NoReturn:
-    raise CommandError(message, USAGE)
+    raise _CommandError(message, USAGE)
 
 
 def _decode(raw: bytes, name: str) -> str:
@@ -46,7 +46,7 @@ def _decode(raw: bytes, name: str) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise CommandError(
+        raise _CommandError(
             f"{name} is not UTF-8 text (byte 0x{raw[error.start]:02x} at offset {error.start}); "
             "DIAL is read as UTF-8"
         ) from None
@@ -89,7 +89,7 @@ def _load_domain(spec: str) -> Any:
     except ImportError as error:
         _usage(f"--domain {spec!r}: cannot import {module_name}: {error}")
     except Exception as error:
-        raise CommandError(f"--domain {spec!r}: importing {module_name} raised {_described(error)}") from error
+        raise _CommandError(f"--domain {spec!r}: importing {module_name} raised {_described(error)}") from error
     factory: Any = module
     for name in factory_name.split("."):
         factory = getattr(factory, name, None)
@@ -98,14 +98,14 @@ def _load_domain(spec: str) -> Any:
     try:
         domain = factory()
     except Exception as error:
-        raise CommandError(f"--domain {spec!r}: {factory_name}() raised {_described(error)}") from error
+        raise _CommandError(f"--domain {spec!r}: {factory_name}() raised {_described(error)}") from error
     if not callable(getattr(domain, "run", None)):
-        raise CommandError(
+        raise _CommandError(
             f"--domain {spec!r}: {factory_name}() returned {_kind(domain)}, not a domain (no run method)"
         )
     actions = getattr(domain, "actions", None)
     if actions is not None and not isinstance(actions, Mapping):
-        raise CommandError(
+        raise _CommandError(
             f"--domain {spec!r}: the domain's actions are {_kind(actions)}, not a mapping of action names to specs"
         )
     return domain
@@ -220,18 +220,18 @@ async def _served(args: argparse.Namespace, stack: contextlib.AsyncExitStack) ->
     try:
         from .mcp import McpConnectionError, mcp_domain
     except ImportError as error:
-        raise CommandError(f"--mcp needs the mcp extra (pip install 'dial-runtime[mcp]'): {error}") from None
+        raise _CommandError(f"--mcp needs the mcp extra (pip install 'dial-runtime[mcp]'): {error}") from None
     try:
         errlog = stack.enter_context(open(args.mcp_log or os.devnull, "a", encoding="utf-8"))  # noqa: SIM115
         served = mcp_domain(args.mcp, errlog=errlog)
     except ValueError as error:
         _usage(f"--mcp: {error}")
     except OSError as error:
-        raise CommandError(f"--mcp-log: {_described(error)}") from None
+        raise _CommandError(f"--mcp-log: {_described(error)}") from None
     try:
         return await stack.enter_async_context(served)
     except (OSError, McpConnectionError) as error:
-        raise CommandError(f"--mcp: {error}") from None
+        raise _CommandError(f"--mcp: {error}") from None
 
 
 async def _interactive_demo(surface: TerminalSurface) -> None:
@@ -274,7 +274,7 @@ def _diagrams(args: argparse.Namespace) -> int:
     from .diagrams import write_diagrams, write_flow_diagram
 
     if not args.no_svg and shutil.which("dot") is None:
-        raise CommandError(
+        raise _CommandError(
             "Graphviz's dot is not on PATH: install Graphviz to draw the .svg files, or pass --no-svg "
             "to write only the .dot and .mmd ones"
         )
@@ -331,7 +331,7 @@ def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
 
     entries = trio.run(read)
     if not entries:
-        raise CommandError(
+        raise _CommandError(
             f"{_shown(url)} holds no conversation {conversation_id!r} (dial-runtime list --store URL lists them)"
         )
     return entries
@@ -505,15 +505,15 @@ def _read_file(path: str) -> tuple[str, list[LogEntry]]:
     except FileNotFoundError:
         _usage(f"cannot read {path}: no such file")
     except OSError as error:
-        raise CommandError(f"cannot read {path}: {error.strerror or error}") from None
+        raise _CommandError(f"cannot read {path}: {error.strerror or error}") from None
     except UnicodeDecodeError as error:
-        raise CommandError(f"{path} is not UTF-8 text (at byte {error.start})") from None
+        raise _CommandError(f"{path} is not UTF-8 text (at byte {error.start})") from None
     except ValueError as error:
-        raise CommandError(f"{path}: {error}") from None
+        raise _CommandError(f"{path}: {error}") from None
     try:
         check_log(entries)
     except ValueError as error:
-        raise CommandError(f"{path}: {error}") from None
+        raise _CommandError(f"{path}: {error}") from None
     return conversation_id, entries
 
 
@@ -528,7 +528,7 @@ def _export(args: argparse.Namespace) -> int:
         with open(args.output, "w", encoding="utf-8") as file:
             export_jsonl(entries, file, conversation_id=args.id)
     except OSError as error:
-        raise CommandError(f"cannot write {args.output}: {error.strerror or error}") from None
+        raise _CommandError(f"cannot write {args.output}: {error.strerror or error}") from None
     return 0
 
 
@@ -537,7 +537,7 @@ def _import(args: argparse.Namespace) -> int:
 
     recorded_id, entries = _read_file(args.file)
     if not entries:
-        raise CommandError(f"{args.file} holds no events")
+        raise _CommandError(f"{args.file} holds no events")
     conversation_id = args.id or recorded_id
     store = _open(args.store)
 
@@ -550,7 +550,7 @@ def _import(args: argparse.Namespace) -> int:
     try:
         trio.run(write)
     except StoreConflict:
-        raise CommandError(
+        raise _CommandError(
             f"conversation {conversation_id!r} already has events in {_shown(args.store)}; choose another --id"
         ) from None
     print(f"imported {len(entries)} event(s) into {_shown(args.store)} as {conversation_id!r}")
@@ -781,7 +781,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(error, KeyboardInterrupt):
             print(f"{name}: interrupted", file=sys.stderr)
             return 130
-        if isinstance(error, CommandError):
+        if isinstance(error, _CommandError):
             message, status = str(error), error.status
         elif isinstance(error, DialError):
             message, status = " ".join(str(error).split()) or type(error).__name__, 1
