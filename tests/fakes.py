@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, ClassVar
 
@@ -157,3 +158,13 @@ def types(events: list[Any]) -> list[str]:
 def statuses(outcomes: Any) -> list[tuple[str, str]]:
     """Each outcome's id and status."""
     return [(outcome.id, outcome.status) for outcome in outcomes]
+
+
+def stop(process: subprocess.Popen[Any], *, grace: float = 10.0) -> None:
+    """End a server process the tests started: asked to stop first, killed if it has not within ``grace``."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)

@@ -30,6 +30,8 @@ import pytest
 from dial_runtime import ActionSpec, Conversation, parse, policy_human, validate
 from dial_runtime.agents import ChatAgent, domain_grammar
 
+from .fakes import stop
+
 pytestmark = [pytest.mark.llama, pytest.mark.anyio]
 
 CACHE = Path(os.environ.get("DIAL_LLAMA_CACHE", "/var/cache/dial-runtime/llama"))
@@ -80,12 +82,7 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             time.sleep(0.2)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop(process)
 
 
 @pytest.fixture

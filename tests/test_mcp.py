@@ -20,7 +20,7 @@ import pytest
 from dial_runtime import Conversation, Outcome, ScriptedAgent, policy_human, scripted_human, system_prompt
 from dial_runtime.mcp import McpConnectionError, McpDomain
 
-from .fakes import envelope, suggest
+from .fakes import envelope, stop, suggest
 
 HERE = Path(__file__).parent
 FAULTY = [sys.executable, str(HERE / "mcp_faulty_server.py")]
@@ -265,8 +265,7 @@ def http_server(tmp_path: Path) -> Iterator[str]:
                 portal.call(wait_for, url)
             yield url
         finally:
-            process.terminate()
-            process.wait(timeout=10)
+            stop(process)
 
 
 async def wait_for(url: str) -> None:

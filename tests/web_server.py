@@ -20,6 +20,8 @@ from typing import Any
 import httpx
 import uvicorn
 
+from .fakes import stop
+
 START_TIMEOUT = 10.0
 
 
@@ -78,12 +80,7 @@ def server_process(
                     time.sleep(0.05)
             yield child
         finally:
-            child.terminate()
-            try:
-                child.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait(timeout=10)
+            stop(child, grace=20)
 
 
 def run_input(
