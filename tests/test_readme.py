@@ -1,0 +1,191 @@
+"""The README as a new user reads it: every ``python`` block runs as pasted, the agent reply it shows near the top
+parses, validates and runs, and its event table names exactly the fields the event records have.
+
+A block that cannot run here (it needs a model server) says so in an HTML comment right before it,
+``<!-- not run: needs a model server -->``; it is still compiled. Every other block runs as a program of its own,
+in a fresh interpreter in an empty git repository, and fails the test when it raises or does not finish in time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import msgspec
+import pytest
+
+from dial_runtime import Conversation, ScriptedAgent, parse, policy_human, validate
+from dial_runtime.demo import NotesDomain
+from dial_runtime.runtime.events import EVENT_TYPES, RENDERED
+
+README = Path(__file__).parents[1] / "README.md"
+#: How long one block may run: the slowest starts an MCP server and holds a conversation.
+BLOCK_TIMEOUT = 60.0
+NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>[^>]+?)\s*-->\s*\Z")
+
+
+class Block(NamedTuple):
+    """A fenced block of the README: its language, text, the line its fence opens on, and why it is not run
+    (``None``: it runs)."""
+
+    language: str
+    code: str
+    line: int
+    not_run: str | None
+
+
+def blocks(language: str, text: str | None = None) -> list[Block]:
+    """The README's fenced blocks of ``language`` (``text`` instead of the README's, for the tests of this)."""
+    lines = (README.read_text(encoding="utf-8") if text is None else text).splitlines()
+    found: list[Block] = []
+    index = 0
+    while index < len(lines):
+        opening = lines[index]
+        if not opening.startswith("```"):
+            index += 1
+            continue
+        close = next((end for end in range(index + 1, len(lines)) if lines[end].rstrip() == "```"), None)
+        if close is None:
+            raise AssertionError(f"README.md:{index + 1}: a code fence that is never closed")
+        before = "\n".join(lines[:index]).rstrip()
+        marked = NOT_RUN.search(before[-200:])
+        if opening[3:].strip() == language:
+            code = "\n".join(lines[index + 1 : close]) + "\n"
+            found.append(Block(language, code, index + 1, marked["reason"] if marked else None))
+        index = close + 1
+    return found
+
+
+def readme_block(section: str, heading: str = "") -> str:
+    """The first ``python`` block under the README's heading ``section`` (and its ``heading`` inside it)."""
+    readme = README.read_text(encoding="utf-8")
+    start = readme.index(f"\n## {section}\n")
+    if heading:
+        start = readme.index(f"\n{heading}\n", start)
+    line = readme.count("\n", 0, start) + 1
+    return next(block.code for block in blocks("python") if block.line > line)
+
+
+# --- every python block runs ------------------------------------------------------------------------------------
+
+PYTHON = blocks("python")
+
+
+def test_the_readme_has_python_blocks_and_few_exceptions() -> None:
+    assert len(PYTHON) >= 6
+    assert sum(block.not_run is not None for block in PYTHON) <= 1
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=[f"README.md:{block.line}" for block in PYTHON])
+def test_a_python_block_runs_as_pasted(block: Block, tmp_path: Path) -> None:
+    compile(block.code, f"README.md:{block.line}", "exec")
+    if block.not_run is not None:
+        pytest.skip(f"README.md:{block.line}: not run ({block.not_run}); compiled only")
+    # An empty git repository: the MCP block works on the repository it runs in.
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=BLOCK_TIMEOUT)
+    script = tmp_path / "block.py"
+    script.write_text(block.code, encoding="utf-8")
+    # The interpreter's own scripts (mcp-server-git) first on PATH, as in an activated environment.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    ran = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    assert ran.returncode == 0, f"README.md:{block.line} raised:\n{ran.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize(
+    ("markdown", "expected"),
+    [
+        ("```python\nx = 1\n```\n", [("x = 1\n", None)]),
+        ("<!-- not run: needs a model server -->\n```python\ny()\n```\n", [("y()\n", "needs a model server")]),
+        ("<!-- not run: a server -->\n\ntext\n```python\nz\n```\n", [("z\n", None)]),
+        ("```sh\nls\n```\n```python\na\n```\n", [("a\n", None)]),
+    ],
+)
+def test_blocks_are_extracted_with_their_marks(markdown: str, expected: list[tuple[str, str | None]]) -> None:
+    assert [(block.code, block.not_run) for block in blocks("python", markdown)] == expected
+
+
+def test_a_block_that_raises_fails(tmp_path: Path) -> None:
+    """The check the block test makes: a block that raises exits non-zero."""
+    (tmp_path / "block.py").write_text(readme_like_failure(), encoding="utf-8")
+    ran = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, capture_output=True, timeout=BLOCK_TIMEOUT)
+    assert ran.returncode != 0
+
+
+def readme_like_failure() -> str:
+    """A block as the README's were before they were made whole: an agent it never defines."""
+    return "from dial_runtime import Conversation, policy_human\nConversation(agent=agent, human=policy_human())\n"
+
+
+# --- the reply shown near the top -------------------------------------------------------------------------------
+
+
+def reply_blocks() -> tuple[str, str]:
+    """The two ``xml`` blocks of "What a conversation looks like": the agent's reply and the runtime's answer."""
+    readme = README.read_text(encoding="utf-8")
+    start = readme.index("\n## What a conversation looks like\n")
+    section_line = readme.count("\n", 0, start) + 1
+    reply, answer = [block.code for block in blocks("xml") if block.line > section_line][:2]
+    return reply, answer
+
+
+def test_the_shown_reply_parses_and_validates_strictly() -> None:
+    reply, _ = reply_blocks()
+    envelope = parse(reply)
+    assert envelope is not None and envelope.issues == ()
+    assert [element.type for element in envelope.elements] == ["dial-inform", "dial-suggest"]
+    assert envelope.elements[1].payload == {"text": "buy milk"}
+    assert validate(envelope.raw, strict=True) == []
+
+
+@pytest.mark.anyio
+async def test_the_shown_reply_runs_and_the_shown_answer_is_what_the_agent_gets() -> None:
+    reply, answer = reply_blocks()
+    agent = ScriptedAgent([reply, "<dial><dial-inform>Added.</dial-inform></dial>"])
+    conversation = Conversation(agent=agent, domain=NotesDomain(), human=policy_human("accept"))
+    result = await conversation.say("add a note: buy milk")
+    assert [(outcome.id, outcome.status) for outcome in result.outcomes] == [("sg-1", "done")]
+    assert agent.sent[1].startswith(answer.rstrip("\n") + "\n")
+    assert validate(answer, strict=False) == []
+
+
+# --- the event table --------------------------------------------------------------------------------------------
+
+
+def readme_event_table() -> dict[str, list[str]]:
+    """The rows of the Events section's table: each event type and the fields its row names."""
+    readme = README.read_text(encoding="utf-8")
+    section = readme.split("\n### Events\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("| `") else []
+        if len(cells) == 2:
+            # Each field is the first `name` of an item; explanations in parentheses follow some.
+            items = re.split(r",\s*(?![^()]*\))", cells[1])
+            rows[cells[0].strip("`")] = [re.findall(r"`([^`]+)`", item)[0] for item in items]
+    return rows
+
+
+def test_the_event_table_names_every_rendered_event_and_all_its_fields() -> None:
+    table = readme_event_table()
+    assert set(table) == set(RENDERED)
+    for kind, fields in table.items():
+        assert [field.name for field in msgspec.structs.fields(EVENT_TYPES[kind])] == fields, kind
+
+
+def test_the_readme_lists_every_log_only_event() -> None:
+    readme = README.read_text(encoding="utf-8")
+    paragraph = readme.split("\n### Events\n", 1)[1].split("also holds what the state depends on", 1)[1]
+    paragraph = paragraph.split("\n\n", 1)[0]
+    assert set(re.findall(r"`([a-z-]+)`", paragraph)) == set(EVENT_TYPES) - RENDERED
