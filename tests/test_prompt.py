@@ -281,7 +281,8 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}}
         ),
         (
             Misread({"save-recipe": {"colour": "red"}}),
-            "domain.vocabulary['save-recipe']: unknown key 'colour'; the keys are 'description', 'schema', 'example'",
+            "domain.vocabulary['save-recipe']: unknown key 'colour'; "
+            "the keys are 'description', 'schema', 'example'",
         ),
         (
             Misread({"save_recipe": {"description": "Save."}}),
