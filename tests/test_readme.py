@@ -20,6 +20,7 @@ import pytest
 
 from dial_runtime import Conversation, ScriptedAgent, parse, policy_human, validate
 from dial_runtime.demo import NotesDomain
+from dial_runtime.diagrams import MACHINES, render_mermaid
 from dial_runtime.runtime.events import EVENT_TYPES, RENDERED
 
 README = Path(__file__).parents[1] / "README.md"
@@ -189,3 +190,33 @@ def test_the_readme_lists_every_log_only_event() -> None:
     paragraph = readme.split("\n### Events\n", 1)[1].split("also holds what the state depends on", 1)[1]
     paragraph = paragraph.split("\n\n", 1)[0]
     assert set(re.findall(r"`([a-z-]+)`", paragraph)) == set(EVENT_TYPES) - RENDERED
+
+
+# --- the lifecycle diagram --------------------------------------------------------------------------------------
+
+EDGE = re.compile(r"^\s*(\S+) --> (\S+)(?: : (\S+(?: / \S+)*))?")
+
+
+def edges(mermaid: str) -> set[tuple[str, str, str]]:
+    """A Mermaid state diagram's transitions as (source, target, event); ``a / b`` is two events."""
+    found = set()
+    for line in mermaid.splitlines():
+        match = EDGE.match(line)
+        if match:
+            source, target, events = match.groups()
+            found.update((source, target, event) for event in (events or "").split(" / "))
+    return found
+
+
+def test_the_readmes_lifecycle_diagram_draws_only_transitions_the_machine_has() -> None:
+    """The README draws the main transitions (the prose names the rest); each is one the compiled machine has,
+    and every state is in it."""
+    (drawn,) = blocks("mermaid")
+    machine = edges(render_mermaid(MACHINES["suggestion_lifecycle"]))
+    shown = edges(drawn.code)
+    assert shown <= machine, shown - machine
+    assert states(shown) == states(machine)
+
+
+def states(transitions: set[tuple[str, str, str]]) -> set[str]:
+    return {state for source, target, _ in transitions for state in (source, target)} - {"[*]"}
