@@ -8,12 +8,13 @@ in a fresh interpreter in an empty git repository, and fails the test when it ra
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 import pytest
@@ -220,3 +221,75 @@ def test_the_readmes_lifecycle_diagram_draws_only_transitions_the_machine_has() 
 
 def states(transitions: set[tuple[str, str, str]]) -> set[str]:
     return {state for source, target, _ in transitions for state in (source, target)} - {"[*]"}
+
+
+# --- the API table ----------------------------------------------------------------------------------------------
+
+CALL = re.compile(r"^(?P<name>\.?[A-Za-z_][\w.]*)\((?P<params>.*)\)$")
+
+
+def api_rows(column: int = 0) -> list[list[str]]:
+    """The backticked items of a column of each row of the API section's table of names (``-1``: whole rows)."""
+    readme = README.read_text(encoding="utf-8")
+    table = readme.split("\n| name | what it is |\n", 1)[1].split("\n\n", 1)[0]
+    rows = [row if column < 0 else row.split(" | ")[column] for row in table.splitlines()[1:]]
+    return [re.findall(r"`([^`]+)`", row) for row in rows]
+
+
+def resolve(name: str, owner: str) -> Any:
+    """What a name in the table is: a top-level name or one of ``dial_runtime.agents``; ``.name`` is a member of
+    ``owner``, the row's last name before it (``Conversation`` when there is none)."""
+    import dial_runtime
+    import dial_runtime.agents
+
+    path = (owner + name if name.startswith(".") else name).split(".")
+    value = getattr(dial_runtime, path[0], None) or getattr(dial_runtime.agents, path[0])
+    for part in path[1:]:
+        value = getattr(value, part)
+    return value
+
+
+def documented_parameters(params: str) -> list[tuple[str, str, bool]]:
+    """``a, *, b=1, **c`` as (name, kind, has a default) in order."""
+    found, kind = [], "positional"
+    for param in (part.strip() for part in params.split(",") if part.strip()):
+        if param == "*":
+            kind = "keyword"
+        elif param.startswith("**"):
+            found.append((param[2:], "var-keyword", False))
+        else:
+            found.append((param.split("=")[0], kind, "=" in param))
+    return found
+
+
+def actual_parameters(value: Any) -> list[tuple[str, str, bool]]:
+    kinds = {
+        inspect.Parameter.POSITIONAL_ONLY: "positional",
+        inspect.Parameter.POSITIONAL_OR_KEYWORD: "positional",
+        inspect.Parameter.KEYWORD_ONLY: "keyword",
+        inspect.Parameter.VAR_KEYWORD: "var-keyword",
+    }
+    parameters = [p for p in inspect.signature(value).parameters.values() if p.name != "self"]
+    return [(p.name, kinds[p.kind], p.default is not inspect.Parameter.empty) for p in parameters]
+
+
+def test_every_signature_in_the_api_table_is_the_codes() -> None:
+    checked = 0
+    for row in api_rows():
+        owner = "Conversation"
+        for item in row:
+            if not item.startswith("."):
+                owner = item.split("(")[0]
+            call = CALL.match(item)
+            if call:
+                value = resolve(call["name"], owner)
+                assert documented_parameters(call["params"]) == actual_parameters(value), item
+                checked += 1
+    assert checked >= 25
+
+
+def test_the_api_table_names_every_public_name() -> None:
+    import dial_runtime
+
+    named = {item.split("(")[0] for row in api_rows(-1) for item in row}
+    assert set(dial_runtime.__all__) - {"__version__"} <= named
