@@ -8,6 +8,7 @@ in a fresh interpreter in an empty git repository, and fails the test when it ra
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import os
 import re
@@ -20,6 +21,7 @@ import msgspec
 import pytest
 
 from dial_runtime import Conversation, ScriptedAgent, parse, policy_human, validate
+from dial_runtime.cli import build_parser
 from dial_runtime.demo import NotesDomain
 from dial_runtime.diagrams import MACHINES, render_mermaid
 from dial_runtime.runtime.events import EVENT_TYPES, RENDERED
@@ -293,3 +295,31 @@ def test_the_api_table_names_every_public_name() -> None:
 
     named = {item.split("(")[0] for row in api_rows(-1) for item in row}
     assert set(dial_runtime.__all__) - {"__version__"} <= named
+
+
+# --- the command line -------------------------------------------------------------------------------------------
+
+
+def test_the_command_lines_shown_are_the_parsers() -> None:
+    """Each command is shown once, with exactly the options its parser takes."""
+    readme = README.read_text(encoding="utf-8")
+    section_line = readme.count("\n", 0, readme.index("\n## Command line\n")) + 1
+    usage = next(block.code for block in blocks("sh") if block.line > section_line)
+    shown: dict[str, set[str]] = {}
+    command = ""
+    for line in usage.splitlines():
+        text = line.split("  #", 1)[0]
+        if text.startswith("dial-runtime "):
+            command = text.split()[1]
+            assert command not in shown or command == "diagrams", f"{command} is shown twice"
+        shown.setdefault(command, set()).update(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", text))
+    parser = build_parser()
+    (commands,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    assert set(shown) == set(commands.choices)
+    for name, subparser in commands.choices.items():
+        options = [set(action.option_strings) for action in subparser._actions if action.option_strings]
+        taken = [flags for flags in options if flags & shown[name] and "--help" not in flags]
+        assert len(taken) == len(options) - 1, f"{name}: not shown: {[o for o in options if o not in taken]}"
+        assert shown[name] <= set().union(*options), (
+            f"{name}: no such option: {shown[name] - set().union(*options)}"
+        )
