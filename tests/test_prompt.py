@@ -290,7 +290,7 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}}
         ),
         (
             Misread({"save-recipe": "Save a recipe."}),
-            "domain.vocabulary['save-recipe'] is a str, not a mapping of 'description', 'schema', 'example'",
+            "domain.vocabulary['save-recipe'] is str, not a mapping of 'description', 'schema', 'example'",
         ),
         (
             Misread(spec={"mutates": True, "schema": SCHEMA}),

@@ -107,7 +107,7 @@ def _check_documentation(actions: Mapping[str, Any], documented: Mapping[str, An
             known = ", ".join(repr(action) for action in actions)
             raise ValueError(f"domain.vocabulary names {name!r}, which is not an action (the actions are {known})")
         if not isinstance(entry, Mapping):
-            raise ValueError(f"domain.vocabulary[{name!r}] is {_a(entry)}, not a mapping of {keys}")
+            raise ValueError(f"domain.vocabulary[{name!r}] is {type(entry).__name__}, not a mapping of {keys}")
         _check_keys(f"domain.vocabulary[{name!r}]", entry, VOCABULARY_KEYS)
     for name, spec in actions.items():
         if isinstance(spec, Mapping):
@@ -121,12 +121,6 @@ def _check_keys(where: str, given: Mapping[str, Any], allowed: tuple[str, ...]) 
             guess = f" (did you mean {close[0]!r}?)" if close else ""
             known = ", ".join(repr(name) for name in allowed)
             raise ValueError(f"{where}: unknown key {key!r}{guess}; the keys are {known}")
-
-
-def _a(value: object) -> str:
-    """A value's type in words: "a str", "an int"."""
-    name = type(value).__name__
-    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
 
 
 def system_prompt(domain: Any) -> str:
