@@ -7,9 +7,12 @@ import re
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dial_runtime import ActionSpec, Outcome, outcome_reply, parse, validate
 from dial_runtime.agents import VocabularyEntry, system_prompt, vocabulary
+from dial_runtime.agents.prompt import SPEC_KEYS, VOCABULARY_KEYS
 from dial_runtime.demo import NotesDomain
 
 from .fakes import Notes
@@ -309,3 +312,20 @@ def test_a_vocabulary_with_a_key_it_does_not_read_is_refused(domain: Misread, me
 @pytest.mark.parametrize("domain", [Tasks(), Recipes(), NotesDomain(), Misread({"save-recipe": {}})])
 def test_every_key_the_documentation_names_is_read(domain: Any) -> None:
     assert len(vocabulary(domain)) == len(domain.actions)
+
+
+@given(
+    keys=st.sets(st.sampled_from(VOCABULARY_KEYS) | st.text(min_size=1, max_size=20)),
+    spec_keys=st.sets(st.sampled_from(SPEC_KEYS) | st.text(min_size=1, max_size=20)),
+)
+def test_exactly_the_keys_it_reads_are_accepted(keys: set[str], spec_keys: set[str]) -> None:
+    """Any key a vocabulary entry or a dict spec may hold is read; any other one is refused."""
+    entry = dict.fromkeys(keys)
+    spec = {"mutates": True, **dict.fromkeys(spec_keys - {"mutates"}, False)}
+    domain = Misread({"save-recipe": entry}, spec)
+    unread = keys - set(VOCABULARY_KEYS) or spec.keys() - set(SPEC_KEYS)
+    if unread:
+        with pytest.raises(ValueError, match="unknown key"):
+            vocabulary(domain)
+    else:
+        assert [entry.name for entry in vocabulary(domain)] == ["save-recipe"]
