@@ -11,11 +11,10 @@ the last write, never the record of an effect.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import GeneratorType
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
@@ -155,8 +154,7 @@ class Conversation:
         to the agent stays owed. ``options`` are the constructor's (``log`` is refused: the store holds it).
         """
         conversation = cls(store=store, conversation_id=conversation_id, **options)
-        async with conversation._calling():
-            pass
+        await conversation._hold(lambda: None)
         return conversation
 
     @property
@@ -262,8 +260,8 @@ class Conversation:
         suggestions await a deferred decision supersede them. Raises :class:`ConversationBusy` while another call
         drives the conversation, and the original exception of a failed send.
         """
-        async with self._calling():
-            return await self._result(self._core.say(text or ""))
+        words = text or ""
+        return await self._hold(lambda: self._core.say(words))
 
     async def decide(self, suggestion_id: str, decision: DecisionLike, *, by: str | None = None) -> TurnResult:
         """Take the person's deferred decision on a suggestion and carry on with the conversation.
@@ -274,24 +272,21 @@ class Conversation:
         nothing when the suggestion is not awaiting a decision.
         """
         chosen = as_decision(decision)
-        async with self._calling():
-            return await self._result(self._core.decide(suggestion_id, chosen, by))
+        return await self._hold(lambda: self._core.decide(suggestion_id, chosen, by))
 
     async def answer(self, ask_id: str, text: str | None, *, by: str | None = None) -> TurnResult:
         """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands)."""
-        async with self._calling():
-            return await self._result(self._core.answer(ask_id, text or "", by))
+        words = text or ""
+        return await self._hold(lambda: self._core.answer(ask_id, words, by))
 
     async def resume(self) -> TurnResult:
         """Carry on with a reply whose handling a crash cut short, once nothing awaits the person."""
-        async with self._calling():
-            call = self._core.resume()
-            return TurnResult(status="idle", turns=0) if call is None else await self._result(call)
+        return await self._hold(self._core.resume)
 
-    @contextlib.asynccontextmanager
-    async def _calling(self) -> AsyncIterator[None]:
-        """Hold the conversation for one call: in this process, and in the store across processes; close what a
-        dead process left open first, and write the log when the call ends."""
+    async def _hold(self, start: Callable[[], Call | None]) -> TurnResult:
+        """Hold the conversation for one call (in this process, and in the store across processes), close what a
+        dead process left open, then ``start`` the call and drive it (none: an idle result); with a store, the
+        log is written when the call ends, however it ends."""
         try:
             self._gate = CALL.fire(self._gate, "acquire")
         except IllegalTransition:
@@ -299,13 +294,12 @@ class Conversation:
         try:
             if self._store is None:
                 self._recover()
-                yield
-                return
+                return await self._drive(start())
             async with self._store.lock(self.id or ""):
                 await self._catch_up()
                 try:
                     self._recover()
-                    yield
+                    return await self._drive(start())
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self.flush()
@@ -340,8 +334,10 @@ class Conversation:
                 except Exception:
                     logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
 
-    async def _result(self, call: Call) -> TurnResult:
-        """Drive ``call`` to its result."""
+    async def _drive(self, call: Call | None) -> TurnResult:
+        """Drive ``call`` to its result (no call: nothing to do, an idle result)."""
+        if call is None:
+            return TurnResult(status="idle", turns=0)
         result: TurnResult = await self._perform(call)
         return result
 
