@@ -41,21 +41,23 @@ from starlette.types import Receive, Scope, Send
 
 from .. import (
     Accept,
+    AlreadyDecided,
     Ask,
     Conversation,
     ConversationBusy,
     Defer,
-    DialError,
     Dismiss,
     Edit,
     LogEntry,
+    PayloadChanged,
     Say,
     Store,
     Suggestion,
     TurnResult,
     open_store,
 )
-from .mapping import EventMapper, interrupt_for, interrupt_id, messages_from_log, payload_digest
+from ..runtime.core import already_decided
+from .mapping import EventMapper, interrupt_for, interrupt_id, messages_from_log
 
 __all__ = ["AgentFactory", "create_app", "scripted_agents"]
 
@@ -93,6 +95,37 @@ class _NoAgent:
 
     def send(self, message: str) -> str:
         raise RuntimeError("a snapshot sends nothing to the agent")
+
+
+class _AgentOnFirstUse:
+    """A run's agent, built by the factory the first time the conversation talks to it: inside a call, so under
+    the conversation's lock and with its log as the store holds it (folded, caught up with what other workers
+    wrote, and recovered), never from a copy read before the lock was taken."""
+
+    def __init__(self, factory: AgentFactory, conversation_id: str) -> None:
+        self._factory = factory
+        self._id = conversation_id
+        self._built: Any = None
+        self.conversation: Conversation | None = None
+
+    def _agent(self) -> Any:
+        if self._built is None:
+            assert self.conversation is not None, "the agent is used only by the conversation's calls"
+            self._built = self._factory(self._id, self.conversation.log)
+        return self._built
+
+    def send(self, message: str) -> Any:
+        return self._agent().send(message)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "stream":  # asked for at each send: the built agent streams or not
+            return self._agent().stream
+        raise AttributeError(name)
+
+    async def aclose(self) -> None:
+        close = getattr(self._built, "aclose", None)
+        if close is not None:
+            await close()
 
 
 @dataclass(frozen=True)
@@ -267,7 +300,7 @@ class _WebSurface:
             for mapped in mapper.map(event):
                 emit(mapped)
 
-        agent = settings.agent(thread, entries)
+        agent = _AgentOnFirstUse(settings.agent, thread)
         try:
             conversation = await Conversation.open(
                 settings.store,
@@ -278,20 +311,20 @@ class _WebSurface:
                 on_event=on_event,
                 **settings.options,
             )
+            agent.conversation = conversation
             steps = self._plan(conversation, run.resume or [], words, principal)
             for step in steps:
                 await step.call(conversation)
         except ConversationBusy:
             raise _Refused("busy", "another run is driving this conversation; try again") from None
-        except DialError as error:
-            # A decision that another worker took between this run's check and its call.
-            raise _Refused("already-decided", str(error)) from None
+        except AlreadyDecided as error:  # another tab or worker decided it between this run's check and its call
+            raise _already(error) from None
+        except PayloadChanged as error:
+            raise _Refused("digest-mismatch", f"{error}; reload") from None
         finally:
             for mapped in mapper.close():
                 emit(mapped)
-            close = getattr(agent, "aclose", None)
-            if close is not None:
-                await close()
+            await agent.aclose()
         log = conversation.log
         emit(self._finished(run, principal, conversation.pending, log))
 
@@ -302,14 +335,9 @@ class _WebSurface:
             return RunFinishedEvent(
                 thread_id=run.thread_id, run_id=run.run_id, outcome=RunFinishedSuccessOutcome()
             )
-        refusals, mutates = _refusals_and_marks(log)
+        refusals = _refusals(log)
         interrupts = [
-            interrupt_for(
-                each,
-                refusals=refusals.get(each.id, 0),
-                mutates=mutates.get(each.id, True),
-                can_decide=self._may_decide(principal, each),
-            )
+            interrupt_for(each, refusals=refusals.get(each.id, 0), can_decide=self._may_decide(principal, each))
             for each in pending
         ]
         return RunFinishedEvent(
@@ -321,7 +349,7 @@ class _WebSurface:
     ) -> list[_Step]:
         """The calls a run makes, every resume entry checked first: a refusal raises and nothing has changed."""
         log = conversation.log
-        refusals, _ = _refusals_and_marks(log)
+        refusals = _refusals(log)
         waiting = {interrupt_id(each.id, refusals.get(each.id, 0)): each for each in conversation.pending}
         steps: list[_Step] = []
         cancelled: list[Suggestion] = []
@@ -377,11 +405,8 @@ def _resolution(entry: ResumeEntry, subject: Suggestion | Ask, principal: str) -
     if not isinstance(approved, bool):
         raise _Refused("invalid-resume", f"interrupt {entry.interrupt_id!r}: give {{approved: true|false}}")
     digest = payload.get("digest")
-    if digest is not None and digest != payload_digest(subject.action, subject.payload):
-        raise _Refused(
-            "digest-mismatch",
-            f"interrupt {entry.interrupt_id!r}: the payload decided on is not the one waiting; reload",
-        )
+    if digest is not None and not isinstance(digest, str):
+        raise _Refused("invalid-resume", f"interrupt {entry.interrupt_id!r}: the digest must be text")
     decision: Accept | Edit | Dismiss
     if not approved:
         decision = Dismiss()
@@ -390,7 +415,7 @@ def _resolution(entry: ResumeEntry, subject: Suggestion | Ask, principal: str) -
     else:
         decision = Accept()
     suggestion_id = subject.id
-    return _Step(lambda conversation: conversation.decide(suggestion_id, decision, by=principal))
+    return _Step(lambda conversation: conversation.decide(suggestion_id, decision, by=principal, shown=digest))
 
 
 def _unknown(interrupt: str, waiting: Iterable[Suggestion | Ask], log: Sequence[LogEntry]) -> _Refused:
@@ -399,18 +424,15 @@ def _unknown(interrupt: str, waiting: Iterable[Suggestion | Ask], log: Sequence[
     subject = interrupt.rpartition("~")[0] or interrupt
     if any(each.id == subject for each in waiting):
         return _Refused("stale-interrupt", f"interrupt {interrupt!r} was replaced after a refused edit; reload")
-    events: list[Any] = [entry.event for entry in reversed(log)]
-    for event in events:
-        if event.type == "decided" and event.suggestion_id == subject:
-            return _Refused(
-                "already-decided", f"{subject!r} was already decided ({event.decision}) by {event.by or 'someone'}"
-            )
-        if event.type == "answered" and event.ask_id == subject and event.text:
-            return _Refused("already-decided", f"{subject!r} was already answered by {event.by or 'someone'}")
-    for event in events:
-        if event.type == "outcome" and event.id == subject:
-            return _Refused("already-decided", f"{subject!r} already ended {event.status}")
+    ended = already_decided([entry.event for entry in log], subject)
+    if ended is not None:
+        return _already(ended)
     return _Refused("unknown-interrupt", f"no interrupt {interrupt!r} waits in this conversation")
+
+
+def _already(error: AlreadyDecided) -> _Refused:
+    """The ``already-decided`` refusal, saying by whom and how."""
+    return _Refused("already-decided", f"{error}; reload")
 
 
 def _shown(entries: Iterable[LogEntry]) -> set[str]:
@@ -418,18 +440,16 @@ def _shown(entries: Iterable[LogEntry]) -> set[str]:
     return {event.id for event in events if event.type == "suggestion"}
 
 
-def _refusals_and_marks(log: Iterable[LogEntry]) -> tuple[dict[str, int], dict[str, bool]]:
-    """Per suggestion id: the refused edits since it was shown, and whether its action mutates."""
+def _refusals(log: Iterable[LogEntry]) -> dict[str, int]:
+    """Per suggestion id: the refused edits since it was shown."""
     refusals: dict[str, int] = {}
-    mutates: dict[str, bool] = {}
     for entry in log:
         event: Any = entry.event
         if event.type == "suggestion":
             refusals[event.id] = 0
-            mutates[event.id] = event.mutates
         elif event.type == "refused":
             refusals[event.suggestion_id] = refusals.get(event.suggestion_id, 0) + 1
-    return refusals, mutates
+    return refusals
 
 
 def new_words(run: RunAgentInput) -> str | None:
