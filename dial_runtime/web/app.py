@@ -10,6 +10,7 @@ the person ends ``awaiting`` and its pending suggestions and asks become AG-UI i
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import math
 import re
@@ -146,6 +147,7 @@ class _Settings:
     origins: frozenset[str]
     max_body: int
     max_text: int
+    heartbeat: float
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -164,8 +166,11 @@ def create_app(
     timeout: float | None = 90.0,
     max_turns: int = 8,
     decide_timeout: float | None = None,
+    heartbeat: float = 15.0,
 ) -> Starlette:
-    """The ASGI application: ``POST /agui`` (AG-UI runs), ``GET /conversations``, and the panel at ``/``.
+    """The ASGI application: ``POST /agui`` (AG-UI runs), ``GET /conversations``, ``GET
+    /conversations/{id}/changes`` (a server-sent event each time a conversation's log grows, in any worker; a
+    comment every ``heartbeat`` seconds while it does not), and the panel at ``/``.
 
     ``store`` is a :class:`Store` or its URL (one store holds every conversation; PostgreSQL when several workers
     share it). ``domain`` serves every conversation. ``agent(conversation_id, log)`` builds the agent of one run.
@@ -187,12 +192,14 @@ def create_app(
         origins=frozenset(origin.rstrip("/") for origin in allowed_origins),
         max_body=max_body,
         max_text=max_text,
+        heartbeat=heartbeat,
         options={"timeout": timeout, "max_turns": max_turns, "decide_timeout": decide_timeout},
     )
     surface = _WebSurface(settings)
     routes: list[Route | Mount] = [
         Route("/agui", surface.agui, methods=["POST"]),
         Route("/conversations", surface.conversations, methods=["GET"]),
+        Route("/conversations/{thread}/changes", surface.changes, methods=["GET"]),
     ]
     if panel:
         routes += [
@@ -241,6 +248,19 @@ class _WebSurface:
         ids = await self.settings.store.conversations()
         return JSONResponse({"conversations": [each for each in ids if self._may_view(principal, each)]})
 
+    async def changes(self, request: Request) -> Response | _ChangeStream:
+        """``GET /conversations/{id}/changes``: a server-sent event stream that says when the conversation's log
+        grows, whoever made it grow (another tab, another worker): a page listening takes a snapshot then."""
+        principal = await self._principal(request)
+        if principal is None:
+            return _error(401, "not signed in")
+        thread = request.path_params["thread"]
+        if not _THREAD_ID.fullmatch(thread):
+            return _error(400, "the conversation id must be 1 to 128 letters, digits or ._:@-")
+        if not self._may_view(principal, thread):
+            return _error(403, "you may not see this conversation")
+        return _ChangeStream(self.settings.store, thread, self.settings.heartbeat)
+
     async def agui(self, request: Request) -> Response | _EventStream:
         """``POST /agui``: one AG-UI run, answered as a server-sent event stream."""
         principal = await self._principal(request)
@@ -285,7 +305,7 @@ class _WebSurface:
             held.recover()
             log = held.log
             emit(MessagesSnapshotEvent(messages=messages_from_log(log)))
-            emit(self._finished(run, principal, held.pending, log))
+            emit(self._finished(run, principal, held.pending, log, stored=entries[-1].seq if entries else 0))
             return
         count = 0
 
@@ -326,14 +346,24 @@ class _WebSurface:
                 emit(mapped)
             await agent.aclose()
         log = conversation.log
-        emit(self._finished(run, principal, conversation.pending, log))
+        emit(self._finished(run, principal, conversation.pending, log, stored=log[-1].seq if log else 0))
 
     def _finished(
-        self, run: RunAgentInput, principal: str, pending: Sequence[Suggestion | Ask], log: Sequence[LogEntry]
+        self,
+        run: RunAgentInput,
+        principal: str,
+        pending: Sequence[Suggestion | Ask],
+        log: Sequence[LogEntry],
+        *,
+        stored: int,
     ) -> RunFinishedEvent:
+        """The run's last event; ``metadata.seq`` is the stored log's last seq the run saw (or wrote), which the
+        change stream's events are compared with: a page that has shown seq N needs no snapshot for a change at
+        N."""
+        marks = {"seq": stored}
         if not pending:
             return RunFinishedEvent(
-                thread_id=run.thread_id, run_id=run.run_id, outcome=RunFinishedSuccessOutcome()
+                thread_id=run.thread_id, run_id=run.run_id, outcome=RunFinishedSuccessOutcome(), metadata=marks
             )
         refusals = _refusals(log)
         interrupts = [
@@ -341,7 +371,10 @@ class _WebSurface:
             for each in pending
         ]
         return RunFinishedEvent(
-            thread_id=run.thread_id, run_id=run.run_id, outcome=RunFinishedInterruptOutcome(interrupts=interrupts)
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
+            metadata=marks,
         )
 
     def _plan(
@@ -481,6 +514,65 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+class _ChangeStream:
+    """``changed`` events (data: ``{"threadId": ..., "seq": N}``, the log's last seq) for one conversation: one
+    when the stream opens, then one each time the log grows, woken by the store's watch (PostgreSQL's
+    ``LISTEN``/``NOTIFY`` across workers). A comment every ``heartbeat`` seconds keeps proxies from closing an
+    idle stream and notices a client that left. The events carry no content: the page reads the conversation
+    through ``/agui`` (a snapshot), where ``can_view`` and ``auth`` apply as for any run."""
+
+    def __init__(self, store: Store, thread: str, heartbeat: float) -> None:
+        self._store = store
+        self._thread = thread
+        self._heartbeat = heartbeat
+
+    def _event(self, seq: int) -> bytes:
+        data = json.dumps({"threadId": self._thread, "seq": seq}, separators=(",", ":"))
+        return f"event: changed\ndata: {data}\n\n".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        async with anyio.create_task_group() as group:
+
+            async def left() -> None:  # the client went away: stop watching
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                group.cancel_scope.cancel()
+
+            group.start_soon(left)
+            async with self._store.watch(self._thread) as changes:
+                entries = await self._store.read(self._thread)
+                seq = entries[-1].seq if entries else 0
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                first = b"retry: %d\n" % RECONNECT_MS + self._event(seq)
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+                while True:
+                    change: object = _ENDED
+                    with anyio.move_on_after(self._heartbeat) as waited:
+                        change = await anext(changes, _ENDED)
+                    if waited.cancelled_caught:
+                        await send({"type": "http.response.body", "body": b": still here\n\n", "more_body": True})
+                        continue
+                    if change is _ENDED:  # the store closed
+                        break
+                    fresh = await self._store.read(self._thread, after_seq=seq)
+                    if fresh:
+                        seq = fresh[-1].seq
+                        await send({"type": "http.response.body", "body": self._event(seq), "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            group.cancel_scope.cancel()
+
+
+_ENDED = object()
+
+#: How long a browser's EventSource waits before it reconnects a change stream that broke (a worker that died).
+RECONNECT_MS = 1000
 
 
 class _EventStream:
