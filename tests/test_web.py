@@ -15,7 +15,7 @@ from dial_runtime.web import create_app, scripted_agents
 
 from .fakes import envelope, suggest
 from .web_domains import WebNotes
-from .web_server import accept, finished, interrupts, run, run_input, serving
+from .web_server import accept, changes, decode, finished, interrupts, run, run_input, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -339,3 +339,42 @@ async def test_an_allowed_origin_may_post(client: httpx.AsyncClient) -> None:
 async def test_an_agent_with_no_reply_left_is_a_run_error(client: httpx.AsyncClient) -> None:
     events = await run(client, run_input(thread(), words="hello?"))
     assert (events[-1]["type"], events[-1]["code"]) == ("RUN_ERROR", "run-failed")
+
+
+def test_the_change_stream_names_the_log_s_last_seq_each_time_it_grows(base_url: str) -> None:
+    name = thread(ADD, ACK)
+    with changes(base_url, name) as stream, httpx.Client(base_url=base_url, timeout=10.0) as deciding:
+        assert stream.next_seq() == 0  # nothing stored yet
+        first = decode(deciding.post("/agui", json=run_input(name, words="add milk")).text)
+        shown = finished(first)["metadata"]["seq"]
+        assert stream.until(shown) == shown
+        resume = [accept(interrupts(first)[0])]
+        second = decode(deciding.post("/agui", json=run_input(name, resume=resume)).text)
+        done = finished(second)["metadata"]["seq"]
+        assert done > shown and stream.until(done) == done
+        snapshot = decode(deciding.post("/agui", json=run_input(name)).text)
+        assert finished(snapshot)["metadata"]["seq"] == done
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "status"),
+    [
+        ("/conversations/t/changes", {"x-user": "nobody"}, 401),
+        ("/conversations/a%20b/changes", {}, 400),
+        ("/conversations/secret/changes", {}, 403),
+    ],
+)
+async def test_a_change_stream_is_refused_to_whoever_may_not_see_it(
+    base_url: str, path: str, headers: dict[str, str], status: int
+) -> None:
+    app = create_app(
+        store="memory:",
+        domain=WebNotes(),
+        agent=scripted_agents({}),
+        auth=principal,
+        can_view=lambda who, conversation: conversation != "secret",
+    )
+    with serving(app) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10.0) as http:
+            response = await http.get(path, headers=headers)
+    assert response.status_code == status and set(response.json()) == {"error"}
