@@ -259,6 +259,8 @@ class _WebSurface:
             return _error(400, "the conversation id must be 1 to 128 letters, digits or ._:@-")
         if not self._may_view(principal, thread):
             return _error(403, "you may not see this conversation")
+        if not callable(getattr(self.settings.store, "watch", None)):
+            return _error(501, "this store cannot be watched (it has no watch method)")
         return _ChangeStream(self.settings.store, thread, self.settings.heartbeat)
 
     async def agui(self, request: Request) -> Response | _EventStream:
