@@ -378,3 +378,20 @@ async def test_a_change_stream_is_refused_to_whoever_may_not_see_it(
         async with httpx.AsyncClient(base_url=url, timeout=10.0) as http:
             response = await http.get(path, headers=headers)
     assert response.status_code == status and set(response.json()) == {"error"}
+
+
+def test_the_agent_is_built_inside_the_call_from_the_stored_log() -> None:
+    """The factory runs when the conversation first talks to the agent: under the lock, with the log the store
+    holds then (here: this run's decision already in it), never a copy read before the run took the lock."""
+    given: list[list[str]] = []
+
+    def build(conversation_id: str, log: Any) -> Any:
+        given.append([entry.event.type for entry in log])
+        return scripted_agents([ADD, ACK])(conversation_id, log)
+
+    app = create_app(store="memory:", domain=WebNotes(), agent=build)
+    with serving(app) as url, httpx.Client(base_url=url, timeout=10.0) as http:
+        first = decode(http.post("/agui", json=run_input("f", words="add milk")).text)
+        assert "reply" not in given[0] and "said" in given[0]  # built for the first send, before any reply
+        decode(http.post("/agui", json=run_input("f", resume=[accept(interrupts(first)[0])])).text)
+    assert len(given) == 2 and "decided" in given[1] and "action-started" in given[1]
