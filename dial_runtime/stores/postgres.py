@@ -289,7 +289,8 @@ class PostgresStore:
             connection.close()
 
     async def aclose(self) -> None:
-        """Close the connections; locks still held close theirs when released."""
+        """Close the connections, end every watch and stop the listener; locks still held close theirs when
+        released."""
 
         def work() -> None:
             with self._guard, self._idle_guard:
