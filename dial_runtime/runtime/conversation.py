@@ -468,12 +468,12 @@ class Conversation:
     def _review(self, effect: Review) -> Reviewed:
         validate = getattr(self.domain, "validate", None)
         issue = None if validate is None else as_issue(validate(effect.action, effect.payload))
-        if issue is not None or not effect.preview:
+        if not effect.preview or (issue is not None and not effect.refused_too):
             return Reviewed(issue)
-        return Reviewed(None, self._preview(effect.action, effect.payload))
+        return Reviewed(issue, self._preview(effect.action, effect.payload))
 
     def _preview(self, action: str, payload: Any) -> str:
-        """The domain's preview of a valid payload; the action's name when it has none or it raised."""
+        """The domain's preview of a payload; the action's name when it has none or it raised."""
         preview = getattr(self.domain, "preview", None)
         if preview is None:
             return action

@@ -732,15 +732,14 @@ class ConversationCore:
         else:
             self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by))
         edited = opened.edited
-        reviewed: Reviewed = yield Review(action=opened.action, payload=opened.payload, preview=edited)
+        # A refused edit is shown again as edited: its preview must read the payload the person now decides on.
+        reviewed: Reviewed = yield Review(
+            action=opened.action, payload=opened.payload, preview=edited, refused_too=edited
+        )
         issue = reviewed.issue
         if issue is None:
             yield from self._run(opened, reviewed.preview if edited else opened.preview)
             return
-        # A refused edit is shown again as edited: its preview must read the payload the person now decides on.
-        preview = (
-            (yield Preview(action=opened.action, payload=opened.payload)) if isinstance(decision, Edit) else None
-        )
         self.record(
             RefusedEvent(
                 suggestion_id=opened.id,
@@ -748,7 +747,7 @@ class ConversationCore:
                 code=issue.code,
                 field=issue.field,
                 hint=issue.hint,
-                preview=preview,
+                preview=reviewed.preview if edited else None,
             )
         )
         if SUGGESTION.is_final(opened.state):
