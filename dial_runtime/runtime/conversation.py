@@ -17,7 +17,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from types import GeneratorType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 import anyio
 import anyio.lowlevel
@@ -51,6 +51,7 @@ from .events import RENDERED, Event, LogEntry
 from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
 
 if TYPE_CHECKING:
+    from ..ports import Agent, DecisionLike, Domain, Human, StreamingAgent
     from ..stores.base import Store
 
 __all__ = ["HANDLED_ELEMENTS", "Conversation"]
@@ -61,7 +62,7 @@ logger = logging.getLogger("dial_runtime")
 CLOSE_TIMEOUT = 5.0
 
 
-def _awaitable(value: object) -> bool:
+def _awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
     """Whether a collaborator's answer must be awaited (``inspect.isawaitable`` without its slow ABC check for
     the plain values most answers are)."""
     return hasattr(value, "__await__") or (type(value) is GeneratorType and inspect.isawaitable(value))
@@ -88,6 +89,7 @@ class Conversation:
         "_core",
         "_gate",
         "_more_streamed",
+        "_on_event",
         "_shown",
         "_stale",
         "_store",
@@ -98,16 +100,15 @@ class Conversation:
         "domain",
         "human",
         "id",
-        "on_event",
         "timeout",
     )
 
     def __init__(
         self,
         *,
-        agent: Any,
-        domain: Any,
-        human: Any,
+        agent: Agent,
+        domain: Domain,
+        human: Human,
         on_event: Callable[[Event], object] | None = None,
         timeout: float | None = 90.0,
         max_turns: int = 8,
@@ -126,7 +127,7 @@ class Conversation:
         self.agent = agent
         self.domain = domain
         self.human = human
-        self.on_event = on_event
+        self._on_event = on_event
         self.timeout = timeout
         self.id = conversation_id
         self._core = ConversationCore(
@@ -157,6 +158,17 @@ class Conversation:
         async with conversation._calling():
             pass
         return conversation
+
+    @property
+    def on_event(self) -> Callable[[Event], object] | None:
+        """Called with each event a surface renders (``RENDERED``) as it happens; its exceptions are logged."""
+        return self._on_event
+
+    @on_event.setter
+    def on_event(self, value: Callable[[Event], object] | None) -> None:
+        """Set what is shown the events recorded from now on."""
+        self._on_event = value
+        self._shown = len(self._core.log.events)
 
     @property
     def max_turns(self) -> int:
@@ -254,7 +266,7 @@ class Conversation:
             return await self._result(self._core.say(text or ""))
 
     async def decide(
-        self, suggestion_id: str, decision: object, *, by: str | None = None, shown: str | None = None
+        self, suggestion_id: str, decision: DecisionLike, *, by: str | None = None, shown: str | None = None
     ) -> TurnResult:
         """Take the person's deferred decision on a suggestion and carry on with the conversation.
 
@@ -327,12 +339,12 @@ class Conversation:
         exceptions are logged and go no further)."""
         events = self._core.log.events
         start, self._shown = self._shown, len(events)
-        if self.on_event is None or start == len(events):
+        if self._on_event is None or start == len(events):
             return
         for event in events[start:]:
             if event.type in RENDERED:
                 try:
-                    self.on_event(event)
+                    self._on_event(event)
                 except Exception:
                     logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
 
@@ -357,7 +369,10 @@ class Conversation:
             except BaseException:
                 self._show()
                 raise
-            self._show()
+            if (
+                self._on_event is not None
+            ):  # without one nothing is shown (its setter starts from the log as it is)
+                self._show()
             if type(effect) is until:
                 return None
             error = None
@@ -365,7 +380,7 @@ class Conversation:
                 if effect.immediate:
                     value = _ANSWERS[type(effect)](self, effect)
                 else:
-                    if effect.durable:
+                    if effect.durable and self._store is not None:
                         await self.flush()
                     value = await _PERFORMERS[type(effect)](self, call, effect)
             except BaseException as raised:
@@ -380,7 +395,7 @@ class Conversation:
         if callable(getattr(self.agent, "stream", None)):
             return await self._stream(call, effect)
         timeout = self.timeout
-        reply = self.agent.send(effect.message)
+        reply: object = self.agent.send(effect.message)
         if _awaitable(reply):
             if timeout is None:
                 reply = await reply
@@ -404,7 +419,7 @@ class Conversation:
 
         async def produce() -> None:
             failure: Exception | None = None
-            chunks = self.agent.stream(effect.message)
+            chunks = cast("StreamingAgent", self.agent).stream(effect.message)
             try:
                 async for chunk in chunks:
                     completed = core.feed(chunk)
@@ -488,7 +503,9 @@ class Conversation:
         """Put the question to the person: a plain function's answer is taken at once; an awaitable one is
         awaited by :meth:`_await_person` once the core has logged what it must."""
         question = effect.question
-        reply = self.human.decide(question) if isinstance(question, Suggestion) else self.human.answer(question)
+        reply: object = (
+            self.human.decide(question) if isinstance(question, Suggestion) else self.human.answer(question)
+        )
         if not _awaitable(reply):
             return Answer(reply, by=self._person())
         self._thinking = reply
@@ -510,7 +527,7 @@ class Conversation:
 
     async def _run(self, call: Call, effect: RunAction) -> object:
         try:
-            result = self.domain.run(effect.action, effect.payload)
+            result: object = self.domain.run(effect.action, effect.payload)
             if _awaitable(result):
                 result = await result
         except Exception as error:
