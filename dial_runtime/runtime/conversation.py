@@ -263,19 +263,27 @@ class Conversation:
         words = text or ""
         return await self._hold(lambda: self._core.say(words))
 
-    async def decide(self, suggestion_id: str, decision: DecisionLike, *, by: str | None = None) -> TurnResult:
+    async def decide(
+        self, suggestion_id: str, decision: DecisionLike, *, by: str | None = None, shown: str | None = None
+    ) -> TurnResult:
         """Take the person's deferred decision on a suggestion and carry on with the conversation.
 
         ``decision`` is ``Accept()``, ``Dismiss()``, ``Edit(payload)`` or ``Say(text)`` (or their dict forms).
         Once nothing is pending the turn loop continues, and the call returns its ``TurnResult``; a refused edit
-        leaves the suggestion pending with its issue (status ``awaiting``). Raises ``DialError`` and changes
-        nothing when the suggestion is not awaiting a decision.
+        leaves the suggestion pending with its issue and a preview of the edited payload (status ``awaiting``).
+        ``shown`` is the ``digest`` of the suggestion the person saw: checked under the conversation's lock, with
+        the log as the store has it, so a decision on a payload that is no longer the one waiting cannot run.
+
+        Changes nothing and raises :class:`~dial_runtime.AlreadyDecided` (``by``, ``how``) when the suggestion has
+        ended (another tab or worker decided it), :class:`~dial_runtime.PayloadChanged` when ``shown`` does not
+        match, ``DialError`` when there is no such suggestion awaiting a decision.
         """
         chosen = as_decision(decision)
-        return await self._hold(lambda: self._core.decide(suggestion_id, chosen, by))
+        return await self._hold(lambda: self._core.decide(suggestion_id, chosen, by, shown))
 
     async def answer(self, ask_id: str, text: str | None, *, by: str | None = None) -> TurnResult:
-        """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands)."""
+        """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands);
+        :class:`~dial_runtime.AlreadyDecided` when it was answered already or ended, and nothing changes."""
         words = text or ""
         return await self._hold(lambda: self._core.answer(ask_id, words, by))
 
@@ -471,12 +479,12 @@ class Conversation:
     def _review(self, effect: Review) -> Reviewed:
         validate = getattr(self.domain, "validate", None)
         issue = None if validate is None else as_issue(validate(effect.action, effect.payload))
-        if issue is not None or not effect.preview:
+        if not effect.preview or (issue is not None and not effect.refused_too):
             return Reviewed(issue)
-        return Reviewed(None, self._preview(effect.action, effect.payload))
+        return Reviewed(issue, self._preview(effect.action, effect.payload))
 
     def _preview(self, action: str, payload: Any) -> str:
-        """The domain's preview of a valid payload; the action's name when it has none or it raised."""
+        """The domain's preview of a payload; the action's name when it has none or it raised."""
         preview = getattr(self.domain, "preview", None)
         if preview is None:
             return action

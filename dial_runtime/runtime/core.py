@@ -18,7 +18,7 @@ import time
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
-from ..errors import DialError, DialSizeError
+from ..errors import AlreadyDecided, DialError, DialSizeError, PayloadChanged
 from ..language.outcomes import Outcome, outcome_reply, refusal_reply, to_json_ready
 from ..language.parser import parse
 from ..language.payloads import declare_value, pair_payload
@@ -90,6 +90,7 @@ from .records import (
     Say,
     TurnResult,
     as_decision,
+    payload_digest,
 )
 from .state import ConversationState, OpenSuggestion, fold_log
 
@@ -146,6 +147,21 @@ class _Stream:
         self.ended = False
         self.failure: Exception | None = None
         self.logged = 0  # how much of the reply's text ``reply-progress`` events hold
+
+
+def already_decided(events: Sequence[Event], subject_id: str) -> AlreadyDecided | None:
+    """How a suggestion or ask that no longer waits ended, from a log's events (the last word on it): who decided
+    and how, ``answered`` for an ask, else its outcome's status; ``None`` when the log shows it never ended."""
+    ended: str | None = None
+    for event in reversed(events):
+        found: Any = event
+        if found.type == "decided" and found.suggestion_id == subject_id:
+            return AlreadyDecided(subject_id, by=found.by, how=found.decision)
+        if found.type == "answered" and found.ask_id == subject_id and found.text:
+            return AlreadyDecided(subject_id, by=found.by, how="answered")
+        if ended is None and found.type == "outcome" and found.id == subject_id:
+            ended = found.status
+    return None if ended is None else AlreadyDecided(subject_id, by=None, how=ended)
 
 
 class ConversationCore:
@@ -243,22 +259,37 @@ class ConversationCore:
             return self._finished_at_once()
         return self._drive(words, None)
 
-    def decide(self, suggestion_id: str, decision: Accept | Dismiss | Edit | Say | Defer, by: str | None) -> Call:
-        """Take the person's deferred decision on a suggestion and carry on; ``DialError`` when it is not
-        awaiting one (nothing changes)."""
+    def decide(
+        self,
+        suggestion_id: str,
+        decision: Accept | Dismiss | Edit | Say | Defer,
+        by: str | None,
+        shown: str | None = None,
+    ) -> Call:
+        """Take the person's deferred decision on a suggestion and carry on. Nothing changes when it is not
+        awaiting one: :class:`AlreadyDecided` when it has ended, ``DialError`` otherwise; nor when ``shown`` (the
+        digest of the payload the person saw) is not the waiting payload's: :class:`PayloadChanged`."""
         opened = self.state.open_suggestions.get(suggestion_id)
         if opened is None or not opened.deferred:
-            raise DialError(f"Conversation: suggestion {suggestion_id!r} is not awaiting a decision")
+            raise self._not_waiting(suggestion_id, "suggestion", "a decision")
+        if shown is not None and shown != (waiting := payload_digest(opened.action, opened.payload)):
+            raise PayloadChanged(suggestion_id, shown=shown, waiting=waiting)
         self.record(ResumedEvent(call="decide"))
         return self._drive("", self._decided(opened, decision, by))
 
     def answer(self, ask_id: str, text: str, by: str | None) -> Call:
         """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands)."""
         if ask_id not in self.state.open_asks:
-            raise DialError(f"Conversation: ask {ask_id!r} is not awaiting an answer")
+            raise self._not_waiting(ask_id, "ask", "an answer")
         self.record(ResumedEvent(call="answer"))
         self.record(AnsweredEvent(ask_id=ask_id, text=text, by=by))
         return self._drive("", None)
+
+    def _not_waiting(self, subject_id: str, kind: str, awaited: str) -> DialError:
+        """Why a decision or answer cannot be taken: :class:`AlreadyDecided` when the log shows the suggestion or
+        ask ended, else a ``DialError`` (never shown, or not waiting for the person yet)."""
+        ended = already_decided(self.log.events, subject_id)
+        return ended or DialError(f"Conversation: {kind} {subject_id!r} is not awaiting {awaited}")
 
     def resume(self) -> Call | None:
         """Carry on with a reply whose handling a crash cut short; ``None`` when nothing waits to be resumed."""
@@ -701,7 +732,10 @@ class ConversationCore:
         else:
             self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by))
         edited = opened.edited
-        reviewed: Reviewed = yield Review(action=opened.action, payload=opened.payload, preview=edited)
+        # A refused edit is shown again as edited: its preview must read the payload the person now decides on.
+        reviewed: Reviewed = yield Review(
+            action=opened.action, payload=opened.payload, preview=edited, refused_too=edited
+        )
         issue = reviewed.issue
         if issue is None:
             yield from self._run(opened, reviewed.preview if edited else opened.preview)
@@ -713,6 +747,7 @@ class ConversationCore:
                 code=issue.code,
                 field=issue.field,
                 hint=issue.hint,
+                preview=reviewed.preview if edited else None,
             )
         )
         if SUGGESTION.is_final(opened.state):

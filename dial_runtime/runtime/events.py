@@ -240,7 +240,11 @@ class DeferredEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RefusedEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """The domain refused the payload the person accepted or edited; they see ``issue`` and decide again."""
+    """The domain refused the payload the person accepted or edited; they see ``issue`` and decide again.
+
+    After a refused edit ``preview`` reads the edited payload (what the person now decides on); ``None`` when the
+    preview did not change (an accepted payload refused).
+    """
 
     type: ClassVar[str] = "refused"
     suggestion_id: str
@@ -248,6 +252,7 @@ class RefusedEvent(msgspec.Struct, frozen=True, kw_only=True):
     code: str | None = None
     field: str | None = None
     hint: str | None = None
+    preview: str | None = None
 
 
 class ActionStartedEvent(msgspec.Struct, frozen=True, kw_only=True):

@@ -110,6 +110,7 @@ class OpenSuggestion:
             payload=self.payload,
             preview=self.preview,
             destructive=self.destructive,
+            mutates=self.mutates,
             issue=self.issue,
         )
 
@@ -400,6 +401,8 @@ class ConversationState:
         opened = self._open(event.suggestion_id)
         opened.state = SUGGESTION.fire(opened.state, "refuse")
         opened.issue = Issue(code=event.code, field=event.field, hint=event.hint)
+        if event.preview is not None:
+            opened.preview = event.preview
 
     def _action_started(self, event: ActionStartedEvent) -> None:
         opened = self._open(event.suggestion_id)
