@@ -326,6 +326,31 @@ def test_chat_holds_a_conversation_over_an_mcp_servers_tools(tmp_path: Path) -> 
         assert 'yield="sg-1:done"' in told(server.requests[1])
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.parametrize("trusted", [False, True], ids=["asks", "trust-read-only"])
+def test_chat_runs_a_read_only_tool_unasked_only_with_trust_read_only(tmp_path: Path, trusted: bool) -> None:
+    """The faulty server's ``echo`` is marked read-only: ``chat`` puts it to the person unless
+    ``--trust-read-only`` is given, then runs it at once."""
+    from .test_terminal import Terminal
+
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([envelope(suggest("echo", payload({"text": "hi"}))), DONE]))
+    flags = ["--trust-read-only"] if trusted else []
+    term = Terminal("chat", "--agent", f"script:{script}", "--mcp", shlex.join(FAULTY), *flags)
+    try:
+        term.type("echo hi", after="you:")
+        if not trusted:
+            term.expect("sg-1 · echo")
+            term.type("a", after="sg-1 ›")
+        term.expect("✓ done: Echo: text=\"hi\"", "agent: ok")
+        term.press("\x04", after="you:")
+        assert term.finish() == 0
+    finally:
+        if term.child.isalive():
+            term.child.terminate(force=True)
+    assert ("sg-1 ›" in term.screen) is not trusted
+
+
 @pytest.mark.parametrize(
     ("server", "status", "message"),
     [
