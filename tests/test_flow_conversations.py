@@ -9,6 +9,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from statemachine import State, StateMachine
 
 from dial_runtime import (
@@ -99,8 +101,15 @@ class World:
     """Answers the core's effects from the orders domain (pure functions), a list of replies and a script of
     decisions."""
 
-    def __init__(self, replies: list[str], decisions: list[Any] = ()) -> None:  # type: ignore[assignment]
+    def __init__(
+        self,
+        replies: list[str],
+        decisions: list[Any] = (),  # type: ignore[assignment]
+        *,
+        then: str | None = None,
+    ) -> None:
         self.replies = list(replies)
+        self.then = then  # the reply once ``replies`` are used up (``None``: no further reply is expected)
         self.decisions = list(decisions)
         self.messages: list[str] = []
 
@@ -109,7 +118,7 @@ class World:
             return None
         if isinstance(effect, Send):
             self.messages.append(effect.message)
-            return Replied(self.replies.pop(0))
+            return Replied(self.replies.pop(0) if self.replies or self.then is None else self.then)
         if isinstance(effect, LookUp):
             return orders.actions.get(effect.action)
         if isinstance(effect, Validate):
@@ -237,6 +246,29 @@ def test_a_call_moves_the_flow_only_by_done_outcomes(
     assert (result.status, [(o.id, o.status, o.code) for o in result.outcomes]) == (status, expected)
     assert core.state.flow_state == flow_state
     assert world.replies == [] and world.decisions == []
+    assert ConversationState.fold(core.log.events, flow=RULES.table) == core.state
+
+
+@given(st.lists(st.tuples(st.sampled_from(list(orders.actions)), st.booleans()), max_size=10))
+def test_the_conversations_flow_follows_the_declared_machine(steps: list[tuple[str, bool]]) -> None:
+    """Whatever the agent suggests and the person decides, one suggestion a call: a bound action is refused
+    exactly where the declared machine refuses its event, the flow moves exactly as the machine does on each
+    done outcome, and the conversation ends exactly when the machine reaches a final state."""
+    declared = Order()
+    core = ConversationCore(flow=RULES)
+    for action, accepted in steps:
+        if core.state.ended:
+            assert declared.is_terminated
+            break
+        world = World([envelope(suggest(action, ORDER))], [Accept() if accepted else Dismiss()], then=ACK)
+        (outcome,) = drive(core.say("go on"), world).outcomes
+        event = orders.event_of(action)
+        allowed = event is None or event in {e.id for e in declared.allowed_events}
+        assert (outcome.code == "not-allowed-now") is not allowed
+        if allowed and outcome.status == "done" and event is not None:
+            declared.send(event)
+        assert core.state.flow_state == declared.current_state_value
+        assert core.state.ended is declared.is_terminated
     assert ConversationState.fold(core.log.events, flow=RULES.table) == core.state
 
 
@@ -502,3 +534,28 @@ def test_the_system_prompt_describes_the_flow() -> None:
     assert "- in `draft`: `confirm-order` -> `confirmed`, `cancel-order` -> `cancelled`\n" in prompt
     assert "- in `confirmed`: `take-payment` -> `paid`, `cancel-order` -> `cancelled`\n" in prompt
     assert "`show-order` is possible in every state and moves nothing." in prompt
+
+
+@pytest.mark.parametrize("corrupt", [False, True], ids=["as-recorded", "a-move-from-nowhere"])
+def test_import_takes_a_flow_log_and_refuses_one_whose_moves_do_not_follow(
+    corrupt: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Imported without the domain, a log's moves must still follow one another (each from the state the last
+    one reached); the table's own rules are checked when a conversation or a replay folds it with the domain."""
+    from dial_runtime.cli import main
+    from dial_runtime.jsonl import export_jsonl
+
+    log = finished_log()
+    if corrupt:
+        second = [i for i, entry in enumerate(log) if entry.event.type == "flow-moved"][1]
+        event = msgspec.structs.replace(log[second].event, source="draft")  # type: ignore[type-var]
+        log[second] = msgspec.structs.replace(log[second], event=event)
+    path = tmp_path / "orders.jsonl"
+    with path.open("w", encoding="utf-8") as file:
+        export_jsonl(log, file, conversation_id="o-1")
+    status = main(["import", str(path), "--store", f"sqlite:{tmp_path / 'c.db'}"])
+    err = capsys.readouterr().err
+    if corrupt:
+        assert status == 1 and err.count("\n") == 1 and "the flow is in 'confirmed', not 'draft'" in err, err
+    else:
+        assert (status, err) == (0, "")
