@@ -25,7 +25,7 @@ from dial_runtime import (
     scripted_human,
     system_prompt,
 )
-from dial_runtime.runtime.core import Call, ConversationCore
+from dial_runtime.runtime.core import ConversationCore
 from dial_runtime.runtime.effects import (
     Answer,
     Consult,
@@ -42,27 +42,15 @@ from dial_runtime.runtime.effects import (
 )
 from dial_runtime.runtime.events import EndedEvent, FlowMovedEvent, LogEntry, entry_from_dict, entry_to_dict
 from dial_runtime.runtime.flow import FlowRules
-from dial_runtime.runtime.records import TurnResult
 from dial_runtime.runtime.state import ConversationState, fold_log
 from dial_runtime.stores import open_store
 
 from .fakes import Agent, Notes, envelope, suggest
+from .test_core import drive
+from .test_flows import Order
 
 ACK = envelope("<dial-acknowledge>ok</dial-acknowledge>")
 ORDER = '{"order_id": "o-1"}'
-
-
-class Order(StateMachine):
-    """An order, from draft to paid or cancelled."""
-
-    draft = State(initial=True)
-    confirmed = State()
-    paid = State(final=True)
-    cancelled = State(final=True)
-
-    confirm = draft.to(confirmed)
-    pay = confirmed.to(paid)
-    cancel = cancelled.from_(draft, confirmed)
 
 
 orders = Domain("orders", flow=Order)
@@ -133,18 +121,6 @@ class World:
             except ActionError as error:
                 return RunFailed(error)
         raise AssertionError(f"unexpected effect {effect!r}")
-
-
-def drive(call: Call | None, world: World) -> TurnResult:
-    assert call is not None
-    value: object = None
-    while True:
-        try:
-            effect = call.send(value)
-        except StopIteration as stop:
-            result: TurnResult = stop.value
-            return result
-        value = world.respond(effect)
 
 
 def moves(core: ConversationCore) -> list[tuple[str, str, str]]:
