@@ -421,6 +421,9 @@ def _audit_detail(event: dict[str, Any]) -> tuple[str, str] | None:
     if kind == "action-started":
         edited = " (edited)" if event["edited"] else ""
         return "run", f"{event['suggestion_id']} {event['action']} {_json_text(event['payload'])}{edited}"
+    if kind == "flow-moved":
+        moved = f"{event['source']} → {event['target']} on {event['event']}"
+        return "flow moved", f"{moved} ({event['suggestion_id']} {event['action']} done)"
     if kind == "outcome":
         parts = [event["id"], event["status"]]
         if event["result"] is not None:

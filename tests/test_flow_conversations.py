@@ -535,3 +535,15 @@ def test_import_takes_a_flow_log_and_refuses_one_whose_moves_do_not_follow(
         assert status == 1 and err.count("\n") == 1 and "the flow is in 'confirmed', not 'draft'" in err, err
     else:
         assert (status, err) == (0, "")
+
+
+def test_the_audit_trail_shows_each_move_and_the_result() -> None:
+    from dial_runtime.cli import audit_line
+
+    lines = [line for entry in finished_log() if (line := audit_line(entry)) is not None]
+    moved = [line.split("  ", 1)[1] for line in lines if "flow moved" in line]
+    assert [" ".join(line.split()[1:]) for line in moved] == [
+        "flow moved draft → confirmed on confirm (sg-1 confirm-order done)",
+        "flow moved confirmed → paid on pay (sg-2 take-payment done)",
+    ]
+    assert any(line.endswith("ended         the orders flow reached 'paid'") for line in lines)
