@@ -547,3 +547,26 @@ def test_the_audit_trail_shows_each_move_and_the_result() -> None:
         "flow moved confirmed → paid on pay (sg-2 take-payment done)",
     ]
     assert any(line.endswith("ended         the orders flow reached 'paid'") for line in lines)
+
+
+def orders_domain() -> Domain:
+    """The orders domain, as ``--domain tests.test_flow_conversations:orders_domain`` names it."""
+    return orders
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_chat_says_which_final_state_ended_the_conversation(tmp_path: Path) -> None:
+    from .test_terminal import Terminal
+
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([envelope(suggest("cancel-order", ORDER))]))
+    domain = "tests.test_flow_conversations:orders_domain"
+    term = Terminal("chat", "--agent", f"script:{script}", "--domain", domain)
+    try:
+        term.type("cancel it", after="you:")
+        term.type("a", after="sg-1 ›")
+        term.expect("(the conversation has ended: cancelled)")
+        assert term.finish() == 0, "an ended conversation ends the chat"
+    finally:
+        if term.child.isalive():
+            term.child.terminate(force=True)
