@@ -342,7 +342,7 @@ def test_chat_runs_a_read_only_tool_unasked_only_with_trust_read_only(tmp_path: 
         if not trusted:
             term.expect("sg-1 · echo")
             term.type("a", after="sg-1 ›")
-        term.expect("✓ done: Echo: text=\"hi\"", "agent: ok")
+        term.expect('✓ done: Echo: text="hi"', "agent: ok")
         term.press("\x04", after="you:")
         assert term.finish() == 0
     finally:
@@ -374,10 +374,15 @@ def test_chat_refuses_an_mcp_server_it_cannot_reach(
 # --- dial-runtime serve --mcp -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("trusted", [False, True], ids=["asks", "trust-read-only"])
-def test_serve_puts_an_mcp_servers_tools_behind_agui(repository: Path, tmp_path: Path, trusted: bool) -> None:
+@pytest.mark.parametrize(
+    ("trusted", "workers"), [(False, 1), (True, 2)], ids=["asks", "trust-read-only-2-workers"]
+)
+def test_serve_puts_an_mcp_servers_tools_behind_agui(
+    repository: Path, tmp_path: Path, trusted: bool, workers: int
+) -> None:
     """A real git server behind ``serve``: its read-only ``git_status`` waits for the person's approval, unless
-    ``--trust-read-only`` lets it run at once; either way its output is the tool call's result."""
+    ``--trust-read-only`` lets it run at once; either way its output is the tool call's result. With several
+    workers, each connects to a server of its own."""
     from .test_web_serve import serve
     from .web_server import decode, run_input
 
@@ -385,7 +390,8 @@ def test_serve_puts_an_mcp_servers_tools_behind_agui(repository: Path, tmp_path:
     script.write_text(json.dumps([envelope(suggest("git_status", payload({"repo_path": str(repository)}))), DONE]))
     server = shlex.join([str(GIT_SERVER), "--repository", str(repository)])
     options = ["--agent", f"script:{script}", "--mcp", server, "--store", f"sqlite:{tmp_path / 'c.db'}"]
-    with serve(*options, *(["--trust-read-only"] if trusted else [])) as url:
+    options += ["--workers", str(workers), *(["--trust-read-only"] if trusted else [])]
+    with serve(*options) as url:
         events = decode(httpx.post(f"{url}/agui", json=run_input("g", words="status?"), timeout=30).text)
         interrupts = events[-1]["outcome"].get("interrupts", [])
         if not trusted:
