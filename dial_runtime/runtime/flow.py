@@ -41,6 +41,8 @@ class FlowRules:
     table: Table
     actions: tuple[str, ...]
     events: Mapping[str, str] = attrs.field(converter=_frozen)
+    _allowed: dict[str, tuple[str, ...]] = attrs.field(init=False, repr=False, eq=False)
+    _contexts: dict[str, str] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         if self.table.flags:
@@ -50,6 +52,19 @@ class FlowRules:
                 raise ValueError(f"{self.name}: the flow {self.table.name} has no event {event!r}")
             if action not in self.actions:
                 raise ValueError(f"{self.name}: the action {action!r} bound to {event!r} is not declared")
+        # What each state allows, and the context text that says so, are read once: a turn only looks them up.
+        allowed = {
+            state: tuple(name for name in self.actions if self.events.get(name, None) in (None, *events))
+            for state, events in ((state, self.table.allowed(state)) for state in self.table.states)
+        }
+        name = escape_attribute(self.name)
+        contexts = {
+            state: f'<flow name="{name}" state="{escape_attribute(state)}" '
+            f'allowed="{escape_attribute(" ".join(actions))}"/>'
+            for state, actions in allowed.items()
+        }
+        object.__setattr__(self, "_allowed", allowed)
+        object.__setattr__(self, "_contexts", contexts)
 
     @property
     def initial(self) -> str:
@@ -63,8 +78,10 @@ class FlowRules:
     def allowed_actions(self, state: str) -> tuple[str, ...]:
         """The actions allowed in ``state``, in declaration order: every unbound action, and each bound one whose
         event ``state`` has a transition for. ``ValueError`` for a state the flow lacks."""
-        allowed = self.table.allowed(state)
-        return tuple(name for name in self.actions if self.events.get(name, None) in (None, *allowed))
+        try:
+            return self._allowed[state]
+        except KeyError:
+            raise ValueError(f"{self.table.name}: unknown state {state!r}") from None
 
     def allowed_now(self, state: str, action: str) -> Issue | None:
         """``None`` when ``action`` may be suggested in ``state``, else ``not-allowed-now`` with a hint naming the
@@ -86,6 +103,7 @@ class FlowRules:
 
     def context(self, state: str) -> str:
         """The flow's state and the actions allowed in it, as the text that goes with a turn's context."""
-        name, at = escape_attribute(self.name), escape_attribute(state)
-        allowed = escape_attribute(" ".join(self.allowed_actions(state)))
-        return f'<flow name="{name}" state="{at}" allowed="{allowed}"/>'
+        try:
+            return self._contexts[state]
+        except KeyError:
+            raise ValueError(f"{self.table.name}: unknown state {state!r}") from None
