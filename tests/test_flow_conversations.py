@@ -570,3 +570,12 @@ def test_chat_says_which_final_state_ended_the_conversation(tmp_path: Path) -> N
     finally:
         if term.child.isalive():
             term.child.terminate(force=True)
+
+
+def test_an_ended_event_written_before_results_existed_still_reads() -> None:
+    from dial_runtime.jsonl import import_jsonl
+
+    header = '{"format": "dial-runtime-log", "version": 1, "conversation_id": "old"}'
+    line = '{"seq":1,"time":1.0,"event":{"type":"ended","reason":"end() was called"}}'
+    (_, (entry,)) = import_jsonl([header, line])
+    assert entry.event == EndedEvent(reason="end() was called", result=None)
