@@ -591,7 +591,8 @@ def _list(args: argparse.Namespace) -> int:
             status = "a log this runtime cannot fold"
         else:
             waiting = ", ".join(item.id for item in state.pending())
-            status = "ended" if state.ended else f"waits for {waiting}" if waiting else "open"
+            ended = f"ended: {state.result}" if state.result else "ended"
+            status = ended if state.ended else f"waits for {waiting}" if waiting else "open"
         print(f"{ident:<{width}}  {len(entries):>5} events  last {when.replace('+00:00', 'Z')}  {status}")
     return 0
 

@@ -529,12 +529,15 @@ def test_import_takes_a_flow_log_and_refuses_one_whose_moves_do_not_follow(
     path = tmp_path / "orders.jsonl"
     with path.open("w", encoding="utf-8") as file:
         export_jsonl(log, file, conversation_id="o-1")
-    status = main(["import", str(path), "--store", f"sqlite:{tmp_path / 'c.db'}"])
+    store = f"sqlite:{tmp_path / 'c.db'}"
+    status = main(["import", str(path), "--store", store])
     err = capsys.readouterr().err
     if corrupt:
         assert status == 1 and err.count("\n") == 1 and "the flow is in 'confirmed', not 'draft'" in err, err
-    else:
-        assert (status, err) == (0, "")
+        return
+    assert (status, err) == (0, "")
+    assert main(["list", "--store", store]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("ended: paid"), "list says which final state ended it"
 
 
 def test_the_audit_trail_shows_each_move_and_the_result() -> None:
