@@ -34,9 +34,9 @@ from dial_runtime.runtime.effects import (
     Consult,
     GetContext,
     LookUp,
-    Preview,
     Ran,
     Replied,
+    Reviewed,
     RunAction,
     Send,
 )
@@ -101,14 +101,14 @@ def core_call(shop: Domain) -> None:
             value = Replied(replies.pop(0))
         elif kind is LookUp:
             value = shop.actions.get(effect.action)  # type: ignore[attr-defined]
-        elif kind is Preview:
-            value = shop.preview(effect.action, effect.payload)  # type: ignore[attr-defined]
         elif kind is Consult:
             value = Answer(Accept())
         elif kind is RunAction:
             value = Ran(shop.run(effect.action, effect.payload))  # type: ignore[attr-defined]
-        else:
-            value = shop.validate(effect.action, effect.payload)  # type: ignore[attr-defined]
+        else:  # Review
+            issue = shop.validate(effect.action, effect.payload)  # type: ignore[attr-defined]
+            shown = issue is None and effect.preview  # type: ignore[attr-defined]
+            value = Reviewed(issue, shop.preview(effect.action, effect.payload) if shown else "")  # type: ignore[attr-defined]
 
 
 PAYLOAD = {"name": "milk", "category": "dairy", "quantity": 2, "price": 1.25, "tags": ["fresh", "local"]}

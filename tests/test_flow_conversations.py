@@ -32,13 +32,13 @@ from dial_runtime.runtime.effects import (
     Effect,
     GetContext,
     LookUp,
-    Preview,
     Ran,
     Replied,
+    Review,
+    Reviewed,
     RunAction,
     RunFailed,
     Send,
-    Validate,
 )
 from dial_runtime.runtime.events import EndedEvent, FlowMovedEvent, LogEntry, entry_from_dict, entry_to_dict
 from dial_runtime.runtime.flow import FlowRules
@@ -109,10 +109,10 @@ class World:
             return Replied(self.replies.pop(0) if self.replies or self.then is None else self.then)
         if isinstance(effect, LookUp):
             return orders.actions.get(effect.action)
-        if isinstance(effect, Validate):
-            return orders.validate(effect.action, effect.payload)
-        if isinstance(effect, Preview):
-            return orders.preview(effect.action, effect.payload)
+        if isinstance(effect, Review):
+            issue = orders.validate(effect.action, effect.payload)
+            shown = issue is None and effect.preview
+            return Reviewed(issue, orders.preview(effect.action, effect.payload) if shown else "")
         if isinstance(effect, Consult):
             return Answer(self.decisions.pop(0))
         if isinstance(effect, RunAction):
