@@ -96,6 +96,7 @@ class Conversation:
         "_core",
         "_gate",
         "_more_streamed",
+        "_on_event",
         "_shown",
         "_stale",
         "_store",
@@ -106,7 +107,6 @@ class Conversation:
         "domain",
         "human",
         "id",
-        "on_event",
         "timeout",
     )
 
@@ -134,7 +134,7 @@ class Conversation:
         self.agent = agent
         self.domain = domain
         self.human = human
-        self.on_event = on_event
+        self._on_event = on_event
         self.timeout = timeout
         self.id = conversation_id
         self._core = ConversationCore(
@@ -166,6 +166,17 @@ class Conversation:
         async with conversation._calling():
             pass
         return conversation
+
+    @property
+    def on_event(self) -> Callable[[Event], object] | None:
+        """Called with each event a surface renders (``RENDERED``) as it happens; its exceptions are logged."""
+        return self._on_event
+
+    @on_event.setter
+    def on_event(self, value: Callable[[Event], object] | None) -> None:
+        """Set what is shown the events recorded from now on."""
+        self._on_event = value
+        self._shown = len(self._core.log.events)
 
     @property
     def max_turns(self) -> int:
@@ -338,12 +349,12 @@ class Conversation:
         exceptions are logged and go no further)."""
         events = self._core.log.events
         start, self._shown = self._shown, len(events)
-        if self.on_event is None or start == len(events):
+        if self._on_event is None or start == len(events):
             return
         for event in events[start:]:
             if event.type in RENDERED:
                 try:
-                    self.on_event(event)
+                    self._on_event(event)
                 except Exception:
                     logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
 
@@ -368,7 +379,10 @@ class Conversation:
             except BaseException:
                 self._show()
                 raise
-            self._show()
+            if (
+                self._on_event is not None
+            ):  # without one nothing is shown (its setter starts from the log as it is)
+                self._show()
             if type(effect) is until:
                 return None
             error = None
@@ -376,7 +390,7 @@ class Conversation:
                 if effect.immediate:
                     value = _ANSWERS[type(effect)](self, effect)
                 else:
-                    if effect.durable:
+                    if effect.durable and self._store is not None:
                         await self.flush()
                     value = await _PERFORMERS[type(effect)](self, call, effect)
             except BaseException as raised:
