@@ -17,7 +17,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from types import GeneratorType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 import anyio
 import anyio.lowlevel
@@ -52,6 +52,7 @@ from .flow import FlowRules
 from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
 
 if TYPE_CHECKING:
+    from ..ports import Agent, DecisionLike, Domain, Human, StreamingAgent
     from ..stores.base import Store
 
 __all__ = ["HANDLED_ELEMENTS", "Conversation"]
@@ -62,7 +63,7 @@ logger = logging.getLogger("dial_runtime")
 CLOSE_TIMEOUT = 5.0
 
 
-def _awaitable(value: object) -> bool:
+def _awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
     """Whether a collaborator's answer must be awaited (``inspect.isawaitable`` without its slow ABC check for
     the plain values most answers are)."""
     return hasattr(value, "__await__") or (type(value) is GeneratorType and inspect.isawaitable(value))
@@ -113,9 +114,9 @@ class Conversation:
     def __init__(
         self,
         *,
-        agent: Any,
-        domain: Any,
-        human: Any,
+        agent: Agent,
+        domain: Domain,
+        human: Human,
         on_event: Callable[[Event], object] | None = None,
         timeout: float | None = 90.0,
         max_turns: int = 8,
@@ -283,7 +284,7 @@ class Conversation:
         async with self._calling():
             return await self._result(self._core.say(text or ""))
 
-    async def decide(self, suggestion_id: str, decision: object, *, by: str | None = None) -> TurnResult:
+    async def decide(self, suggestion_id: str, decision: DecisionLike, *, by: str | None = None) -> TurnResult:
         """Take the person's deferred decision on a suggestion and carry on with the conversation.
 
         ``decision`` is ``Accept()``, ``Dismiss()``, ``Edit(payload)`` or ``Say(text)`` (or their dict forms).
@@ -405,7 +406,7 @@ class Conversation:
         if callable(getattr(self.agent, "stream", None)):
             return await self._stream(call, effect)
         timeout = self.timeout
-        reply = self.agent.send(effect.message)
+        reply: object = self.agent.send(effect.message)
         if _awaitable(reply):
             if timeout is None:
                 reply = await reply
@@ -429,7 +430,7 @@ class Conversation:
 
         async def produce() -> None:
             failure: Exception | None = None
-            chunks = self.agent.stream(effect.message)
+            chunks = cast("StreamingAgent", self.agent).stream(effect.message)
             try:
                 async for chunk in chunks:
                     completed = core.feed(chunk)
@@ -513,7 +514,9 @@ class Conversation:
         """Put the question to the person: a plain function's answer is taken at once; an awaitable one is
         awaited by :meth:`_await_person` once the core has logged what it must."""
         question = effect.question
-        reply = self.human.decide(question) if isinstance(question, Suggestion) else self.human.answer(question)
+        reply: object = (
+            self.human.decide(question) if isinstance(question, Suggestion) else self.human.answer(question)
+        )
         if not _awaitable(reply):
             return Answer(reply, by=self._person())
         self._thinking = reply
@@ -535,7 +538,7 @@ class Conversation:
 
     async def _run(self, call: Call, effect: RunAction) -> object:
         try:
-            result = self.domain.run(effect.action, effect.payload)
+            result: object = self.domain.run(effect.action, effect.payload)
             if _awaitable(result):
                 result = await result
         except Exception as error:
