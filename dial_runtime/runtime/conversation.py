@@ -47,6 +47,7 @@ from .effects import (
     Thinking,
 )
 from .events import RENDERED, Event, LogEntry
+from .flow import FlowRules
 from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
 
 if TYPE_CHECKING:
@@ -65,6 +66,13 @@ def _awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
     """Whether a collaborator's answer must be awaited (``inspect.isawaitable`` without its slow ABC check for
     the plain values most answers are)."""
     return hasattr(value, "__await__") or (type(value) is GeneratorType and inspect.isawaitable(value))
+
+
+def _flow_rules(domain: object) -> FlowRules | None:
+    """The domain's flow, read once: its ``flow_rules`` when it offers a :class:`FlowRules` (a ``Domain`` with a
+    flow does), else ``None``."""
+    rules = getattr(domain, "flow_rules", None)
+    return rules if isinstance(rules, FlowRules) else None
 
 
 def _require(obj: object, role: str, method: str) -> None:
@@ -134,6 +142,7 @@ class Conversation:
             max_turns=max_turns,
             decide_timeout=decide_timeout,
             answers=callable(getattr(human, "answer", None)),
+            flow=_flow_rules(domain),
         )
         self._store = store
         self._stored = len(self._core.log) if store is None else 0
@@ -200,6 +209,16 @@ class Conversation:
     def ended(self) -> bool:
         """Whether the conversation has ended."""
         return self._core.state.ended
+
+    @property
+    def flow_state(self) -> str | None:
+        """The state of the domain's flow (``None`` for a domain without one)."""
+        return self._core.state.flow_state
+
+    @property
+    def result(self) -> str | None:
+        """The final state of the domain's flow that ended the conversation, else ``None``."""
+        return self._core.state.result
 
     @property
     def owed(self) -> tuple[Outcome, ...]:

@@ -24,7 +24,7 @@ from ..language.parser import parse
 from ..language.payloads import declare_value, pair_payload
 from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest
 from ..language.stream import StreamParser
-from ..statemachines import CALL_STATUS, OUTCOME_STATUS, RUNNING, SUGGESTION, TURN_LOOP
+from ..statemachines import CALL_STATUS, MOVES_FLOW, OUTCOME_STATUS, RUNNING, SUGGESTION, TURN_LOOP
 from .effects import (
     Answer,
     AwaitPerson,
@@ -58,6 +58,7 @@ from .events import (
     Event,
     ExecuteEvent,
     FinishedEvent,
+    FlowMovedEvent,
     HandledEvent,
     InformEvent,
     InterruptedEvent,
@@ -78,6 +79,7 @@ from .events import (
     SuggestionEvent,
     TurnLimitEvent,
 )
+from .flow import FlowRules
 from .log import EventLog
 from .records import (
     Accept,
@@ -168,10 +170,11 @@ class ConversationCore:
     """One conversation's log, its fold, and the calls that advance it.
 
     ``max_turns`` bounds the turns of one call; ``decide_timeout`` each decision (seconds, ``None``: no bound);
-    ``answers``: whether the person can answer asks at all (a human without ``answer()`` only sees them).
+    ``answers``: whether the person can answer asks at all (a human without ``answer()`` only sees them);
+    ``flow``: the domain's flow (see :meth:`_flow_refusal` and :meth:`_move_flow`), ``None`` without one.
     """
 
-    __slots__ = ("_outcomes", "answers", "decide_timeout", "log", "max_turns", "state", "stream")
+    __slots__ = ("_outcomes", "answers", "decide_timeout", "flow", "log", "max_turns", "state", "stream")
 
     def __init__(
         self,
@@ -180,8 +183,10 @@ class ConversationCore:
         max_turns: int = 8,
         decide_timeout: float | None = None,
         answers: bool = True,
+        flow: FlowRules | None = None,
     ) -> None:
-        self.state = ConversationState()
+        self.flow = flow
+        self.state = ConversationState(flow=None if flow is None else flow.table)
         self.log = EventLog(fold_log(entries, self.state))
         self.max_turns = max_turns
         self.decide_timeout = decide_timeout
@@ -205,7 +210,7 @@ class ConversationCore:
         """
         local = self.log.events[stored:]
         if local or stored < len(self.log) or not stored:
-            state = ConversationState()
+            state = ConversationState(flow=self.state.flow)
             log = EventLog(fold_log(self.log.entries(0, stored), state))
         else:
             state, log = self.state, self.log
@@ -372,6 +377,8 @@ class ConversationCore:
         parts.extend(refusal_reply(refusal.reply_id, refusal.reason) for refusal in state.owed_refusals)
         if context:
             parts.append(str(context))
+        if self.flow is not None:
+            parts.append(self.flow.context(self._flow_state()))
         spoken = [*state.owed_words, words] if words else state.owed_words
         if spoken:
             parts.append("\n\n".join(spoken))
@@ -620,6 +627,8 @@ class ConversationCore:
             )
         elif spec is None:
             issue = Issue(code="unknown-action", hint=f"There is no action '{opened.action}'.")
+        elif (refusal := self._flow_refusal(opened.action)) is not None:
+            issue = refusal
         elif problem is not None:
             issue = Issue(code="invalid-payload", hint=problem)
         else:
@@ -732,9 +741,12 @@ class ConversationCore:
         else:
             self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by))
         edited = opened.edited
+        refusal = self._flow_refusal(opened.action)  # the flow may have moved since the suggestion was made
         # A refused edit is shown again as edited: its preview must read the payload the person now decides on.
-        reviewed: Reviewed = yield Review(
-            action=opened.action, payload=opened.payload, preview=edited, refused_too=edited
+        reviewed: Reviewed = (
+            Reviewed(issue=refusal)
+            if refusal is not None
+            else (yield Review(action=opened.action, payload=opened.payload, preview=edited, refused_too=edited))
         )
         issue = reviewed.issue
         if issue is None:
@@ -747,7 +759,7 @@ class ConversationCore:
                 code=issue.code,
                 field=issue.field,
                 hint=issue.hint,
-                preview=reviewed.preview if edited else None,
+                preview=(reviewed.preview or None) if edited else None,  # none: the flow refused it first
             )
         )
         if SUGGESTION.is_final(opened.state):
@@ -778,9 +790,39 @@ class ConversationCore:
             )
             return
         assert isinstance(ran, Ran)
-        self._finish(
-            opened, SUGGESTION.fire(opened.state, "succeed"), result=to_json_ready(ran.result), edited=edited
+        final = SUGGESTION.fire(opened.state, "succeed")
+        self._finish(opened, final, result=to_json_ready(ran.result), edited=edited)
+        if self.flow is not None:
+            self._move_flow(self.flow, opened, final)
+
+    # --- the domain's flow -------------------------------------------------------------------------------------
+
+    def _flow_state(self) -> str:
+        state = self.state.flow_state
+        assert state is not None  # a state folded with the flow's table starts at its initial state
+        return state
+
+    def _flow_refusal(self, action: str) -> Issue | None:
+        """``not-allowed-now`` when ``action`` fires a flow event that the flow's current state does not allow."""
+        flow = self.flow
+        return None if flow is None else flow.allowed_now(self._flow_state(), action)
+
+    def _move_flow(self, flow: FlowRules, opened: OpenSuggestion, final: str) -> None:
+        """Fire the flow event bound to the action of a suggestion that reached ``final`` (only ``done`` fires;
+        it was allowed when the suggestion was reviewed and again when accepted). A final flow state ends the
+        conversation, with the state's name as its result."""
+        event = flow.event_of(opened.action)
+        if event is None or OUTCOME_STATUS[final] not in MOVES_FLOW:
+            return
+        source = self._flow_state()
+        target = flow.table.fire(source, event)
+        self.record(
+            FlowMovedEvent(
+                source=source, target=target, event=event, suggestion_id=opened.id, action=opened.action
+            )
         )
+        if flow.table.is_final(target):
+            self.record(EndedEvent(reason=f"the {flow.name} flow reached {target!r}", result=target))
 
     def _finish(self, opened: OpenSuggestion, final: str, *, preview: str | None = None, **fields: Any) -> None:
         """Report the outcome of a suggestion that reached the final state ``final``."""

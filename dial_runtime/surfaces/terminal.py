@@ -466,7 +466,7 @@ class TerminalSurface:
         for outcome in outcomes[-3:]:
             self._show(_OUTCOME_STYLES.get(outcome.status, "dim"), self.transcript.show, outcome)
         if conversation.ended:
-            self.note("   (the conversation has ended)")
+            self.note(_ended(conversation))
         elif conversation.pending:
             self.note(f"   waiting for you: {', '.join(item.id for item in conversation.pending)}", "yellow")
 
@@ -581,7 +581,7 @@ class TerminalSurface:
         if result is not None:
             self._show("dim", self.transcript.result, result)
             if result.status == "ended":
-                self.note("   (the conversation has ended)")
+                self.note(_ended(conversation))
         return result
 
     @asynccontextmanager
@@ -604,3 +604,9 @@ class TerminalSurface:
             self._turn.cancel()
             await anyio.lowlevel.checkpoint()
         raise KeyboardInterrupt
+
+
+def _ended(conversation: Conversation) -> str:
+    """The note that the conversation has ended, with the final state its domain's flow reached, if any."""
+    result = conversation.result
+    return "   (the conversation has ended)" if result is None else f"   (the conversation has ended: {result})"
