@@ -64,6 +64,10 @@ from .runtime.records import Accept, ActionError, Ask, Decision, Defer, Dismiss,
 #: The ``decide_timeout`` a replay uses when the recording has an expired decision and none is given.
 EXPIRE_TIMEOUT = 0.01
 
+#: How many times a replayed stream cut off by a cancellation lets the call's own task run before it gives up
+#: waiting for the call to reach the point where the recording's was cancelled.
+_CATCH_UP = 64
+
 #: The reason the runtime records for a call a dead process left open; such a call raised nothing.
 _PROCESS_STOPPED = PROCESS_STOPPED
 
@@ -244,8 +248,9 @@ class _RecordedAgent:
 class _RecordedStreamingAgent(_RecordedAgent):
     """The recorded agent of a call whose replies were streamed: each reply arrives whole, as one chunk (the
     runtime handles speech acts in document order however the text is cut); a reply whose stream was cut off
-    (the call was cancelled while it arrived) arrives as far as the log holds it, and the call is cancelled there
-    (or, where the replay no longer matches the recording, the stream breaks off)."""
+    (the call was cancelled while it arrived) arrives as far as the log holds it, and the call is cancelled there,
+    once it has handled what arrived as the recording's had (or, where the replay no longer matches the
+    recording, the stream breaks off)."""
 
     async def stream(self, message: str) -> AsyncIterator[str]:
         partial = self._partial[0] if self._partial else None
@@ -255,7 +260,9 @@ class _RecordedStreamingAgent(_RecordedAgent):
         self._partial.popleft()
         self._answers.popleft()
         yield partial
-        await self._stop_point()
+        for _ in range(_CATCH_UP):  # the call handles what arrived (prose shown, elements handled) in its task
+            await self._stop_point()
+            await anyio.lowlevel.checkpoint()
         raise LookupError("the recording holds no more of this reply")
 
 

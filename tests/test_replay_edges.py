@@ -154,7 +154,7 @@ async def hold(name: str, *, streamed: bool) -> list[LogEntry]:
     """The log of a conversation that ends its first call the way ``name`` says, then makes the next call."""
     replies, steps, words = ENDINGS[name]
     stopper = Stopper()
-    agent = (StreamingAgent if streamed or name.endswith("streaming") else Agent)(list(replies), stopper)
+    agent = (StreamingAgent if streamed or "streaming" in name else Agent)(list(replies), stopper)
     conversation = Conversation(
         agent=agent, domain=SlowNotes(stopper), human=Person(list(steps), stopper), timeout=5.0
     )
@@ -171,17 +171,8 @@ def anyio_backend() -> str:
     return "trio"  # the no-reply case waits for its 5 s deadline: trio's virtual clock passes it at once
 
 
-#: A stream of prose cut off by a cancellation is logged as far as it got, but the replay does not yet cut its
-#: recorded stream at the same point: the replayed turn reads the prose to its end and goes on.
-CUT_PROSE = pytest.mark.xfail(
-    strict=True, reason="the replay does not cut a streamed prose reply where it was cut"
-)
-
-
 @pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
-@pytest.mark.parametrize(
-    "name", [pytest.param(name, marks=CUT_PROSE) if "prose" in name else name for name in sorted(ENDINGS)]
-)
+@pytest.mark.parametrize("name", sorted(ENDINGS))
 async def test_every_way_a_call_ends_replays_identical(name: str, streamed: bool) -> None:
     log = await hold(name, streamed=streamed)
     kinds = [entry.event.type for entry in log]
