@@ -686,7 +686,10 @@ def _stop_reason(reason: str) -> str:
 
 def _plain(event: dict[str, Any]) -> dict[str, Any]:
     """An event as compared: the reason of an interruption, and the error of an action it cut short, in
-    :func:`_stop_reason`'s words."""
+    :func:`_stop_reason`'s words; a message without its id (the replayed conversation has none: the id follows
+    from the conversation's id and the log)."""
+    if event["type"] == "sent":
+        return {key: value for key, value in event.items() if key != "message_id"}
     if event["type"] == "interrupted":
         return {**event, "reason": _stop_reason(event["reason"])}
     if (

@@ -53,7 +53,7 @@ from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as
 if TYPE_CHECKING:
     from ..stores.base import Store
 
-__all__ = ["HANDLED_ELEMENTS", "Conversation"]
+__all__ = ["HANDLED_ELEMENTS", "Conversation", "accepts_message_id"]
 
 logger = logging.getLogger("dial_runtime")
 
@@ -65,6 +65,16 @@ def _awaitable(value: object) -> bool:
     """Whether a collaborator's answer must be awaited (``inspect.isawaitable`` without its slow ABC check for
     the plain values most answers are)."""
     return hasattr(value, "__await__") or (type(value) is GeneratorType and inspect.isawaitable(value))
+
+
+def accepts_message_id(method: Any) -> bool:
+    """Whether an agent's ``send`` or ``stream`` takes a ``message_id`` keyword (the message's id, to deduplicate
+    a message sent again after a crash); a signature that cannot be read takes none."""
+    try:
+        parameter = inspect.signature(method).parameters.get("message_id")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
 
 
 def _require(obj: object, role: str, method: str) -> None:
@@ -87,6 +97,7 @@ class Conversation:
     __slots__ = (
         "_core",
         "_gate",
+        "_identified",
         "_more_streamed",
         "_shown",
         "_stale",
@@ -134,6 +145,7 @@ class Conversation:
             max_turns=max_turns,
             decide_timeout=decide_timeout,
             answers=callable(getattr(human, "answer", None)),
+            conversation_id=conversation_id,
         )
         self._store = store
         self._stored = len(self._core.log) if store is None else 0
@@ -143,6 +155,7 @@ class Conversation:
         self._writing: tuple[object, anyio.Lock] | None = None
         self._thinking: Awaitable[Any] | None = None
         self._more_streamed: Callable[[], Awaitable[None]] | None = None
+        self._identified: tuple[object, bool, bool] | None = None  # the agent, and whether send, stream take ids
 
     @classmethod
     async def open(cls, store: Store, conversation_id: str, **options: Any) -> Conversation:
@@ -372,7 +385,7 @@ class Conversation:
         if callable(getattr(self.agent, "stream", None)):
             return await self._stream(call, effect)
         timeout = self.timeout
-        reply = self.agent.send(effect.message)
+        reply = self.agent.send(effect.message, **self._ids(effect, streamed=False))
         if _awaitable(reply):
             if timeout is None:
                 reply = await reply
@@ -382,6 +395,16 @@ class Conversation:
                 if scope.cancelled_caught:
                     return NoReply(timeout)
         return Replied("" if reply is None else str(reply))
+
+    def _ids(self, effect: Send, *, streamed: bool) -> dict[str, str]:
+        """The message's id as a keyword, for an agent whose method takes one (looked up once per agent)."""
+        if effect.message_id is None:
+            return {}
+        agent = self.agent
+        if self._identified is None or self._identified[0] is not agent:
+            stream = getattr(agent, "stream", None)
+            self._identified = (agent, accepts_message_id(agent.send), accepts_message_id(stream))
+        return {"message_id": effect.message_id} if self._identified[2 if streamed else 1] else {}
 
     async def _stream(self, call: Call, effect: Send) -> object:
         """Read the agent's streamed reply in a task of its own while the call handles its elements.
@@ -396,7 +419,7 @@ class Conversation:
 
         async def produce() -> None:
             failure: Exception | None = None
-            chunks = self.agent.stream(effect.message)
+            chunks = self.agent.stream(effect.message, **self._ids(effect, streamed=True))
             try:
                 async for chunk in chunks:
                     completed = core.feed(chunk)

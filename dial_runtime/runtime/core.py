@@ -152,10 +152,20 @@ class ConversationCore:
     """One conversation's log, its fold, and the calls that advance it.
 
     ``max_turns`` bounds the turns of one call; ``decide_timeout`` each decision (seconds, ``None``: no bound);
-    ``answers``: whether the person can answer asks at all (a human without ``answer()`` only sees them).
+    ``answers``: whether the person can answer asks at all (a human without ``answer()`` only sees them);
+    ``conversation_id``, when given, names each message sent (:attr:`SentEvent.message_id`).
     """
 
-    __slots__ = ("_outcomes", "answers", "decide_timeout", "log", "max_turns", "state", "stream")
+    __slots__ = (
+        "_outcomes",
+        "answers",
+        "conversation_id",
+        "decide_timeout",
+        "log",
+        "max_turns",
+        "state",
+        "stream",
+    )
 
     def __init__(
         self,
@@ -164,7 +174,9 @@ class ConversationCore:
         max_turns: int = 8,
         decide_timeout: float | None = None,
         answers: bool = True,
+        conversation_id: str | None = None,
     ) -> None:
+        self.conversation_id = conversation_id
         self.state = ConversationState()
         self.log = EventLog(fold_log(entries, self.state))
         self.max_turns = max_turns
@@ -310,9 +322,10 @@ class ConversationCore:
                 context = yield GetContext()
                 message = self._compose(words, context)
                 words = ""
-                self.record(SentEvent(turn=turn, message=message))
+                message_id = self._message_id()
+                self.record(SentEvent(turn=turn, message=message, message_id=message_id))
                 try:
-                    answer = yield Send(message=message, turn=turn)
+                    answer = yield Send(message=message, turn=turn, message_id=message_id)
                 except Exception as error:
                     self.record(SendFailedEvent(turn=turn, error=reason(error)))
                     raise
@@ -331,6 +344,14 @@ class ConversationCore:
             else:
                 yield from self._handle(self._elements())
             self.record(HandledEvent(turn=state.turn))
+
+    def _message_id(self) -> str | None:
+        """The id of the message about to be sent: the conversation's and the number of the reply it asks for,
+        so a message sent again because no reply to it reached the log (a crash, a deadline, a failed send) has
+        the id of the first copy; ``None`` without a conversation id."""
+        if self.conversation_id is None:
+            return None
+        return f"{self.conversation_id}/reply-{self.state.replies + 1}"
 
     def _compose(self, words: str, context: object) -> str:
         """The message of a turn: outcomes and refusals owed, the domain's context, then the words."""

@@ -36,11 +36,13 @@ class Send(Effect, frozen=True, kw_only=True):
     Input: :class:`Replied` (a whole reply), :class:`NoReply` (the deadline passed first) or, for an agent that
     streams, :class:`Streaming` once its first chunk is in (or the stream ended or failed before one): its
     chunks go to the core's stream while the call goes on. An error of the send is thrown into the core.
+    ``message_id`` goes to an agent whose ``send`` (or ``stream``) takes a ``message_id`` keyword.
     """
 
     durable: ClassVar[bool] = True
     message: str
     turn: int
+    message_id: str | None = None
 
 
 class AwaitStream(Effect, frozen=True, kw_only=True):

@@ -33,11 +33,17 @@ def _steps(values: Iterable[Step | Mapping[str, Any]]) -> tuple[Step, ...]:
 
 
 class SentEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """A message went to the agent (``turn`` counts from 1 in each ``say``)."""
+    """A message went to the agent (``turn`` counts from 1 in each ``say``).
+
+    ``message_id`` (a conversation with an id: ``"<conversation id>/reply-<n>"``, ``n`` the number of the reply it
+    asks for) is the same for a message sent again because no reply to it reached the log (a crash, a deadline, a
+    failed send), so the agent's side can tell a copy sent again from a new message.
+    """
 
     type: ClassVar[str] = "sent"
     turn: int
     message: str
+    message_id: str | None = None
 
 
 class ReplyEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -387,11 +393,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: Fields added to an event after logs were first written: left out of its dict while ``None``, so a log written
+#: before them (or by a conversation that has no use for them) reads and writes back byte for byte as it was.
+_ADDED_FIELDS: dict[str, tuple[str, ...]] = {"sent": ("message_id",)}
+
+
 def event_to_dict(event: Event) -> dict[str, Any]:
     """The event as JSON-ready data, ``type`` first."""
     data: dict[str, Any] = {"type": event.type}
     for name in event.__struct_fields__:
         data[name] = _plain(getattr(event, name))
+    for name in _ADDED_FIELDS.get(event.type, ()):
+        if data[name] is None:
+            del data[name]
     return data
 
 

@@ -36,6 +36,7 @@ from rich.text import Text
 
 from ..errors import ConversationBusy, DialError
 from ..runtime import Conversation
+from ..runtime.conversation import accepts_message_id
 from ..runtime.events import AnsweredEvent, AskEvent, DecidedEvent, Event, OutcomeEvent, SentEvent, SuggestionEvent
 from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, TurnResult
 from ..transcript import Transcript
@@ -83,15 +84,18 @@ class StreamingAgent:
     def __init__(self, agent: Any, progress: Callable[[int], object]) -> None:
         self.agent = agent
         self.progress = progress
+        self._ids = accepts_message_id(agent.stream)
 
-    async def send(self, message: str) -> str:
+    async def send(self, message: str, *, message_id: str | None = None) -> str:
         """The whole reply, for callers that do not stream."""
-        return "".join([piece async for piece in self.stream(message)])
+        return "".join([piece async for piece in self.stream(message, message_id=message_id)])
 
-    async def stream(self, message: str) -> AsyncIterator[str]:
-        """The reply's pieces as they arrive; leaving early (a cancelled turn) closes the stream."""
+    async def stream(self, message: str, *, message_id: str | None = None) -> AsyncIterator[str]:
+        """The reply's pieces as they arrive; leaving early (a cancelled turn) closes the stream. The message's
+        id goes on to an agent that takes one."""
         arrived = 0
-        async with aclosing(self.agent.stream(message)) as stream:
+        ids = {"message_id": message_id} if message_id is not None and self._ids else {}
+        async with aclosing(self.agent.stream(message, **ids)) as stream:
             async for piece in stream:
                 arrived += len(piece)
                 self.progress(arrived)
@@ -103,9 +107,11 @@ class PlainAgent:
 
     def __init__(self, agent: Any) -> None:
         self.agent = agent
+        self._ids = accepts_message_id(agent.send)
 
-    async def send(self, message: str) -> str:
-        reply = self.agent.send(message)  # a coroutine (ChatAgent) or the reply itself (ScriptedAgent)
+    async def send(self, message: str, *, message_id: str | None = None) -> str:
+        ids = {"message_id": message_id} if message_id is not None and self._ids else {}
+        reply = self.agent.send(message, **ids)  # a coroutine (ChatAgent) or the reply itself (ScriptedAgent)
         return str(await reply if inspect.isawaitable(reply) else reply)
 
 
