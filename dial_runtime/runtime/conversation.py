@@ -31,6 +31,7 @@ from .effects import (
     AwaitPerson,
     AwaitStream,
     Consult,
+    DeadlinePassed,
     Effect,
     EndStream,
     Expired,
@@ -87,11 +88,15 @@ class Conversation:
 
     ``agent.send(message)``, ``human.decide(suggestion)``, ``human.answer(ask)`` and ``domain.run(action,
     payload)`` may be plain or coroutine functions; ``domain.validate``, ``domain.preview`` and
-    ``domain.context`` are plain. ``timeout`` bounds each wait for the agent and ``decide_timeout`` each
-    decision, in seconds (``None``: no bound). ``log`` rebuilds a conversation from its entries (a log no run of
-    the runtime could have written raises :class:`~dial_runtime.LogError`); ``store`` and ``conversation_id``
-    make it durable (see :meth:`open`). Constructing one has no side effects: a call a dead process left open is
-    closed by the next call.
+    ``domain.context`` are plain. ``timeout`` bounds each wait for the agent (a whole reply, or a streamed
+    reply's first chunk) and ``decide_timeout`` each decision, in seconds (``None``: no bound). A streamed reply
+    is also cut when ``reply_timeout`` has passed since its message was sent (300 s: a long answer from a slow
+    local model fits, a model that writes on without end does not) or ``idle_timeout`` since its last chunk (30
+    s: servers send tokens many times a second, so a silence that long is a stalled server or connection); a cut
+    reply is handled as far as it got and the agent is told. ``log`` rebuilds a conversation from its entries (a
+    log no run of the runtime could have written raises :class:`~dial_runtime.LogError`); ``store`` and
+    ``conversation_id`` make it durable (see :meth:`open`). Constructing one has no side effects: a call a dead
+    process left open is closed by the next call.
     """
 
     __slots__ = (
@@ -109,7 +114,9 @@ class Conversation:
         "domain",
         "human",
         "id",
+        "idle_timeout",
         "on_event",
+        "reply_timeout",
         "timeout",
     )
 
@@ -121,6 +128,8 @@ class Conversation:
         human: Any,
         on_event: Callable[[Event], object] | None = None,
         timeout: float | None = 90.0,
+        reply_timeout: float | None = 300.0,
+        idle_timeout: float | None = 30.0,
         max_turns: int = 8,
         decide_timeout: float | None = None,
         log: Iterable[LogEntry] = (),
@@ -139,6 +148,8 @@ class Conversation:
         self.human = human
         self.on_event = on_event
         self.timeout = timeout
+        self.reply_timeout = reply_timeout
+        self.idle_timeout = idle_timeout
         self.id = conversation_id
         self._core = ConversationCore(
             log if store is None else (),
@@ -409,25 +420,47 @@ class Conversation:
     async def _stream(self, call: Call, effect: Send) -> object:
         """Read the agent's streamed reply in a task of its own while the call handles its elements.
 
-        The deadline covers the stream until its first chunk: before that, a deadline that passes is no reply.
-        The call goes on in this task until the core is done with the stream (:class:`EndStream`).
+        ``timeout`` (and ``reply_timeout``, when shorter) covers the stream until its first chunk: before that, a
+        deadline that passes is no reply. After it, the reply's deadline (``reply_timeout`` from the send) and
+        the idle deadline (``idle_timeout`` from the last chunk) bound the reading: when one passes, the agent's
+        stream is closed and the core is told (:class:`DeadlinePassed`). The call goes on in this task until the
+        core is done with the stream (:class:`EndStream`).
         """
         core = self._core
         core.open_stream()
         arrived = anyio.Event()
         woken: list[anyio.Event] = [anyio.Event()]
+        reply_timeout, idle_timeout = self.reply_timeout, self.idle_timeout
+        reply_by = math.inf if reply_timeout is None else anyio.current_time() + reply_timeout
 
         async def produce() -> None:
             failure: Exception | None = None
+            passed: DeadlinePassed | None = None
             chunks = self.agent.stream(effect.message, **self._ids(effect, streamed=True))
             try:
-                async for chunk in chunks:
+                pieces = chunks.__aiter__()
+                idle_by = until = math.inf  # the first chunk: the wait for it bounds it
+                while True:
+                    with anyio.CancelScope(deadline=until) as waiting:
+                        try:
+                            chunk = await pieces.__anext__()
+                        except StopAsyncIteration:
+                            break
+                    if waiting.cancelled_caught:
+                        if reply_by <= idle_by:
+                            passed = DeadlinePassed(deadline="reply", seconds=reply_timeout or 0.0)
+                        else:
+                            passed = DeadlinePassed(deadline="idle", seconds=idle_timeout or 0.0)
+                        break
                     completed = core.feed(chunk)
                     arrived.set()
                     if completed:
                         woken[0].set()
                     if not core.reading():
                         break
+                    if idle_timeout is not None:
+                        idle_by = anyio.current_time() + idle_timeout
+                    until = min(reply_by, idle_by)
             except Exception as error:
                 failure = error
             finally:
@@ -438,7 +471,7 @@ class Conversation:
                             await close()
                         except Exception:
                             logger.exception("closing the agent's stream raised; the conversation goes on")
-            logged = core.end_stream(failure)
+            logged = core.end_stream(failure, passed=passed)
             arrived.set()
             woken[0].set()
             self._show()
@@ -449,16 +482,15 @@ class Conversation:
             await woken[0].wait()
             woken[0] = anyio.Event()
 
-        timeout = self.timeout
+        first = min(math.inf if each is None else each for each in (self.timeout, reply_timeout))
         handling_error: Exception | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(produce)
-            with anyio.move_on_after(math.inf if timeout is None else timeout):
+            with anyio.move_on_after(first):
                 await arrived.wait()
             if not arrived.is_set():
                 group.cancel_scope.cancel()
-                assert timeout is not None
-                return NoReply(timeout)
+                return NoReply(first)
             self._more_streamed = wait
             try:
                 await self._perform(call, first=Streaming(), until=EndStream)

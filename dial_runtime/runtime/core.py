@@ -30,6 +30,7 @@ from .effects import (
     AwaitPerson,
     AwaitStream,
     Consult,
+    DeadlinePassed,
     Effect,
     EndStream,
     Expired,
@@ -114,6 +115,11 @@ PROCESS_STOPPED = "the process stopped"
 #: Why what waited for the person ended when they said something new instead.
 OVERTAKEN = "the person said something else"
 
+#: How the log words a streamed reply cut short by a deadline (a replay reads from it which deadline passed).
+CUT = "the reply was cut: "
+REPLY_DEADLINE = "the reply deadline passed"
+IDLE_DEADLINE = "the idle deadline passed"
+
 Call = Generator[Effect, Any, TurnResult]
 """A call in progress: yields effects, is sent their inputs, returns the call's result."""
 
@@ -137,7 +143,7 @@ def _text_attribute(error: BaseException, name: str) -> str | None:
 class _Stream:
     """A streamed reply as it arrives: its parser, the elements complete so far, and how it went."""
 
-    __slots__ = ("elements", "ended", "failure", "logged", "parser", "started")
+    __slots__ = ("cut", "elements", "ended", "failure", "logged", "parser", "started")
 
     def __init__(self) -> None:
         self.parser = StreamParser()
@@ -145,6 +151,7 @@ class _Stream:
         self.started = False
         self.ended = False
         self.failure: Exception | None = None
+        self.cut: str | None = None  # why the reply was cut short by a deadline, in words
         self.logged = 0  # how much of the reply's text ``reply-progress`` events hold
 
 
@@ -394,11 +401,21 @@ class ConversationCore:
         """Whether the core wants more of the streamed reply."""
         return self.stream is not None and self.stream.parser.overflow is None
 
-    def end_stream(self, failure: Exception | None = None) -> bool:
-        """The streamed reply ended (``failure``: it broke off); whether the reply is now on the log."""
+    def end_stream(self, failure: Exception | None = None, *, passed: DeadlinePassed | None = None) -> bool:
+        """The streamed reply ended (``failure``: it broke off; ``passed``: a deadline passed, and the driver
+        stopped reading it); whether the reply is now on the log.
+
+        A reply cut by a deadline is handled as far as it got: the elements complete by then as usual, the rest
+        not; the agent is told with the next message, which follows at once, as for a reply over its size limit.
+        """
         stream = self.stream
         assert stream is not None
         stream.ended = True
+        if passed is not None:
+            if passed.deadline == "reply":
+                stream.cut = f"{REPLY_DEADLINE} ({passed.seconds:g} s since the message was sent)"
+            else:
+                stream.cut = f"{IDLE_DEADLINE} (no text for {passed.seconds:g} s)"
         if failure is not None:
             stream.failure = failure
             if not stream.started:
@@ -420,9 +437,23 @@ class ConversationCore:
             self.stream = None
             self.record(SendFailedEvent(turn=turn, error=reason(stream.failure)))
             raise stream.failure
+        if stream.cut is not None:
+            self.stream = None
+            self._cut(stream)
+            return
         elements = self._elements()
         self.stream = None
         yield from self._handle(elements)
+
+    def _cut(self, stream: _Stream) -> None:
+        """What a reply cut by a deadline comes to once its complete elements are handled: its prose so far shown
+        when no envelope began (the person saw it arrive), and the agent told why the rest was not read."""
+        parser = stream.parser
+        if not parser.started:
+            prose = parser.text.strip()
+            if prose:
+                self.record(InformEvent(text=prose, element=-1))
+        self._refuse(f"{CUT}{stream.cut}; the elements complete by then were handled, the rest was not read")
 
     def _consume(self, stream: _Stream) -> Generator[Effect, Any, None]:
         """Handle streamed elements in order; a suggest without its own payload waits for what follows it."""

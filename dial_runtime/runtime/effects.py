@@ -9,7 +9,7 @@ is true is a question the driver answers at once from the domain or the person's
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -121,6 +121,16 @@ class NoReply(msgspec.Struct, frozen=True):
     timeout: float
 
 
+class DeadlinePassed(msgspec.Struct, frozen=True, kw_only=True):
+    """A streamed reply's deadline passed while it was still arriving: ``deadline`` is ``"reply"`` (``seconds``
+    since the message was sent) or ``"idle"`` (``seconds`` without a chunk). The driver only measures the time;
+    what the reply then comes to is the core's to decide (:meth:`~dial_runtime.runtime.core.ConversationCore.
+    end_stream`)."""
+
+    deadline: Literal["reply", "idle"]
+    seconds: float
+
+
 class Streaming(msgspec.Struct, frozen=True):
     """The agent's streamed reply began (or ended, or failed, before its first chunk): the core's stream says."""
 
@@ -157,6 +167,7 @@ __all__ = [
     "AwaitPerson",
     "AwaitStream",
     "Consult",
+    "DeadlinePassed",
     "Effect",
     "EndStream",
     "Expired",
