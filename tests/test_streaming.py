@@ -408,3 +408,97 @@ async def test_without_deadlines_a_slow_stream_is_read_to_its_end() -> None:
         result = await conversation.say("go")
     assert result.status == "idle"
     assert [e.event.text for e in conversation.log if e.event.type == "inform"] == ["slow but sure"]
+
+
+# --- text as it arrives -----------------------------------------------------------------------------------------
+
+LIVE = (
+    "Here is my plan. "
+    + envelope(
+        "<dial-inform>First, milk &amp; bread.</dial-inform>",
+        suggest("add-note", '{"text":"milk"}'),
+        "<dial-acknowledge>Then we see.</dial-acknowledge>",
+    )
+    + " That is all."
+)
+
+
+def shown_texts(events: list[Any]) -> list[tuple[int | None, str, str]]:
+    """What a surface showed of the reply's text, in order: each element's deltas joined, then its inform."""
+    shown: list[tuple[int | None, str, str]] = []
+    for event in events:
+        if event.type == "inform-delta":
+            if shown and shown[-1][0] == event.element and shown[-1][1] == "delta":
+                shown[-1] = (event.element, "delta", shown[-1][2] + event.text)
+            else:
+                shown.append((event.element, "delta", event.text))
+        elif event.type in ("inform", "suggestion"):
+            shown.append((getattr(event, "element", None), event.type, getattr(event, "text", "")))
+    return shown
+
+
+@pytest.mark.parametrize("size", [1, 4, 9, 1000])
+async def test_text_is_shown_as_it_arrives_in_reading_order_and_completed_once(size: int) -> None:
+    events: list[Any] = []
+    conversation = Conversation(
+        agent=StreamingAgent([LIVE, "ok"], size=size), domain=Notes(), human=policy_human(), on_event=events.append
+    )
+    await conversation.say("go")
+    shown = shown_texts(events)
+    # Each text's deltas come right before its complete inform, and add up to it; the suggestion between them.
+    texts = [(-1, "Here is my plan."), (0, "First, milk & bread."), (2, "Then we see."), (-2, "That is all.")]
+    for element, text in texts:
+        at = shown.index((element, "inform", text))
+        if size < len(LIVE) or element == -1:  # a reply in one chunk shows its elements whole, but for its prose
+            assert shown[at - 1] == (element, "delta", text), shown
+    kinds = ["inform", "inform", "suggestion", "inform", "inform", "inform"]  # the last one: the next reply's
+    assert [kind for _, kind, _ in shown if kind != "delta"] == kinds
+    assert "inform-delta" not in {entry.event.type for entry in conversation.log}  # not on the log
+    logged = [(e.event.element, e.event.text) for e in conversation.log if e.event.type == "inform"]
+    assert logged == [*texts, (-1, "ok")]
+
+
+async def test_text_shows_before_the_reply_ends_and_waits_behind_a_pending_decision() -> None:
+    """An inform after a suggestion the person is deciding on shows only after the decision (reading order); the
+    text of an inform the call waits for shows while its reply is still arriving."""
+    events: list[Any] = []
+    release = anyio.Event()
+
+    class Slow:
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        async def send(self, message: str) -> str:
+            raise AssertionError("the runtime must stream")
+
+        async def stream(self, message: str) -> AsyncIterator[str]:
+            self.sent.append(message)
+            if len(self.sent) > 1:
+                yield "<dial><dial-inform>ok</dial-inform></dial>"
+                return
+            yield '<dial><dial-suggest action="add-note"><dial-payload>{"text":"a"}</dial-payload></dial-suggest>'
+            yield "<dial-inform>after the "
+            yield "decision"
+            with anyio.fail_after(5):
+                await release.wait()
+            yield " and more</dial-inform></dial>"
+
+    class Person:
+        async def decide(self, suggestion: Any) -> Accept:
+            await anyio.sleep(0)  # the stream goes on meanwhile: its text waits for the decision
+            assert not [e for e in events if e.type == "inform-delta"]
+            return Accept()
+
+    def on_event(event: Any) -> None:
+        events.append(event)
+        if event.type == "inform-delta" and "".join(e.text for e in events if e.type == "inform-delta").endswith(
+            "decision"
+        ):
+            release.set()  # seen before the reply's end
+
+    conversation = Conversation(agent=Slow(), domain=Notes(), human=Person(), on_event=on_event)
+    with anyio.fail_after(5):
+        await conversation.say("go")
+    kinds = [event.type for event in events if event.type in ("outcome", "inform-delta", "inform")]
+    assert kinds[0] == "outcome" and kinds[1] == "inform-delta" and kinds[-1] == "inform"
+    assert "".join(e.text for e in events if e.type == "inform-delta").startswith("after the decision")

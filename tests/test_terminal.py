@@ -251,6 +251,26 @@ def test_streamed_replies_and_ctrl_c_at_a_decision(server: OpenAIServer, termina
     assert told(server.requests[2]).split("\n\n")[-1] == "ok"
 
 
+def test_text_shows_as_it_arrives_and_only_once(server: OpenAIServer, terminal: Start) -> None:
+    story = "Once upon a time there was a lighthouse keeper who never slept."
+    server.add(
+        Reply(dial(f"<dial-inform>{story}</dial-inform>"), chunks=8, hold_after=4),
+        Reply("Fine, fine, fine. " + dial("<dial-inform>The end.</dial-inform>"), chunks=6, interval=0.02),
+    )
+    term = terminal("chat", "--agent", f"{server.base_url}#test-model", "--domain", DOMAIN)
+    term.type("tell me a story", after="you:")
+    term.expect("agent: Once upon")  # while the rest of the reply is held back by the server
+    assert story not in term.screen
+    term.press("\x03")
+    term.expect("turn cancelled")
+    term.type("go on", after="you:")
+    term.expect("agent: Fine, fine, fine.", "agent: The end.", "turn(s)")
+    term.press("\x04", after="you:")
+    assert term.finish() == 0
+    screen = term.screen
+    assert screen.count("Fine, fine, fine.") == 1 and screen.count("The end.") == 1, screen
+
+
 def test_ctrl_c_at_the_empty_prompt_ends_the_session(
     server: OpenAIServer, tmp_path: Path, terminal: Start
 ) -> None:

@@ -48,7 +48,7 @@ from .effects import (
     Thinking,
     Validate,
 )
-from .events import RENDERED, Event, LogEntry
+from .events import RENDERED, Event, InformDeltaEvent, LogEntry
 from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class Conversation:
         agent: Any,
         domain: Any,
         human: Any,
-        on_event: Callable[[Event], object] | None = None,
+        on_event: Callable[[Event | InformDeltaEvent], object] | None = None,
         timeout: float | None = 90.0,
         reply_timeout: float | None = 300.0,
         idle_timeout: float | None = 30.0,
@@ -339,13 +339,15 @@ class Conversation:
         self._show()
 
     def _show(self) -> None:
-        """Show ``on_event`` the events a surface renders that the core recorded since the last time (its
-        exceptions are logged and go no further)."""
-        events = self._core.log.events
+        """Show ``on_event`` the events a surface renders that the core recorded since the last time, then the
+        text of a streamed reply that the person may read now (its exceptions are logged and go no further)."""
+        core = self._core
+        events = core.log.events
         start, self._shown = self._shown, len(events)
-        if self.on_event is None or start == len(events):
+        notices = core.take_notices() if core.notices else ()
+        if self.on_event is None or (start == len(events) and not notices):
             return
-        for event in events[start:]:
+        for event in [*events[start:], *notices] if notices else events[start:]:
             if event.type in RENDERED:
                 try:
                     self.on_event(event)
@@ -453,6 +455,7 @@ class Conversation:
                             passed = DeadlinePassed(deadline="idle", seconds=idle_timeout or 0.0)
                         break
                     completed = core.feed(chunk)
+                    self._show()  # the text the person may read now
                     arrived.set()
                     if completed:
                         woken[0].set()

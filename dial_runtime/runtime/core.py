@@ -23,7 +23,7 @@ from ..language.outcomes import Outcome, outcome_reply, refusal_reply, to_json_r
 from ..language.parser import extract_prose, parse
 from ..language.payloads import declare_value, pair_payload
 from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest
-from ..language.stream import StreamParser
+from ..language.stream import StreamParser, TextDelta
 from ..statemachines import CALL_STATUS, OUTCOME_STATUS, RUNNING, SUGGESTION, TURN_LOOP
 from .effects import (
     Answer,
@@ -60,6 +60,7 @@ from .events import (
     ExecuteEvent,
     FinishedEvent,
     HandledEvent,
+    InformDeltaEvent,
     InformEvent,
     InterruptedEvent,
     LogEntry,
@@ -143,11 +144,15 @@ def _text_attribute(error: BaseException, name: str) -> str | None:
 class _Stream:
     """A streamed reply as it arrives: its parser, the elements complete so far, and how it went."""
 
-    __slots__ = ("cut", "elements", "ended", "failure", "logged", "parser", "started")
+    __slots__ = ("at", "cut", "elements", "ended", "failure", "held", "logged", "parser", "started")
 
     def __init__(self) -> None:
         self.parser = StreamParser()
         self.elements: list[Element] = []
+        # Where the person reads now: the prose before the envelope (-1), the element the call waits for, or
+        # nowhere (None: the call is busy with an earlier element); the text that arrived for later places waits.
+        self.at: int | None = -1
+        self.held: list[TextDelta] = []
         self.started = False
         self.ended = False
         self.failure: Exception | None = None
@@ -170,6 +175,7 @@ class ConversationCore:
         "decide_timeout",
         "log",
         "max_turns",
+        "notices",
         "state",
         "stream",
     )
@@ -190,6 +196,7 @@ class ConversationCore:
         self.decide_timeout = decide_timeout
         self.answers = answers
         self.stream: _Stream | None = None
+        self.notices: list[InformDeltaEvent] = []  # text to show the person now, not on the log
         self._outcomes: list[Outcome] | None = None  # the outcomes of the call in progress
 
     # --- the log -----------------------------------------------------------------------------------------------
@@ -381,21 +388,52 @@ class ConversationCore:
         self.stream = _Stream()
 
     def feed(self, chunk: str) -> bool:
-        """Take a chunk of the streamed reply; whether it completed elements. Past the reply's or its envelope's
-        size limit the core reads no more (:meth:`reading`): the reply is unusable, as a whole one would be."""
+        """Take a chunk of the streamed reply; whether the call has something new to handle (complete elements,
+        or the prose before the envelope). Past the reply's or its envelope's size limit the core reads no more
+        (:meth:`reading`): the reply is unusable, as a whole one would be. The chunk's text goes to
+        :attr:`notices` as soon as the person may read it (see :class:`InformDeltaEvent`)."""
         stream = self.stream
         assert stream is not None
         if not stream.started:
             stream.started = True
             self.record(ReplyStartedEvent(turn=self.state.turn))
+        parser = stream.parser
+        began = parser.started
         try:
-            completed = stream.parser.feed(chunk)
+            completed = parser.feed(chunk)
         except DialSizeError:
             return True
+        self._release(stream)
         if completed:
             stream.elements.extend(completed)
             return True
-        return False
+        return parser.started and not began
+
+    def take_notices(self) -> list[InformDeltaEvent]:
+        """The notices for the person since the last call (text of a reply still arriving)."""
+        notices = self.notices
+        if notices:
+            self.notices = []
+        return notices
+
+    def _release(self, stream: _Stream) -> None:
+        """Pass the text that arrived on to :attr:`notices` where the person reads now (``stream.at``), keep what
+        belongs further on, and drop what belongs to an element already shown whole (its ``inform`` says it)."""
+        held = stream.held
+        held.extend(stream.parser.text_deltas())
+        at = stream.at
+        if not held or at is None:
+            return
+        kept = []
+        for delta in held:
+            element = delta.element
+            if delta.replaces:  # the early reading went wrong: the complete inform will say it right
+                continue
+            if element == at or (element == -2 and at >= len(stream.elements)):
+                self.notices.append(InformDeltaEvent(text=delta.text, act=delta.act, element=element))
+            elif element > at or element == -2:
+                kept.append(delta)
+        stream.held = kept
 
     def reading(self) -> bool:
         """Whether the core wants more of the streamed reply."""
@@ -463,6 +501,7 @@ class ConversationCore:
         while True:
             if not prose_shown and parser.started:
                 prose_shown = True
+                stream.at = None
                 if parser.prose_before and parser.prose_before.strip():
                     self.record(InformEvent(text=parser.prose_before.strip(), element=-1))
             arrived = stream.elements
@@ -479,10 +518,14 @@ class ConversationCore:
                     continue
             if stream.ended:
                 break
+            stream.at = index if prose_shown else -1
+            self._release(stream)
             yield AwaitStream()
+            stream.at = None
+        stream.at, stream.held = None, []
         trailing = parser.prose_after()
         if prose_shown and trailing:
-            self.record(InformEvent(text=trailing))
+            self.record(InformEvent(text=trailing, element=-2))
 
     # --- a whole reply -----------------------------------------------------------------------------------------
 

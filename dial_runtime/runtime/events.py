@@ -6,6 +6,8 @@ the seed contract ignores). The log also holds the events the conversation's sta
 renders (``said``, ``resumed``, ``reply-started``, ``proposed``, ``answered``, ``decided``, ``deferred``,
 ``refused``, ``action-started``, ``handled``, ``send-failed``, ``reply-refused``, ``interrupted``, ``ended``,
 ``finished``), and ``reply-progress``, which keeps a streamed reply's words for the agent's history.
+``on_event`` also sees :class:`InformDeltaEvent` (``inform-delta``) while a reply streams in: its text as it
+arrives, a notice for the person that is not on the log.
 Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with :func:`event_from_dict`,
 without loss.
 """
@@ -372,8 +374,26 @@ RENDERED = frozenset(
         "phatic",
         "delegate",
         "execute",
+        "inform-delta",
     }
 )
+
+
+class InformDeltaEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """Text of a streamed reply as it arrives, for the person to read before it is complete; never on the log.
+
+    ``act`` is ``prose`` (``element`` -1 before the envelope, -2 after it), ``inform`` or ``acknowledge``
+    (``element`` the element's index). It comes in the order the person reads the reply: the text of an element
+    only once everything before it was shown, so an element still arriving while the person decides on an earlier
+    one shows whole later. The deltas of one element, concatenated, begin its ``inform``'s text (they are all of
+    it, but for text the early reading could not yet tell from markup); that ``inform`` follows and completes it,
+    and a surface shows only what the deltas had not.
+    """
+
+    type: ClassVar[str] = "inform-delta"
+    text: str
+    act: str
+    element: int
 
 
 class LogEntry(msgspec.Struct, frozen=True, kw_only=True):

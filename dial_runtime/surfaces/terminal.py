@@ -37,7 +37,17 @@ from rich.text import Text
 from ..errors import ConversationBusy, DialError
 from ..runtime import Conversation
 from ..runtime.conversation import accepts_message_id
-from ..runtime.events import AnsweredEvent, AskEvent, DecidedEvent, Event, OutcomeEvent, SentEvent, SuggestionEvent
+from ..runtime.events import (
+    AnsweredEvent,
+    AskEvent,
+    DecidedEvent,
+    Event,
+    InformDeltaEvent,
+    InformEvent,
+    OutcomeEvent,
+    SentEvent,
+    SuggestionEvent,
+)
 from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, TurnResult
 from ..transcript import Transcript
 
@@ -134,13 +144,33 @@ class TerminalSurface:
         self.lines: list[str] = []
         self.transcript = Transcript(self.lines.append)
         self._status: Status | None = None
+        self._live: tuple[int, list[str]] | None = None  # the element whose text is arriving, what was printed
         self._turn: anyio.CancelScope | None = None
         self._sessions: dict[str, PromptSession[str]] = {}
 
     # Rendering -----------------------------------------------------------------------------------------------
 
-    def on_event(self, event: Event) -> None:
-        """Show one event (the conversation's ``on_event`` callback); a spinner runs while the agent thinks."""
+    def on_event(self, event: Event | InformDeltaEvent) -> None:
+        """Show one event (the conversation's ``on_event`` callback); a spinner runs while the agent thinks.
+
+        Text still arriving (``inform-delta``) is printed as it comes; its complete ``inform`` then adds only
+        what the deltas had not carried (or, should the two disagree, prints the complete text on its own line).
+        """
+        if isinstance(event, InformDeltaEvent):
+            self._delta(event)
+            return
+        if isinstance(event, InformEvent) and self._live is not None and self._live[0] == event.element:
+            printed = "".join(self._live[1])
+            self._live = None
+            start = len(self.lines)
+            self.transcript.show(event)
+            if event.text.startswith(printed):
+                self.console.print(Text(event.text[len(printed) :]), soft_wrap=True)
+                return
+            self.console.print()
+            for line in self.lines[start:]:
+                self.console.print(Text(line))
+            return
         self._stop_spinner()
         if isinstance(event, SuggestionEvent):
             self.transcript.show(event)
@@ -162,6 +192,21 @@ class TerminalSurface:
             self._status = self.console.status("the agent is thinking…")
             self._status.start()
 
+    def _delta(self, event: InformDeltaEvent) -> None:
+        """Print text as it arrives, after the transcript's ``agent:`` when it begins an element's text."""
+        if self._live is None or self._live[0] != event.element:
+            self._stop_spinner()
+            self.console.print(Text("agent: "), end="", soft_wrap=True)
+            self._live = (event.element, [])
+        self.console.print(Text(event.text), end="", soft_wrap=True)
+        self._live[1].append(event.text)
+
+    def _end_live(self) -> None:
+        """End the line of text that was arriving when something else is shown (a reply cut off mid-text)."""
+        if self._live is not None:
+            self._live = None
+            self.console.print()
+
     def person(self, words: str, *, echo: bool = True) -> None:
         """Record the person's words; ``echo`` shows them too (typed words are on screen already)."""
         if echo:
@@ -179,6 +224,7 @@ class TerminalSurface:
 
     def _show(self, style: str, write: Callable[..., object], *args: Any) -> None:
         """Run a transcript writer and show the lines it wrote."""
+        self._end_live()
         start = len(self.lines)
         write(*args)
         for line in self.lines[start:]:
@@ -229,6 +275,8 @@ class TerminalSurface:
             self._status.update(f"the agent is writing… {characters} characters")
 
     def _stop_spinner(self) -> None:
+        """Stop the spinner and end a line of text that was arriving: something else is shown now."""
+        self._end_live()
         if self._status is not None:
             self._status.stop()
             self._status = None
