@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pexpect
 import pytest
+from rich.console import Console
 
 from dial_runtime.cli import main
+from dial_runtime.runtime.events import InformDeltaEvent, InformEvent
+from dial_runtime.surfaces.terminal import TerminalSurface
 
 from .openai_server import OpenAIServer, Reply, Request
 
@@ -447,3 +450,22 @@ def test_two_sessions_on_one_conversation(tmp_path: Path, terminal: Start) -> No
     ann.type("/quit", after="")
     assert (ann.finish(), bob.finish()) == (0, 0)
     assert "Traceback" not in bob.screen
+
+
+@pytest.mark.parametrize(
+    ("deltas", "final", "shown"),
+    [
+        (["Hel", "lo"], "Hello there", "agent: Hello there\n"),
+        (["Use a "], "Use a <tag>.", "agent: Use a <tag>.\n"),
+        (["Wrong"], "Right", "agent: Wrong\nagent: Right\n"),  # the early text disagreed: the final on its line
+    ],
+    ids=["completed", "the-rest-added", "corrected"],
+)
+def test_the_terminal_prints_text_as_it_arrives_and_never_twice(deltas: list[str], final: str, shown: str) -> None:
+    output = io.StringIO()
+    surface = TerminalSurface(Console(file=output, width=80, color_system=None))
+    for text in deltas:
+        surface.on_event(InformDeltaEvent(text=text, act="inform", element=0))
+    surface.on_event(InformEvent(text=final, act="inform", element=0))
+    assert output.getvalue() == shown
+    assert surface.lines == [f"agent: {final}"]
