@@ -28,6 +28,7 @@ import trio
 import trio.testing
 
 from ._command import _CommandError
+from .agents.prompt import vocabulary
 from .errors import DialError
 from .language.parser import parse
 from .language.schema import validate
@@ -108,6 +109,10 @@ def _load_domain(spec: str) -> Any:
         raise _CommandError(
             f"--domain {spec!r}: the domain's actions are {_kind(actions)}, not a mapping of action names to specs"
         )
+    try:
+        vocabulary(domain)  # what the system prompt reads, checked before anything runs
+    except ValueError as error:
+        raise _CommandError(f"--domain {spec!r}: {error}") from error
     return domain
 
 

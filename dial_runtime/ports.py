@@ -129,8 +129,9 @@ class DescribedDomain(Domain, Protocol):
     (:func:`~dial_runtime.system_prompt`).
 
     ``vocabulary`` maps an action to any of ``"description"`` (text), ``"schema"`` (the payload's JSON Schema) and
-    ``"example"`` (an example payload); ``describe`` gives an action's description when the vocabulary has none.
-    Both are optional to the prompt: this protocol is for domains that want them checked.
+    ``"example"`` (an example payload), and names only the domain's actions: the prompt refuses any other key or
+    name with a ``ValueError``; ``describe`` gives an action's description when the vocabulary has none. Both are
+    optional to the prompt: this protocol is for domains that want them checked.
     """
 
     @property

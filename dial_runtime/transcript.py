@@ -31,10 +31,17 @@ def _json(value: Any) -> str:
 
 
 class Transcript:
-    """Writes one line per step through ``write``; :meth:`show` is an ``on_event`` callback."""
+    """Writes one line per step through ``write``; :meth:`show` is an ``on_event`` callback.
+
+    A suggestion the runtime refused before showing it (an unknown action, a payload the domain refused) was
+    never the person's to decide: its ``invalid`` outcome is a one-line note that the agent's proposal was refused
+    and why, never a proposal or an outcome of one. ``shown`` holds the ids of the suggestions shown (add those of
+    an earlier session when showing its outcomes).
+    """
 
     def __init__(self, write: Callable[[str], object]) -> None:
         self.write = write
+        self.shown: set[str] = set()
 
     def person(self, words: str) -> None:
         self.write(f"\nyou: {words}")
@@ -86,6 +93,7 @@ class Transcript:
             self.write(f"   {number}. {option.label or option.value}{' (default)' if option.default else ''}")
 
     def _suggestion(self, event: Any) -> None:
+        self.shown.add(event.id)
         marks = ["hand-off"] if event.handoff else [] if event.mutates else ["read-only, runs at once"]
         if event.destructive:
             marks.insert(0, "DESTRUCTIVE")
@@ -95,6 +103,11 @@ class Transcript:
             self.write(f"   in the agent's words: {event.text}")
 
     def _outcome(self, event: Any) -> None:
+        if event.status == "invalid" and event.id not in self.shown:
+            reasons = "; ".join(text for text in (event.error, event.hint) if text)
+            reason = reasons or event.code or "no reason given"
+            self.write(f"   (the agent's proposal {event.action} was refused and not shown to you: {reason})")
+            return
         details = []
         if event.result is not None:
             details.append(_json(event.result))

@@ -136,6 +136,9 @@ class ListedActions:
 
     def run(self, action, payload):
         return None
+
+class MisspelledVocabulary(NotesDomain):
+    vocabulary = {"add-note": {"payload_schema": {"type": "object"}}}
 """
 
 
@@ -255,6 +258,12 @@ def cases(tmp: Path, postgres_url: str) -> dict[str, Case]:
             "the domain's actions are a list, not a mapping",
             files={"bad_domains.py": BAD_DOMAINS.encode()},
         ),
+        "a domain whose vocabulary has a key it does not read": Case(
+            [*CHAT, "--domain", "bad_domains:MisspelledVocabulary"],
+            1,
+            "domain.vocabulary['add-note']: unknown key 'payload_schema' (did you mean 'schema'?)",
+            files={"bad_domains.py": BAD_DOMAINS.encode(), "replies.json": b"[]"},
+        ),
         "a domain module that does not exist": Case(
             [*CHAT, "--domain", "no_such_module:Domain"], 2, "cannot import no_such_module"
         ),
@@ -293,7 +302,8 @@ CASE_NAMES = [
     "log on a corrupted database", "log on a mistyped path", "export to a missing folder's database",
     "chat on a missing folder", "import into a missing folder", "a PostgreSQL server that is not there",
     "a PostgreSQL server that refuses the database", "a domain whose factory raises", "a domain that is a list",
-    "a domain whose actions are a list", "a domain module that does not exist", "a script that is not there",
+    "a domain whose actions are a list", "a domain whose vocabulary has a key it does not read",
+    "a domain module that does not exist", "a script that is not there",
     "a script that is not a list of replies", "a malformed store URL", "replay of a missing file",
     "chat with stdin not a terminal while a decision is pending",
 ]  # fmt: skip

@@ -21,14 +21,14 @@ from dial_runtime.runtime.effects import (
     Effect,
     GetContext,
     LookUp,
-    Preview,
     Ran,
     Replied,
+    Review,
+    Reviewed,
     RunAction,
     RunFailed,
     Send,
     Thinking,
-    Validate,
 )
 from dial_runtime.runtime.records import Suggestion, TurnResult
 from dial_runtime.statemachines import LIFE, TURN_LOOP
@@ -63,13 +63,11 @@ class World:
             return Replied(self.replies.pop(0))
         if isinstance(effect, LookUp):
             return SPECS.get(effect.action)
-        if isinstance(effect, Validate):
+        if isinstance(effect, Review):
             payload = effect.payload
             if effect.action == "add-note" and not (isinstance(payload, dict) and payload.get("text")):
-                return Issue(code="missing-text", field="text", hint="Give the note's text.")
-            return None
-        if isinstance(effect, Preview):
-            return f"{effect.action} {effect.payload}"
+                return Reviewed(Issue(code="missing-text", field="text", hint="Give the note's text."))
+            return Reviewed(None, f"{effect.action} {effect.payload}" if effect.preview else "")
         if isinstance(effect, Consult):
             return Answer(self.decisions.pop(0))
         if isinstance(effect, RunAction):
@@ -192,10 +190,9 @@ def test_nothing_runs_before_its_review_and_every_valid_payload_is_validated_aga
         "GetContext",
         "Send",
         "LookUp",
-        "Validate",
-        "Preview",
+        "Review",
         "Consult",
-        "Validate",
+        "Review",
         "RunAction",
         "GetContext",
         "Send",
@@ -292,7 +289,7 @@ def test_an_answer_that_must_be_awaited_is_awaited_once_the_log_can_be_written()
             value = Answer(Accept())
         else:
             value = world.respond(effect)
-    assert [type(e).__name__ for e in seen[5:7]] == ["Consult", "AwaitPerson"]
+    assert [type(e).__name__ for e in seen[4:6]] == ["Consult", "AwaitPerson"]
     assert Send.durable and RunAction.durable and not Consult.durable
 
 

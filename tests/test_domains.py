@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -28,6 +27,7 @@ from dial_runtime.demo import NotesDomain
 from dial_runtime.domains import INVALID_PAYLOAD, UNKNOWN_ACTION, SchemaPayload, json_schema_issue
 
 from .fakes import envelope, suggest
+from .test_readme import readme_block
 
 Short = Annotated[str, msgspec.Meta(min_length=1, max_length=10)]
 
@@ -420,15 +420,6 @@ async def test_an_edit_of_a_typed_payload_is_validated_again() -> None:
 
 
 # --- the README's domain ----------------------------------------------------------------------------------------
-
-
-def readme_block(section: str, heading: str = "") -> str:
-    """The first ``python`` block under the README's heading ``section`` (and its ``heading`` inside it)."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
-    after = readme.split(f"\n## {section}\n", 1)[1]
-    if heading:
-        after = after.split(f"\n{heading}\n", 1)[1]
-    return after.split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_readmes_domain_is_short() -> None:

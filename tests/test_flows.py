@@ -178,7 +178,7 @@ def test_diagrams_refuse_what_is_not_a_flow(spec: str, capsys: pytest.CaptureFix
 
 
 def test_the_readmes_flow_runs() -> None:
-    from .test_domains import readme_block
+    from .test_readme import readme_block
 
     namespace: dict[str, Any] = {}
     exec(compile(readme_block("Domains", "### Flows"), "README.md", "exec"), namespace)

@@ -13,7 +13,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dial_runtime.language.outcomes import MAX_DEPTH, MAX_ITEMS, MAX_TEXT, MAX_TOTAL_TEXT, to_json_ready
+from dial_runtime.language.outcomes import (
+    MAX_DEPTH,
+    MAX_ITEMS,
+    MAX_TEXT,
+    MAX_TOTAL_TEXT,
+    _Budget,
+    _convert,
+    to_json_ready,
+)
 
 from .strategies import any_text
 
@@ -168,3 +176,24 @@ def test_every_value_becomes_encodable_json(value: Any) -> None:
     result = to_json_ready(value)
     encodable(result)
     assert to_json_ready(result) == result  # what it gives is already JSON-ready
+
+
+FLAT_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.text(max_size=300)
+    | st.text(alphabet=st.characters(max_codepoint=127), min_size=250, max_size=260)
+)
+
+
+@given(st.dictionaries(st.text(max_size=260) | st.integers(), FLAT_SCALARS, max_size=70))
+def test_a_flat_dict_converts_as_the_general_path_does(value: dict[Any, Any]) -> None:
+    """The copy-only path for a dict of short ASCII keys and plain scalars gives what the general conversion
+    gives, and copies: the caller's dict changing later changes nothing recorded."""
+    converted = to_json_ready(value)
+    assert json.dumps(converted, allow_nan=False, sort_keys=True) == json.dumps(
+        _convert(value, _Budget(), 0), allow_nan=False, sort_keys=True
+    )
+    assert converted is not value

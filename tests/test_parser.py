@@ -1324,6 +1324,7 @@ def test_any_reply_parses_without_raising(reply: str) -> None:
     start = reply.find(result.raw)
     assert start >= 0
     assert prose == (reply[:start] + reply[start + len(result.raw) :]).strip()
+    assert result.prose == prose
     assert {issue.code for issue in result.issues} <= ISSUE_CODES
     for element in result.elements:
         assert type(element) is ELEMENT_TYPES[element.type]

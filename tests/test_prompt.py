@@ -7,9 +7,12 @@ import re
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dial_runtime import ActionSpec, Outcome, outcome_reply, parse, validate
 from dial_runtime.agents import VocabularyEntry, system_prompt, vocabulary
+from dial_runtime.agents.prompt import SPEC_KEYS, VOCABULARY_KEYS
 from dial_runtime.demo import NotesDomain
 
 from .fakes import Notes
@@ -246,3 +249,83 @@ def test_a_domain_without_actions_is_told_to_suggest_nothing() -> None:
     prompt = system_prompt(Silent())
     assert "offers no actions" in prompt
     assert vocabulary(Silent()) == ()
+
+
+# --- a vocabulary the prompt cannot read is refused, never silently ignored -------------------------------------
+
+
+class Misread:
+    """A domain whose documentation is written wrong, one way per case."""
+
+    def __init__(self, vocabulary: Any = None, spec: Any = None) -> None:
+        self.actions = {"save-recipe": spec if spec is not None else {"mutates": True}}
+        if vocabulary is not None:
+            self.vocabulary = vocabulary
+
+    def run(self, action: str, payload: Any) -> Any:
+        return None
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}}
+
+
+@pytest.mark.parametrize(
+    ("domain", "message"),
+    [
+        (
+            Misread({"save-recipe": {"payload_schema": SCHEMA}}),
+            "domain.vocabulary['save-recipe']: unknown key 'payload_schema' (did you mean 'schema'?); "
+            "the keys are 'description', 'schema', 'example'",
+        ),
+        (
+            Misread({"save-recipe": {"description": "Save.", "examples": [{"name": "soup"}]}}),
+            "domain.vocabulary['save-recipe']: unknown key 'examples' (did you mean 'example'?); "
+            "the keys are 'description', 'schema', 'example'",
+        ),
+        (
+            Misread({"save-recipe": {"colour": "red"}}),
+            "domain.vocabulary['save-recipe']: unknown key 'colour'; "
+            "the keys are 'description', 'schema', 'example'",
+        ),
+        (
+            Misread({"save_recipe": {"description": "Save."}}),
+            "domain.vocabulary names 'save_recipe', which is not an action (the actions are 'save-recipe')",
+        ),
+        (
+            Misread({"save-recipe": "Save a recipe."}),
+            "domain.vocabulary['save-recipe'] is str, not a mapping of 'description', 'schema', 'example'",
+        ),
+        (
+            Misread(spec={"mutates": True, "schema": SCHEMA}),
+            "domain.actions['save-recipe']: unknown key 'schema' (did you mean 'payload_schema'?); the keys are "
+            "'mutates', 'destructive', 'handoff', 'description', 'payload_schema', 'payload_example'",
+        ),
+    ],
+)
+def test_a_vocabulary_with_a_key_it_does_not_read_is_refused(domain: Misread, message: str) -> None:
+    for reads in (vocabulary, system_prompt):
+        with pytest.raises(ValueError) as refused:
+            reads(domain)
+        assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("domain", [Tasks(), Recipes(), NotesDomain(), Misread({"save-recipe": {}})])
+def test_every_key_the_documentation_names_is_read(domain: Any) -> None:
+    assert len(vocabulary(domain)) == len(domain.actions)
+
+
+@given(
+    keys=st.sets(st.sampled_from(VOCABULARY_KEYS) | st.text(min_size=1, max_size=20)),
+    spec_keys=st.sets(st.sampled_from(SPEC_KEYS) | st.text(min_size=1, max_size=20)),
+)
+def test_exactly_the_keys_it_reads_are_accepted(keys: set[str], spec_keys: set[str]) -> None:
+    """Any key a vocabulary entry or a dict spec may hold is read; any other one is refused."""
+    entry = dict.fromkeys(keys)
+    spec = {"mutates": True, **dict.fromkeys(spec_keys - {"mutates"}, False)}
+    domain = Misread({"save-recipe": entry}, spec)
+    unread = keys - set(VOCABULARY_KEYS) or spec.keys() - set(SPEC_KEYS)
+    if unread:
+        with pytest.raises(ValueError, match="unknown key"):
+            vocabulary(domain)
+    else:
+        assert [entry.name for entry in vocabulary(domain)] == ["save-recipe"]

@@ -469,3 +469,30 @@ def test_the_terminal_prints_text_as_it_arrives_and_never_twice(deltas: list[str
     surface.on_event(InformEvent(text=final, act="inform", element=0))
     assert output.getvalue() == shown
     assert surface.lines == [f"agent: {final}"]
+
+
+def test_a_refused_proposal_is_a_note_never_a_card(tmp_path: Path, terminal: Start) -> None:
+    """An invalid suggestion is never shown as something to decide: no card, no choice, one line saying the
+    agent's proposal was refused and why; the valid one beside it is a card as usual."""
+    replies = [
+        dial(
+            suggest("fly", "Fly there", "{}"),
+            suggest("add-note", "Add an empty note", '{"text": ""}'),
+            suggest("add-note", "Add milk", '{"text": "buy milk"}'),
+        ),
+        dial("<dial-inform>Added the one that was right.</dial-inform>"),
+    ]
+    (tmp_path / "replies.json").write_text(json.dumps(replies))
+    term = terminal("chat", "--agent", f"script:{tmp_path / 'replies.json'}", "--domain", DOMAIN)
+    term.type("add milk", after="you:")
+    term.expect(
+        "(the agent's proposal fly was refused and not shown to you: There is no action 'fly'.",
+        "(the agent's proposal add-note was refused and not shown to you: Expected `str` of length >= 1.)",
+        "sg-3 · add-note",
+    )
+    term.type("a", after="sg-3 ›")
+    term.expect("✓ done: Add the note 'buy milk'", "agent: Added the one that was right.")
+    term.type("/quit", after="you:")
+    assert term.finish() == 0
+    screen = term.screen
+    assert "sg-1 ·" not in screen and "sg-2 ·" not in screen and "✗ invalid" not in screen

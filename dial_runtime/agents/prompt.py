@@ -21,6 +21,7 @@ document that validates against the lenient XSD; the outcome example is written 
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -58,10 +59,22 @@ _PLACEHOLDER_ENTRY = VocabularyEntry(
 )
 
 
+#: The keys a ``domain.vocabulary`` entry may hold.
+VOCABULARY_KEYS = ("description", "schema", "example")
+#: The keys a dict action spec may hold: the spec's own, then the documentation the prompt reads from it.
+SPEC_KEYS = ("mutates", "destructive", "handoff", "description", "payload_schema", "payload_example")
+
+
 def vocabulary(domain: Any) -> tuple[VocabularyEntry, ...]:
-    """The domain's actions, in its order, with what the domain says of each (see the module docstring)."""
+    """The domain's actions, in its order, with what the domain says of each (see the module docstring).
+
+    ``ValueError``, in one line, for documentation it would otherwise ignore without a word: a vocabulary entry
+    for an action the domain does not have, an entry that is not a mapping, or a key of an entry or of a dict
+    action spec that is not read (``payload_schema`` in a vocabulary entry, whose key is ``schema``).
+    """
     actions: Mapping[str, Any] = getattr(domain, "actions", None) or {}
     documented: Mapping[str, Any] = getattr(domain, "vocabulary", None) or {}
+    _check_documentation(actions, documented)
     describe = getattr(domain, "describe", None)
     entries = []
     for name, raw_spec in actions.items():
@@ -84,6 +97,30 @@ def vocabulary(domain: Any) -> tuple[VocabularyEntry, ...]:
             )
         )
     return tuple(entries)
+
+
+def _check_documentation(actions: Mapping[str, Any], documented: Mapping[str, Any]) -> None:
+    """Refuse a vocabulary or dict spec that says something :func:`vocabulary` would not read."""
+    keys = ", ".join(repr(key) for key in VOCABULARY_KEYS)
+    for name, entry in documented.items():
+        if name not in actions:
+            known = ", ".join(repr(action) for action in actions)
+            raise ValueError(f"domain.vocabulary names {name!r}, which is not an action (the actions are {known})")
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"domain.vocabulary[{name!r}] is {type(entry).__name__}, not a mapping of {keys}")
+        _check_keys(f"domain.vocabulary[{name!r}]", entry, VOCABULARY_KEYS)
+    for name, spec in actions.items():
+        if isinstance(spec, Mapping):
+            _check_keys(f"domain.actions[{name!r}]", spec, SPEC_KEYS)
+
+
+def _check_keys(where: str, given: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    for key in given:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+            guess = f" (did you mean {close[0]!r}?)" if close else ""
+            known = ", ".join(repr(name) for name in allowed)
+            raise ValueError(f"{where}: unknown key {key!r}{guess}; the keys are {known}")
 
 
 def system_prompt(domain: Any) -> str:

@@ -106,6 +106,8 @@ MAX_ITEMS: Final = 100_000
 _INT_DIGITS: Final = 4_300  # the digits Python converts to text by default (sys.get_int_max_str_digits)
 _INT_BITS: Final = 14_300  # an integer of more bits has more than 4,300 digits
 _SURROGATES: Final = re.compile("[\ud800-\udfff]")
+_SHORT: Final = 256  # an ASCII string of at most this many characters is within every limit as it is
+_FLAT_ITEMS: Final = 64  # entries of a dict checked for the copy-only path
 
 
 class _Budget:
@@ -137,12 +139,40 @@ def to_json_ready(value: Any) -> Any:
     """
     kind = type(value)
     if kind is str:
-        return _text(value, _Budget()) if len(value) > 256 or not value.isascii() else value
+        return _text(value, _Budget()) if len(value) > _SHORT or not value.isascii() else value
     if value is None or kind is bool or (kind is int and -(2**63) <= value < 2**64):
         return value
     if kind is float and math.isfinite(value):
         return value
+    if kind is dict and _flat(value):
+        return dict(value)
     return _convert(value, _Budget(), 0)
+
+
+def _flat(value: dict[Any, Any]) -> bool:
+    """Whether ``value`` is plain JSON data within every limit already: up to :data:`_FLAT_ITEMS` short ASCII
+    keys, each holding ``None``, a ``bool``, a 64-bit ``int``, a finite ``float`` or a short ASCII ``str``.
+
+    Most payloads and results are such a dict: copying it takes a sixth of the instructions the general
+    conversion spends on it."""
+    if len(value) > _FLAT_ITEMS:
+        return False
+    for key, item in value.items():
+        if type(key) is not str or len(key) > _SHORT or not key.isascii():
+            return False
+        kind = type(item)
+        if kind is str:
+            if len(item) > _SHORT or not item.isascii():
+                return False
+        elif kind is int:
+            if not -(2**63) <= item < 2**64:
+                return False
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif item is not None and kind is not bool:
+            return False
+    return True
 
 
 def _convert(value: Any, budget: _Budget, depth: int) -> Any:

@@ -1132,5 +1132,9 @@ def parse(
     if _START.search(text, end) is not None:
         _extra_envelopes(text, end, candidate.base + 1, start, issues)
     return Envelope(
-        attributes=candidate.attributes, elements=candidate.elements, raw=text[start:end], issues=issues.result()
+        attributes=candidate.attributes,
+        elements=candidate.elements,
+        raw=text[start:end],
+        issues=issues.result(),
+        prose=(text[:start] + text[end:]).strip(),
     )

@@ -180,12 +180,15 @@ Element = Inform | AskElement | Suggest | Execute | Acknowledge | Declare | Dele
 
 
 class Envelope(msgspec.Struct, frozen=True, kw_only=True):
-    """A parsed ``<dial>`` envelope: root attributes, speech acts in document order, the raw text, repairs."""
+    """A parsed ``<dial>`` envelope: root attributes, speech acts in document order, the raw text, repairs, and
+    the reply's prose (its text outside the envelope, ends trimmed: what :func:`~dial_runtime.extract_prose`
+    returns)."""
 
     attributes: RootAttributes = RootAttributes()
     elements: tuple[Element, ...] = ()
     raw: str = ""
     issues: tuple[ParseIssue, ...] = ()
+    prose: str = ""
 
     @property
     def usable(self) -> bool:

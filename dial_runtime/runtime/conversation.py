@@ -38,15 +38,15 @@ from .effects import (
     GetContext,
     LookUp,
     NoReply,
-    Preview,
     Ran,
     Replied,
+    Review,
+    Reviewed,
     RunAction,
     RunFailed,
     Send,
     Streaming,
     Thinking,
-    Validate,
 )
 from .events import RENDERED, Event, InformDeltaEvent, LogEntry
 from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
@@ -515,20 +515,24 @@ class Conversation:
         declared = actions.get(effect.action) if isinstance(actions, (dict, Mapping)) else None
         return None if declared is None else as_action_spec(declared)
 
-    def _validate(self, effect: Validate) -> object:
+    def _review(self, effect: Review) -> Reviewed:
         validate = getattr(self.domain, "validate", None)
-        return None if validate is None else as_issue(validate(effect.action, effect.payload))
+        issue = None if validate is None else as_issue(validate(effect.action, effect.payload))
+        if issue is not None or not effect.preview:
+            return Reviewed(issue)
+        return Reviewed(None, self._preview(effect.action, effect.payload))
 
-    def _preview(self, effect: Preview) -> str:
+    def _preview(self, action: str, payload: Any) -> str:
+        """The domain's preview of a valid payload; the action's name when it has none or it raised."""
         preview = getattr(self.domain, "preview", None)
         if preview is None:
-            return effect.action
+            return action
         try:
-            text = preview(effect.action, effect.payload)
+            text = preview(action, payload)
         except Exception:
-            logger.exception("domain.preview raised for %r; showing the action name", effect.action)
-            return effect.action
-        return str(text) if text else effect.action
+            logger.exception("domain.preview raised for %r; showing the action name", action)
+            return action
+        return str(text) if text else action
 
     def _consult(self, effect: Consult) -> object:
         """Put the question to the person: a plain function's answer is taken at once; an awaitable one is
@@ -567,8 +571,7 @@ class Conversation:
 _ANSWERS: dict[type[Effect], Callable[[Conversation, Any], Any]] = {
     GetContext: Conversation._context,
     LookUp: Conversation._look_up,
-    Validate: Conversation._validate,
-    Preview: Conversation._preview,
+    Review: Conversation._review,
     Consult: Conversation._consult,
 }
 """How the driver answers each immediate effect."""

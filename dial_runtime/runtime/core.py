@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import DialError, DialSizeError
 from ..language.outcomes import Outcome, outcome_reply, refusal_reply, to_json_ready
-from ..language.parser import extract_prose, parse
+from ..language.parser import parse
 from ..language.payloads import declare_value, pair_payload
 from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest
 from ..language.stream import StreamParser, TextDelta
@@ -37,15 +37,15 @@ from .effects import (
     GetContext,
     LookUp,
     NoReply,
-    Preview,
     Ran,
     Replied,
+    Review,
+    Reviewed,
     RunAction,
     RunFailed,
     Send,
     Streaming,
     Thinking,
-    Validate,
 )
 from .events import (
     ActionStartedEvent,
@@ -551,10 +551,8 @@ class ConversationCore:
                 return self._refuse("; ".join(issue.message for issue in checked.issues))
         elif not envelope.usable:  # elements, and none says anything: the agent must be told
             return self._refuse("; ".join(issue.message for issue in envelope.issues) or "the envelope is empty")
-        if state.cursor < -1:
-            prose = extract_prose(reply)
-            if prose:
-                self.record(InformEvent(text=prose, element=-1))
+        if state.cursor < -1 and envelope.prose:
+            self.record(InformEvent(text=envelope.prose, element=-1))
         return envelope.elements
 
     def _refuse(self, why: str) -> tuple[Element, ...]:
@@ -677,6 +675,7 @@ class ConversationCore:
         opened = self._propose(element, to_json_ready(payload), after - 1)
         spec: ActionSpec | None = yield LookUp(action=opened.action)
         issue: Issue | None = None
+        preview = ""
         if element.id and opened.id != element.id:
             issue = Issue(
                 code="duplicate-id",
@@ -688,13 +687,13 @@ class ConversationCore:
         elif problem is not None:
             issue = Issue(code="invalid-payload", hint=problem)
         else:
-            issue = yield Validate(action=opened.action, payload=payload)
+            reviewed: Reviewed = yield Review(action=opened.action, payload=payload)
+            issue, preview = reviewed.issue, reviewed.preview
         if issue is not None:
             target = SUGGESTION.fire(opened.state, "review", unknown=spec is None, refused=True)
             self._finish(opened, target, code=issue.code, field=issue.field, hint=issue.hint)
             return after
         assert spec is not None
-        preview = yield Preview(action=opened.action, payload=payload)
         target = SUGGESTION.fire(
             opened.state,
             "review",
@@ -720,7 +719,7 @@ class ConversationCore:
         if opened.deciding:
             yield from self._decide(opened)
         else:
-            yield from self._run(opened)
+            yield from self._run(opened, preview)
         return after
 
     def _consult(self, question: Any, deadline: float | None) -> Generator[Effect, Any, Answer | Expired]:
@@ -796,9 +795,11 @@ class ConversationCore:
             )
         else:
             self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by))
-        issue = yield Validate(action=opened.action, payload=opened.payload)
+        edited = opened.edited
+        reviewed: Reviewed = yield Review(action=opened.action, payload=opened.payload, preview=edited)
+        issue = reviewed.issue
         if issue is None:
-            yield from self._run(opened)
+            yield from self._run(opened, reviewed.preview if edited else opened.preview)
             return
         self.record(
             RefusedEvent(
@@ -814,10 +815,10 @@ class ConversationCore:
                 opened, opened.state, code=issue.code, field=issue.field, hint=issue.hint, edited=opened.edited
             )
 
-    def _run(self, opened: OpenSuggestion) -> Generator[Effect, Any, None]:
-        """Run the action, with its start on the log first; its success or exception decides the outcome."""
+    def _run(self, opened: OpenSuggestion, preview: str) -> Generator[Effect, Any, None]:
+        """Run the action (``preview``: the text for what runs), with its start on the log first; its success or
+        exception decides the outcome."""
         edited, payload = opened.edited, opened.payload
-        preview = (yield Preview(action=opened.action, payload=payload)) if edited else opened.preview
         self.record(
             ActionStartedEvent(
                 suggestion_id=opened.id, action=opened.action, payload=payload, preview=preview, edited=edited

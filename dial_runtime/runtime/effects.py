@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from .records import Ask, Suggestion
+from .records import Ask, Issue, Suggestion
 
 
 class Effect(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,22 +61,18 @@ class LookUp(Effect, frozen=True, kw_only=True):
     action: str
 
 
-class Validate(Effect, frozen=True, kw_only=True):
-    """Check ``payload`` with the domain's ``validate``; input: ``None`` (valid) or the domain's ``Issue``."""
+class Review(Effect, frozen=True, kw_only=True):
+    """Check ``payload`` with the domain's ``validate`` and, when it passes and ``preview`` is set, make the short
+    text the person sees (the domain's ``preview``): one question, since only a valid payload is previewed.
+
+    Input: :class:`Reviewed`.
+    """
 
     immediate: ClassVar[bool] = True
 
     action: str
     payload: Any
-
-
-class Preview(Effect, frozen=True, kw_only=True):
-    """The short text the person sees for this proposal (the domain's ``preview``); input: the text."""
-
-    immediate: ClassVar[bool] = True
-
-    action: str
-    payload: Any
+    preview: bool = True
 
 
 class Consult(Effect, frozen=True, kw_only=True):
@@ -150,6 +146,14 @@ class Expired(msgspec.Struct, frozen=True):
     """The deadline for the person's answer passed."""
 
 
+class Reviewed(msgspec.Struct, frozen=True):
+    """What the domain found of a payload: its ``issue`` (``None``: valid) and, for a valid one whose preview
+    was asked for, the ``preview`` (else ``""``)."""
+
+    issue: Issue | None = None
+    preview: str = ""
+
+
 class Ran(msgspec.Struct, frozen=True):
     """The action returned ``result``."""
 
@@ -174,13 +178,13 @@ __all__ = [
     "GetContext",
     "LookUp",
     "NoReply",
-    "Preview",
     "Ran",
     "Replied",
+    "Review",
+    "Reviewed",
     "RunAction",
     "RunFailed",
     "Send",
     "Streaming",
     "Thinking",
-    "Validate",
 ]

@@ -516,6 +516,7 @@ class TerminalSurface:
         turns = sum(1 for entry in log if isinstance(entry.event, SentEvent))
         self.note(f"conversation {ident} in {where}: {len(log)} events, {turns} message(s) to the agent", "bold")
         outcomes = [entry.event for entry in log if isinstance(entry.event, OutcomeEvent)]
+        self.transcript.shown.update(entry.event.id for entry in log if isinstance(entry.event, SuggestionEvent))
         for outcome in outcomes[-3:]:
             self._show(_OUTCOME_STYLES.get(outcome.status, "dim"), self.transcript.show, outcome)
         if conversation.ended:
