@@ -347,12 +347,12 @@ class Conversation:
         notices = core.take_notices() if core.notices else ()
         if self.on_event is None or (start == len(events) and not notices):
             return
-        for event in [*events[start:], *notices] if notices else events[start:]:
-            if event.type in RENDERED:
-                try:
-                    self.on_event(event)
-                except Exception:
-                    logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
+        shown = [event for event in events[start:] if event.type in RENDERED]
+        for event in [*shown, *notices] if notices else shown:
+            try:
+                self.on_event(event)
+            except Exception:
+                logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
 
     async def _result(self, call: Call) -> TurnResult:
         """Drive ``call`` to its result."""

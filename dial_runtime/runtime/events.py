@@ -374,7 +374,6 @@ RENDERED = frozenset(
         "phatic",
         "delegate",
         "execute",
-        "inform-delta",
     }
 )
 
