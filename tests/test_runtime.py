@@ -422,6 +422,18 @@ async def test_cancelling_while_the_agent_thinks_leaves_the_conversation_usable(
     assert agent.sent == ["first", "second"]
 
 
+async def test_an_on_event_set_later_is_shown_only_what_happens_from_then_on() -> None:
+    conversation = Conversation(agent=Agent([ADD_MILK, THANKS, THANKS]), domain=Notes(), human=policy_human())
+    await conversation.say("add milk")
+    before = len(conversation.log)
+    shown: list[Any] = []
+    conversation.on_event = shown.append
+    await conversation.say("thanks")
+    later = [entry.event for entry in conversation.log[before:]]
+    assert shown == [event for event in later if event.type in RENDERED]
+    assert shown and conversation.on_event == shown.append
+
+
 async def test_an_on_event_error_is_logged_and_ignored(caplog: pytest.LogCaptureFixture) -> None:
     def explode(event: Any) -> None:
         raise RuntimeError("render failed")

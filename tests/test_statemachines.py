@@ -312,6 +312,16 @@ def test_unknown_flag_is_a_type_error() -> None:
         TURN_LOOP.fire("handling", "handled", endng=True)
 
 
+def test_a_remembered_transition_gives_what_the_guards_give_and_a_refusal_is_never_remembered() -> None:
+    for _ in range(2):  # the second round reads what the first remembered
+        assert TURN_LOOP.fire("handling", "handled", ending=True) == "ended"
+        assert TURN_LOOP.fire("handling", "handled", ending=False) != "ended"
+        with pytest.raises(IllegalTransition):
+            TURN_LOOP.fire("awaiting_reply", "handled", ending=True)
+        with pytest.raises(TypeError):
+            TURN_LOOP.fire("handling", "handled", endng=True)
+
+
 @pytest.mark.parametrize("method", ["allowed", "is_final"])
 def test_unknown_state_is_a_value_error(method: str) -> None:
     with pytest.raises(ValueError, match="unknown state 'nowhere'"):

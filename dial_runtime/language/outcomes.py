@@ -62,7 +62,7 @@ def _replaced(text: str, escapes: tuple[tuple[str, str], ...]) -> str:
     for character, replacement in escapes:
         if character in text:
             text = text.replace(character, replacement)
-    if _NOT_XML.search(text) is not None:
+    if not text.isprintable() and _NOT_XML.search(text) is not None:  # all it matches is unprintable
         text = _NOT_XML.sub(_visible, text)
     return text
 

@@ -780,7 +780,7 @@ def _fields(element: etree._Element, table: _Fields, issues: _Issues, base: int)
     """The record fields the element's attributes give through ``table``; other attributes are skipped."""
     fields: dict[str, Any] = {}
     if not issues.many_attributes:
-        pairs = cast("list[tuple[str, str]]", element.items())
+        pairs: Sequence[tuple[Any, Any]] = element.items()  # lxml gives str for a tree parsed from text
     else:
         # lxml's items() looks every value up by name, in time quadratic in the number of attributes: read the
         # names, then the values of the few known ones. items() is a third faster for the usual few attributes.

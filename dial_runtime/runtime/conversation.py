@@ -104,6 +104,7 @@ class Conversation:
         "_gate",
         "_identified",
         "_more_streamed",
+        "_on_event",
         "_shown",
         "_stale",
         "_store",
@@ -115,7 +116,6 @@ class Conversation:
         "human",
         "id",
         "idle_timeout",
-        "on_event",
         "reply_timeout",
         "timeout",
     )
@@ -146,7 +146,7 @@ class Conversation:
         self.agent = agent
         self.domain = domain
         self.human = human
-        self.on_event = on_event
+        self._on_event = on_event
         self.timeout = timeout
         self.reply_timeout = reply_timeout
         self.idle_timeout = idle_timeout
@@ -181,6 +181,18 @@ class Conversation:
         async with conversation._calling():
             pass
         return conversation
+
+    @property
+    def on_event(self) -> Callable[[Event | InformDeltaEvent], object] | None:
+        """Called with each event a surface renders (``RENDERED``) as it happens, and with the text of a streamed
+        reply as it arrives (``inform-delta``, not on the log); its exceptions are logged."""
+        return self._on_event
+
+    @on_event.setter
+    def on_event(self, value: Callable[[Event | InformDeltaEvent], object] | None) -> None:
+        """Set what is shown the events recorded from now on."""
+        self._on_event = value
+        self._shown = len(self._core.log.events)
 
     @property
     def max_turns(self) -> int:
@@ -345,12 +357,12 @@ class Conversation:
         events = core.log.events
         start, self._shown = self._shown, len(events)
         notices = core.take_notices() if core.notices else ()
-        if self.on_event is None or (start == len(events) and not notices):
+        if self._on_event is None or (start == len(events) and not notices):
             return
         shown = [event for event in events[start:] if event.type in RENDERED]
         for event in [*shown, *notices] if notices else shown:
             try:
-                self.on_event(event)
+                self._on_event(event)
             except Exception:
                 logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
 
@@ -375,7 +387,10 @@ class Conversation:
             except BaseException:
                 self._show()
                 raise
-            self._show()
+            if (
+                self._on_event is not None
+            ):  # without one nothing is shown (its setter starts from the log as it is)
+                self._show()
             if type(effect) is until:
                 return None
             error = None
@@ -383,7 +398,7 @@ class Conversation:
                 if effect.immediate:
                     value = _ANSWERS[type(effect)](self, effect)
                 else:
-                    if effect.durable:
+                    if effect.durable and self._store is not None:
                         await self.flush()
                     value = await _PERFORMERS[type(effect)](self, call, effect)
             except BaseException as raised:

@@ -200,12 +200,13 @@ class ConversationState:
     def apply(self, event: Event) -> None:
         """Advance the state by one event; an event that cannot stand here raises and changes nothing the
         machines hold (``_Refusal`` or ``IllegalTransition``)."""
+        kind = event.type
         if self.life in IN_CALL:
-            if self.life in ENDED and event.type in SILENT:
-                raise _Refusal(f"a conversation that has ended sends nothing (no {event.type!r})")
-        elif event.type not in BETWEEN_CALLS:
-            raise _Refusal(f"a {event.type!r} happens only during a call")
-        handler = _APPLY.get(event.type)
+            if kind in SILENT and self.life in ENDED:
+                raise _Refusal(f"a conversation that has ended sends nothing (no {kind!r})")
+        elif kind not in BETWEEN_CALLS:
+            raise _Refusal(f"a {kind!r} happens only during a call")
+        handler = _APPLY.get(kind)
         if handler is not None:
             handler(self, event)
         element = getattr(event, "element", None)
