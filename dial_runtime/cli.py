@@ -176,6 +176,7 @@ def _chat(args: argparse.Namespace) -> int:
     from .runtime import Conversation
 
     domain = _load_domain(args.domain) if args.mcp is None else None
+    _check_mcp_options(args)
     if args.id and not args.store:
         _usage("--id needs --store")
     store = _open(args.store) if args.store else None
@@ -220,6 +221,12 @@ def _chat(args: argparse.Namespace) -> int:
             surface.save(args.transcript)
 
 
+def _check_mcp_options(args: argparse.Namespace) -> None:
+    """``--trust-read-only`` and ``--mcp-log`` speak of the ``--mcp`` server: refused without one."""
+    if args.mcp is None and (args.trust_read_only or args.mcp_log):
+        _usage(f"{'--trust-read-only' if args.trust_read_only else '--mcp-log'} needs --mcp")
+
+
 async def _served(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> Any:
     """The MCP server ``--mcp`` names, as a domain held open until ``stack`` closes."""
     try:
@@ -228,7 +235,7 @@ async def _served(args: argparse.Namespace, stack: contextlib.AsyncExitStack) ->
         raise _CommandError(f"--mcp needs the mcp extra (pip install 'dial-runtime[mcp]'): {error}") from None
     try:
         errlog = stack.enter_context(open(args.mcp_log or os.devnull, "a", encoding="utf-8"))  # noqa: SIM115
-        served = mcp_domain(args.mcp, errlog=errlog)
+        served = mcp_domain(args.mcp, errlog=errlog, trust_read_only=args.trust_read_only)
     except ValueError as error:
         _usage(f"--mcp: {error}")
     except OSError as error:
@@ -419,6 +426,9 @@ def _audit_detail(event: dict[str, Any]) -> tuple[str, str] | None:
     if kind == "action-started":
         edited = " (edited)" if event["edited"] else ""
         return "run", f"{event['suggestion_id']} {event['action']} {_json_text(event['payload'])}{edited}"
+    if kind == "flow-moved":
+        moved = f"{event['source']} → {event['target']} on {event['event']}"
+        return "flow moved", f"{moved} ({event['suggestion_id']} {event['action']} done)"
     if kind == "outcome":
         parts = [event["id"], event["status"]]
         if event["result"] is not None:
@@ -586,7 +596,8 @@ def _list(args: argparse.Namespace) -> int:
             status = "a log this runtime cannot fold"
         else:
             waiting = ", ".join(item.id for item in state.pending())
-            status = "ended" if state.ended else f"waits for {waiting}" if waiting else "open"
+            ended = f"ended: {state.result}" if state.result else "ended"
+            status = ended if state.ended else f"waits for {waiting}" if waiting else "open"
         print(f"{ident:<{width}}  {len(entries):>5} events  last {when.replace('+00:00', 'Z')}  {status}")
     return 0
 
@@ -594,7 +605,7 @@ def _list(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     """``dial-runtime serve``: the web surface (AG-UI at /agui, the panel at /) under uvicorn."""
     try:
-        from .web.serve import serve
+        from .web.serve import McpServer, serve
     except ImportError as error:
         print(
             f"dial-runtime serve: needs the web extra (pip install 'dial-runtime[web]'): {error}", file=sys.stderr
@@ -603,10 +614,13 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers < 1 or not 0 <= args.port <= 65535:
         print("dial-runtime serve: --workers must be at least 1 and --port within 0-65535", file=sys.stderr)
         return 2
+    _check_mcp_options(args)
     try:
         serve(
             agent=args.agent,
-            domain=args.domain,
+            domain=args.domain
+            if args.mcp is None
+            else McpServer(server=args.mcp, trust_read_only=args.trust_read_only, log=args.mcp_log),
             store=args.store,
             host=args.host,
             port=args.port,
@@ -620,14 +634,34 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_mcp_options(command: argparse.ArgumentParser, served: Any) -> None:
+    """``--mcp`` (in the group ``served``, beside ``--domain``), ``--mcp-log`` and ``--trust-read-only``."""
+    served.add_argument(
+        "--mcp",
+        metavar="'COMMAND ARGS...'|URL",
+        help="an MCP server's tools as the domain: a command to start (stdio) or an http(s) URL (streamable HTTP)",
+    )
+    command.add_argument(
+        "--mcp-log",
+        metavar="FILE",
+        help="append the MCP server's standard error here (default: discarded)",
+    )
+    command.add_argument(
+        "--trust-read-only",
+        action="store_true",
+        help="run the --mcp server's tools it marks read-only without asking (MCP annotations are the server's "
+        "hints: by default every tool waits for the person)",
+    )
+
+
 def _add_serve(commands: Any) -> None:
     serving = commands.add_parser("serve", help="serve the chat panel and AG-UI (/agui) over HTTP with uvicorn")
     serving.add_argument(
         "--agent", required=True, metavar="URI", help="script:FILE (a JSON list of replies) or a chat URI"
     )
-    serving.add_argument(
-        "--domain", required=True, metavar="MODULE:FACTORY", help="e.g. dial_runtime.demo:NotesDomain"
-    )
+    served = serving.add_mutually_exclusive_group(required=True)
+    served.add_argument("--domain", metavar="MODULE:FACTORY", help="e.g. dial_runtime.demo:NotesDomain")
+    _add_mcp_options(serving, served)
     serving.add_argument(
         "--store", required=True, metavar="URL", help="sqlite:PATH, or postgresql://... for --workers"
     )
@@ -661,16 +695,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:FACTORY",
         help="module:factory; factory() returns the domain (dial_runtime.demo:NotesDomain)",
     )
-    served.add_argument(
-        "--mcp",
-        metavar="'COMMAND ARGS...'|URL",
-        help="an MCP server's tools as the domain: a command to start (stdio) or an http(s) URL (streamable HTTP)",
-    )
-    chat.add_argument(
-        "--mcp-log",
-        metavar="FILE",
-        help="append the MCP server's standard error here (default: discarded)",
-    )
+    _add_mcp_options(chat, served)
     chat.add_argument(
         "--transcript", metavar="FILE", help="save the transcript (plain text) here when the session ends"
     )

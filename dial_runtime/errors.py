@@ -10,6 +10,8 @@ Every exception the library raises on purpose, and the one a domain raises to fa
     ├── StoreClosed          a store was used after ``aclose()`` (also a RuntimeError)
     ├── StoreError           a store that cannot be used: not a database, no such file or folder, a refusing server
     ├── IllegalTransition    a state machine was asked for a transition its table does not have
+    ├── AlreadyDecided       a decision or answer on a suggestion or ask that has already ended (says by whom, how)
+    ├── PayloadChanged       a decision on a payload other than the one waiting (the person saw an older one)
     ├── LogError             a log no run of the runtime could have written (names the entry; a ValueError)
     ├── AgentError           an agent's endpoint refused the request, or its retries were used up
     ├── McpConnectionError   an MCP server could not be started, reached or initialised (dial_runtime.mcp)
@@ -53,6 +55,35 @@ class IllegalTransition(DialError):
         self.machine = machine
         self.state = state
         self.event = event
+
+
+class AlreadyDecided(DialError):
+    """Raised by ``decide`` or ``answer`` on a suggestion or ask that has already ended: another call, tab or
+    worker decided it first. Nothing changes.
+
+    ``subject_id`` is the suggestion's or ask's id; ``by`` who decided (``None`` when the log does not say);
+    ``how`` the decision (``accept``, ``dismiss``, ``edit``, ``say``, ``expire``), ``answered`` for an ask, or the
+    outcome's status when it ended without a decision (superseded, interrupted, ...).
+    """
+
+    def __init__(self, subject_id: str, *, by: str | None, how: str) -> None:
+        who = f" by {by}" if by else ""
+        super().__init__(f"{subject_id!r} was already decided{who} ({how})")
+        self.subject_id = subject_id
+        self.by = by
+        self.how = how
+
+
+class PayloadChanged(DialError):
+    """Raised by ``decide(..., shown=digest)`` when the digest of what the person was shown is not the digest of
+    the payload that would run (a refused edit replaced it, or the person saw a stale copy). Nothing changes;
+    show the suggestion again (``Suggestion.digest``) and let the person decide on what waits."""
+
+    def __init__(self, suggestion_id: str, *, shown: str, waiting: str) -> None:
+        super().__init__(f"{suggestion_id!r}: the payload decided on is not the one waiting")
+        self.suggestion_id = suggestion_id
+        self.shown = shown
+        self.waiting = waiting
 
 
 class LogError(DialError, ValueError):

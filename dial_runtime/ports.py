@@ -161,6 +161,14 @@ class Store(Protocol):
         elsewhere (another task, worker, process or connection). Released on exit, and when the holder dies."""
         ...
 
+    def watch(self, conversation_id: str | None = None) -> AbstractAsyncContextManager[AsyncIterator[str | None]]:
+        """Watch one conversation (``None``: every one) for the block's length: the iterator yields a
+        conversation's id soon after entries are appended to it, by this process or (where the store can tell)
+        another; ``None`` when any may have changed. A change is a hint to :meth:`read`, never the entries, and
+        several appends may come as one. Enter the watch, then read: nothing appended after the read is missed.
+        The iteration ends when the store closes."""
+        ...
+
     async def aclose(self) -> None:
         """Release the store's connections; a closed store raises :class:`~dial_runtime.errors.StoreClosed`."""
         ...

@@ -298,7 +298,7 @@ def test_a_suggestion_shown_to_the_person_is_the_one_validated() -> None:
     drive(ConversationCore().say("go"), world)
     (asked,) = [effect for effect in world.effects if isinstance(effect, Consult)]
     assert asked.question == Suggestion(
-        id="sg-1", action="add-note", payload={"text": "milk"}, preview="add-note {'text': 'milk'}"
+        id="sg-1", action="add-note", payload={"text": "milk"}, preview="add-note {'text': 'milk'}", mutates=True
     )
 
 

@@ -8,12 +8,13 @@ import dial_runtime
 
 #: The names the README documents; adding or removing one is a deliberate API change.
 EXPECTED = {
-    "Accept", "Acknowledge", "ActionError", "ActionSpec", "Agent", "AgentError", "Ask", "AskElement",
-    "ChatAgent",
+    "Accept", "Acknowledge", "ActionError", "ActionSpec", "Agent", "AgentError", "AlreadyDecided", "Ask",
+    "AskElement", "ChatAgent",
     "Conversation", "ConversationBusy", "Declare", "Defer", "Delegate", "DialError", "DialSizeError", "Dismiss",
     "Divergence", "Domain", "Edit", "Envelope", "Event", "Execute", "Human", "IllegalTransition", "Inform",
     "Issue",
-    "LogEntry", "LogError", "Option", "Outcome", "ParseIssue", "Phatic", "RecordedAgent", "ReplayReport",
+    "LogEntry", "LogError", "Option", "Outcome", "ParseIssue", "PayloadChanged", "Phatic", "RecordedAgent",
+    "ReplayReport",
     "RootAttributes", "Say", "SchemaIssue", "ScriptedAgent", "Step", "Store", "StoreClosed", "StoreConflict",
     "StoreError", "StreamParser", "StreamingAgent", "Suggest", "Suggestion", "TurnResult", "__version__",
     "agent_from_uri", "event_from_dict", "event_to_dict", "export_jsonl", "extract_prose", "import_jsonl",

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from statemachine import State, StateMachine
 from statemachine.exceptions import TransitionNotAllowed
 
-from dial_runtime import Domain, IllegalTransition, Issue
+from dial_runtime import Conversation, Domain, IllegalTransition, Issue, ScriptedAgent, policy_human
 from dial_runtime.cli import main
 
 
@@ -177,16 +177,34 @@ def test_diagrams_refuse_what_is_not_a_flow(spec: str, capsys: pytest.CaptureFix
     assert capsys.readouterr().err.startswith(f"dial-runtime diagrams: --flow {spec!r}: ")
 
 
-def test_the_readmes_flow_runs() -> None:
+@pytest.mark.anyio
+async def test_the_readmes_flow_runs_a_conversation_to_its_result() -> None:
+    from .fakes import envelope, suggest
     from .test_readme import readme_block
 
     namespace: dict[str, Any] = {}
     exec(compile(readme_block("Domains", "### Flows"), "README.md", "exec"), namespace)
     declared: Domain = namespace["orders"]
-    assert declared.allowed_now("draft", "confirm-order") is None
     assert declared.after_done("draft", "confirm-order") == "confirmed"
-    issue = declared.allowed_now("confirmed", "confirm-order")
-    assert issue is not None and issue.code == "not-allowed-now"
+    order = '{"order_id": "o-1"}'
+    agent = ScriptedAgent(
+        [
+            envelope(suggest("take-payment", order), suggest("confirm-order", order)),
+            envelope(suggest("take-payment", order)),
+        ]
+    )
+    conversation = Conversation(agent=agent, domain=declared, human=policy_human("accept"))
+    assert conversation.flow_state == "draft"
+    result = await conversation.say("confirm and pay")
+    assert [(o.status, o.code) for o in result.outcomes] == [
+        ("invalid", "not-allowed-now"),
+        ("done", None),
+        ("done", None),
+    ]
+    assert result.outcomes[0].hint == (
+        "Not possible while the orders flow is in 'draft'; allowed now: `confirm-order`."
+    )
+    assert (result.status, conversation.flow_state, conversation.result) == ("ended", "paid", "paid")
 
 
 def test_a_declaration_that_fails_binds_nothing() -> None:

@@ -5,6 +5,7 @@ Conversation so that every proposal is seen to get exactly one outcome."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import socket
 import subprocess
@@ -325,6 +326,32 @@ def test_chat_holds_a_conversation_over_an_mcp_servers_tools(tmp_path: Path) -> 
         assert 'yield="sg-1:done"' in told(server.requests[1])
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.parametrize("trusted", [False, True], ids=["asks", "trust-read-only"])
+def test_chat_runs_a_read_only_tool_unasked_only_with_trust_read_only(tmp_path: Path, trusted: bool) -> None:
+    """The faulty server's ``echo`` is marked read-only: ``chat`` puts it to the person unless
+    ``--trust-read-only`` is given, then runs it at once."""
+    from .test_terminal import Terminal
+
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([envelope(suggest("echo", payload({"text": "hi"}))), DONE]))
+    flags = ["--trust-read-only"] if trusted else []
+    term = Terminal("chat", "--agent", f"script:{script}", "--mcp", shlex.join(FAULTY), *flags)
+    try:
+        term.child.expect_exact("you:", timeout=60)  # starting the server and listing its tools, on a busy machine
+        term.child.send("echo hi\r")
+        if not trusted:
+            term.expect("sg-1 · echo")
+            term.type("a", after="sg-1 ›")
+        term.expect('✓ done: Echo: text="hi"', "agent: ok")
+        term.press("\x04", after="you:")
+        assert term.finish() == 0
+    finally:
+        if term.child.isalive():
+            term.child.terminate(force=True)
+    assert ("sg-1 ›" in term.screen) is not trusted
+
+
 @pytest.mark.parametrize(
     ("server", "status", "message"),
     [
@@ -343,3 +370,55 @@ def test_chat_refuses_an_mcp_server_it_cannot_reach(
 
     assert main(["chat", "--agent", "ollama:m", "--mcp", server]) == status
     assert message in capsys.readouterr().err
+
+
+# --- dial-runtime serve --mcp -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("trusted", "workers"), [(False, 1), (True, 2)], ids=["asks", "trust-read-only-2-workers"]
+)
+def test_serve_puts_an_mcp_servers_tools_behind_agui(
+    repository: Path, tmp_path: Path, trusted: bool, workers: int
+) -> None:
+    """A real git server behind ``serve``: its read-only ``git_status`` waits for the person's approval, unless
+    ``--trust-read-only`` lets it run at once; either way its output is the tool call's result. With several
+    workers, each connects to a server of its own."""
+    from .test_web_serve import serve
+    from .web_server import decode, run_input
+
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([envelope(suggest("git_status", payload({"repo_path": str(repository)}))), DONE]))
+    server = shlex.join([str(GIT_SERVER), "--repository", str(repository)])
+    options = ["--agent", f"script:{script}", "--mcp", server, "--store", f"sqlite:{tmp_path / 'c.db'}"]
+    options += ["--workers", str(workers), *(["--trust-read-only"] if trusted else [])]
+    with serve(*options) as url:
+        events = decode(httpx.post(f"{url}/agui", json=run_input("g", words="status?"), timeout=30).text)
+        interrupts = events[-1]["outcome"].get("interrupts", [])
+        if not trusted:
+            assert [e for e in events if e["type"] == "TOOL_CALL_RESULT"] == []
+            (interrupt,) = interrupts
+            resume = [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}]
+            events = decode(httpx.post(f"{url}/agui", json=run_input("g", resume=resume), timeout=30).text)
+        else:
+            assert interrupts == []
+    (result,) = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert result["toolCallId"] == "sg-1"
+    assert json.loads(result["content"])["status"] == "done" and "notes.txt" in result["content"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--mcp", "/no/such/server"], "dial-runtime serve: --mcp: MCP server /no/such/server: cannot connect"),
+        (["--mcp", "'unclosed"], "dial-runtime serve: --mcp: cannot read the command"),
+        (["--domain", "tests.web_domains:WebNotes", "--trust-read-only"], "--trust-read-only needs --mcp"),
+    ],
+)
+def test_serve_refuses_an_mcp_setting_it_cannot_use(options: list[str], message: str) -> None:
+    command = [sys.executable, "-m", "dial_runtime.cli", "serve", "--agent", "script:/dev/null", *options]
+    done = subprocess.run(
+        [*command, "--store", "memory:"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr

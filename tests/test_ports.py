@@ -28,8 +28,8 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 from dial_runtime import (
-    Accept, ActionError, ActionSpec, Agent, Ask, ChatAgent, Defer, Human, Issue, RecordedAgent, ScriptedAgent,
-    Store, StreamingAgent, Suggestion, open_store, policy_human, scripted_human,
+    Accept, ActionError, ActionSpec, Agent, Ask, ChatAgent, Conversation, Defer, Human, Issue, RecordedAgent,
+    ScriptedAgent, Store, StreamingAgent, Suggestion, TurnResult, open_store, policy_human, scripted_human,
 )
 from dial_runtime.demo import NotesDomain
 from dial_runtime.ports import DecisionLike, DescribedDomain, Domain
@@ -113,8 +113,31 @@ narrated = NarratedHuman(Person(), Transcript(repr))
 humans: list[Human] = [Person(), policy_human("accept"), scripted_human(["accept"]), surface, narrated]
 wrapped: list[Agent] = [PlainAgent(chat), surface.streaming(chat)]
 stores: list[Store] = [open_store("memory:"), MemoryStore(), SQLiteStore("notes.db"), PostgresStore("postgresql://h/d")]
+conversations = [
+    Conversation(agent=Echo(), domain=Notes(), human=Person()),
+    Conversation(agent=chat, domain=NotesDomain(), human=surface, store=MemoryStore(), conversation_id="c"),
+]
+
+
+async def decide_later(conversation: Conversation) -> TurnResult:
+    return await conversation.decide("sg-1", {"edit": {"text": "milk"}}, by="ann")
 """
 )
+
+#: A conversation given a collaborator that is not one: mypy reports the argument.
+WRONG_CONVERSATION = """\
+from __future__ import annotations
+from dial_runtime import Conversation, policy_human
+from dial_runtime.demo import NotesDomain
+
+
+class Mute:
+    def speak(self, message: str) -> str:
+        return ""
+
+
+conversation = Conversation(agent=Mute(), domain=NotesDomain(), human=policy_human("accept"))
+"""
 
 #: A minimal class for each port, member by member (the store is the shipped one, its members overridden).
 MEMBERS = {
@@ -181,7 +204,7 @@ def _ill_typed(port: str, member: str, instead: str | None) -> str:
 def mypy_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """mypy --strict's findings on every sample, by sample name (one run for all of them)."""
     folder = tmp_path_factory.mktemp("samples")
-    samples = {"well_typed": textwrap.dedent(WELL_TYPED)} | {
+    samples = {"well_typed": textwrap.dedent(WELL_TYPED), "wrong_conversation": WRONG_CONVERSATION} | {
         name.replace("-", "_"): _ill_typed(*case) for name, case in ILL_TYPED.items()
     }
     for name, code in samples.items():
@@ -212,6 +235,11 @@ def mypy_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def test_the_readme_way_satisfies_every_port(mypy_report: dict[str, str]) -> None:
     assert mypy_report["well_typed"] == ""
+
+
+def test_a_conversation_given_what_is_not_an_agent_is_a_mypy_error(mypy_report: dict[str, str]) -> None:
+    found = mypy_report["wrong_conversation"]
+    assert 'Argument "agent" to "Conversation" has incompatible type "Mute"; expected "Agent"' in found, found
 
 
 @pytest.mark.parametrize(

@@ -549,6 +549,7 @@ async def test_the_suggestion_shows_the_agents_text_destructive_and_mutates() ->
             payload={"text": "x"},
             preview="remove-note",
             destructive=True,
+            mutates=True,
         )
     ]
 

@@ -413,7 +413,7 @@ async def test_a_refused_deferred_decision_that_now_passes_diverges_in_its_own_c
     assert fourth[0].recorded == {"type": "resumed", "call": "decide"}
     assert fourth[0].replayed == {
         "type": "raised",
-        "error": "DialError: Conversation: suggestion 'sg-2' is not awaiting a decision",
+        "error": "AlreadyDecided: 'sg-2' was already decided by bob (edit)",
     }
     assert [d.recorded and d.recorded["type"] for d in fourth[1:] if d.replayed is None] == [
         "decided",

@@ -642,3 +642,80 @@ async def test_a_refused_postgres_connection_is_one_store_error_without_the_pass
         await store.read("c")
     assert "s3cret" not in str(raised.value) and "ann:***@" in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+# --- watching for appends ----------------------------------------------------------------------------------------
+
+#: The longest a watcher may take to hear of an append (by another connection: SQLite polls a lock file's mark).
+HEARD_WITHIN = 5.0
+
+
+async def next_change(changes: AsyncIterator[str | None]) -> str | None:
+    with anyio.fail_after(HEARD_WITHIN):
+        return await anext(changes)
+
+
+async def quiet(changes: AsyncIterator[str | None], *, wait: float = 0.3) -> bool:
+    """Whether no change comes within ``wait`` seconds."""
+    with anyio.move_on_after(wait):
+        await anext(changes)
+        return False
+    return True
+
+
+async def test_a_watch_hears_an_append_by_another_connection(connect: Callable[[], Store]) -> None:
+    watching, writing = connect(), connect()
+    async with watching.watch("c1") as changes:
+        assert await watching.read("c1") == []
+        await writing.append("c2", [said(1, "elsewhere")], expected_seq=0)
+        await writing.append("c1", [said(1, "hello")], expected_seq=0)
+        assert await next_change(changes) == "c1"
+        assert [entry.seq for entry in await watching.read("c1")] == [1]
+        await writing.append("c1", [said(2, "again")], expected_seq=1)
+        assert await next_change(changes) == "c1"
+
+
+async def test_appends_while_the_watcher_is_busy_come_once(url: str, connect: Callable[[], Store]) -> None:
+    store = connect()
+    async with store.watch() as changes:
+        for seq in (1, 2, 3):
+            await store.append("a", [said(seq, "x")], expected_seq=seq - 1)
+        await store.append("b", [said(1, "y")], expected_seq=0)
+        seen: list[str | None] = []
+        while "b" not in seen:
+            seen.append(await next_change(changes))
+        if url.startswith("postgresql"):  # notifications arrive as they come: some may be taken one by one
+            assert set(seen) == {"a", "b"} and len(seen) <= 4
+        else:
+            assert seen == ["a", "b"]
+        assert await quiet(changes)
+
+
+async def test_a_refused_append_wakes_nobody(connect: Callable[[], Store]) -> None:
+    watching, writing = connect(), connect()
+    await writing.append("c1", [said(1, "hello")], expected_seq=0)
+    async with watching.watch("c1") as changes:
+        with pytest.raises(StoreConflict):
+            await writing.append("c1", [said(1, "late")], expected_seq=0)
+        assert await quiet(changes)
+
+
+async def test_a_watch_ends_when_its_store_closes(url: str) -> None:
+    store = open_store(url)
+    async with store.watch("c1") as changes:
+        await store.aclose()
+        with anyio.fail_after(HEARD_WITHIN):
+            assert [change async for change in changes] == []
+    with pytest.raises(StoreClosed):
+        store.watch("c1")
+
+
+async def test_postgres_wakes_a_watch_of_every_conversation_from_any_connection(
+    pg_schema_url: str, keep: Callable[[Store], Store]
+) -> None:
+    watching, writing = keep(open_store(pg_schema_url)), keep(open_store(pg_schema_url))
+    async with watching.watch() as changes:
+        await writing.append("x" * 10_000, [said(1, "a long id")], expected_seq=0)
+        assert await next_change(changes) is None  # too long for a notification: any may have changed
+        await writing.append("b", [said(1, "hi")], expected_seq=0)
+        assert await next_change(changes) == "b"

@@ -15,7 +15,7 @@ from dial_runtime.web import create_app, scripted_agents
 
 from .fakes import envelope, suggest
 from .web_domains import WebNotes
-from .web_server import accept, finished, interrupts, run, run_input, serving
+from .web_server import accept, changes, decode, finished, interrupts, run, run_input, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -339,3 +339,59 @@ async def test_an_allowed_origin_may_post(client: httpx.AsyncClient) -> None:
 async def test_an_agent_with_no_reply_left_is_a_run_error(client: httpx.AsyncClient) -> None:
     events = await run(client, run_input(thread(), words="hello?"))
     assert (events[-1]["type"], events[-1]["code"]) == ("RUN_ERROR", "run-failed")
+
+
+def test_the_change_stream_names_the_log_s_last_seq_each_time_it_grows(base_url: str) -> None:
+    name = thread(ADD, ACK)
+    with changes(base_url, name) as stream, httpx.Client(base_url=base_url, timeout=10.0) as deciding:
+        assert stream.next_seq() == 0  # nothing stored yet
+        first = decode(deciding.post("/agui", json=run_input(name, words="add milk")).text)
+        shown = finished(first)["metadata"]["seq"]
+        assert stream.until(shown) == shown
+        resume = [accept(interrupts(first)[0])]
+        second = decode(deciding.post("/agui", json=run_input(name, resume=resume)).text)
+        done = finished(second)["metadata"]["seq"]
+        assert done > shown and stream.until(done) == done
+        snapshot = decode(deciding.post("/agui", json=run_input(name)).text)
+        assert finished(snapshot)["metadata"]["seq"] == done
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "status"),
+    [
+        ("/conversations/t/changes", {"x-user": "nobody"}, 401),
+        ("/conversations/a%20b/changes", {}, 400),
+        ("/conversations/secret/changes", {}, 403),
+    ],
+)
+async def test_a_change_stream_is_refused_to_whoever_may_not_see_it(
+    base_url: str, path: str, headers: dict[str, str], status: int
+) -> None:
+    app = create_app(
+        store="memory:",
+        domain=WebNotes(),
+        agent=scripted_agents({}),
+        auth=principal,
+        can_view=lambda who, conversation: conversation != "secret",
+    )
+    with serving(app) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10.0) as http:
+            response = await http.get(path, headers=headers)
+    assert response.status_code == status and set(response.json()) == {"error"}
+
+
+def test_the_agent_is_built_inside_the_call_from_the_stored_log() -> None:
+    """The factory runs when the conversation first talks to the agent: under the lock, with the log the store
+    holds then (here: this run's decision already in it), never a copy read before the run took the lock."""
+    given: list[list[str]] = []
+
+    def build(conversation_id: str, log: Any) -> Any:
+        given.append([entry.event.type for entry in log])
+        return scripted_agents([ADD, ACK])(conversation_id, log)
+
+    app = create_app(store="memory:", domain=WebNotes(), agent=build)
+    with serving(app) as url, httpx.Client(base_url=url, timeout=10.0) as http:
+        first = decode(http.post("/agui", json=run_input("f", words="add milk")).text)
+        assert "reply" not in given[0] and "said" in given[0]  # built for the first send, before any reply
+        decode(http.post("/agui", json=run_input("f", resume=[accept(interrupts(first)[0])])).text)
+    assert len(given) == 2 and "decided" in given[1] and "action-started" in given[1]

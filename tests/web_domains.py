@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -61,4 +63,13 @@ class StuckNotes(WebNotes):
     """The notebook, whose actions never finish: a worker killed while one runs leaves its effect unknown."""
 
     async def run(self, action: str, payload: Any) -> Any:  # type: ignore[override]
+        await anyio.sleep_forever()
+
+
+class TellingStuckNotes(WebNotes):
+    """The notebook, whose actions never finish and first write the worker's pid to the file
+    ``DIAL_TEST_RUNNING_PID`` names: the test kills the worker that runs one."""
+
+    async def run(self, action: str, payload: Any) -> Any:  # type: ignore[override]
+        Path(os.environ["DIAL_TEST_RUNNING_PID"]).write_text(str(os.getpid()))
         await anyio.sleep_forever()

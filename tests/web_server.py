@@ -123,3 +123,46 @@ def accept(interrupt: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """The resume entry that accepts a suggestion's interrupt as shown."""
     payload = {"approved": True, "digest": interrupt["metadata"]["digest"], **extra}
     return {"interruptId": interrupt["id"], "status": "resolved", "payload": payload}
+
+
+class ChangeStream:
+    """The ``changed`` events of ``GET /conversations/{id}/changes``, read as they come (each read bounded by the
+    client's timeout). Synchronous: httpx's async streams, left before their end, are not closed on trio."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buffer = b""
+
+    def next_seq(self) -> int:
+        """The seq the next ``changed`` event names (comments skipped)."""
+        while True:
+            block, found, rest = self._buffer.partition(b"\n\n")
+            if found:
+                self._buffer = rest
+                for line in block.decode().splitlines():
+                    if line.startswith("data: "):
+                        return int(json.loads(line[len("data: ") :])["seq"])
+                continue
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                raise AssertionError("the change stream ended")
+            self._buffer += chunk
+
+    def until(self, seq: int) -> int:
+        """Read on until an event names ``seq`` or more (a run writes its log in several appends); that seq."""
+        seen = self.next_seq()
+        while seen < seq:
+            seen = self.next_seq()
+        return seen
+
+
+@contextlib.contextmanager
+def changes(base_url: str, thread: str, *, timeout: float = 5.0) -> Iterator[ChangeStream]:
+    """The change stream of conversation ``thread`` on the server at ``base_url``, open for the block's length."""
+    with (
+        httpx.Client(base_url=base_url, timeout=timeout) as client,
+        client.stream("GET", f"/conversations/{thread}/changes") as response,
+    ):
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        yield ChangeStream(response.iter_raw())

@@ -11,7 +11,9 @@ per application: it is read from the domain, where everything but ``actions`` is
 - ``domain.describe(action)``: the action's description when the vocabulary gives none;
 - the keys ``description``, ``payload_schema`` and ``payload_example`` of a dict action spec (or attributes of
   those names on a spec object), when the two above give nothing;
-- ``domain.preview(action, payload)``: the text of each example suggestion (the action's name when it fails).
+- ``domain.preview(action, payload)``: the text of each example suggestion (the action's name when it fails);
+- ``domain.flow_rules``: the domain's flow (a :class:`~dial_runtime.runtime.flow.FlowRules`), described after the
+  actions: where it starts, what ends it, and which action moves it where.
 
 An action with a schema but no example gets an example built from the schema (its required properties, else all,
 with placeholder values). Every DIAL example in the prompt is a fenced ``xml`` block holding one ``<dial>``
@@ -29,6 +31,7 @@ from typing import Any
 import msgspec
 
 from ..language.outcomes import Outcome, compact_json, escape_attribute, escape_text, outcome_reply
+from ..runtime.flow import FlowRules
 from ..runtime.records import ActionSpec, as_action_spec
 
 __all__ = ["VocabularyEntry", "system_prompt", "vocabulary"]
@@ -139,6 +142,9 @@ def system_prompt(domain: Any) -> str:
         parts.append(_OUTCOMES.format(example=_outcome_example(owner, shown)))
     parts.append(_RECEIVING)
     parts.append(_vocabulary_section(domain, entries))
+    rules = getattr(domain, "flow_rules", None)
+    if isinstance(rules, FlowRules):
+        parts.append(_flow_section(rules))
     return "\n\n".join(parts) + "\n"
 
 
@@ -257,6 +263,47 @@ def _vocabulary_section(domain: Any, entries: tuple[VocabularyEntry, ...]) -> st
         else:
             lines += ["- Example:", "", "```xml", _envelope(_suggest(domain, entry)), "```"]
     return "\n".join(lines)
+
+
+def _flow_section(rules: FlowRules) -> str:
+    """What the agent must know of the domain's flow: where it starts, what ends it, how each action moves it."""
+    table = rules.table
+    finals = [f"`{state}`" for state in table.states if table.is_final(state)]
+    ending = f" {_listed(finals)} end{'s' if len(finals) == 1 else ''} the conversation." if finals else ""
+    lines = [
+        "# This application's flow",
+        "",
+        f"The application follows a process, the `{rules.name}` flow, and some actions are possible only at some "
+        f"of its steps. It starts in `{table.initial}`.{ending} Every message you receive carries the flow's "
+        "current state and the actions allowed in it, with the application's context, as in:",
+        "",
+        "```",
+        rules.context(table.initial),
+        "```",
+        "",
+        "Suggest only actions it allows: any other ends `invalid` with code `not-allowed-now`. An action moves "
+        "the flow only when its outcome is `done`:",
+        "",
+    ]
+    for state in table.states:
+        moves = [
+            f"`{action}` -> `{table.fire(state, event)}`"
+            for action, event in rules.events.items()
+            if event in table.allowed(state)
+        ]
+        if moves:
+            lines.append(f"- in `{state}`: {', '.join(moves)}")
+    unbound = [f"`{action}`" for action in rules.actions if rules.event_of(action) is None]
+    if unbound:
+        verbs = (
+            "is possible in every state and moves" if len(unbound) == 1 else "are possible in every state and move"
+        )
+        lines += ["", f"{_listed(unbound)} {verbs} nothing."]
+    return "\n".join(lines)
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _kind(spec: ActionSpec) -> str:

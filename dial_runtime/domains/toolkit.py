@@ -27,6 +27,7 @@ import attrs
 import msgspec
 from statemachine import StateMachine
 
+from ..runtime.flow import FlowRules
 from ..runtime.records import ActionError, ActionSpec, Issue, as_issue
 from ..statemachines.compiled import Table, compile_machine
 from .examples import example_from_schema
@@ -134,7 +135,8 @@ class Domain:
     ``flow`` is a python-statemachine ``StateMachine`` class, the domain's own process: an action declared with
     ``event=`` is allowed only in the states where that event is (see :meth:`allowed_now`), and its ``done``
     outcome fires the event (:meth:`after_done`). The flow is compiled once into a table; a ``TypeError`` names
-    what a table cannot hold (compound states, eventless or guarded-by-callable transitions).
+    what a flow cannot hold (compound states, eventless or guarded transitions). A
+    :class:`~dial_runtime.Conversation` keeps the flow's state (see the README's "Flows").
     """
 
     def __init__(self, name: str, *, description: str = "", flow: type[StateMachine] | None = None) -> None:
@@ -144,11 +146,13 @@ class Domain:
         self.flow: Table | None = None if flow is None else compile_machine(flow)
         """The flow's compiled table (``None`` without a flow): the domain's process, see :meth:`allowed_now`."""
         self._events: dict[str, str] = {}
+        self._rules: FlowRules | None = None  # built from the declarations when first asked for
         self._definitions: dict[str, ActionDefinition] = {}
         self._specs: dict[str, ActionSpec] = {}
         self._context: Callable[[], object] | None = None
         self.actions: Mapping[str, ActionSpec] = MappingProxyType(self._specs)
         """Action name -> :class:`~dial_runtime.ActionSpec`, in declaration order (read-only)."""
+        self.flow_rules  # noqa: B018 - a flow the runtime cannot hold is refused here, not in a conversation
 
     def __repr__(self) -> str:
         return f"Domain({self.name!r}, actions={list(self._definitions)!r})"
@@ -207,7 +211,7 @@ class Domain:
           must pass the action's validation (``ValueError`` when it does not).
         - ``description``: what the prompt says of the action (default: the function's docstring).
         - ``event``: the flow's event a ``done`` outcome of the action fires; the action is allowed only where
-          the event is (``ValueError`` without a flow, or for an event the flow does not have).
+          the event is (``ValueError`` without a flow, for an event the flow does not have, or on a hand-off).
 
         The function's keyword parameters, typed by their annotations, are the payload (or its one
         ``msgspec.Struct`` or pydantic model parameter). It may be plain or ``async``; it raises
@@ -254,6 +258,11 @@ class Domain:
                 raise ValueError(
                     f"{self.name}: action {named!r} names the event {event!r}, but the domain has no flow"
                 )
+            if spec.handoff:
+                raise ValueError(
+                    f"{self.name}: action {named!r} is a hand-off, whose outcome is never done: it cannot fire "
+                    f"the event {event!r}"
+                )
             if event not in self.flow.events:
                 known = ", ".join(sorted(self.flow.events))
                 raise ValueError(f"{self.name}: the flow {self.flow.name} has no event {event!r} (it has {known})")
@@ -281,6 +290,7 @@ class Domain:
         self._specs[named] = spec
         if event is not None:
             self._events[named] = event
+        self._rules = None
 
     @overload
     def context(self, /) -> str: ...
@@ -338,42 +348,42 @@ class Domain:
         """The flow event ``action`` is bound to, or ``None``."""
         return self._events.get(action)
 
+    @property
+    def flow_rules(self) -> FlowRules | None:
+        """The flow as the runtime holds it (its table and which action fires which event), ``None`` without a
+        flow. A :class:`~dial_runtime.Conversation` reads it once, when it is made."""
+        if self.flow is None:
+            return None
+        if self._rules is None:
+            self._rules = FlowRules(
+                name=self.name, table=self.flow, actions=tuple(self._definitions), events=self._events
+            )
+        return self._rules
+
     def allowed_actions(self, state: str) -> tuple[str, ...]:
         """The actions allowed in the flow's ``state``, in declaration order: every unbound action, and each
         bound one whose event the state has a transition for. ``ValueError`` for a state the flow lacks."""
-        flow = self._require_flow()
-        events = flow.allowed(state)
-        return tuple(name for name in self._definitions if self._events.get(name, None) in (None, *events))
+        return self._require_flow().allowed_actions(state)
 
     def allowed_now(self, state: str, action: str) -> Issue | None:
         """``None`` when ``action`` may be suggested in the flow's ``state``, else ``not-allowed-now`` with a
         hint naming the state and the actions allowed in it. Pure: reads only the flow's table."""
-        flow = self._require_flow()
-        event = self._events.get(action)
-        if event is None or event in flow.allowed(state):
-            return None
-        allowed = ", ".join(f"`{name}`" for name in self.allowed_actions(state)) or "none"
-        return Issue(
-            code="not-allowed-now",
-            hint=f"Not possible while the {self.name} flow is in {state!r}; allowed now: {allowed}.",
-        )
+        return self._require_flow().allowed_now(state, action)
 
     def after_done(self, state: str, action: str) -> str:
         """The flow's state once ``action`` ended ``done`` in ``state``: its event's target, or ``state`` for an
         unbound action. Raises :class:`~dial_runtime.IllegalTransition` where the event is not allowed."""
-        flow = self._require_flow()
-        event = self._events.get(action)
-        return state if event is None else flow.fire(state, event)
+        return self._require_flow().after_done(state, action)
 
     def flow_context(self, state: str) -> str:
         """The flow's state and the actions allowed in it, as the text that goes with a turn's context."""
-        allowed = " ".join(self.allowed_actions(state))
-        return f'<flow name="{self.name}" state="{state}" allowed="{allowed}"/>'
+        return self._require_flow().context(state)
 
-    def _require_flow(self) -> Table:
-        if self.flow is None:
+    def _require_flow(self) -> FlowRules:
+        rules = self.flow_rules
+        if rules is None:
             raise ValueError(f"{self.name}: the domain has no flow")
-        return self.flow
+        return rules
 
     def describe(self, action: str) -> str:
         """The action's description (its docstring unless given)."""

@@ -11,13 +11,12 @@ the last write, never the record of an effect.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import GeneratorType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 import anyio
 import anyio.lowlevel
@@ -49,9 +48,11 @@ from .effects import (
     Thinking,
 )
 from .events import RENDERED, Event, InformDeltaEvent, LogEntry
+from .flow import FlowRules
 from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
 
 if TYPE_CHECKING:
+    from ..ports import Agent, DecisionLike, Domain, Human, StreamingAgent
     from ..stores.base import Store
 
 __all__ = ["HANDLED_ELEMENTS", "Conversation", "accepts_message_id"]
@@ -62,7 +63,7 @@ logger = logging.getLogger("dial_runtime")
 CLOSE_TIMEOUT = 5.0
 
 
-def _awaitable(value: object) -> bool:
+def _awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
     """Whether a collaborator's answer must be awaited (``inspect.isawaitable`` without its slow ABC check for
     the plain values most answers are)."""
     return hasattr(value, "__await__") or (type(value) is GeneratorType and inspect.isawaitable(value))
@@ -76,6 +77,13 @@ def accepts_message_id(method: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return parameter is not None and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _flow_rules(domain: object) -> FlowRules | None:
+    """The domain's flow, read once: its ``flow_rules`` when it offers a :class:`FlowRules` (a ``Domain`` with a
+    flow does), else ``None``."""
+    rules = getattr(domain, "flow_rules", None)
+    return rules if isinstance(rules, FlowRules) else None
 
 
 def _require(obj: object, role: str, method: str) -> None:
@@ -123,9 +131,9 @@ class Conversation:
     def __init__(
         self,
         *,
-        agent: Any,
-        domain: Any,
-        human: Any,
+        agent: Agent,
+        domain: Domain,
+        human: Human,
         on_event: Callable[[Event | InformDeltaEvent], object] | None = None,
         timeout: float | None = 90.0,
         reply_timeout: float | None = 300.0,
@@ -156,6 +164,7 @@ class Conversation:
             max_turns=max_turns,
             decide_timeout=decide_timeout,
             answers=callable(getattr(human, "answer", None)),
+            flow=_flow_rules(domain),
             conversation_id=conversation_id,
         )
         self._store = store
@@ -178,8 +187,7 @@ class Conversation:
         to the agent stays owed. ``options`` are the constructor's (``log`` is refused: the store holds it).
         """
         conversation = cls(store=store, conversation_id=conversation_id, **options)
-        async with conversation._calling():
-            pass
+        await conversation._hold(lambda: None)
         return conversation
 
     @property
@@ -226,6 +234,16 @@ class Conversation:
     def ended(self) -> bool:
         """Whether the conversation has ended."""
         return self._core.state.ended
+
+    @property
+    def flow_state(self) -> str | None:
+        """The state of the domain's flow (``None`` for a domain without one)."""
+        return self._core.state.flow_state
+
+    @property
+    def result(self) -> str | None:
+        """The final state of the domain's flow that ended the conversation, else ``None``."""
+        return self._core.state.result
 
     @property
     def owed(self) -> tuple[Outcome, ...]:
@@ -286,36 +304,41 @@ class Conversation:
         suggestions await a deferred decision supersede them. Raises :class:`ConversationBusy` while another call
         drives the conversation, and the original exception of a failed send.
         """
-        async with self._calling():
-            return await self._result(self._core.say(text or ""))
+        words = text or ""
+        return await self._hold(lambda: self._core.say(words))
 
-    async def decide(self, suggestion_id: str, decision: object, *, by: str | None = None) -> TurnResult:
+    async def decide(
+        self, suggestion_id: str, decision: DecisionLike, *, by: str | None = None, shown: str | None = None
+    ) -> TurnResult:
         """Take the person's deferred decision on a suggestion and carry on with the conversation.
 
         ``decision`` is ``Accept()``, ``Dismiss()``, ``Edit(payload)`` or ``Say(text)`` (or their dict forms).
         Once nothing is pending the turn loop continues, and the call returns its ``TurnResult``; a refused edit
-        leaves the suggestion pending with its issue (status ``awaiting``). Raises ``DialError`` and changes
-        nothing when the suggestion is not awaiting a decision.
+        leaves the suggestion pending with its issue and a preview of the edited payload (status ``awaiting``).
+        ``shown`` is the ``digest`` of the suggestion the person saw: checked under the conversation's lock, with
+        the log as the store has it, so a decision on a payload that is no longer the one waiting cannot run.
+
+        Changes nothing and raises :class:`~dial_runtime.AlreadyDecided` (``by``, ``how``) when the suggestion has
+        ended (another tab or worker decided it), :class:`~dial_runtime.PayloadChanged` when ``shown`` does not
+        match, ``DialError`` when there is no such suggestion awaiting a decision.
         """
         chosen = as_decision(decision)
-        async with self._calling():
-            return await self._result(self._core.decide(suggestion_id, chosen, by))
+        return await self._hold(lambda: self._core.decide(suggestion_id, chosen, by, shown))
 
     async def answer(self, ask_id: str, text: str | None, *, by: str | None = None) -> TurnResult:
-        """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands)."""
-        async with self._calling():
-            return await self._result(self._core.answer(ask_id, text or "", by))
+        """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands);
+        :class:`~dial_runtime.AlreadyDecided` when it was answered already or ended, and nothing changes."""
+        words = text or ""
+        return await self._hold(lambda: self._core.answer(ask_id, words, by))
 
     async def resume(self) -> TurnResult:
         """Carry on with a reply whose handling a crash cut short, once nothing awaits the person."""
-        async with self._calling():
-            call = self._core.resume()
-            return TurnResult(status="idle", turns=0) if call is None else await self._result(call)
+        return await self._hold(self._core.resume)
 
-    @contextlib.asynccontextmanager
-    async def _calling(self) -> AsyncIterator[None]:
-        """Hold the conversation for one call: in this process, and in the store across processes; close what a
-        dead process left open first, and write the log when the call ends."""
+    async def _hold(self, start: Callable[[], Call | None]) -> TurnResult:
+        """Hold the conversation for one call (in this process, and in the store across processes), close what a
+        dead process left open, then ``start`` the call and drive it (none: an idle result); with a store, the
+        log is written when the call ends, however it ends."""
         try:
             self._gate = CALL.fire(self._gate, "acquire")
         except IllegalTransition:
@@ -323,13 +346,12 @@ class Conversation:
         try:
             if self._store is None:
                 self._recover()
-                yield
-                return
+                return await self._drive(start())
             async with self._store.lock(self.id or ""):
                 await self._catch_up()
                 try:
                     self._recover()
-                    yield
+                    return await self._drive(start())
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self.flush()
@@ -366,8 +388,10 @@ class Conversation:
             except Exception:
                 logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
 
-    async def _result(self, call: Call) -> TurnResult:
-        """Drive ``call`` to its result."""
+    async def _drive(self, call: Call | None) -> TurnResult:
+        """Drive ``call`` to its result (no call: nothing to do, an idle result)."""
+        if call is None:
+            return TurnResult(status="idle", turns=0)
         result: TurnResult = await self._perform(call)
         return result
 
@@ -413,7 +437,7 @@ class Conversation:
         if callable(getattr(self.agent, "stream", None)):
             return await self._stream(call, effect)
         timeout = self.timeout
-        reply = self.agent.send(effect.message, **self._ids(effect, streamed=False))
+        reply: object = self.agent.send(effect.message, **self._ids(effect, streamed=False))
         if _awaitable(reply):
             if timeout is None:
                 reply = await reply
@@ -453,7 +477,7 @@ class Conversation:
         async def produce() -> None:
             failure: Exception | None = None
             passed: DeadlinePassed | None = None
-            chunks = self.agent.stream(effect.message, **self._ids(effect, streamed=True))
+            chunks = cast("StreamingAgent", self.agent).stream(effect.message, **self._ids(effect, streamed=True))
             try:
                 pieces = chunks.__aiter__()
                 idle_by = until = math.inf  # the first chunk: the wait for it bounds it
@@ -533,12 +557,12 @@ class Conversation:
     def _review(self, effect: Review) -> Reviewed:
         validate = getattr(self.domain, "validate", None)
         issue = None if validate is None else as_issue(validate(effect.action, effect.payload))
-        if issue is not None or not effect.preview:
+        if not effect.preview or (issue is not None and not effect.refused_too):
             return Reviewed(issue)
-        return Reviewed(None, self._preview(effect.action, effect.payload))
+        return Reviewed(issue, self._preview(effect.action, effect.payload))
 
     def _preview(self, action: str, payload: Any) -> str:
-        """The domain's preview of a valid payload; the action's name when it has none or it raised."""
+        """The domain's preview of a payload; the action's name when it has none or it raised."""
         preview = getattr(self.domain, "preview", None)
         if preview is None:
             return action
@@ -553,7 +577,9 @@ class Conversation:
         """Put the question to the person: a plain function's answer is taken at once; an awaitable one is
         awaited by :meth:`_await_person` once the core has logged what it must."""
         question = effect.question
-        reply = self.human.decide(question) if isinstance(question, Suggestion) else self.human.answer(question)
+        reply: object = (
+            self.human.decide(question) if isinstance(question, Suggestion) else self.human.answer(question)
+        )
         if not _awaitable(reply):
             return Answer(reply, by=self._person())
         self._thinking = reply
@@ -575,7 +601,7 @@ class Conversation:
 
     async def _run(self, call: Call, effect: RunAction) -> object:
         try:
-            result = self.domain.run(effect.action, effect.payload)
+            result: object = self.domain.run(effect.action, effect.payload)
             if _awaitable(result):
                 result = await result
         except Exception as error:

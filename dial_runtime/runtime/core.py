@@ -18,13 +18,13 @@ import time
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
-from ..errors import DialError, DialSizeError
+from ..errors import AlreadyDecided, DialError, DialSizeError, PayloadChanged
 from ..language.outcomes import Outcome, outcome_reply, refusal_reply, to_json_ready
 from ..language.parser import parse
 from ..language.payloads import declare_value, pair_payload
 from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest
 from ..language.stream import StreamParser, TextDelta
-from ..statemachines import CALL_STATUS, OUTCOME_STATUS, RUNNING, SUGGESTION, TURN_LOOP
+from ..statemachines import CALL_STATUS, MOVES_FLOW, OUTCOME_STATUS, RUNNING, SUGGESTION, TURN_LOOP
 from .effects import (
     Answer,
     AwaitPerson,
@@ -59,6 +59,7 @@ from .events import (
     Event,
     ExecuteEvent,
     FinishedEvent,
+    FlowMovedEvent,
     HandledEvent,
     InformDeltaEvent,
     InformEvent,
@@ -80,6 +81,7 @@ from .events import (
     SuggestionEvent,
     TurnLimitEvent,
 )
+from .flow import FlowRules
 from .log import EventLog
 from .records import (
     Accept,
@@ -92,6 +94,7 @@ from .records import (
     Say,
     TurnResult,
     as_decision,
+    payload_digest,
 )
 from .state import ConversationState, OpenSuggestion, fold_log
 
@@ -160,11 +163,27 @@ class _Stream:
         self.logged = 0  # how much of the reply's text ``reply-progress`` events hold
 
 
+def already_decided(events: Sequence[Event], subject_id: str) -> AlreadyDecided | None:
+    """How a suggestion or ask that no longer waits ended, from a log's events (the last word on it): who decided
+    and how, ``answered`` for an ask, else its outcome's status; ``None`` when the log shows it never ended."""
+    ended: str | None = None
+    for event in reversed(events):
+        found: Any = event
+        if found.type == "decided" and found.suggestion_id == subject_id:
+            return AlreadyDecided(subject_id, by=found.by, how=found.decision)
+        if found.type == "answered" and found.ask_id == subject_id and found.text:
+            return AlreadyDecided(subject_id, by=found.by, how="answered")
+        if ended is None and found.type == "outcome" and found.id == subject_id:
+            ended = found.status
+    return None if ended is None else AlreadyDecided(subject_id, by=None, how=ended)
+
+
 class ConversationCore:
     """One conversation's log, its fold, and the calls that advance it.
 
     ``max_turns`` bounds the turns of one call; ``decide_timeout`` each decision (seconds, ``None``: no bound);
     ``answers``: whether the person can answer asks at all (a human without ``answer()`` only sees them);
+    ``flow``: the domain's flow (see :meth:`_flow_refusal` and :meth:`_move_flow`), ``None`` without one;
     ``conversation_id``, when given, names each message sent (:attr:`SentEvent.message_id`).
     """
 
@@ -173,6 +192,7 @@ class ConversationCore:
         "answers",
         "conversation_id",
         "decide_timeout",
+        "flow",
         "log",
         "max_turns",
         "notices",
@@ -187,10 +207,12 @@ class ConversationCore:
         max_turns: int = 8,
         decide_timeout: float | None = None,
         answers: bool = True,
+        flow: FlowRules | None = None,
         conversation_id: str | None = None,
     ) -> None:
         self.conversation_id = conversation_id
-        self.state = ConversationState()
+        self.flow = flow
+        self.state = ConversationState(flow=None if flow is None else flow.table)
         self.log = EventLog(fold_log(entries, self.state))
         self.max_turns = max_turns
         self.decide_timeout = decide_timeout
@@ -215,7 +237,7 @@ class ConversationCore:
         """
         local = self.log.events[stored:]
         if local or stored < len(self.log) or not stored:
-            state = ConversationState()
+            state = ConversationState(flow=self.state.flow)
             log = EventLog(fold_log(self.log.entries(0, stored), state))
         else:
             state, log = self.state, self.log
@@ -269,22 +291,37 @@ class ConversationCore:
             return self._finished_at_once()
         return self._drive(words, None)
 
-    def decide(self, suggestion_id: str, decision: Accept | Dismiss | Edit | Say | Defer, by: str | None) -> Call:
-        """Take the person's deferred decision on a suggestion and carry on; ``DialError`` when it is not
-        awaiting one (nothing changes)."""
+    def decide(
+        self,
+        suggestion_id: str,
+        decision: Accept | Dismiss | Edit | Say | Defer,
+        by: str | None,
+        shown: str | None = None,
+    ) -> Call:
+        """Take the person's deferred decision on a suggestion and carry on. Nothing changes when it is not
+        awaiting one: :class:`AlreadyDecided` when it has ended, ``DialError`` otherwise; nor when ``shown`` (the
+        digest of the payload the person saw) is not the waiting payload's: :class:`PayloadChanged`."""
         opened = self.state.open_suggestions.get(suggestion_id)
         if opened is None or not opened.deferred:
-            raise DialError(f"Conversation: suggestion {suggestion_id!r} is not awaiting a decision")
+            raise self._not_waiting(suggestion_id, "suggestion", "a decision")
+        if shown is not None and shown != (waiting := payload_digest(opened.action, opened.payload)):
+            raise PayloadChanged(suggestion_id, shown=shown, waiting=waiting)
         self.record(ResumedEvent(call="decide"))
         return self._drive("", self._decided(opened, decision, by))
 
     def answer(self, ask_id: str, text: str, by: str | None) -> Call:
         """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands)."""
         if ask_id not in self.state.open_asks:
-            raise DialError(f"Conversation: ask {ask_id!r} is not awaiting an answer")
+            raise self._not_waiting(ask_id, "ask", "an answer")
         self.record(ResumedEvent(call="answer"))
         self.record(AnsweredEvent(ask_id=ask_id, text=text, by=by))
         return self._drive("", None)
+
+    def _not_waiting(self, subject_id: str, kind: str, awaited: str) -> DialError:
+        """Why a decision or answer cannot be taken: :class:`AlreadyDecided` when the log shows the suggestion or
+        ask ended, else a ``DialError`` (never shown, or not waiting for the person yet)."""
+        ended = already_decided(self.log.events, subject_id)
+        return ended or DialError(f"Conversation: {kind} {subject_id!r} is not awaiting {awaited}")
 
     def resume(self) -> Call | None:
         """Carry on with a reply whose handling a crash cut short; ``None`` when nothing waits to be resumed."""
@@ -376,6 +413,8 @@ class ConversationCore:
         parts.extend(refusal_reply(refusal.reply_id, refusal.reason) for refusal in state.owed_refusals)
         if context:
             parts.append(str(context))
+        if self.flow is not None:
+            parts.append(self.flow.context(self._flow_state()))
         spoken = [*state.owed_words, words] if words else state.owed_words
         if spoken:
             parts.append("\n\n".join(spoken))
@@ -684,6 +723,8 @@ class ConversationCore:
             )
         elif spec is None:
             issue = Issue(code="unknown-action", hint=f"There is no action '{opened.action}'.")
+        elif (refusal := self._flow_refusal(opened.action)) is not None:
+            issue = refusal
         elif problem is not None:
             issue = Issue(code="invalid-payload", hint=problem)
         else:
@@ -796,7 +837,13 @@ class ConversationCore:
         else:
             self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by))
         edited = opened.edited
-        reviewed: Reviewed = yield Review(action=opened.action, payload=opened.payload, preview=edited)
+        refusal = self._flow_refusal(opened.action)  # the flow may have moved since the suggestion was made
+        # A refused edit is shown again as edited: its preview must read the payload the person now decides on.
+        reviewed: Reviewed = (
+            Reviewed(issue=refusal)
+            if refusal is not None
+            else (yield Review(action=opened.action, payload=opened.payload, preview=edited, refused_too=edited))
+        )
         issue = reviewed.issue
         if issue is None:
             yield from self._run(opened, reviewed.preview if edited else opened.preview)
@@ -808,6 +855,7 @@ class ConversationCore:
                 code=issue.code,
                 field=issue.field,
                 hint=issue.hint,
+                preview=(reviewed.preview or None) if edited else None,  # none: the flow refused it first
             )
         )
         if SUGGESTION.is_final(opened.state):
@@ -838,9 +886,39 @@ class ConversationCore:
             )
             return
         assert isinstance(ran, Ran)
-        self._finish(
-            opened, SUGGESTION.fire(opened.state, "succeed"), result=to_json_ready(ran.result), edited=edited
+        final = SUGGESTION.fire(opened.state, "succeed")
+        self._finish(opened, final, result=to_json_ready(ran.result), edited=edited)
+        if self.flow is not None:
+            self._move_flow(self.flow, opened, final)
+
+    # --- the domain's flow -------------------------------------------------------------------------------------
+
+    def _flow_state(self) -> str:
+        state = self.state.flow_state
+        assert state is not None  # a state folded with the flow's table starts at its initial state
+        return state
+
+    def _flow_refusal(self, action: str) -> Issue | None:
+        """``not-allowed-now`` when ``action`` fires a flow event that the flow's current state does not allow."""
+        flow = self.flow
+        return None if flow is None else flow.allowed_now(self._flow_state(), action)
+
+    def _move_flow(self, flow: FlowRules, opened: OpenSuggestion, final: str) -> None:
+        """Fire the flow event bound to the action of a suggestion that reached ``final`` (only ``done`` fires;
+        it was allowed when the suggestion was reviewed and again when accepted). A final flow state ends the
+        conversation, with the state's name as its result."""
+        event = flow.event_of(opened.action)
+        if event is None or OUTCOME_STATUS[final] not in MOVES_FLOW:
+            return
+        source = self._flow_state()
+        target = flow.table.fire(source, event)
+        self.record(
+            FlowMovedEvent(
+                source=source, target=target, event=event, suggestion_id=opened.id, action=opened.action
+            )
         )
+        if flow.table.is_final(target):
+            self.record(EndedEvent(reason=f"the {flow.name} flow reached {target!r}", result=target))
 
     def _finish(self, opened: OpenSuggestion, final: str, *, preview: str | None = None, **fields: Any) -> None:
         """Report the outcome of a suggestion that reached the final state ``final``."""

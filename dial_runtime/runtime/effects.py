@@ -63,7 +63,8 @@ class LookUp(Effect, frozen=True, kw_only=True):
 
 class Review(Effect, frozen=True, kw_only=True):
     """Check ``payload`` with the domain's ``validate`` and, when it passes and ``preview`` is set, make the short
-    text the person sees (the domain's ``preview``): one question, since only a valid payload is previewed.
+    text the person sees (the domain's ``preview``): one question, since only a valid payload is previewed, except
+    with ``refused_too`` (a refused edit, shown to the person again as edited).
 
     Input: :class:`Reviewed`.
     """
@@ -73,6 +74,7 @@ class Review(Effect, frozen=True, kw_only=True):
     action: str
     payload: Any
     preview: bool = True
+    refused_too: bool = False
 
 
 class Consult(Effect, frozen=True, kw_only=True):
@@ -148,7 +150,7 @@ class Expired(msgspec.Struct, frozen=True):
 
 class Reviewed(msgspec.Struct, frozen=True):
     """What the domain found of a payload: its ``issue`` (``None``: valid) and, for a valid one whose preview
-    was asked for, the ``preview`` (else ``""``)."""
+    was asked for (or a refused one, with ``refused_too``), the ``preview`` (else ``""``)."""
 
     issue: Issue | None = None
     preview: str = ""

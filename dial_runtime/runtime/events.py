@@ -4,8 +4,8 @@
 ``outcome``, ``no-reply``, ``turn-limit``, and ``declare``, ``phatic``, ``delegate``, ``execute`` for the elements
 the seed contract ignores). The log also holds the events the conversation's state depends on but no surface
 renders (``said``, ``resumed``, ``reply-started``, ``proposed``, ``answered``, ``decided``, ``deferred``,
-``refused``, ``action-started``, ``handled``, ``send-failed``, ``reply-refused``, ``interrupted``, ``ended``,
-``finished``), and ``reply-progress``, which keeps a streamed reply's words for the agent's history.
+``refused``, ``action-started``, ``flow-moved``, ``handled``, ``send-failed``, ``reply-refused``, ``interrupted``,
+``ended``, ``finished``), and ``reply-progress``, which keeps a streamed reply's words for the agent's history.
 ``on_event`` also sees :class:`InformDeltaEvent` (``inform-delta``) while a reply streams in: its text as it
 arrives, a notice for the person that is not on the log.
 Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with :func:`event_from_dict`,
@@ -248,7 +248,11 @@ class DeferredEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RefusedEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """The domain refused the payload the person accepted or edited; they see ``issue`` and decide again."""
+    """The domain refused the payload the person accepted or edited; they see ``issue`` and decide again.
+
+    After a refused edit ``preview`` reads the edited payload (what the person now decides on); ``None`` when the
+    preview did not change (an accepted payload refused).
+    """
 
     type: ClassVar[str] = "refused"
     suggestion_id: str
@@ -256,6 +260,7 @@ class RefusedEvent(msgspec.Struct, frozen=True, kw_only=True):
     code: str | None = None
     field: str | None = None
     hint: str | None = None
+    preview: str | None = None
 
 
 class ActionStartedEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -267,6 +272,18 @@ class ActionStartedEvent(msgspec.Struct, frozen=True, kw_only=True):
     payload: Any
     preview: str
     edited: bool = False
+
+
+class FlowMovedEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """The domain's flow went from ``source`` to ``target`` on ``event``, fired by the ``done`` outcome of the
+    suggestion ``suggestion_id`` (its ``action``), which the log holds just before."""
+
+    type: ClassVar[str] = "flow-moved"
+    source: str
+    target: str
+    event: str
+    suggestion_id: str
+    action: str
 
 
 class ResumedEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -312,10 +329,12 @@ class InterruptedEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EndedEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """The conversation ended (the agent's ``session-complete`` or ``end()``); later words are only logged."""
+    """The conversation ended (the agent's ``session-complete``, ``end()``, or the domain's flow reaching a final
+    state, whose name is then the conversation's ``result``); later words are only logged."""
 
     type: ClassVar[str] = "ended"
     reason: str
+    result: str | None = None
 
 
 class FinishedEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -348,6 +367,7 @@ Event = (
     | DeferredEvent
     | RefusedEvent
     | ActionStartedEvent
+    | FlowMovedEvent
     | ResumedEvent
     | HandledEvent
     | SendFailedEvent

@@ -7,6 +7,8 @@ what came when it is neither.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,8 +35,17 @@ class ActionSpec(msgspec.Struct, frozen=True, kw_only=True):
     handoff: bool = False
 
 
+def payload_digest(action: str, payload: Any) -> str:
+    """The digest of an action and its payload (``sha256:`` and the hex digest of their canonical JSON): what a
+    surface records as shown to the person, and ``decide(..., shown=)`` compares with what would run."""
+    text = json.dumps([action, payload], sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
 class Suggestion(msgspec.Struct, frozen=True, kw_only=True):
-    """A valid proposal as the person sees it; ``issue`` is set after a refused edit."""
+    """A valid proposal as the person sees it; ``issue`` is set after a refused edit, and ``preview`` then reads
+    the refused payload (``payload``), so what the person is shown is what they would decide on. ``mutates``
+    and ``destructive`` are the action's marks."""
 
     id: str
     action: str
@@ -42,7 +53,14 @@ class Suggestion(msgspec.Struct, frozen=True, kw_only=True):
     payload: Any = None
     preview: str = ""
     destructive: bool = False
+    mutates: bool = False
     issue: Issue | None = None
+
+    @property
+    def digest(self) -> str:
+        """:func:`payload_digest` of the action and payload: pass it as ``decide(..., shown=)`` to decide on
+        exactly this payload."""
+        return payload_digest(self.action, self.payload)
 
 
 class Ask(msgspec.Struct, frozen=True, kw_only=True):

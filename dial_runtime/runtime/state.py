@@ -34,11 +34,13 @@ from ..statemachines import (
     FINAL_STATE,
     IN_CALL,
     LIFE,
+    MOVES_FLOW,
     NEEDS_REPLY,
     SILENT,
     SUGGESTION,
     TURN_LOOP,
 )
+from ..statemachines.compiled import Table
 from ..statemachines.turn_loop import CALL_STATUS
 from .events import (
     ActionStartedEvent,
@@ -50,6 +52,7 @@ from .events import (
     EndedEvent,
     Event,
     FinishedEvent,
+    FlowMovedEvent,
     HandledEvent,
     InterruptedEvent,
     LogEntry,
@@ -110,6 +113,7 @@ class OpenSuggestion:
             payload=self.payload,
             preview=self.preview,
             destructive=self.destructive,
+            mutates=self.mutates,
             issue=self.issue,
         )
 
@@ -119,9 +123,19 @@ class OpenSuggestion:
         return self.state in DECIDING
 
 
+def _flow_start(state: ConversationState) -> str | None:
+    return None if state.flow is None else state.flow.initial
+
+
 @attrs.define
 class ConversationState:
-    """Everything a conversation remembers, kept current by :meth:`apply`."""
+    """Everything a conversation remembers, kept current by :meth:`apply`.
+
+    ``flow`` is the table of the domain's flow, when it has one: ``flow_state`` starts at its initial state and
+    each ``flow-moved`` must be a move the table makes. Folded without the table (a log read on its own),
+    ``flow_state`` is unknown until the first ``flow-moved``, and the moves need only follow one another.
+    ``result`` is the final flow state that ended the conversation.
+    """
 
     life: str = LIFE.initial
     loop: str = TURN_LOOP.initial
@@ -141,12 +155,15 @@ class ConversationState:
     open_asks: dict[str, Ask] = attrs.Factory(dict)
     given_ids: set[str] | None = None  # the ids the agent chose (made at the first: most agents choose none)
     facts: dict[str, Any] = attrs.Factory(dict)
+    flow: Table | None = attrs.field(default=None, kw_only=True)
+    flow_state: str | None = attrs.field(default=attrs.Factory(_flow_start, takes_self=True), kw_only=True)
+    result: str | None = attrs.field(default=None, kw_only=True)
 
     @classmethod
-    def fold(cls, events: Iterable[Event]) -> ConversationState:
+    def fold(cls, events: Iterable[Event], *, flow: Table | None = None) -> ConversationState:
         """The state a conversation is in after these events (``_Refusal`` or ``IllegalTransition`` when an
         event cannot stand; :func:`fold_log` says which entry)."""
-        state = cls()
+        state = cls(flow=flow)
         for event in events:
             state.apply(event)
         return state
@@ -239,7 +256,25 @@ class ConversationState:
         self.life = LIFE.fire(self.life, "finish")
 
     def _ended(self, event: EndedEvent) -> None:
+        if event.result is not None:
+            if self.flow_state is not None and event.result != self.flow_state:
+                raise _Refusal(f"the result {event.result!r} is not the flow's state {self.flow_state!r}")
+            if self.flow is not None and not self.flow.is_final(event.result):
+                raise _Refusal(f"the result {event.result!r} is not a final state of the flow {self.flow.name}")
+            self.result = event.result
         self.life = LIFE.fire(self.life, "end")
+
+    def _flow_moved(self, event: FlowMovedEvent) -> None:
+        last = self.owed_outcomes[-1] if self.owed_outcomes else None
+        if last is None or last.id != event.suggestion_id or last.status not in MOVES_FLOW:
+            raise _Refusal(f"a flow moves only right after a done outcome (of {event.suggestion_id!r})")
+        if last.action != event.action:
+            raise _Refusal(f"suggestion {event.suggestion_id!r} was {last.action!r}, not {event.action!r}")
+        if self.flow_state is not None and event.source != self.flow_state:
+            raise _Refusal(f"the flow is in {self.flow_state!r}, not {event.source!r}")
+        if self.flow is not None and self.flow.fire(event.source, event.event) != event.target:
+            raise _Refusal(f"{event.event!r} leads the flow {self.flow.name} elsewhere than {event.target!r}")
+        self.flow_state = event.target
 
     def _sent(self, event: SentEvent) -> None:
         if event.turn != self.turn + 1:
@@ -400,6 +435,8 @@ class ConversationState:
         opened = self._open(event.suggestion_id)
         opened.state = SUGGESTION.fire(opened.state, "refuse")
         opened.issue = Issue(code=event.code, field=event.field, hint=event.hint)
+        if event.preview is not None:
+            opened.preview = event.preview
 
     def _action_started(self, event: ActionStartedEvent) -> None:
         opened = self._open(event.suggestion_id)
@@ -435,6 +472,7 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
     "decided": ConversationState._decided,
     "refused": ConversationState._refused,
     "action-started": ConversationState._action_started,
+    "flow-moved": ConversationState._flow_moved,
     "declare": ConversationState._declare,
 }
 
@@ -462,14 +500,19 @@ def checked_entry(entry: object, expected_seq: int) -> LogEntry:
 
 
 def fold_log(
-    entries: Iterable[object], state: ConversationState | None = None, *, first_seq: int = 1
+    entries: Iterable[object],
+    state: ConversationState | None = None,
+    *,
+    first_seq: int = 1,
+    flow: Table | None = None,
 ) -> list[LogEntry]:
     """Check a log (or the part of one that follows ``state``, from ``first_seq``) and fold it into ``state``.
 
     Returns the checked entries; raises :class:`LogError` naming the first entry that no run of the runtime
-    could have written there, and then ``state`` must not be used.
+    could have written there, and then ``state`` must not be used. ``flow`` is the domain flow's table for a
+    fresh state (a given ``state`` has its own).
     """
-    folded = ConversationState() if state is None else state
+    folded = ConversationState(flow=flow) if state is None else state
     checked: list[LogEntry] = []
     for offset, raw in enumerate(entries):
         entry = checked_entry(raw, first_seq + offset)

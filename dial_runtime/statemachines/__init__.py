@@ -20,6 +20,7 @@ from dial_runtime.statemachines.life import (
 from dial_runtime.statemachines.suggestion import (
     DECIDING,
     FINAL_STATE,
+    MOVES_FLOW,
     NEEDS_REPLY,
     OUTCOME_STATUS,
     RUNNING,
@@ -39,6 +40,7 @@ __all__ = [
     "FINAL_STATE",
     "IN_CALL",
     "LIFE",
+    "MOVES_FLOW",
     "NEEDS_REPLY",
     "OUTCOME_STATUS",
     "RUNNING",

@@ -20,6 +20,7 @@
 #   outcome gets one: a running action ends `failed` (its effect is unknown), any other suggestion `superseded`.
 # - Only `done`, `failed` and `invalid` make a turn follow at once (NEEDS_REPLY); the other outcomes go with
 #   the person's next words.
+# - Only `done` fires the domain flow's event the action is bound to (MOVES_FLOW).
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from dial_runtime.statemachines.compiled import compile_machine
 __all__ = [
     "DECIDING",
     "FINAL_STATE",
+    "MOVES_FLOW",
     "NEEDS_REPLY",
     "OUTCOME_STATUS",
     "RUNNING",
@@ -128,3 +130,6 @@ RUNNING = SUGGESTION.sources("succeed")
 
 NEEDS_REPLY = frozenset({"done", "failed", "invalid"})
 """The outcome statuses that make a turn follow at once."""
+
+MOVES_FLOW = frozenset({"done"})
+"""The outcome statuses that fire the flow event their action is bound to (see ``Domain(flow=...)``)."""

@@ -8,15 +8,23 @@ expects to follow) and the per-conversation lock keeps two workers from driving 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
 
 from ..errors import StoreClosed, StoreConflict, StoreError
 from ..ports import Store
 from ..runtime.events import LogEntry, entry_from_dict, entry_to_dict
 
 __all__ = [
+    "ChangeFeed",
+    "Changes",
     "Store",
     "StoreClosed",
     "StoreConflict",
@@ -27,6 +35,125 @@ __all__ = [
     "open_store",
     "redact_url",
 ]
+
+
+class Changes:
+    """What :meth:`Store.watch` yields: an async iterator of the ids of conversations appended to since the watch
+    began (``None``: any conversation may have changed, re-read them all). Appends made while the consumer is
+    busy come once per conversation, in the order they first came."""
+
+    def __init__(self, wanted: str | None, probe: Callable[[], object] | None, interval: float) -> None:
+        self.wanted = wanted
+        self.token = anyio.lowlevel.current_token()
+        self._pending: dict[str | None, None] = {}
+        self._woken = anyio.Event()
+        self._closed = False
+        self._probe = probe
+        self._interval = interval
+        self._probed = probe() if probe is not None else None
+
+    def wake(self, conversation_id: str | None) -> None:
+        """Note a change (on this watcher's event loop)."""
+        if conversation_id is None or self.wanted is None or conversation_id == self.wanted:
+            self._pending[conversation_id if self.wanted is None else self.wanted] = None
+            self._woken.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._woken.set()
+
+    def __aiter__(self) -> Changes:
+        return self
+
+    async def __anext__(self) -> str | None:
+        while not self._pending:
+            if self._closed:
+                raise StopAsyncIteration
+            if self._probe is None:
+                await self._woken.wait()
+            else:
+                with anyio.move_on_after(self._interval):
+                    await self._woken.wait()
+                probed = self._probe()
+                if probed is not None and probed != self._probed:
+                    self._probed = probed
+                    self.wake(self.wanted)
+            if not self._pending and not self._closed:
+                self._woken = anyio.Event()
+        for first in self._pending:
+            del self._pending[first]
+            return first
+        raise StopAsyncIteration  # closed while woken: nothing pending
+
+
+class ChangeFeed:
+    """The watchers of one store in this process, woken by :meth:`publish` from the event loop or any thread.
+
+    A store publishes after each append it makes (the in-process and SQLite stores) or for each notification its
+    listener receives (PostgreSQL). A watcher lives on the event loop that opened it; a publication from another
+    thread is handed to that loop (and dropped if the loop has ended).
+    """
+
+    def __init__(self) -> None:
+        self._watchers: set[Changes] = set()
+        self._guard = threading.Lock()
+        self._closed = False
+
+    @property
+    def watched(self) -> bool:
+        """Whether anyone watches."""
+        return bool(self._watchers)
+
+    def publish(self, conversation_id: str | None) -> None:
+        """Wake the watchers of ``conversation_id`` and of any conversation (``None``: every watcher)."""
+        with self._guard:
+            watchers = list(self._watchers)
+        if not watchers:
+            return
+        try:
+            here: anyio.lowlevel.EventLoopToken | None = anyio.lowlevel.current_token()
+        except RuntimeError:
+            here = None
+        elsewhere: dict[anyio.lowlevel.EventLoopToken, list[Changes]] = {}
+        for watcher in watchers:
+            if watcher.token == here:
+                watcher.wake(conversation_id)
+            else:
+                elsewhere.setdefault(watcher.token, []).append(watcher)
+        for token, group in elsewhere.items():
+            with contextlib.suppress(RuntimeError):  # that event loop has ended: its watchers went with it
+                anyio.from_thread.run_sync(_wake_all, group, conversation_id, token=token)
+
+    @contextlib.asynccontextmanager
+    async def watch(
+        self, conversation_id: str | None, *, probe: Callable[[], object] | None = None, interval: float = 0.25
+    ) -> AsyncIterator[Changes]:
+        """A watcher of one conversation (``None``: of all), for the block's length. ``probe``, when given, is
+        called every ``interval`` seconds while the watcher waits; a result that differs from the last is a
+        change too (how a store notices writers it cannot hear); ``None`` says nothing."""
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        changes = Changes(conversation_id, probe, interval)
+        with self._guard:
+            self._watchers.add(changes)
+        try:
+            yield changes
+        finally:
+            with self._guard:
+                self._watchers.discard(changes)
+
+    def close(self) -> None:
+        """End every watcher's iteration (the store closed); later watches raise :class:`StoreClosed`."""
+        self._closed = True
+        with self._guard:
+            watchers = list(self._watchers)
+        for watcher in watchers:
+            watcher.close()
+
+
+def _wake_all(watchers: list[Changes], conversation_id: str | None) -> None:
+    for watcher in watchers:
+        watcher.wake(conversation_id)
 
 
 def check_entries(entries: Sequence[LogEntry], expected_seq: int) -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from ..errors import ConversationBusy, StoreClosed, StoreConflict
 from ..runtime.events import LogEntry
-from .base import check_entries
+from .base import ChangeFeed, Changes, check_entries
 
 
 class MemoryStore:
@@ -19,6 +19,7 @@ class MemoryStore:
         self._logs: dict[str, list[LogEntry]] = {}
         self._held: set[str] = set()
         self._closed = False
+        self._changes = ChangeFeed()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -34,6 +35,7 @@ class MemoryStore:
             raise StoreConflict(f"conversation {conversation_id!r} is at seq {last}, not {expected_seq}")
         if entries:
             self._logs.setdefault(conversation_id, []).extend(entries)
+            self._changes.publish(conversation_id)
 
     async def read(self, conversation_id: str, *, after_seq: int = 0) -> list[LogEntry]:
         """The entries after ``after_seq``, in order (a log's seq ``n`` is at index ``n - 1``)."""
@@ -57,6 +59,12 @@ class MemoryStore:
         finally:
             self._held.discard(conversation_id)
 
+    def watch(self, conversation_id: str | None = None) -> AbstractAsyncContextManager[Changes]:
+        """Watch the appends to one conversation (``None``: to any) made through this store object."""
+        self._check_open()
+        return self._changes.watch(conversation_id)
+
     async def aclose(self) -> None:
-        """Refuse every later call; the logs go with the store."""
+        """Refuse every later call, and end every watch; the logs go with the store."""
         self._closed = True
+        self._changes.close()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
@@ -18,7 +19,7 @@ except ImportError as error:
 
 from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
-from .base import check_entries, decode, encode, redact_url
+from .base import ChangeFeed, Changes, check_entries, decode, encode, redact_url
 
 T = TypeVar("T")
 
@@ -34,12 +35,26 @@ CREATE TABLE IF NOT EXISTS dial_log (
 # The two-int4 advisory key space never meets the single-bigint one conversation locks use.
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('dial_runtime'), hashtext('dial_log'))"
 _LAST = "SELECT coalesce(max(seq), 0) FROM dial_log WHERE conversation_id = %s"
+# One statement, so one transaction: the NOTIFY is sent when (and only if) the entries are committed. A statement
+# in WITH runs to completion whatever the outer query reads; the outer query returns one row iff entries went in.
 _APPEND = """
-INSERT INTO dial_log (conversation_id, seq, time, entry)
-SELECT %(id)s::text, u.seq, u.time, u.entry
-FROM unnest(%(seqs)s::bigint[], %(times)s::double precision[], %(entries)s::text[]) AS u (seq, time, entry)
-WHERE (SELECT coalesce(max(seq), 0) FROM dial_log WHERE conversation_id = %(id)s::text) = %(expected)s
+WITH appended AS (
+    INSERT INTO dial_log (conversation_id, seq, time, entry)
+    SELECT %(id)s::text, u.seq, u.time, u.entry
+    FROM unnest(%(seqs)s::bigint[], %(times)s::double precision[], %(entries)s::text[]) AS u (seq, time, entry)
+    WHERE (SELECT coalesce(max(seq), 0) FROM dial_log WHERE conversation_id = %(id)s::text) = %(expected)s
+    RETURNING seq
+)
+SELECT count(*), pg_notify('dial_log', %(notice)s) FROM appended HAVING count(*) > 0
 """
+#: The channel appends notify (a notification's payload is the conversation's id).
+CHANNEL = "dial_log"
+#: The longest id a notification carries (PostgreSQL's payload limit is 8000 bytes); a longer one notifies an
+#: empty payload, which wakes every watcher.
+NOTICE_LIMIT = 7900
+#: Seconds the listener waits for a notification before it checks whether the store closed; and before it tries
+#: again after losing its connection.
+LISTEN_POLL = 0.5
 _READ = "SELECT entry FROM dial_log WHERE conversation_id = %s AND seq > %s ORDER BY seq"
 _CONVERSATIONS = "SELECT DISTINCT conversation_id FROM dial_log"
 _TRY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
@@ -85,6 +100,8 @@ class PostgresStore:
         self._closed = False
         self._guard = threading.Lock()
         self._idle_guard = threading.Lock()
+        self._changes = ChangeFeed()
+        self._listener: threading.Thread | None = None
 
     def _connect(self) -> psycopg.Connection[Any]:
         try:
@@ -137,6 +154,7 @@ class PostgresStore:
             "times": [entry.time for entry in entries],
             "entries": [encode(entry) for entry in entries],
             "expected": expected_seq,
+            "notice": conversation_id if len(conversation_id.encode()) <= NOTICE_LIMIT else "",
         }
 
         def work(connection: psycopg.Connection[Any]) -> bool:
@@ -144,9 +162,10 @@ class PostgresStore:
                 last: int = _scalar(connection.execute(_LAST, (conversation_id,), prepare=True))
                 return last == expected_seq
             try:
-                return connection.execute(_APPEND, params, prepare=True).rowcount == len(entries)
+                row = connection.execute(_APPEND, params, prepare=True).fetchone()
             except psycopg.errors.UniqueViolation:
                 return False
+            return row is not None and row[0] == len(entries)
 
         if not await self._run(work):
             raise StoreConflict(f"conversation {conversation_id!r} is not at seq {expected_seq}")
@@ -227,8 +246,51 @@ class PostgresStore:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._release, connection, conversation_id)
 
+    def watch(self, conversation_id: str | None = None) -> AbstractAsyncContextManager[Changes]:
+        """Watch the appends to one conversation (``None``: to any), by any worker on any machine.
+
+        Every append sends ``NOTIFY dial_log, '<conversation id>'`` in its own transaction, so a notification
+        goes out exactly when entries are committed. The first watch starts the store's listener: a thread with
+        a connection of its own, listening on the channel (``LISTEN``), that wakes this process's watchers;
+        losing its connection, it connects again and wakes every watcher (``None``: notifications may have been
+        missed). The channel is per database: stores of other schemas in the same database wake watchers of a
+        conversation with the same id too, which costs a read that finds nothing new.
+        """
+        if self._closed:
+            raise StoreClosed("the PostgreSQL store is closed")
+        with self._idle_guard:
+            if self._listener is None:
+                self._listener = threading.Thread(target=self._listen, name="dial-runtime LISTEN", daemon=True)
+                self._listener.start()
+        return self._changes.watch(conversation_id)
+
+    def _listen(self) -> None:
+        """The listener thread: relay each notification to the watchers until the store closes."""
+        connection: psycopg.Connection[Any] | None = None
+        lost = False
+        while not self._closed:
+            try:
+                if connection is None or connection.closed:
+                    connection = psycopg.connect(self.url, autocommit=True)
+                    connection.execute(f"LISTEN {CHANNEL}")
+                    if lost:
+                        self._changes.publish(None)
+                for notice in connection.notifies(timeout=LISTEN_POLL):
+                    self._changes.publish(notice.payload or None)
+                    if self._closed:
+                        break
+            except psycopg.Error:
+                lost = True
+                if connection is not None:
+                    connection.close()
+                connection = None
+                time.sleep(LISTEN_POLL)
+        if connection is not None:
+            connection.close()
+
     async def aclose(self) -> None:
-        """Close the connections; locks still held close theirs when released."""
+        """Close the connections, end every watch and stop the listener; locks still held close theirs when
+        released."""
 
         def work() -> None:
             with self._guard, self._idle_guard:
@@ -237,5 +299,9 @@ class PostgresStore:
                 connection, self._connection = self._connection, None
             for each in [*idle, *([connection] if connection is not None else [])]:
                 each.close()
+            if self._listener is not None:
+                self._listener.join(timeout=2 * LISTEN_POLL)
 
+        self._closed = True
+        self._changes.close()
         await anyio.to_thread.run_sync(work)

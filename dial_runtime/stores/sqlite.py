@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TypeVar
 
@@ -19,7 +20,7 @@ import anyio.to_thread
 
 from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
-from .base import check_entries, decode, encode
+from .base import ChangeFeed, Changes, check_entries, decode, encode
 
 T = TypeVar("T")
 
@@ -66,6 +67,10 @@ def _open_lock_file(path: str, flags: int) -> int:
             ) from None
         return os.open(path, flags | os.O_CREAT, 0o644)
 
+
+#: Seconds between two reads of a watched conversation's lock-file mark (how soon another process's append is
+#: noticed).
+WATCH_INTERVAL = 0.1
 
 #: Appends made on the event loop between two checkpoints (the worker thread's next append checkpoints first).
 CHECKPOINT_EVERY = 256
@@ -170,6 +175,7 @@ class SQLiteStore:
         self._appends_on_loop = 0
         self._closed = False
         self._guard = threading.Lock()
+        self._changes = ChangeFeed()
 
     def _connect(self) -> sqlite3.Connection:
         """Open the worker threads' connection (returned) and the event loop's, which never waits for a lock and
@@ -278,6 +284,8 @@ class SQLiteStore:
         rows = [(conversation_id, entry.seq, entry.time, encode(entry)) for entry in entries]
         write = functools.partial(_write, self._lock_file(conversation_id), conversation_id, rows, expected_seq)
         if sum(len(row[3]) for row in rows) <= ON_LOOP_LIMIT and self._on_the_loop(write):
+            if rows:
+                self._changes.publish(conversation_id)
             return
         checkpoint = self._appends_on_loop >= CHECKPOINT_EVERY
         if checkpoint:
@@ -289,6 +297,8 @@ class SQLiteStore:
             write(connection)
 
         await self._run(work)
+        if rows:
+            self._changes.publish(conversation_id)
 
     async def read(self, conversation_id: str, *, after_seq: int = 0) -> list[LogEntry]:
         """The entries after ``after_seq``, in order (``[]`` at once when ``after_seq`` is past the start and the
@@ -339,6 +349,31 @@ class SQLiteStore:
         finally:
             os.close(descriptor)  # closing the only descriptor of the open file releases its flock
 
+    def watch(self, conversation_id: str | None = None) -> AbstractAsyncContextManager[Changes]:
+        """Watch the appends to one conversation (``None``: to any).
+
+        Appends made through this store object wake the watcher at once. Appends by other processes sharing the
+        file (other workers) are noticed for a watch of one conversation by reading its lock file's mark every
+        :data:`WATCH_INTERVAL` seconds while the watch waits (a read of a few bytes of a local file, on the event
+        loop): every append, from any process, rewrites that mark. A watch of every conversation hears this
+        process only: SQLite has no notification across processes, and its ``data_version`` says that the file
+        changed, not which conversation. An append whose process died between its commit and its mark is noticed
+        with the next append.
+        """
+        if self._closed:
+            raise StoreClosed(f"the store at {str(self.path)!r} is closed")
+        if conversation_id is None:
+            return self._changes.watch(None)
+        return self._changes.watch(
+            conversation_id, probe=lambda: self._committed(conversation_id), interval=WATCH_INTERVAL
+        )
+
+    def _committed(self, conversation_id: str) -> bytes | None:
+        """The conversation's mark when it names a committed append (``None``: no mark, or one in progress or
+        refused, which says nothing yet)."""
+        mark = self._marked(conversation_id)
+        return mark if mark is not None and mark.endswith(b"c") else None
+
     def _lock_file(self, conversation_id: str) -> str:
         """Where the conversation's lock file is (it may not exist yet)."""
         return os.path.join(self._locks, _lock_name(conversation_id))
@@ -368,4 +403,5 @@ class SQLiteStore:
                         connection.close()
                 self._on_loop = self._connection = None
 
+        self._changes.close()
         await anyio.to_thread.run_sync(work)

@@ -34,13 +34,11 @@ from rich.panel import Panel
 from rich.status import Status
 from rich.text import Text
 
-from ..errors import ConversationBusy, DialError
+from ..errors import AlreadyDecided, ConversationBusy, DialError
 from ..runtime import Conversation
 from ..runtime.conversation import accepts_message_id
 from ..runtime.events import (
-    AnsweredEvent,
     AskEvent,
-    DecidedEvent,
     Event,
     InformDeltaEvent,
     InformEvent,
@@ -520,7 +518,7 @@ class TerminalSurface:
         for outcome in outcomes[-3:]:
             self._show(_OUTCOME_STYLES.get(outcome.status, "dim"), self.transcript.show, outcome)
         if conversation.ended:
-            self.note("   (the conversation has ended)")
+            self.note(_ended(conversation))
         elif conversation.pending:
             self.note(f"   waiting for you: {', '.join(item.id for item in conversation.pending)}", "yellow")
 
@@ -585,10 +583,13 @@ class TerminalSurface:
             except ConversationBusy:
                 self.note("   (another session is driving this conversation right now; try again later)", "red")
                 return
+            except AlreadyDecided as error:
+                self.note(f"   ({error.subject_id} {self._elsewhere(conversation, error)})", "yellow")
+                return
             except DialError as error:
                 if item is None:
                     raise
-                self.note(f"   ({item.id} {self._elsewhere(conversation, item.id) or error})", "yellow")
+                self.note(f"   ({item.id} {error})", "yellow")
                 return
             finally:
                 self._turn = None
@@ -600,27 +601,19 @@ class TerminalSurface:
             self._show("dim", self.transcript.result, result)
 
     @staticmethod
-    def _elsewhere(conversation: Conversation, subject: str) -> str | None:
-        """How another session settled a suggestion (or an ask), from the log as it now stands: who decided, and
-        what came of it."""
-        events = [entry.event for entry in conversation.log]
-        decided = next(
-            (e for e in reversed(events) if isinstance(e, DecidedEvent) and e.suggestion_id == subject), None
-        )
-        outcome = next((e for e in reversed(events) if isinstance(e, OutcomeEvent) and e.id == subject), None)
-        answered = next(
-            (e for e in reversed(events) if isinstance(e, AnsweredEvent) and e.ask_id == subject), None
-        )
-        came = f" ({outcome.status})" if outcome is not None else ""
-        if decided is not None:
-            by = f" by {decided.by}" if decided.by else ""
-            return f"was decided elsewhere{by}: {decided.decision}{came}"
-        if outcome is not None:
-            return f"was settled elsewhere: {outcome.status}"
-        if answered is not None:
-            by = f" by {answered.by}" if answered.by else ""
+    def _elsewhere(conversation: Conversation, error: AlreadyDecided) -> str:
+        """How another session settled a suggestion (or an ask): who decided, how, and what came of it."""
+        by = f" by {error.by}" if error.by else ""
+        if error.how == "answered":
             return f"was answered elsewhere{by}"
-        return None
+        events = [entry.event for entry in conversation.log]
+        outcome = next(
+            (e for e in reversed(events) if isinstance(e, OutcomeEvent) and e.id == error.subject_id), None
+        )
+        if outcome is not None and outcome.status == error.how:
+            return f"was settled elsewhere: {outcome.status}"
+        came = f" ({outcome.status})" if outcome is not None else ""
+        return f"was decided elsewhere{by}: {error.how}{came}"
 
     async def turn(self, conversation: Conversation, words: str) -> TurnResult | None:
         """``say`` the words in a cancel scope Ctrl-C cancels; show how it went. ``None`` when it did not finish:
@@ -640,7 +633,7 @@ class TerminalSurface:
         if result is not None:
             self._show("dim", self.transcript.result, result)
             if result.status == "ended":
-                self.note("   (the conversation has ended)")
+                self.note(_ended(conversation))
         return result
 
     @asynccontextmanager
@@ -663,3 +656,9 @@ class TerminalSurface:
             self._turn.cancel()
             await anyio.lowlevel.checkpoint()
         raise KeyboardInterrupt
+
+
+def _ended(conversation: Conversation) -> str:
+    """The note that the conversation has ended, with the final state its domain's flow reached, if any."""
+    result = conversation.result
+    return "   (the conversation has ended)" if result is None else f"   (the conversation has ended: {result})"

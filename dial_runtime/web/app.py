@@ -10,6 +10,7 @@ the person ends ``awaiting`` and its pending suggestions and asks become AG-UI i
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import math
 import re
@@ -41,21 +42,23 @@ from starlette.types import Receive, Scope, Send
 
 from .. import (
     Accept,
+    AlreadyDecided,
     Ask,
     Conversation,
     ConversationBusy,
     Defer,
-    DialError,
     Dismiss,
     Edit,
     LogEntry,
+    PayloadChanged,
     Say,
     Store,
     Suggestion,
     TurnResult,
     open_store,
 )
-from .mapping import EventMapper, interrupt_for, interrupt_id, messages_from_log, payload_digest
+from ..runtime.core import already_decided
+from .mapping import EventMapper, interrupt_for, interrupt_id, messages_from_log
 
 __all__ = ["AgentFactory", "create_app", "scripted_agents"]
 
@@ -95,6 +98,37 @@ class _NoAgent:
         raise RuntimeError("a snapshot sends nothing to the agent")
 
 
+class _AgentOnFirstUse:
+    """A run's agent, built by the factory the first time the conversation talks to it: inside a call, so under
+    the conversation's lock and with its log as the store holds it (folded, caught up with what other workers
+    wrote, and recovered), never from a copy read before the lock was taken."""
+
+    def __init__(self, factory: AgentFactory, conversation_id: str) -> None:
+        self._factory = factory
+        self._id = conversation_id
+        self._built: Any = None
+        self.conversation: Conversation | None = None
+
+    def _agent(self) -> Any:
+        if self._built is None:
+            assert self.conversation is not None, "the agent is used only by the conversation's calls"
+            self._built = self._factory(self._id, self.conversation.log)
+        return self._built
+
+    def send(self, message: str) -> Any:
+        return self._agent().send(message)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "stream":  # asked for at each send: the built agent streams or not
+            return self._agent().stream
+        raise AttributeError(name)
+
+    async def aclose(self) -> None:
+        close = getattr(self._built, "aclose", None)
+        if close is not None:
+            await close()
+
+
 @dataclass(frozen=True)
 class _Step:
     """One call a run makes on the conversation."""
@@ -113,6 +147,7 @@ class _Settings:
     origins: frozenset[str]
     max_body: int
     max_text: int
+    heartbeat: float
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -131,8 +166,11 @@ def create_app(
     timeout: float | None = 90.0,
     max_turns: int = 8,
     decide_timeout: float | None = None,
+    heartbeat: float = 15.0,
 ) -> Starlette:
-    """The ASGI application: ``POST /agui`` (AG-UI runs), ``GET /conversations``, and the panel at ``/``.
+    """The ASGI application: ``POST /agui`` (AG-UI runs), ``GET /conversations``, ``GET
+    /conversations/{id}/changes`` (a server-sent event each time a conversation's log grows, in any worker; a
+    comment every ``heartbeat`` seconds while it does not), and the panel at ``/``.
 
     ``store`` is a :class:`Store` or its URL (one store holds every conversation; PostgreSQL when several workers
     share it). ``domain`` serves every conversation. ``agent(conversation_id, log)`` builds the agent of one run.
@@ -154,12 +192,14 @@ def create_app(
         origins=frozenset(origin.rstrip("/") for origin in allowed_origins),
         max_body=max_body,
         max_text=max_text,
+        heartbeat=heartbeat,
         options={"timeout": timeout, "max_turns": max_turns, "decide_timeout": decide_timeout},
     )
     surface = _WebSurface(settings)
     routes: list[Route | Mount] = [
         Route("/agui", surface.agui, methods=["POST"]),
         Route("/conversations", surface.conversations, methods=["GET"]),
+        Route("/conversations/{thread}/changes", surface.changes, methods=["GET"]),
     ]
     if panel:
         routes += [
@@ -208,6 +248,21 @@ class _WebSurface:
         ids = await self.settings.store.conversations()
         return JSONResponse({"conversations": [each for each in ids if self._may_view(principal, each)]})
 
+    async def changes(self, request: Request) -> Response | _ChangeStream:
+        """``GET /conversations/{id}/changes``: a server-sent event stream that says when the conversation's log
+        grows, whoever made it grow (another tab, another worker): a page listening takes a snapshot then."""
+        principal = await self._principal(request)
+        if principal is None:
+            return _error(401, "not signed in")
+        thread = request.path_params["thread"]
+        if not _THREAD_ID.fullmatch(thread):
+            return _error(400, "the conversation id must be 1 to 128 letters, digits or ._:@-")
+        if not self._may_view(principal, thread):
+            return _error(403, "you may not see this conversation")
+        if not callable(getattr(self.settings.store, "watch", None)):
+            return _error(501, "this store cannot be watched (it has no watch method)")
+        return _ChangeStream(self.settings.store, thread, self.settings.heartbeat)
+
     async def agui(self, request: Request) -> Response | _EventStream:
         """``POST /agui``: one AG-UI run, answered as a server-sent event stream."""
         principal = await self._principal(request)
@@ -252,7 +307,7 @@ class _WebSurface:
             held.recover()
             log = held.log
             emit(MessagesSnapshotEvent(messages=messages_from_log(log)))
-            emit(self._finished(run, principal, held.pending, log))
+            emit(self._finished(run, principal, held.pending, log, stored=entries[-1].seq if entries else 0))
             return
         count = 0
 
@@ -267,7 +322,7 @@ class _WebSurface:
             for mapped in mapper.map(event):
                 emit(mapped)
 
-        agent = settings.agent(thread, entries)
+        agent = _AgentOnFirstUse(settings.agent, thread)
         try:
             conversation = await Conversation.open(
                 settings.store,
@@ -278,42 +333,50 @@ class _WebSurface:
                 on_event=on_event,
                 **settings.options,
             )
+            agent.conversation = conversation
             steps = self._plan(conversation, run.resume or [], words, principal)
             for step in steps:
                 await step.call(conversation)
         except ConversationBusy:
             raise _Refused("busy", "another run is driving this conversation; try again") from None
-        except DialError as error:
-            # A decision that another worker took between this run's check and its call.
-            raise _Refused("already-decided", str(error)) from None
+        except AlreadyDecided as error:  # another tab or worker decided it between this run's check and its call
+            raise _already(error) from None
+        except PayloadChanged as error:
+            raise _Refused("digest-mismatch", f"{error}; reload") from None
         finally:
             for mapped in mapper.close():
                 emit(mapped)
-            close = getattr(agent, "aclose", None)
-            if close is not None:
-                await close()
+            await agent.aclose()
         log = conversation.log
-        emit(self._finished(run, principal, conversation.pending, log))
+        emit(self._finished(run, principal, conversation.pending, log, stored=log[-1].seq if log else 0))
 
     def _finished(
-        self, run: RunAgentInput, principal: str, pending: Sequence[Suggestion | Ask], log: Sequence[LogEntry]
+        self,
+        run: RunAgentInput,
+        principal: str,
+        pending: Sequence[Suggestion | Ask],
+        log: Sequence[LogEntry],
+        *,
+        stored: int,
     ) -> RunFinishedEvent:
+        """The run's last event; ``metadata.seq`` is the stored log's last seq the run saw (or wrote), which the
+        change stream's events are compared with: a page that has shown seq N needs no snapshot for a change at
+        N."""
+        marks = {"seq": stored}
         if not pending:
             return RunFinishedEvent(
-                thread_id=run.thread_id, run_id=run.run_id, outcome=RunFinishedSuccessOutcome()
+                thread_id=run.thread_id, run_id=run.run_id, outcome=RunFinishedSuccessOutcome(), metadata=marks
             )
-        refusals, mutates = _refusals_and_marks(log)
+        refusals = _refusals(log)
         interrupts = [
-            interrupt_for(
-                each,
-                refusals=refusals.get(each.id, 0),
-                mutates=mutates.get(each.id, True),
-                can_decide=self._may_decide(principal, each),
-            )
+            interrupt_for(each, refusals=refusals.get(each.id, 0), can_decide=self._may_decide(principal, each))
             for each in pending
         ]
         return RunFinishedEvent(
-            thread_id=run.thread_id, run_id=run.run_id, outcome=RunFinishedInterruptOutcome(interrupts=interrupts)
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
+            metadata=marks,
         )
 
     def _plan(
@@ -321,7 +384,7 @@ class _WebSurface:
     ) -> list[_Step]:
         """The calls a run makes, every resume entry checked first: a refusal raises and nothing has changed."""
         log = conversation.log
-        refusals, _ = _refusals_and_marks(log)
+        refusals = _refusals(log)
         waiting = {interrupt_id(each.id, refusals.get(each.id, 0)): each for each in conversation.pending}
         steps: list[_Step] = []
         cancelled: list[Suggestion] = []
@@ -377,11 +440,8 @@ def _resolution(entry: ResumeEntry, subject: Suggestion | Ask, principal: str) -
     if not isinstance(approved, bool):
         raise _Refused("invalid-resume", f"interrupt {entry.interrupt_id!r}: give {{approved: true|false}}")
     digest = payload.get("digest")
-    if digest is not None and digest != payload_digest(subject.action, subject.payload):
-        raise _Refused(
-            "digest-mismatch",
-            f"interrupt {entry.interrupt_id!r}: the payload decided on is not the one waiting; reload",
-        )
+    if digest is not None and not isinstance(digest, str):
+        raise _Refused("invalid-resume", f"interrupt {entry.interrupt_id!r}: the digest must be text")
     decision: Accept | Edit | Dismiss
     if not approved:
         decision = Dismiss()
@@ -390,7 +450,7 @@ def _resolution(entry: ResumeEntry, subject: Suggestion | Ask, principal: str) -
     else:
         decision = Accept()
     suggestion_id = subject.id
-    return _Step(lambda conversation: conversation.decide(suggestion_id, decision, by=principal))
+    return _Step(lambda conversation: conversation.decide(suggestion_id, decision, by=principal, shown=digest))
 
 
 def _unknown(interrupt: str, waiting: Iterable[Suggestion | Ask], log: Sequence[LogEntry]) -> _Refused:
@@ -399,18 +459,15 @@ def _unknown(interrupt: str, waiting: Iterable[Suggestion | Ask], log: Sequence[
     subject = interrupt.rpartition("~")[0] or interrupt
     if any(each.id == subject for each in waiting):
         return _Refused("stale-interrupt", f"interrupt {interrupt!r} was replaced after a refused edit; reload")
-    events: list[Any] = [entry.event for entry in reversed(log)]
-    for event in events:
-        if event.type == "decided" and event.suggestion_id == subject:
-            return _Refused(
-                "already-decided", f"{subject!r} was already decided ({event.decision}) by {event.by or 'someone'}"
-            )
-        if event.type == "answered" and event.ask_id == subject and event.text:
-            return _Refused("already-decided", f"{subject!r} was already answered by {event.by or 'someone'}")
-    for event in events:
-        if event.type == "outcome" and event.id == subject:
-            return _Refused("already-decided", f"{subject!r} already ended {event.status}")
+    ended = already_decided([entry.event for entry in log], subject)
+    if ended is not None:
+        return _already(ended)
     return _Refused("unknown-interrupt", f"no interrupt {interrupt!r} waits in this conversation")
+
+
+def _already(error: AlreadyDecided) -> _Refused:
+    """The ``already-decided`` refusal, saying by whom and how."""
+    return _Refused("already-decided", f"{error}; reload")
 
 
 def _shown(entries: Iterable[LogEntry]) -> set[str]:
@@ -418,18 +475,16 @@ def _shown(entries: Iterable[LogEntry]) -> set[str]:
     return {event.id for event in events if event.type == "suggestion"}
 
 
-def _refusals_and_marks(log: Iterable[LogEntry]) -> tuple[dict[str, int], dict[str, bool]]:
-    """Per suggestion id: the refused edits since it was shown, and whether its action mutates."""
+def _refusals(log: Iterable[LogEntry]) -> dict[str, int]:
+    """Per suggestion id: the refused edits since it was shown."""
     refusals: dict[str, int] = {}
-    mutates: dict[str, bool] = {}
     for entry in log:
         event: Any = entry.event
         if event.type == "suggestion":
             refusals[event.id] = 0
-            mutates[event.id] = event.mutates
         elif event.type == "refused":
             refusals[event.suggestion_id] = refusals.get(event.suggestion_id, 0) + 1
-    return refusals, mutates
+    return refusals
 
 
 def new_words(run: RunAgentInput) -> str | None:
@@ -461,6 +516,65 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+class _ChangeStream:
+    """``changed`` events (data: ``{"threadId": ..., "seq": N}``, the log's last seq) for one conversation: one
+    when the stream opens, then one each time the log grows, woken by the store's watch (PostgreSQL's
+    ``LISTEN``/``NOTIFY`` across workers). A comment every ``heartbeat`` seconds keeps proxies from closing an
+    idle stream and notices a client that left. The events carry no content: the page reads the conversation
+    through ``/agui`` (a snapshot), where ``can_view`` and ``auth`` apply as for any run."""
+
+    def __init__(self, store: Store, thread: str, heartbeat: float) -> None:
+        self._store = store
+        self._thread = thread
+        self._heartbeat = heartbeat
+
+    def _event(self, seq: int) -> bytes:
+        data = json.dumps({"threadId": self._thread, "seq": seq}, separators=(",", ":"))
+        return f"event: changed\ndata: {data}\n\n".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        async with anyio.create_task_group() as group:
+
+            async def left() -> None:  # the client went away: stop watching
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                group.cancel_scope.cancel()
+
+            group.start_soon(left)
+            async with self._store.watch(self._thread) as changes:
+                entries = await self._store.read(self._thread)
+                seq = entries[-1].seq if entries else 0
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                first = b"retry: %d\n" % RECONNECT_MS + self._event(seq)
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+                while True:
+                    change: object = _ENDED
+                    with anyio.move_on_after(self._heartbeat) as waited:
+                        change = await anext(changes, _ENDED)
+                    if waited.cancelled_caught:
+                        await send({"type": "http.response.body", "body": b": still here\n\n", "more_body": True})
+                        continue
+                    if change is _ENDED:  # the store closed
+                        break
+                    fresh = await self._store.read(self._thread, after_seq=seq)
+                    if fresh:
+                        seq = fresh[-1].seq
+                        await send({"type": "http.response.body", "body": self._event(seq), "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            group.cancel_scope.cancel()
+
+
+_ENDED = object()
+
+#: How long a browser's EventSource waits before it reconnects a change stream that broke (a worker that died).
+RECONNECT_MS = 1000
 
 
 class _EventStream:

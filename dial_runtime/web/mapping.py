@@ -14,7 +14,6 @@ carried, when the deltas are the start of it).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -39,6 +38,7 @@ from ag_ui.core import (
 )
 
 from .. import Ask, LogEntry, Outcome, Suggestion
+from ..runtime.records import payload_digest
 
 __all__ = [
     "EventMapper",
@@ -70,20 +70,13 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def payload_digest(action: str, payload: Any) -> str:
-    """The digest of the action and payload a person is shown; a resume that names another digest is refused."""
-    return "sha256:" + hashlib.sha256(_json([action, payload]).encode()).hexdigest()
-
-
 def interrupt_id(subject_id: str, refusals: int) -> str:
     """The interrupt that puts a suggestion (or ask) to the person: its id, and after each refused edit a new one,
     so a resume answering what was shown before the refusal names an interrupt that no longer waits."""
     return subject_id if refusals == 0 else f"{subject_id}~{refusals + 1}"
 
 
-def interrupt_for(
-    pending: Suggestion | Ask, *, refusals: int = 0, mutates: bool = True, can_decide: bool = True
-) -> Interrupt:
+def interrupt_for(pending: Suggestion | Ask, *, refusals: int = 0, can_decide: bool = True) -> Interrupt:
     """The AG-UI interrupt for a pending suggestion (``tool_call``) or ask (``input_required``).
 
     ``metadata`` carries what AG-UI has no field for: a suggestion's action, payload, digest, destructive and
@@ -96,9 +89,9 @@ def interrupt_for(
             "action": pending.action,
             "text": pending.text,
             "payload": pending.payload,
-            "digest": payload_digest(pending.action, pending.payload),
+            "digest": pending.digest,
             "destructive": pending.destructive,
-            "mutates": mutates,
+            "mutates": pending.mutates,
             "canDecide": can_decide,
         }
         if pending.issue is not None:

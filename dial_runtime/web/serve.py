@@ -1,28 +1,82 @@
-"""``dial-runtime serve``: the web surface under uvicorn, built from an agent URI, a domain and a store URL.
+"""``dial-runtime serve``: the web surface under uvicorn, built from an agent URI, a domain (or an MCP server) and
+a store URL.
 
 With ``--workers N`` uvicorn starts N processes, each importing :func:`app_from_environment`, which reads the
-settings from the environment (``DIAL_SERVE_AGENT``, ``DIAL_SERVE_DOMAIN``, ``DIAL_SERVE_STORE``): every worker
-builds the same application on the same store.
+settings from the environment (``DIAL_SERVE_AGENT``, ``DIAL_SERVE_DOMAIN`` or ``DIAL_SERVE_MCP`` with
+``DIAL_SERVE_TRUST_READ_ONLY`` and ``DIAL_SERVE_MCP_LOG``, ``DIAL_SERVE_STORE``): every worker builds the same
+application on the same store. With an MCP server, each worker connects to its own (a command starts one server
+process per worker) when uvicorn starts the application, and closes it when uvicorn stops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import anyio
+import attrs
 import httpx
 from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.types import Receive, Scope, Send
 
 from .. import LogEntry
 from ..cli import _load_domain as load_domain
 from .app import AgentFactory, create_app, scripted_agents
 
-__all__ = ["agent_factory", "app_from_environment", "serve"]
+__all__ = ["McpServer", "agent_factory", "app_from_environment", "serve"]
 
-_ENV = {"agent": "DIAL_SERVE_AGENT", "domain": "DIAL_SERVE_DOMAIN", "store": "DIAL_SERVE_STORE"}
+_ENV = {
+    "agent": "DIAL_SERVE_AGENT",
+    "domain": "DIAL_SERVE_DOMAIN",
+    "store": "DIAL_SERVE_STORE",
+    "mcp": "DIAL_SERVE_MCP",
+    "trust_read_only": "DIAL_SERVE_TRUST_READ_ONLY",
+    "mcp_log": "DIAL_SERVE_MCP_LOG",
+}
+
+
+@attrs.frozen(kw_only=True)
+class McpServer:
+    """The MCP server whose tools are the served domain: ``server`` (a command line or an http(s) URL),
+    ``trust_read_only`` (tools it marks read-only run without asking) and ``log`` (a file its standard error is
+    appended to; ``None``: discarded)."""
+
+    server: str
+    trust_read_only: bool = False
+    log: str | None = None
+
+    def domain(self, errlog: Any) -> Any:
+        """The :class:`~dial_runtime.mcp.McpDomain`, not connected yet; ``ValueError`` naming a bad setting."""
+        try:
+            from ..mcp import mcp_domain
+        except ImportError as error:
+            raise ValueError(f"--mcp needs the mcp extra (pip install 'dial-runtime[mcp]'): {error}") from None
+        try:
+            return mcp_domain(self.server, trust_read_only=self.trust_read_only, errlog=errlog)
+        except ValueError as error:
+            raise ValueError(f"--mcp: {error}") from None
+
+    @contextlib.asynccontextmanager
+    async def connected(self) -> AsyncIterator[Any]:
+        """The domain, connected until the block ends; ``ValueError`` when the log or the server cannot be
+        opened."""
+        from ..mcp import McpConnectionError
+
+        try:
+            errlog = open(self.log or os.devnull, "a", encoding="utf-8")  # noqa: SIM115 - closed below
+        except OSError as error:
+            raise ValueError(f"--mcp-log: {error.strerror or error}: {self.log}") from None
+        with errlog:
+            try:
+                async with self.domain(errlog) as served:
+                    yield served
+            except (OSError, McpConnectionError) as error:  # connecting: the block itself raises neither
+                raise ValueError(f"--mcp: {error}") from None
 
 
 def agent_factory(uri: str, domain: Any) -> AgentFactory:
@@ -50,29 +104,84 @@ def agent_factory(uri: str, domain: Any) -> AgentFactory:
     return build
 
 
-def build_app(agent: str, domain: str, store: str) -> Starlette:
-    """The application ``serve`` runs; ``ValueError`` naming what is wrong with a setting."""
-    served = load_domain(domain)
-    return create_app(store=store, domain=served, agent=agent_factory(agent, served))
+def build_app(agent: str, domain: str | McpServer, store: str) -> Starlette:
+    """The application ``serve`` runs; ``ValueError`` naming what is wrong with a setting.
+
+    Over an MCP server, the application connects to it when the ASGI server starts it (its lifespan) and builds
+    the web surface then, once the tools are listed (the system prompt is written from them).
+    """
+    if isinstance(domain, str):
+        served = load_domain(domain)
+        return create_app(store=store, domain=served, agent=agent_factory(agent, served))
+    domain.domain(None)  # a command line that cannot be read is refused now
+    surface: list[Starlette] = []
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with domain.connected() as served:
+            surface.append(create_app(store=store, domain=served, agent=agent_factory(agent, served)))
+            yield
+
+    async def forward(scope: Scope, receive: Receive, send: Send) -> None:
+        await surface[0](scope, receive, send)
+
+    return Starlette(routes=[Mount("/", app=forward)], lifespan=lifespan)
+
+
+def _settings_from_environment() -> tuple[str, str | McpServer, str]:
+    environ = os.environ
+    mcp = environ.get(_ENV["mcp"])
+    domain: str | McpServer = (
+        environ[_ENV["domain"]]
+        if mcp is None
+        else McpServer(
+            server=mcp,
+            trust_read_only=environ.get(_ENV["trust_read_only"]) == "1",
+            log=environ.get(_ENV["mcp_log"]) or None,
+        )
+    )
+    return environ[_ENV["agent"]], domain, environ[_ENV["store"]]
 
 
 def app_from_environment() -> Starlette:
     """The application a uvicorn worker builds from the settings ``serve`` put in the environment."""
-    return build_app(*(os.environ[_ENV[name]] for name in ("agent", "domain", "store")))
+    return build_app(*_settings_from_environment())
 
 
-def serve(*, agent: str, domain: str, store: str, host: str, port: int, workers: int) -> None:
-    """Run the web surface with uvicorn until interrupted; ``ValueError`` for a bad setting (checked first)."""
+async def _probe(server: McpServer) -> None:
+    async with server.connected():
+        pass
+
+
+def serve(*, agent: str, domain: str | McpServer, store: str, host: str, port: int, workers: int) -> None:
+    """Run the web surface with uvicorn until interrupted; ``ValueError`` for a bad setting (checked first: an
+    MCP server is started and its tools listed once before uvicorn starts, so that one it cannot reach is a
+    one-line error, not a failed startup)."""
     import uvicorn
 
     from .. import open_store
 
     open_store(store)
     app = build_app(agent, domain, store)
+    lifespan: Literal["on", "off"] = "off"
+    if isinstance(domain, McpServer):
+        anyio.run(_probe, domain)
+        lifespan = "on"
     if workers == 1:
-        uvicorn.run(app, host=host, port=port, log_level="info", ws="none", lifespan="off")
+        uvicorn.run(app, host=host, port=port, log_level="info", ws="none", lifespan=lifespan)
         return
-    os.environ.update({_ENV["agent"]: agent, _ENV["domain"]: domain, _ENV["store"]: store})
+    settings = {_ENV["agent"]: agent, _ENV["store"]: store}
+    if isinstance(domain, McpServer):
+        settings.update(
+            {
+                _ENV["mcp"]: domain.server,
+                _ENV["trust_read_only"]: "1" if domain.trust_read_only else "",
+                _ENV["mcp_log"]: domain.log or "",
+            }
+        )
+    else:
+        settings[_ENV["domain"]] = domain
+    os.environ.update(settings)
     uvicorn.run(
         "dial_runtime.web.serve:app_from_environment",
         factory=True,
@@ -81,5 +190,5 @@ def serve(*, agent: str, domain: str, store: str, host: str, port: int, workers:
         workers=workers,
         log_level="info",
         ws="none",
-        lifespan="off",
+        lifespan=lifespan,
     )

@@ -4,7 +4,6 @@
 
 const BUSY_RETRIES = 8;
 const BUSY_DELAY_MS = 250;
-const POLL_MS = 5000;
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -64,22 +63,29 @@ class DialChat extends HTMLElement {
     this.interrupts = new Map(); // interrupt id -> interrupt
     this.texts = new Map(); // messageId -> bubble
     this.running = false;
+    this.seq = 0; // the stored log's last seq this page shows
+    this.latest = 0; // the last seq the change stream named
     this.render();
-    this.channel = "BroadcastChannel" in window ? new BroadcastChannel("dial-chat") : null;
-    if (this.channel) {
-      this.channel.onmessage = (message) => {
-        if (message.data === this.threadId && !this.running) this.sync();
-      };
-    }
-    this.poll = setInterval(() => {
-      if (!this.running && document.visibilityState === "visible") this.sync();
-    }, POLL_MS);
+    this.watch();
     this.sync();
   }
 
   disconnectedCallback() {
-    clearInterval(this.poll);
-    if (this.channel) this.channel.close();
+    if (this.changes) this.changes.close();
+  }
+
+  // The server says when the conversation's log grows, whoever made it grow (this tab, another tab, another
+  // worker), naming the log's last seq: past what this page shows, the panel takes a snapshot, at once or as
+  // soon as its own run ends (every run's RUN_FINISHED names the seq it shows). EventSource reconnects by itself;
+  // the first event of every connection names the seq too, so nothing made while it was away is missed.
+  watch() {
+    const base = this.endpoint.replace(/agui\/?$/, "");
+    const url = this.getAttribute("changes") || `${base}conversations/${encodeURIComponent(this.threadId)}/changes`;
+    this.changes = new EventSource(url);
+    this.changes.addEventListener("changed", (message) => {
+      this.latest = Math.max(this.latest, JSON.parse(message.data).seq);
+      if (!this.running && this.latest > this.seq) this.sync();
+    });
   }
 
   rememberedThread() {
@@ -128,7 +134,7 @@ class DialChat extends HTMLElement {
   // ---- talking to the server ----
 
   // One run: its events are handled as they arrive (a snapshot's only once complete, and only when it differs
-  // from the last one shown, so a poll never disturbs an open editor).
+  // from the last one shown, so a change made elsewhere that this page already shows never disturbs an editor).
   async post(body, snapshot = false) {
     const held = [];
     for (let attempt = 0; ; attempt++) {
@@ -175,11 +181,23 @@ class DialChat extends HTMLElement {
       if (key !== this.shown) {
         this.shown = key;
         held.forEach((event) => this.handle(event));
+      } else {
+        held.filter((event) => event.type === "RUN_FINISHED").forEach((event) => this.tookSeq(event));
       }
+      this.caughtUp();
       return;
     }
     this.shown = null;
-    if (this.channel) this.channel.postMessage(this.threadId);
+    this.caughtUp();
+  }
+
+  tookSeq(finished) {
+    if (finished.metadata && Number.isInteger(finished.metadata.seq)) this.seq = finished.metadata.seq;
+  }
+
+  // After a run: a snapshot if the log grew past what the run showed while it ran.
+  caughtUp() {
+    if (this.latest > this.seq) this.sync();
   }
 
   runInput(extra = {}) {
@@ -242,6 +260,7 @@ class DialChat extends HTMLElement {
         this.outcome(event.toolCallId, parseJson(event.content));
         break;
       case "RUN_FINISHED":
+        this.tookSeq(event);
         this.finished(event.outcome);
         break;
       case "RUN_ERROR":
