@@ -41,7 +41,7 @@ import attrs
 import msgspec
 
 from .runtime.conversation import Conversation
-from .runtime.core import OVERTAKEN, PROCESS_STOPPED
+from .runtime.core import CUT, IDLE_DEADLINE, OVERTAKEN, PROCESS_STOPPED, REPLY_DEADLINE
 from .runtime.events import (
     ActionStartedEvent,
     AnsweredEvent,
@@ -53,6 +53,7 @@ from .runtime.events import (
     OutcomeEvent,
     ReplyEvent,
     ReplyProgressEvent,
+    ReplyRefusedEvent,
     ResumedEvent,
     SaidEvent,
     SendFailedEvent,
@@ -63,6 +64,10 @@ from .runtime.records import Accept, ActionError, Ask, Decision, Defer, Dismiss,
 
 #: The ``decide_timeout`` a replay uses when the recording has an expired decision and none is given.
 EXPIRE_TIMEOUT = 0.01
+
+#: How many times a replayed stream cut off by a cancellation lets the call's own task run before it gives up
+#: waiting for the call to reach the point where the recording's was cancelled.
+_CATCH_UP = 64
 
 #: The reason the runtime records for a call a dead process left open; such a call raised nothing.
 _PROCESS_STOPPED = PROCESS_STOPPED
@@ -218,6 +223,7 @@ class _RecordedAgent:
         self._stop_point = stop_point
         self._answers: deque[Event | None] = deque()
         self._partial: deque[str | None] = deque()
+        self._past_deadline: deque[bool] = deque()
         for index, event in enumerate(events):
             if event.type == "sent":
                 later = list(itertools.takewhile(lambda e: e.type != "sent", events[index + 1 :]))
@@ -226,12 +232,14 @@ class _RecordedAgent:
                 cut = answer is None and any(e.type == "reply-started" for e in later)
                 progress = "".join(e.text for e in later if isinstance(e, ReplyProgressEvent))
                 self._partial.append(progress if cut else None)
+                self._past_deadline.append(_deadline_cut(later) is not None)
 
     async def send(self, message: str) -> str:
         await self._stop_point()
         answer = self._answers.popleft() if self._answers else None
         if self._partial:
             self._partial.popleft()
+            self._past_deadline.popleft()
         if isinstance(answer, ReplyEvent):
             return answer.text
         if isinstance(answer, SendFailedEvent):
@@ -244,19 +252,31 @@ class _RecordedAgent:
 class _RecordedStreamingAgent(_RecordedAgent):
     """The recorded agent of a call whose replies were streamed: each reply arrives whole, as one chunk (the
     runtime handles speech acts in document order however the text is cut); a reply whose stream was cut off
-    (the call was cancelled while it arrived) arrives as far as the log holds it, and the call is cancelled there
-    (or, where the replay no longer matches the recording, the stream breaks off)."""
+    (the call was cancelled while it arrived) arrives as far as the log holds it, and the call is cancelled there,
+    once it has handled what arrived as the recording's had (or, where the replay no longer matches the
+    recording, the stream breaks off)."""
 
     async def stream(self, message: str) -> AsyncIterator[str]:
         partial = self._partial[0] if self._partial else None
+        if self._past_deadline and self._past_deadline[0]:
+            yield await self.send(message)  # what arrived before the deadline, then nothing: it passes again
+            await _forever()
         if partial is None:
             yield await self.send(message)
             return
         self._partial.popleft()
+        self._past_deadline.popleft()
         self._answers.popleft()
         yield partial
-        await self._stop_point()
+        for _ in range(_CATCH_UP):  # the call handles what arrived (prose shown, elements handled) in its task
+            await self._stop_point()
+            await anyio.lowlevel.checkpoint()
         raise LookupError("the recording holds no more of this reply")
+
+
+def _deadline_cut(events: Iterable[Event]) -> str | None:
+    """Why a recorded streamed reply among ``events`` was cut by a deadline, in the log's words, if one was."""
+    return next((e.reason for e in events if isinstance(e, ReplyRefusedEvent) and e.reason.startswith(CUT)), None)
 
 
 class _RecordedPerson:
@@ -546,6 +566,11 @@ class _Replay:
             call.events, self._stop_point
         )
         conversation.human = _RecordedPerson(call.events[call.made_from :], self._stop_point)
+        # A reply the recording cut by a deadline is cut by the same one: the replayed stream holds what arrived,
+        # then nothing, so only the deadline that passed then may pass now.
+        cut, options = _deadline_cut(call.events) or "", self._options
+        conversation.reply_timeout = None if cut.startswith(CUT + IDLE_DEADLINE) else options["reply_timeout"]
+        conversation.idle_timeout = None if cut.startswith(CUT + REPLY_DEADLINE) else options["idle_timeout"]
         given = call.input
         raised = None
         self._scope = anyio.CancelScope()
@@ -679,7 +704,10 @@ def _stop_reason(reason: str) -> str:
 
 def _plain(event: dict[str, Any]) -> dict[str, Any]:
     """An event as compared: the reason of an interruption, and the error of an action it cut short, in
-    :func:`_stop_reason`'s words."""
+    :func:`_stop_reason`'s words; a message without its id (the replayed conversation has none: the id follows
+    from the conversation's id and the log)."""
+    if event["type"] == "sent":
+        return {key: value for key, value in event.items() if key != "message_id"}
     if event["type"] == "interrupted":
         return {**event, "reason": _stop_reason(event["reason"])}
     if (
@@ -710,6 +738,8 @@ async def replay(
     max_turns: int = 8,
     timeout: float | None = 90.0,
     decide_timeout: float | None = None,
+    reply_timeout: float | None = 300.0,
+    idle_timeout: float | None = 30.0,
     run_actions: bool = False,
 ) -> ReplayReport:
     """Make the recorded calls again with the current runtime and ``domain``, and compare what they log.
@@ -718,7 +748,8 @@ async def replay(
     module's description).
 
     The options are the :class:`Conversation`'s and should be the recording's (a ``no-reply`` names its
-    timeout). When the recording has an expired decision and ``decide_timeout`` is ``None``,
+    timeout, a streamed reply cut by a deadline the deadline's length: the replay waits it out, as a no-reply
+    its timeout). When the recording has an expired decision and ``decide_timeout`` is ``None``,
     :data:`EXPIRE_TIMEOUT` is used. ``ValueError`` for a log that does not begin with a call, or a recording with
     a ``no-reply`` replayed without a timeout.
     """
@@ -728,7 +759,13 @@ async def replay(
         raise ValueError("replay: the recording has a no-reply; replay it with the timeout it was recorded with")
     if decide_timeout is None and any(isinstance(e, DecidedEvent) and e.decision == "expire" for e in recorded):
         decide_timeout = EXPIRE_TIMEOUT
-    options = {"timeout": timeout, "max_turns": max_turns, "decide_timeout": decide_timeout}
+    options = {
+        "timeout": timeout,
+        "reply_timeout": reply_timeout,
+        "idle_timeout": idle_timeout,
+        "max_turns": max_turns,
+        "decide_timeout": decide_timeout,
+    }
     run = _Replay(domain, options, recorded, run_actions=run_actions)
     recorded_turns, replayed_turns = _Turns(), _Turns()
     divergences: list[Divergence] = []

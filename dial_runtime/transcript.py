@@ -13,7 +13,7 @@ from typing import Any
 
 from .language.parser import parse
 from .ports import AnswerLike, DecisionLike, Human
-from .runtime.events import Event
+from .runtime.events import Event, InformDeltaEvent
 from .runtime.records import Accept, Ask, Dismiss, Edit, Say, Suggestion, TurnResult, as_decision
 
 _MARKS = {
@@ -71,8 +71,9 @@ class Transcript:
     def answered(self, ask: Ask, answer: object) -> None:
         self.write(f"   you answer: {answer}" if answer else "   you leave the question open")
 
-    def show(self, event: Event) -> None:
-        """Render one event (the ``on_event`` callback)."""
+    def show(self, event: Event | InformDeltaEvent) -> None:
+        """Render one event (the ``on_event`` callback); text still arriving (``inform-delta``) waits for its
+        complete ``inform``."""
         line = getattr(self, "_" + event.type.replace("-", "_"), None)
         if line is not None:
             line(event)

@@ -783,6 +783,8 @@ async def test_a_message_resent_after_a_crash_reaches_the_history_once(
         await store.aclose()
     sent = [entry.event.message for entry in log if isinstance(entry.event, SentEvent)]
     assert sum("sg-1:done" in message for message in sent) == 2  # at least once: the report went twice
+    ids = [entry.event.message_id for entry in log if isinstance(entry.event, SentEvent)]
+    assert ids == ["c-1/reply-1", "c-1/reply-2", "c-1/reply-2"]  # the copy sent again has the first's id
 
     history = history_from_log(log)
     assert sum(message.content.count("sg-1:done") for message in history) == 1

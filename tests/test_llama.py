@@ -209,3 +209,28 @@ async def test_cancelling_a_streamed_reply_stops_the_servers_generation(llama: s
     quick = {"temperature": 0.0, "seed": 1, "max_tokens": 8}
     async with ChatAgent(f"{llama}/v1", "smollm2", server="llamacpp", **quick) as agent:
         assert await agent.send("Say hi.")
+
+
+@pytest.mark.parametrize("deadline", ["reply", "idle"])
+async def test_a_streamed_reply_past_a_deadline_is_cut_and_generation_stops(llama: str, deadline: str) -> None:
+    """The issue's case: a long streamed reply ran on past ``timeout``. Now the reply's deadline (or the idle
+    deadline, made shorter than the time between two tokens) cuts it, the server stops generating, and the log
+    says why."""
+    await wait_until_idle(llama, 120)
+    # 5 s: the first chunk comes within it even on a loaded machine; 1,000 tokens take far longer (the cut stops
+    # the generation, so they cost nothing).
+    options = {"reply_timeout": 5.0} if deadline == "reply" else {"idle_timeout": 0.001}
+    async with ChatAgent(f"{llama}/v1", "smollm2", server="llamacpp", **{**LONG, "max_tokens": 1000}) as agent:
+        conversation = Conversation(
+            agent=agent, domain=Notes(), human=policy_human("accept"), timeout=30, max_turns=1, **options
+        )
+        started = time.monotonic()
+        with anyio.fail_after(30):
+            result = await conversation.say(STORY)
+        assert time.monotonic() - started < 10.0
+    assert result.status == "turn-limit"  # the turn that tells the agent would have been the second
+    (refused,) = [entry.event for entry in conversation.log if entry.event.type == "reply-refused"]
+    assert refused.reason.startswith(f"the reply was cut: the {deadline} deadline passed")
+    (shown,) = [entry.event for entry in conversation.log if entry.event.type == "inform"]
+    assert shown.text and shown.element == -1  # the story as far as it got
+    await wait_until_idle(llama, 10)  # the closed stream freed the server's only slot

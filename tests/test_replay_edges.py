@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
+import trio.testing
 
 from dial_runtime import Accept, ActionSpec, Conversation, Defer, Dismiss, LogEntry, Suggestion
 from dial_runtime.cli import main
@@ -25,6 +26,7 @@ ADD = envelope(suggest("add-note", '{"text":"milk"}'))
 TWO = envelope(suggest("add-note", '{"text":"milk"}'), suggest("add-note", '{"text":"bread"}'))
 ASK = envelope('<dial-ask id="when">When?</dial-ask>')
 DONE = "<dial><dial-inform>Done.</dial-inform></dial>"
+CUT = "Right. " + ADD[: -len("</dial>")] + "<dial-inform>and th"
 
 
 class FileNotes(NotesDomain):
@@ -81,10 +83,20 @@ class Agent:
 
 
 class StreamingAgent(Agent):
-    """Streams each reply in three pieces; ``"stop"`` cancels between the first and the second."""
+    """Streams each reply in three pieces; ``"stop"`` cancels between the first and the second; ``"idle:"`` and
+    ``"trickle:"`` stream their text, then nothing or a space a second, forever."""
 
     async def stream(self, message: str) -> Any:
         reply = self.replies[0]
+        if reply.startswith(("idle:", "trickle:")):
+            self.replies.pop(0)
+            kind, _, text = reply.partition(":")
+            yield text
+            while True:  # nothing more, or a space each second: a deadline cuts the reply
+                if kind == "idle":
+                    await anyio.sleep_forever()
+                await anyio.sleep(1.0)
+                yield " "
         if reply.startswith("stop:"):
             self.replies.pop(0)
             text = reply.removeprefix("stop:")
@@ -142,6 +154,12 @@ ENDINGS: dict[str, tuple[list[str], list[Any], list[str]]] = {
     "send-failed": (["fail", DONE], [], ["hello?", "again"]),
     "deferred": ([TWO, DONE], ["accept", "defer"], ["add two", "something else"]),
     "cancelled-while-streaming": ([f"stop:{ADD}", DONE], [], ["add milk", "again"]),
+    "cut-while-streaming-by-the-idle-deadline": ([f"idle:{CUT}", DONE, DONE], ["accept"], ["add milk", "again"]),
+    "cut-while-streaming-by-the-reply-deadline": (
+        [f"trickle:{CUT}", DONE, DONE],
+        ["accept"],
+        ["add milk", "again"],
+    ),
     "cancelled-while-streaming-prose": (
         [f"stop:{'Let me think about it. ' * 4}{ADD}", DONE],
         [],
@@ -154,7 +172,7 @@ async def hold(name: str, *, streamed: bool) -> list[LogEntry]:
     """The log of a conversation that ends its first call the way ``name`` says, then makes the next call."""
     replies, steps, words = ENDINGS[name]
     stopper = Stopper()
-    agent = (StreamingAgent if streamed or name.endswith("streaming") else Agent)(list(replies), stopper)
+    agent = (StreamingAgent if streamed or "streaming" in name else Agent)(list(replies), stopper)
     conversation = Conversation(
         agent=agent, domain=SlowNotes(stopper), human=Person(list(steps), stopper), timeout=5.0
     )
@@ -167,27 +185,23 @@ async def hold(name: str, *, streamed: bool) -> list[LogEntry]:
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "trio"  # the no-reply case waits for its 5 s deadline: trio's virtual clock passes it at once
-
-
-#: A stream of prose cut off by a cancellation is logged as far as it got, but the replay does not yet cut its
-#: recorded stream at the same point: the replayed turn reads the prose to its end and goes on.
-CUT_PROSE = pytest.mark.xfail(
-    strict=True, reason="the replay does not cut a streamed prose reply where it was cut"
-)
+def anyio_backend() -> tuple[str, dict[str, object]]:
+    """trio with a virtual clock: the deadlines the recordings met (a 5 s no-reply, a reply's 300 s, an idle 30 s)
+    pass at once, in the recording and in its replay."""
+    return "trio", {"clock": trio.testing.MockClock(autojump_threshold=0)}
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
-@pytest.mark.parametrize(
-    "name", [pytest.param(name, marks=CUT_PROSE) if "prose" in name else name for name in sorted(ENDINGS)]
-)
+@pytest.mark.parametrize("name", sorted(ENDINGS))
 async def test_every_way_a_call_ends_replays_identical(name: str, streamed: bool) -> None:
     log = await hold(name, streamed=streamed)
     kinds = [entry.event.type for entry in log]
     assert kinds.count("said") == 2 and "finished" in kinds
     if name.startswith("cancelled"):
         assert "interrupted" in kinds
+    if name.startswith("cut"):
+        (refused,) = [entry.event for entry in log if entry.event.type == "reply-refused"]
+        assert refused.reason.startswith(f"the reply was cut: the {name.split('-')[-2]} deadline passed")
     report = await replay(log, domain=NotesDomain(), timeout=5.0)
     assert report.divergences == (), str(report)
 

@@ -286,3 +286,219 @@ async def test_an_endless_stream_is_cut_at_its_limit_and_the_agent_told(inside: 
     refused = [entry.event for entry in conversation.log if entry.event.type == "reply-refused"]
     assert len(refused) == 1 and "over the limit" in refused[0].reason
     assert 'yield="reply-1:invalid"' in agent.sent[1]
+
+
+# --- deadlines --------------------------------------------------------------------------------------------------
+
+
+class Trickle:
+    """Streams ``head``, then ``"x"`` every ``every`` seconds forever (``every=None``: nothing more, ever); the
+    second message gets ``"ok"``. Records whether the first stream was closed, as a real server's connection is."""
+
+    def __init__(self, head: str, every: float | None) -> None:
+        self.head, self.every = head, every
+        self.sent: list[str] = []
+        self.closed = False
+
+    async def send(self, message: str) -> str:
+        raise AssertionError("a streaming agent is streamed")
+
+    async def stream(self, message: str) -> AsyncIterator[str]:
+        self.sent.append(message)
+        if len(self.sent) > 1:
+            yield "<dial><dial-inform>ok</dial-inform></dial>"
+            return
+        try:
+            yield self.head
+            while True:
+                if self.every is None:
+                    await anyio.sleep_forever()
+                await anyio.sleep(self.every)
+                yield "x"
+        finally:
+            self.closed = True
+
+
+HEAD = envelope(suggest("add-note", '{"text":"milk"}'), "<dial-inform>and then</dial-inform>")[: -len("</dial>")]
+HALF = HEAD + '<dial-suggest action="add-note"><dial-payload>{"text":"br'
+PROSE = "Let me think about this for a while: "
+
+#: Each deadline: the agent's stream, the options, and how the log words the cut.
+DEADLINES = {
+    "idle": (HALF, None, {"idle_timeout": 0.05}, "the idle deadline passed (no text for 0.05 s)"),
+    "reply": (
+        HALF,
+        0.01,
+        {"reply_timeout": 0.2, "idle_timeout": 0.05},
+        "the reply deadline passed (0.2 s since the message was sent)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEADLINES))
+async def test_a_reply_cut_by_a_deadline_is_handled_as_far_as_it_got_and_the_agent_told(name: str) -> None:
+    head, every, options, words = DEADLINES[name]
+    agent, domain = Trickle(head, every), Notes()
+    conversation = Conversation(agent=agent, domain=domain, human=policy_human(), **options)
+    with anyio.fail_after(5):
+        result = await conversation.say("go")
+    assert agent.closed, "the agent's stream was left open"
+    assert domain.ran == [("add-note", {"text": "milk"})]  # the complete suggestion ran; the cut one did not
+    assert [o.status for o in result.outcomes] == ["done"]
+    events = [entry.event for entry in conversation.log]
+    assert [e.text for e in events if e.type == "inform"] == ["and then", "ok"]
+    (reply, _) = [e for e in events if e.type == "reply"]
+    assert reply.text.startswith(HALF)
+    (refused,) = [e for e in events if e.type == "reply-refused"]
+    assert refused.reason == (
+        f"the reply was cut: {words}; the elements complete by then were handled, the rest was not read"
+    )
+    told = agent.sent[1]  # the next message follows at once, with the outcome and why the reply was cut
+    assert 'yield="reply-1:invalid"' in told and words in told and "sg-1:done" in told
+    assert (result.status, result.turns) == ("idle", 2)
+
+
+async def test_prose_cut_by_a_deadline_is_shown_as_far_as_it_got() -> None:
+    agent = Trickle(PROSE, None)
+    conversation = Conversation(agent=agent, domain=Notes(), human=policy_human(), idle_timeout=0.05, max_turns=1)
+    with anyio.fail_after(5):
+        result = await conversation.say("go")
+    assert result.status == "turn-limit" and agent.closed
+    informs = [entry.event for entry in conversation.log if entry.event.type == "inform"]
+    assert [(e.text, e.element) for e in informs] == [(PROSE.strip(), -1)]
+    assert [entry.event.type for entry in conversation.log].count("reply-refused") == 1
+
+
+async def test_the_first_chunk_waits_for_the_shorter_of_timeout_and_reply_timeout() -> None:
+    conversation = Conversation(
+        agent=Stalled(), domain=Notes(), human=policy_human(), timeout=5.0, reply_timeout=0.05
+    )
+    with anyio.fail_after(4):
+        result = await conversation.say("go")
+    assert result.status == "no-reply"
+    (event,) = [entry.event for entry in conversation.log if entry.event.type == "no-reply"]
+    assert event.error == "The agent didn't reply within 0.05s"
+
+
+class Stalled:
+    """An agent that never sends its first chunk."""
+
+    async def send(self, message: str) -> str:
+        raise AssertionError("a streaming agent is streamed")
+
+    async def stream(self, message: str) -> AsyncIterator[str]:
+        await anyio.sleep_forever()
+        yield ""
+
+
+async def test_without_deadlines_a_slow_stream_is_read_to_its_end() -> None:
+    class Slow:
+        async def send(self, message: str) -> str:
+            raise AssertionError
+
+        async def stream(self, message: str) -> AsyncIterator[str]:
+            for piece in ("<dial><dial-inform>", "slow", " but sure", "</dial-inform></dial>"):
+                await anyio.sleep(0.02)
+                yield piece
+
+    conversation = Conversation(
+        agent=Slow(), domain=Notes(), human=policy_human(), reply_timeout=None, idle_timeout=None, timeout=None
+    )
+    with anyio.fail_after(4):
+        result = await conversation.say("go")
+    assert result.status == "idle"
+    assert [e.event.text for e in conversation.log if e.event.type == "inform"] == ["slow but sure"]
+
+
+# --- text as it arrives -----------------------------------------------------------------------------------------
+
+LIVE = (
+    "Here is my plan. "
+    + envelope(
+        "<dial-inform>First, milk &amp; bread.</dial-inform>",
+        suggest("add-note", '{"text":"milk"}'),
+        "<dial-acknowledge>Then we see.</dial-acknowledge>",
+    )
+    + " That is all."
+)
+
+
+def shown_texts(events: list[Any]) -> list[tuple[int | None, str, str]]:
+    """What a surface showed of the reply's text, in order: each element's deltas joined, then its inform."""
+    shown: list[tuple[int | None, str, str]] = []
+    for event in events:
+        if event.type == "inform-delta":
+            if shown and shown[-1][0] == event.element and shown[-1][1] == "delta":
+                shown[-1] = (event.element, "delta", shown[-1][2] + event.text)
+            else:
+                shown.append((event.element, "delta", event.text))
+        elif event.type in ("inform", "suggestion"):
+            shown.append((getattr(event, "element", None), event.type, getattr(event, "text", "")))
+    return shown
+
+
+@pytest.mark.parametrize("size", [1, 4, 9, 1000])
+async def test_text_is_shown_as_it_arrives_in_reading_order_and_completed_once(size: int) -> None:
+    events: list[Any] = []
+    conversation = Conversation(
+        agent=StreamingAgent([LIVE, "ok"], size=size), domain=Notes(), human=policy_human(), on_event=events.append
+    )
+    await conversation.say("go")
+    shown = shown_texts(events)
+    # Each text's deltas come right before its complete inform, and add up to it; the suggestion between them.
+    texts = [(-1, "Here is my plan."), (0, "First, milk & bread."), (2, "Then we see."), (-2, "That is all.")]
+    for element, text in texts:
+        at = shown.index((element, "inform", text))
+        if size < len(LIVE) or element == -1:  # a reply in one chunk shows its elements whole, but for its prose
+            assert shown[at - 1] == (element, "delta", text), shown
+    kinds = ["inform", "inform", "suggestion", "inform", "inform", "inform"]  # the last one: the next reply's
+    assert [kind for _, kind, _ in shown if kind != "delta"] == kinds
+    assert "inform-delta" not in {entry.event.type for entry in conversation.log}  # not on the log
+    logged = [(e.event.element, e.event.text) for e in conversation.log if e.event.type == "inform"]
+    assert logged == [*texts, (-1, "ok")]
+
+
+async def test_text_shows_before_the_reply_ends_and_waits_behind_a_pending_decision() -> None:
+    """An inform after a suggestion the person is deciding on shows only after the decision (reading order); the
+    text of an inform the call waits for shows while its reply is still arriving."""
+    events: list[Any] = []
+    release = anyio.Event()
+
+    class Slow:
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        async def send(self, message: str) -> str:
+            raise AssertionError("the runtime must stream")
+
+        async def stream(self, message: str) -> AsyncIterator[str]:
+            self.sent.append(message)
+            if len(self.sent) > 1:
+                yield "<dial><dial-inform>ok</dial-inform></dial>"
+                return
+            yield '<dial><dial-suggest action="add-note"><dial-payload>{"text":"a"}</dial-payload></dial-suggest>'
+            yield "<dial-inform>after the "
+            yield "decision"
+            with anyio.fail_after(5):
+                await release.wait()
+            yield " and more</dial-inform></dial>"
+
+    class Person:
+        async def decide(self, suggestion: Any) -> Accept:
+            await anyio.sleep(0)  # the stream goes on meanwhile: its text waits for the decision
+            assert not [e for e in events if e.type == "inform-delta"]
+            return Accept()
+
+    def on_event(event: Any) -> None:
+        events.append(event)
+        if event.type == "inform-delta" and "".join(e.text for e in events if e.type == "inform-delta").endswith(
+            "decision"
+        ):
+            release.set()  # seen before the reply's end
+
+    conversation = Conversation(agent=Slow(), domain=Notes(), human=Person(), on_event=on_event)
+    with anyio.fail_after(5):
+        await conversation.say("go")
+    kinds = [event.type for event in events if event.type in ("outcome", "inform-delta", "inform")]
+    assert kinds[0] == "outcome" and kinds[1] == "inform-delta" and kinds[-1] == "inform"
+    assert "".join(e.text for e in events if e.type == "inform-delta").startswith("after the decision")

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pexpect
 import pytest
+from rich.console import Console
 
 from dial_runtime.cli import main
+from dial_runtime.runtime.events import InformDeltaEvent, InformEvent
+from dial_runtime.surfaces.terminal import TerminalSurface
 
 from .openai_server import OpenAIServer, Reply, Request
 
@@ -251,6 +254,26 @@ def test_streamed_replies_and_ctrl_c_at_a_decision(server: OpenAIServer, termina
     assert told(server.requests[2]).split("\n\n")[-1] == "ok"
 
 
+def test_text_shows_as_it_arrives_and_only_once(server: OpenAIServer, terminal: Start) -> None:
+    story = "Once upon a time there was a lighthouse keeper who never slept."
+    server.add(
+        Reply(dial(f"<dial-inform>{story}</dial-inform>"), chunks=8, hold_after=4),
+        Reply("Fine, fine, fine. " + dial("<dial-inform>The end.</dial-inform>"), chunks=6, interval=0.02),
+    )
+    term = terminal("chat", "--agent", f"{server.base_url}#test-model", "--domain", DOMAIN)
+    term.type("tell me a story", after="you:")
+    term.expect("agent: Once upon")  # while the rest of the reply is held back by the server
+    assert story not in term.screen
+    term.press("\x03")
+    term.expect("turn cancelled")
+    term.type("go on", after="you:")
+    term.expect("agent: Fine, fine, fine.", "agent: The end.", "turn(s)")
+    term.press("\x04", after="you:")
+    assert term.finish() == 0
+    screen = term.screen
+    assert screen.count("Fine, fine, fine.") == 1 and screen.count("The end.") == 1, screen
+
+
 def test_ctrl_c_at_the_empty_prompt_ends_the_session(
     server: OpenAIServer, tmp_path: Path, terminal: Start
 ) -> None:
@@ -427,6 +450,25 @@ def test_two_sessions_on_one_conversation(tmp_path: Path, terminal: Start) -> No
     ann.type("/quit", after="")
     assert (ann.finish(), bob.finish()) == (0, 0)
     assert "Traceback" not in bob.screen
+
+
+@pytest.mark.parametrize(
+    ("deltas", "final", "shown"),
+    [
+        (["Hel", "lo"], "Hello there", "agent: Hello there\n"),
+        (["Use a "], "Use a <tag>.", "agent: Use a <tag>.\n"),
+        (["Wrong"], "Right", "agent: Wrong\nagent: Right\n"),  # the early text disagreed: the final on its line
+    ],
+    ids=["completed", "the-rest-added", "corrected"],
+)
+def test_the_terminal_prints_text_as_it_arrives_and_never_twice(deltas: list[str], final: str, shown: str) -> None:
+    output = io.StringIO()
+    surface = TerminalSurface(Console(file=output, width=80, color_system=None))
+    for text in deltas:
+        surface.on_event(InformDeltaEvent(text=text, act="inform", element=0))
+    surface.on_event(InformEvent(text=final, act="inform", element=0))
+    assert output.getvalue() == shown
+    assert surface.lines == [f"agent: {final}"]
 
 
 def test_a_refused_proposal_is_a_note_never_a_card(tmp_path: Path, terminal: Start) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from dial_runtime import Ask, Issue, LogEntry, Option, Suggestion, event_from_dict
+from dial_runtime.runtime.events import InformDeltaEvent
 from dial_runtime.web import EventMapper, interrupt_for, messages_from_log, payload_digest
 
 SUGGESTION = {
@@ -32,17 +33,9 @@ def wire(events: list[Any]) -> list[tuple[str, Any]]:
     return shown
 
 
-def delta(text: str, element: int) -> Any:
-    """A text delta of the element being read (the event the runtime is to emit while a reply streams)."""
-
-    class InformDelta:
-        type = "inform-delta"
-        __struct_fields__ = ("text", "element")
-
-        def __init__(self) -> None:
-            self.text, self.element = text, element
-
-    return InformDelta()
+def delta(text: str, element: int) -> InformDeltaEvent:
+    """A text delta of the element being read, as the runtime shows it while a reply streams."""
+    return InformDeltaEvent(text=text, act="inform" if element >= 0 else "prose", element=element)
 
 
 CASES: list[tuple[str, list[Any], list[tuple[str, Any]]]] = [
@@ -99,6 +92,26 @@ CASES: list[tuple[str, list[Any], list[tuple[str, Any]]]] = [
             ("TEXT_MESSAGE_START", None),
             ("TEXT_MESSAGE_CONTENT", "Hel"),
             ("TEXT_MESSAGE_CONTENT", "lo"),
+            ("TEXT_MESSAGE_END", None),
+        ],
+    ),
+    (
+        "the inform adds what its deltas had not carried yet",
+        [delta("Use a ", -1), {"type": "inform", "text": "Use a <tag>.", "act": None, "element": -1}],
+        [
+            ("TEXT_MESSAGE_START", None),
+            ("TEXT_MESSAGE_CONTENT", "Use a "),
+            ("TEXT_MESSAGE_CONTENT", "<tag>."),
+            ("TEXT_MESSAGE_END", None),
+        ],
+    ),
+    (
+        "prose after the envelope streams and closes like an element",
+        [delta("Bye", -2), delta(" now.", -2), {"type": "inform", "text": "Bye now.", "act": None, "element": -2}],
+        [
+            ("TEXT_MESSAGE_START", None),
+            ("TEXT_MESSAGE_CONTENT", "Bye"),
+            ("TEXT_MESSAGE_CONTENT", " now."),
             ("TEXT_MESSAGE_END", None),
         ],
     ),

@@ -30,6 +30,7 @@ from .effects import (
     AwaitPerson,
     AwaitStream,
     Consult,
+    DeadlinePassed,
     Effect,
     EndStream,
     Expired,
@@ -46,7 +47,7 @@ from .effects import (
     Streaming,
     Thinking,
 )
-from .events import RENDERED, Event, LogEntry
+from .events import RENDERED, Event, InformDeltaEvent, LogEntry
 from .flow import FlowRules
 from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
 
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from ..ports import Agent, DecisionLike, Domain, Human, StreamingAgent
     from ..stores.base import Store
 
-__all__ = ["HANDLED_ELEMENTS", "Conversation"]
+__all__ = ["HANDLED_ELEMENTS", "Conversation", "accepts_message_id"]
 
 logger = logging.getLogger("dial_runtime")
 
@@ -66,6 +67,16 @@ def _awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
     """Whether a collaborator's answer must be awaited (``inspect.isawaitable`` without its slow ABC check for
     the plain values most answers are)."""
     return hasattr(value, "__await__") or (type(value) is GeneratorType and inspect.isawaitable(value))
+
+
+def accepts_message_id(method: Any) -> bool:
+    """Whether an agent's ``send`` or ``stream`` takes a ``message_id`` keyword (the message's id, to deduplicate
+    a message sent again after a crash); a signature that cannot be read takes none."""
+    try:
+        parameter = inspect.signature(method).parameters.get("message_id")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
 
 
 def _flow_rules(domain: object) -> FlowRules | None:
@@ -85,16 +96,21 @@ class Conversation:
 
     ``agent.send(message)``, ``human.decide(suggestion)``, ``human.answer(ask)`` and ``domain.run(action,
     payload)`` may be plain or coroutine functions; ``domain.validate``, ``domain.preview`` and
-    ``domain.context`` are plain. ``timeout`` bounds each wait for the agent and ``decide_timeout`` each
-    decision, in seconds (``None``: no bound). ``log`` rebuilds a conversation from its entries (a log no run of
-    the runtime could have written raises :class:`~dial_runtime.LogError`); ``store`` and ``conversation_id``
-    make it durable (see :meth:`open`). Constructing one has no side effects: a call a dead process left open is
-    closed by the next call.
+    ``domain.context`` are plain. ``timeout`` bounds each wait for the agent (a whole reply, or a streamed
+    reply's first chunk) and ``decide_timeout`` each decision, in seconds (``None``: no bound). A streamed reply
+    is also cut when ``reply_timeout`` has passed since its message was sent (300 s: a long answer from a slow
+    local model fits, a model that writes on without end does not) or ``idle_timeout`` since its last chunk (30
+    s: servers send tokens many times a second, so a silence that long is a stalled server or connection); a cut
+    reply is handled as far as it got and the agent is told. ``log`` rebuilds a conversation from its entries (a
+    log no run of the runtime could have written raises :class:`~dial_runtime.LogError`); ``store`` and
+    ``conversation_id`` make it durable (see :meth:`open`). Constructing one has no side effects: a call a dead
+    process left open is closed by the next call.
     """
 
     __slots__ = (
         "_core",
         "_gate",
+        "_identified",
         "_more_streamed",
         "_on_event",
         "_shown",
@@ -107,6 +123,8 @@ class Conversation:
         "domain",
         "human",
         "id",
+        "idle_timeout",
+        "reply_timeout",
         "timeout",
     )
 
@@ -116,8 +134,10 @@ class Conversation:
         agent: Agent,
         domain: Domain,
         human: Human,
-        on_event: Callable[[Event], object] | None = None,
+        on_event: Callable[[Event | InformDeltaEvent], object] | None = None,
         timeout: float | None = 90.0,
+        reply_timeout: float | None = 300.0,
+        idle_timeout: float | None = 30.0,
         max_turns: int = 8,
         decide_timeout: float | None = None,
         log: Iterable[LogEntry] = (),
@@ -136,6 +156,8 @@ class Conversation:
         self.human = human
         self._on_event = on_event
         self.timeout = timeout
+        self.reply_timeout = reply_timeout
+        self.idle_timeout = idle_timeout
         self.id = conversation_id
         self._core = ConversationCore(
             log if store is None else (),
@@ -143,6 +165,7 @@ class Conversation:
             decide_timeout=decide_timeout,
             answers=callable(getattr(human, "answer", None)),
             flow=_flow_rules(domain),
+            conversation_id=conversation_id,
         )
         self._store = store
         self._stored = len(self._core.log) if store is None else 0
@@ -152,6 +175,7 @@ class Conversation:
         self._writing: tuple[object, anyio.Lock] | None = None
         self._thinking: Awaitable[Any] | None = None
         self._more_streamed: Callable[[], Awaitable[None]] | None = None
+        self._identified: tuple[object, bool, bool] | None = None  # the agent, and whether send, stream take ids
 
     @classmethod
     async def open(cls, store: Store, conversation_id: str, **options: Any) -> Conversation:
@@ -167,12 +191,13 @@ class Conversation:
         return conversation
 
     @property
-    def on_event(self) -> Callable[[Event], object] | None:
-        """Called with each event a surface renders (``RENDERED``) as it happens; its exceptions are logged."""
+    def on_event(self) -> Callable[[Event | InformDeltaEvent], object] | None:
+        """Called with each event a surface renders (``RENDERED``) as it happens, and with the text of a streamed
+        reply as it arrives (``inform-delta``, not on the log); its exceptions are logged."""
         return self._on_event
 
     @on_event.setter
-    def on_event(self, value: Callable[[Event], object] | None) -> None:
+    def on_event(self, value: Callable[[Event | InformDeltaEvent], object] | None) -> None:
         """Set what is shown the events recorded from now on."""
         self._on_event = value
         self._shown = len(self._core.log.events)
@@ -348,18 +373,20 @@ class Conversation:
         self._show()
 
     def _show(self) -> None:
-        """Show ``on_event`` the events a surface renders that the core recorded since the last time (its
-        exceptions are logged and go no further)."""
-        events = self._core.log.events
+        """Show ``on_event`` the events a surface renders that the core recorded since the last time, then the
+        text of a streamed reply that the person may read now (its exceptions are logged and go no further)."""
+        core = self._core
+        events = core.log.events
         start, self._shown = self._shown, len(events)
-        if self._on_event is None or start == len(events):
+        notices = core.take_notices() if core.notices else ()
+        if self._on_event is None or (start == len(events) and not notices):
             return
-        for event in events[start:]:
-            if event.type in RENDERED:
-                try:
-                    self._on_event(event)
-                except Exception:
-                    logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
+        shown = [event for event in events[start:] if event.type in RENDERED]
+        for event in [*shown, *notices] if notices else shown:
+            try:
+                self._on_event(event)
+            except Exception:
+                logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
 
     async def _drive(self, call: Call | None) -> TurnResult:
         """Drive ``call`` to its result (no call: nothing to do, an idle result)."""
@@ -410,7 +437,7 @@ class Conversation:
         if callable(getattr(self.agent, "stream", None)):
             return await self._stream(call, effect)
         timeout = self.timeout
-        reply: object = self.agent.send(effect.message)
+        reply: object = self.agent.send(effect.message, **self._ids(effect, streamed=False))
         if _awaitable(reply):
             if timeout is None:
                 reply = await reply
@@ -421,28 +448,61 @@ class Conversation:
                     return NoReply(timeout)
         return Replied("" if reply is None else str(reply))
 
+    def _ids(self, effect: Send, *, streamed: bool) -> dict[str, str]:
+        """The message's id as a keyword, for an agent whose method takes one (looked up once per agent)."""
+        if effect.message_id is None:
+            return {}
+        agent = self.agent
+        if self._identified is None or self._identified[0] is not agent:
+            stream = getattr(agent, "stream", None)
+            self._identified = (agent, accepts_message_id(agent.send), accepts_message_id(stream))
+        return {"message_id": effect.message_id} if self._identified[2 if streamed else 1] else {}
+
     async def _stream(self, call: Call, effect: Send) -> object:
         """Read the agent's streamed reply in a task of its own while the call handles its elements.
 
-        The deadline covers the stream until its first chunk: before that, a deadline that passes is no reply.
-        The call goes on in this task until the core is done with the stream (:class:`EndStream`).
+        ``timeout`` (and ``reply_timeout``, when shorter) covers the stream until its first chunk: before that, a
+        deadline that passes is no reply. After it, the reply's deadline (``reply_timeout`` from the send) and
+        the idle deadline (``idle_timeout`` from the last chunk) bound the reading: when one passes, the agent's
+        stream is closed and the core is told (:class:`DeadlinePassed`). The call goes on in this task until the
+        core is done with the stream (:class:`EndStream`).
         """
         core = self._core
         core.open_stream()
         arrived = anyio.Event()
         woken: list[anyio.Event] = [anyio.Event()]
+        reply_timeout, idle_timeout = self.reply_timeout, self.idle_timeout
+        reply_by = math.inf if reply_timeout is None else anyio.current_time() + reply_timeout
 
         async def produce() -> None:
             failure: Exception | None = None
-            chunks = cast("StreamingAgent", self.agent).stream(effect.message)
+            passed: DeadlinePassed | None = None
+            chunks = cast("StreamingAgent", self.agent).stream(effect.message, **self._ids(effect, streamed=True))
             try:
-                async for chunk in chunks:
+                pieces = chunks.__aiter__()
+                idle_by = until = math.inf  # the first chunk: the wait for it bounds it
+                while True:
+                    with anyio.CancelScope(deadline=until) as waiting:
+                        try:
+                            chunk = await pieces.__anext__()
+                        except StopAsyncIteration:
+                            break
+                    if waiting.cancelled_caught:
+                        if reply_by <= idle_by:
+                            passed = DeadlinePassed(deadline="reply", seconds=reply_timeout or 0.0)
+                        else:
+                            passed = DeadlinePassed(deadline="idle", seconds=idle_timeout or 0.0)
+                        break
                     completed = core.feed(chunk)
+                    self._show()  # the text the person may read now
                     arrived.set()
                     if completed:
                         woken[0].set()
                     if not core.reading():
                         break
+                    if idle_timeout is not None:
+                        idle_by = anyio.current_time() + idle_timeout
+                    until = min(reply_by, idle_by)
             except Exception as error:
                 failure = error
             finally:
@@ -453,7 +513,7 @@ class Conversation:
                             await close()
                         except Exception:
                             logger.exception("closing the agent's stream raised; the conversation goes on")
-            logged = core.end_stream(failure)
+            logged = core.end_stream(failure, passed=passed)
             arrived.set()
             woken[0].set()
             self._show()
@@ -464,16 +524,15 @@ class Conversation:
             await woken[0].wait()
             woken[0] = anyio.Event()
 
-        timeout = self.timeout
+        first = min(math.inf if each is None else each for each in (self.timeout, reply_timeout))
         handling_error: Exception | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(produce)
-            with anyio.move_on_after(math.inf if timeout is None else timeout):
+            with anyio.move_on_after(first):
                 await arrived.wait()
             if not arrived.is_set():
                 group.cancel_scope.cancel()
-                assert timeout is not None
-                return NoReply(timeout)
+                return NoReply(first)
             self._more_streamed = wait
             try:
                 await self._perform(call, first=Streaming(), until=EndStream)

@@ -23,13 +23,14 @@ from ..language.outcomes import Outcome, outcome_reply, refusal_reply, to_json_r
 from ..language.parser import parse
 from ..language.payloads import declare_value, pair_payload
 from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest
-from ..language.stream import StreamParser
+from ..language.stream import StreamParser, TextDelta
 from ..statemachines import CALL_STATUS, MOVES_FLOW, OUTCOME_STATUS, RUNNING, SUGGESTION, TURN_LOOP
 from .effects import (
     Answer,
     AwaitPerson,
     AwaitStream,
     Consult,
+    DeadlinePassed,
     Effect,
     EndStream,
     Expired,
@@ -60,6 +61,7 @@ from .events import (
     FinishedEvent,
     FlowMovedEvent,
     HandledEvent,
+    InformDeltaEvent,
     InformEvent,
     InterruptedEvent,
     LogEntry,
@@ -117,6 +119,11 @@ PROCESS_STOPPED = "the process stopped"
 #: Why what waited for the person ended when they said something new instead.
 OVERTAKEN = "the person said something else"
 
+#: How the log words a streamed reply cut short by a deadline (a replay reads from it which deadline passed).
+CUT = "the reply was cut: "
+REPLY_DEADLINE = "the reply deadline passed"
+IDLE_DEADLINE = "the idle deadline passed"
+
 Call = Generator[Effect, Any, TurnResult]
 """A call in progress: yields effects, is sent their inputs, returns the call's result."""
 
@@ -140,14 +147,19 @@ def _text_attribute(error: BaseException, name: str) -> str | None:
 class _Stream:
     """A streamed reply as it arrives: its parser, the elements complete so far, and how it went."""
 
-    __slots__ = ("elements", "ended", "failure", "logged", "parser", "started")
+    __slots__ = ("at", "cut", "elements", "ended", "failure", "held", "logged", "parser", "started")
 
     def __init__(self) -> None:
         self.parser = StreamParser()
         self.elements: list[Element] = []
+        # Where the person reads now: the prose before the envelope (-1), the element the call waits for, or
+        # nowhere (None: the call is busy with an earlier element); the text that arrived for later places waits.
+        self.at: int | None = -1
+        self.held: list[TextDelta] = []
         self.started = False
         self.ended = False
         self.failure: Exception | None = None
+        self.cut: str | None = None  # why the reply was cut short by a deadline, in words
         self.logged = 0  # how much of the reply's text ``reply-progress`` events hold
 
 
@@ -171,10 +183,22 @@ class ConversationCore:
 
     ``max_turns`` bounds the turns of one call; ``decide_timeout`` each decision (seconds, ``None``: no bound);
     ``answers``: whether the person can answer asks at all (a human without ``answer()`` only sees them);
-    ``flow``: the domain's flow (see :meth:`_flow_refusal` and :meth:`_move_flow`), ``None`` without one.
+    ``flow``: the domain's flow (see :meth:`_flow_refusal` and :meth:`_move_flow`), ``None`` without one;
+    ``conversation_id``, when given, names each message sent (:attr:`SentEvent.message_id`).
     """
 
-    __slots__ = ("_outcomes", "answers", "decide_timeout", "flow", "log", "max_turns", "state", "stream")
+    __slots__ = (
+        "_outcomes",
+        "answers",
+        "conversation_id",
+        "decide_timeout",
+        "flow",
+        "log",
+        "max_turns",
+        "notices",
+        "state",
+        "stream",
+    )
 
     def __init__(
         self,
@@ -184,7 +208,9 @@ class ConversationCore:
         decide_timeout: float | None = None,
         answers: bool = True,
         flow: FlowRules | None = None,
+        conversation_id: str | None = None,
     ) -> None:
+        self.conversation_id = conversation_id
         self.flow = flow
         self.state = ConversationState(flow=None if flow is None else flow.table)
         self.log = EventLog(fold_log(entries, self.state))
@@ -192,6 +218,7 @@ class ConversationCore:
         self.decide_timeout = decide_timeout
         self.answers = answers
         self.stream: _Stream | None = None
+        self.notices: list[InformDeltaEvent] = []  # text to show the person now, not on the log
         self._outcomes: list[Outcome] | None = None  # the outcomes of the call in progress
 
     # --- the log -----------------------------------------------------------------------------------------------
@@ -346,9 +373,10 @@ class ConversationCore:
                 context = yield GetContext()
                 message = self._compose(words, context)
                 words = ""
-                self.record(SentEvent(turn=turn, message=message))
+                message_id = self._message_id()
+                self.record(SentEvent(turn=turn, message=message, message_id=message_id))
                 try:
-                    answer = yield Send(message=message, turn=turn)
+                    answer = yield Send(message=message, turn=turn, message_id=message_id)
                 except Exception as error:
                     self.record(SendFailedEvent(turn=turn, error=reason(error)))
                     raise
@@ -367,6 +395,14 @@ class ConversationCore:
             else:
                 yield from self._handle(self._elements())
             self.record(HandledEvent(turn=state.turn))
+
+    def _message_id(self) -> str | None:
+        """The id of the message about to be sent: the conversation's and the number of the reply it asks for,
+        so a message sent again because no reply to it reached the log (a crash, a deadline, a failed send) has
+        the id of the first copy; ``None`` without a conversation id."""
+        if self.conversation_id is None:
+            return None
+        return f"{self.conversation_id}/reply-{self.state.replies + 1}"
 
     def _compose(self, words: str, context: object) -> str:
         """The message of a turn: outcomes and refusals owed, the domain's context, then the words."""
@@ -391,31 +427,72 @@ class ConversationCore:
         self.stream = _Stream()
 
     def feed(self, chunk: str) -> bool:
-        """Take a chunk of the streamed reply; whether it completed elements. Past the reply's or its envelope's
-        size limit the core reads no more (:meth:`reading`): the reply is unusable, as a whole one would be."""
+        """Take a chunk of the streamed reply; whether the call has something new to handle (complete elements,
+        or the prose before the envelope). Past the reply's or its envelope's size limit the core reads no more
+        (:meth:`reading`): the reply is unusable, as a whole one would be. The chunk's text goes to
+        :attr:`notices` as soon as the person may read it (see :class:`InformDeltaEvent`)."""
         stream = self.stream
         assert stream is not None
         if not stream.started:
             stream.started = True
             self.record(ReplyStartedEvent(turn=self.state.turn))
+        parser = stream.parser
+        began = parser.started
         try:
-            completed = stream.parser.feed(chunk)
+            completed = parser.feed(chunk)
         except DialSizeError:
             return True
+        self._release(stream)
         if completed:
             stream.elements.extend(completed)
             return True
-        return False
+        return parser.started and not began
+
+    def take_notices(self) -> list[InformDeltaEvent]:
+        """The notices for the person since the last call (text of a reply still arriving)."""
+        notices = self.notices
+        if notices:
+            self.notices = []
+        return notices
+
+    def _release(self, stream: _Stream) -> None:
+        """Pass the text that arrived on to :attr:`notices` where the person reads now (``stream.at``), keep what
+        belongs further on, and drop what belongs to an element already shown whole (its ``inform`` says it)."""
+        held = stream.held
+        held.extend(stream.parser.text_deltas())
+        at = stream.at
+        if not held or at is None:
+            return
+        kept = []
+        for delta in held:
+            element = delta.element
+            if delta.replaces:  # the early reading went wrong: the complete inform will say it right
+                continue
+            if element == at or (element == -2 and at >= len(stream.elements)):
+                self.notices.append(InformDeltaEvent(text=delta.text, act=delta.act, element=element))
+            elif element > at or element == -2:
+                kept.append(delta)
+        stream.held = kept
 
     def reading(self) -> bool:
         """Whether the core wants more of the streamed reply."""
         return self.stream is not None and self.stream.parser.overflow is None
 
-    def end_stream(self, failure: Exception | None = None) -> bool:
-        """The streamed reply ended (``failure``: it broke off); whether the reply is now on the log."""
+    def end_stream(self, failure: Exception | None = None, *, passed: DeadlinePassed | None = None) -> bool:
+        """The streamed reply ended (``failure``: it broke off; ``passed``: a deadline passed, and the driver
+        stopped reading it); whether the reply is now on the log.
+
+        A reply cut by a deadline is handled as far as it got: the elements complete by then as usual, the rest
+        not; the agent is told with the next message, which follows at once, as for a reply over its size limit.
+        """
         stream = self.stream
         assert stream is not None
         stream.ended = True
+        if passed is not None:
+            if passed.deadline == "reply":
+                stream.cut = f"{REPLY_DEADLINE} ({passed.seconds:g} s since the message was sent)"
+            else:
+                stream.cut = f"{IDLE_DEADLINE} (no text for {passed.seconds:g} s)"
         if failure is not None:
             stream.failure = failure
             if not stream.started:
@@ -437,9 +514,23 @@ class ConversationCore:
             self.stream = None
             self.record(SendFailedEvent(turn=turn, error=reason(stream.failure)))
             raise stream.failure
+        if stream.cut is not None:
+            self.stream = None
+            self._cut(stream)
+            return
         elements = self._elements()
         self.stream = None
         yield from self._handle(elements)
+
+    def _cut(self, stream: _Stream) -> None:
+        """What a reply cut by a deadline comes to once its complete elements are handled: its prose so far shown
+        when no envelope began (the person saw it arrive), and the agent told why the rest was not read."""
+        parser = stream.parser
+        if not parser.started:
+            prose = parser.text.strip()
+            if prose:
+                self.record(InformEvent(text=prose, element=-1))
+        self._refuse(f"{CUT}{stream.cut}; the elements complete by then were handled, the rest was not read")
 
     def _consume(self, stream: _Stream) -> Generator[Effect, Any, None]:
         """Handle streamed elements in order; a suggest without its own payload waits for what follows it."""
@@ -449,6 +540,7 @@ class ConversationCore:
         while True:
             if not prose_shown and parser.started:
                 prose_shown = True
+                stream.at = None
                 if parser.prose_before and parser.prose_before.strip():
                     self.record(InformEvent(text=parser.prose_before.strip(), element=-1))
             arrived = stream.elements
@@ -465,10 +557,14 @@ class ConversationCore:
                     continue
             if stream.ended:
                 break
+            stream.at = index if prose_shown else -1
+            self._release(stream)
             yield AwaitStream()
+            stream.at = None
+        stream.at, stream.held = None, []
         trailing = parser.prose_after()
         if prose_shown and trailing:
-            self.record(InformEvent(text=trailing))
+            self.record(InformEvent(text=trailing, element=-2))
 
     # --- a whole reply -----------------------------------------------------------------------------------------
 

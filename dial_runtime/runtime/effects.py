@@ -9,7 +9,7 @@ is true is a question the driver answers at once from the domain or the person's
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -36,11 +36,13 @@ class Send(Effect, frozen=True, kw_only=True):
     Input: :class:`Replied` (a whole reply), :class:`NoReply` (the deadline passed first) or, for an agent that
     streams, :class:`Streaming` once its first chunk is in (or the stream ended or failed before one): its
     chunks go to the core's stream while the call goes on. An error of the send is thrown into the core.
+    ``message_id`` goes to an agent whose ``send`` (or ``stream``) takes a ``message_id`` keyword.
     """
 
     durable: ClassVar[bool] = True
     message: str
     turn: int
+    message_id: str | None = None
 
 
 class AwaitStream(Effect, frozen=True, kw_only=True):
@@ -117,6 +119,16 @@ class NoReply(msgspec.Struct, frozen=True):
     timeout: float
 
 
+class DeadlinePassed(msgspec.Struct, frozen=True, kw_only=True):
+    """A streamed reply's deadline passed while it was still arriving: ``deadline`` is ``"reply"`` (``seconds``
+    since the message was sent) or ``"idle"`` (``seconds`` without a chunk). The driver only measures the time;
+    what the reply then comes to is the core's to decide (:meth:`~dial_runtime.runtime.core.ConversationCore.
+    end_stream`)."""
+
+    deadline: Literal["reply", "idle"]
+    seconds: float
+
+
 class Streaming(msgspec.Struct, frozen=True):
     """The agent's streamed reply began (or ended, or failed, before its first chunk): the core's stream says."""
 
@@ -161,6 +173,7 @@ __all__ = [
     "AwaitPerson",
     "AwaitStream",
     "Consult",
+    "DeadlinePassed",
     "Effect",
     "EndStream",
     "Expired",

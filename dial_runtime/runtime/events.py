@@ -6,6 +6,8 @@ the seed contract ignores). The log also holds the events the conversation's sta
 renders (``said``, ``resumed``, ``reply-started``, ``proposed``, ``answered``, ``decided``, ``deferred``,
 ``refused``, ``action-started``, ``flow-moved``, ``handled``, ``send-failed``, ``reply-refused``, ``interrupted``,
 ``ended``, ``finished``), and ``reply-progress``, which keeps a streamed reply's words for the agent's history.
+``on_event`` also sees :class:`InformDeltaEvent` (``inform-delta``) while a reply streams in: its text as it
+arrives, a notice for the person that is not on the log.
 Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with :func:`event_from_dict`,
 without loss.
 """
@@ -33,11 +35,17 @@ def _steps(values: Iterable[Step | Mapping[str, Any]]) -> tuple[Step, ...]:
 
 
 class SentEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """A message went to the agent (``turn`` counts from 1 in each ``say``)."""
+    """A message went to the agent (``turn`` counts from 1 in each ``say``).
+
+    ``message_id`` (a conversation with an id: ``"<conversation id>/reply-<n>"``, ``n`` the number of the reply it
+    asks for) is the same for a message sent again because no reply to it reached the log (a crash, a deadline, a
+    failed send), so the agent's side can tell a copy sent again from a new message.
+    """
 
     type: ClassVar[str] = "sent"
     turn: int
     message: str
+    message_id: str | None = None
 
 
 class ReplyEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -387,6 +395,23 @@ RENDERED = frozenset(
 )
 
 
+class InformDeltaEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """Text of a streamed reply as it arrives, for the person to read before it is complete; never on the log.
+
+    ``act`` is ``prose`` (``element`` -1 before the envelope, -2 after it), ``inform`` or ``acknowledge``
+    (``element`` the element's index). It comes in the order the person reads the reply: the text of an element
+    only once everything before it was shown, so an element still arriving while the person decides on an earlier
+    one shows whole later. The deltas of one element, concatenated, begin its ``inform``'s text (they are all of
+    it, but for text the early reading could not yet tell from markup); that ``inform`` follows and completes it,
+    and a surface shows only what the deltas had not.
+    """
+
+    type: ClassVar[str] = "inform-delta"
+    text: str
+    act: str
+    element: int
+
+
 class LogEntry(msgspec.Struct, frozen=True, kw_only=True):
     """One line of a conversation's log: its 1-based sequence number, wall-clock time, and the event."""
 
@@ -404,11 +429,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: Fields added to an event after logs were first written: left out of its dict while ``None``, so a log written
+#: before them (or by a conversation that has no use for them) reads and writes back byte for byte as it was.
+_ADDED_FIELDS: dict[str, tuple[str, ...]] = {"sent": ("message_id",)}
+
+
 def event_to_dict(event: Event) -> dict[str, Any]:
     """The event as JSON-ready data, ``type`` first."""
     data: dict[str, Any] = {"type": event.type}
     for name in event.__struct_fields__:
         data[name] = _plain(getattr(event, name))
+    for name in _ADDED_FIELDS.get(event.type, ()):
+        if data[name] is None:
+            del data[name]
     return data
 
 

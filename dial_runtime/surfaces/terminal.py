@@ -36,7 +36,16 @@ from rich.text import Text
 
 from ..errors import AlreadyDecided, ConversationBusy, DialError
 from ..runtime import Conversation
-from ..runtime.events import AskEvent, Event, OutcomeEvent, SentEvent, SuggestionEvent
+from ..runtime.conversation import accepts_message_id
+from ..runtime.events import (
+    AskEvent,
+    Event,
+    InformDeltaEvent,
+    InformEvent,
+    OutcomeEvent,
+    SentEvent,
+    SuggestionEvent,
+)
 from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, TurnResult
 from ..transcript import Transcript
 
@@ -83,15 +92,18 @@ class StreamingAgent:
     def __init__(self, agent: Any, progress: Callable[[int], object]) -> None:
         self.agent = agent
         self.progress = progress
+        self._ids = accepts_message_id(agent.stream)
 
-    async def send(self, message: str) -> str:
+    async def send(self, message: str, *, message_id: str | None = None) -> str:
         """The whole reply, for callers that do not stream."""
-        return "".join([piece async for piece in self.stream(message)])
+        return "".join([piece async for piece in self.stream(message, message_id=message_id)])
 
-    async def stream(self, message: str) -> AsyncIterator[str]:
-        """The reply's pieces as they arrive; leaving early (a cancelled turn) closes the stream."""
+    async def stream(self, message: str, *, message_id: str | None = None) -> AsyncIterator[str]:
+        """The reply's pieces as they arrive; leaving early (a cancelled turn) closes the stream. The message's
+        id goes on to an agent that takes one."""
         arrived = 0
-        async with aclosing(self.agent.stream(message)) as stream:
+        ids = {"message_id": message_id} if message_id is not None and self._ids else {}
+        async with aclosing(self.agent.stream(message, **ids)) as stream:
             async for piece in stream:
                 arrived += len(piece)
                 self.progress(arrived)
@@ -103,9 +115,11 @@ class PlainAgent:
 
     def __init__(self, agent: Any) -> None:
         self.agent = agent
+        self._ids = accepts_message_id(agent.send)
 
-    async def send(self, message: str) -> str:
-        reply = self.agent.send(message)  # a coroutine (ChatAgent) or the reply itself (ScriptedAgent)
+    async def send(self, message: str, *, message_id: str | None = None) -> str:
+        ids = {"message_id": message_id} if message_id is not None and self._ids else {}
+        reply = self.agent.send(message, **ids)  # a coroutine (ChatAgent) or the reply itself (ScriptedAgent)
         return str(await reply if inspect.isawaitable(reply) else reply)
 
 
@@ -128,13 +142,33 @@ class TerminalSurface:
         self.lines: list[str] = []
         self.transcript = Transcript(self.lines.append)
         self._status: Status | None = None
+        self._live: tuple[int, list[str]] | None = None  # the element whose text is arriving, what was printed
         self._turn: anyio.CancelScope | None = None
         self._sessions: dict[str, PromptSession[str]] = {}
 
     # Rendering -----------------------------------------------------------------------------------------------
 
-    def on_event(self, event: Event) -> None:
-        """Show one event (the conversation's ``on_event`` callback); a spinner runs while the agent thinks."""
+    def on_event(self, event: Event | InformDeltaEvent) -> None:
+        """Show one event (the conversation's ``on_event`` callback); a spinner runs while the agent thinks.
+
+        Text still arriving (``inform-delta``) is printed as it comes; its complete ``inform`` then adds only
+        what the deltas had not carried (or, should the two disagree, prints the complete text on its own line).
+        """
+        if isinstance(event, InformDeltaEvent):
+            self._delta(event)
+            return
+        if isinstance(event, InformEvent) and self._live is not None and self._live[0] == event.element:
+            printed = "".join(self._live[1])
+            self._live = None
+            start = len(self.lines)
+            self.transcript.show(event)
+            if event.text.startswith(printed):
+                self.console.print(Text(event.text[len(printed) :]), soft_wrap=True)
+                return
+            self.console.print()
+            for line in self.lines[start:]:
+                self.console.print(Text(line))
+            return
         self._stop_spinner()
         if isinstance(event, SuggestionEvent):
             self.transcript.show(event)
@@ -156,6 +190,21 @@ class TerminalSurface:
             self._status = self.console.status("the agent is thinking…")
             self._status.start()
 
+    def _delta(self, event: InformDeltaEvent) -> None:
+        """Print text as it arrives, after the transcript's ``agent:`` when it begins an element's text."""
+        if self._live is None or self._live[0] != event.element:
+            self._stop_spinner()
+            self.console.print(Text("agent: "), end="", soft_wrap=True)
+            self._live = (event.element, [])
+        self.console.print(Text(event.text), end="", soft_wrap=True)
+        self._live[1].append(event.text)
+
+    def _end_live(self) -> None:
+        """End the line of text that was arriving when something else is shown (a reply cut off mid-text)."""
+        if self._live is not None:
+            self._live = None
+            self.console.print()
+
     def person(self, words: str, *, echo: bool = True) -> None:
         """Record the person's words; ``echo`` shows them too (typed words are on screen already)."""
         if echo:
@@ -173,6 +222,7 @@ class TerminalSurface:
 
     def _show(self, style: str, write: Callable[..., object], *args: Any) -> None:
         """Run a transcript writer and show the lines it wrote."""
+        self._end_live()
         start = len(self.lines)
         write(*args)
         for line in self.lines[start:]:
@@ -223,6 +273,8 @@ class TerminalSurface:
             self._status.update(f"the agent is writing… {characters} characters")
 
     def _stop_spinner(self) -> None:
+        """Stop the spinner and end a line of text that was arriving: something else is shown now."""
+        self._end_live()
         if self._status is not None:
             self._status.stop()
             self._status = None

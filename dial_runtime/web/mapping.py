@@ -8,7 +8,8 @@ Text: an ``inform`` (or an ``ask``'s question) is one complete text message: ``T
 ``TEXT_MESSAGE_CONTENT``, ``TEXT_MESSAGE_END``. The mapper keeps a text message open between events, so an event
 carrying a delta of the reply's text (``inform-delta``: its ``text`` is the next chunk of the element the runtime
 is reading, ``element`` its index) only adds ``TEXT_MESSAGE_CONTENT`` to the open message, and the complete
-``inform`` of the same element closes it instead of repeating the text.
+``inform`` of the same element closes it instead of repeating the text (adding first what the deltas had not
+carried, when the deltas are the start of it).
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ class EventMapper:
         self._message_ids = message_ids or self._next_id
         self.shown: set[str] = set(shown)
         self._open: tuple[str, int | None] | None = None
+        self._streamed: list[str] = []  # the text the open message's deltas carried
         self._handlers: dict[str, Callable[[Any], list[BaseEvent]]] = {
             "inform": self._inform,
             "inform-delta": self._delta,
@@ -176,6 +178,7 @@ class EventMapper:
     def _start(self, element: int | None) -> tuple[list[BaseEvent], str]:
         message_id = self._message_ids()
         self._open = (message_id, element)
+        self._streamed = []
         return [TextMessageStartEvent(message_id=message_id, role="assistant")], message_id
 
     def _delta(self, event: Any) -> list[BaseEvent]:
@@ -187,13 +190,17 @@ class EventMapper:
             events += started
         assert self._open is not None
         if event.text:
+            self._streamed.append(event.text)
             events.append(TextMessageContentEvent(message_id=self._open[0], delta=event.text))
         return events
 
     def _inform(self, event: Any) -> list[BaseEvent]:
         element = getattr(event, "element", None)
         if self._open is not None and element is not None and self._open[1] == element:
-            return self.close()
+            streamed = "".join(self._streamed)
+            rest = event.text[len(streamed) :] if event.text.startswith(streamed) else ""
+            content = [TextMessageContentEvent(message_id=self._open[0], delta=rest)] if rest else []
+            return [*content, *self.close()]
         return self._text(event.text, element)
 
     def _ask(self, event: Any) -> list[BaseEvent]:
