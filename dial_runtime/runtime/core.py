@@ -218,7 +218,7 @@ class ConversationCore:
         self.decide_timeout = decide_timeout
         self.answers = answers
         self.stream: _Stream | None = None
-        self.notices: list[InformDeltaEvent] = []  # text to show the person now, not on the log
+        self.notices: list[InformDeltaEvent] | None = None  # text to show the person now, not on the log
         self._outcomes: list[Outcome] | None = None  # the outcomes of the call in progress
 
     # --- the log -----------------------------------------------------------------------------------------------
@@ -415,7 +415,7 @@ class ConversationCore:
             parts.append(str(context))
         if self.flow is not None:
             parts.append(self.flow.context(self._flow_state()))
-        spoken = [*state.owed_words, words] if words else state.owed_words
+        spoken = (*state.owed_words, words) if words else state.owed_words
         if spoken:
             parts.append("\n\n".join(spoken))
         return "\n\n".join(parts)
@@ -450,9 +450,7 @@ class ConversationCore:
 
     def take_notices(self) -> list[InformDeltaEvent]:
         """The notices for the person since the last call (text of a reply still arriving)."""
-        notices = self.notices
-        if notices:
-            self.notices = []
+        notices, self.notices = self.notices or [], None
         return notices
 
     def _release(self, stream: _Stream) -> None:
@@ -469,6 +467,8 @@ class ConversationCore:
             if delta.replaces:  # the early reading went wrong: the complete inform will say it right
                 continue
             if element == at or (element == -2 and at >= len(stream.elements)):
+                if self.notices is None:  # made at the first: most conversations never stream
+                    self.notices = []
                 self.notices.append(InformDeltaEvent(text=delta.text, act=delta.act, element=element))
             elif element > at or element == -2:
                 kept.append(delta)

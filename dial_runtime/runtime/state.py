@@ -141,8 +141,8 @@ class ConversationState:
     loop: str = TURN_LOOP.initial
     turn: int = 0
     owed_outcomes: list[Outcome] = attrs.Factory(list)
-    owed_refusals: list[ReplyRefusedEvent] = attrs.Factory(list)
-    owed_words: list[str] = attrs.Factory(list)
+    owed_refusals: tuple[ReplyRefusedEvent, ...] = ()  # tuples: rarely owed, and an empty one costs nothing
+    owed_words: tuple[str, ...] = ()
     suggestions_numbered: int = 0
     asks_numbered: int = 0
     replies: int = 0
@@ -304,8 +304,8 @@ class ConversationState:
         self.instead = None
         self.asked.clear()
         self.owed_outcomes.clear()
-        self.owed_refusals.clear()
-        self.owed_words.clear()
+        self.owed_refusals = ()
+        self.owed_words = ()
 
     def _no_reply(self, event: Any) -> None:
         self.loop = TURN_LOOP.fire(self.loop, "time_out")
@@ -349,7 +349,7 @@ class ConversationState:
     def _refused_reply(self, event: ReplyRefusedEvent) -> None:
         if self.loop != "handling":
             raise _Refusal("a reply is refused only while it is handled")
-        self.owed_refusals.append(event)
+        self.owed_refusals = (*self.owed_refusals, event)
 
     def _ask(self, event: AskEvent) -> None:
         self._use_id(
@@ -384,7 +384,7 @@ class ConversationState:
         if self.asked.pop(event.ask_id, None) is None and self.open_asks.pop(event.ask_id, None) is None:
             raise _Refusal(f"no ask {event.ask_id!r} waits for an answer")
         if event.text:
-            self.owed_words.append(event.text)
+            self.owed_words = (*self.owed_words, event.text)
 
     def _deferred(self, event: DeferredEvent) -> None:
         if event.kind == "suggestion":
@@ -429,7 +429,7 @@ class ConversationState:
             opened.edited = True
         if event.decision == "say" and event.text:
             self.instead = event.text
-            self.owed_words.append(event.text)
+            self.owed_words = (*self.owed_words, event.text)
 
     def _refused(self, event: RefusedEvent) -> None:
         opened = self._open(event.suggestion_id)
