@@ -204,6 +204,8 @@ def _chat(args: argparse.Namespace) -> int:
                 "human": surface,
                 "on_event": surface.on_event,
                 "timeout": args.timeout,
+                "reply_timeout": args.reply_timeout,
+                "idle_timeout": args.idle_timeout,
             }
             if store is None:
                 await surface.chat(Conversation(**options))
@@ -501,6 +503,8 @@ def _replay(args: argparse.Namespace) -> int:
             domain=domain,
             max_turns=args.max_turns,
             timeout=args.timeout,
+            reply_timeout=args.reply_timeout,
+            idle_timeout=args.idle_timeout,
             decide_timeout=args.decide_timeout,
             run_actions=args.run_actions,
         )
@@ -634,6 +638,24 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_stream_deadlines(parser: argparse.ArgumentParser, recorded: str) -> None:
+    """The deadlines of a streamed reply: the whole reply's, and the silence allowed between its chunks."""
+    parser.add_argument(
+        "--reply-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help=f"seconds a streamed reply may take in all{recorded} (default: 300)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help=f"seconds a streamed reply may go silent{recorded} (default: 30)",
+    )
+
+
 def _add_mcp_options(command: argparse.ArgumentParser, served: Any) -> None:
     """``--mcp`` (in the group ``served``, beside ``--domain``), ``--mcp-log`` and ``--trust-read-only``."""
     served.add_argument(
@@ -702,6 +724,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument(
         "--timeout", type=float, default=90.0, metavar="S", help="seconds to wait for each reply (default: 90)"
     )
+    _add_stream_deadlines(chat, "")
     chat.add_argument(
         "--store", metavar="URL", help="keep the conversation in this store (sqlite:FILE, postgresql://...)"
     )
@@ -758,6 +781,7 @@ def build_parser() -> argparse.ArgumentParser:
     replaying.add_argument(
         "--timeout", type=float, default=90.0, metavar="S", help="seconds per reply, as recorded (default: 90)"
     )
+    _add_stream_deadlines(replaying, ", as recorded")
     replaying.add_argument(
         "--decide-timeout", type=float, metavar="S", help="seconds per decision, as recorded (default: none)"
     )

@@ -274,6 +274,20 @@ def test_text_shows_as_it_arrives_and_only_once(server: OpenAIServer, terminal: 
     assert screen.count("Fine, fine, fine.") == 1 and screen.count("The end.") == 1, screen
 
 
+def test_chat_cuts_a_stalled_stream_at_its_idle_deadline(server: OpenAIServer, terminal: Start) -> None:
+    story = "Once upon a time there was a lighthouse keeper who never slept."
+    server.add(
+        Reply(dial(f"<dial-inform>{story}</dial-inform>"), chunks=8, hold_after=4),
+        Reply(dial("<dial-inform>Sorry, I was cut off.</dial-inform>")),
+    )
+    term = terminal("chat", "--agent", f"{server.base_url}#m", "--domain", DOMAIN, "--idle-timeout", "0.5")
+    term.type("tell me a story", after="you:")
+    term.expect("agent: Once upon", "agent: Sorry, I was cut off.")
+    term.press("\x04", after="you:")
+    assert term.finish() == 0
+    assert "the idle deadline passed" in told(server.requests[1])
+
+
 def test_ctrl_c_at_the_empty_prompt_ends_the_session(
     server: OpenAIServer, tmp_path: Path, terminal: Start
 ) -> None:

@@ -164,6 +164,8 @@ def create_app(
     max_text: int = 64 << 10,
     panel: bool = True,
     timeout: float | None = 90.0,
+    reply_timeout: float | None = 300.0,
+    idle_timeout: float | None = 30.0,
     max_turns: int = 8,
     decide_timeout: float | None = None,
     heartbeat: float = 15.0,
@@ -180,7 +182,8 @@ def create_app(
     decide what (default: anyone who may view); ``can_view(principal, conversation_id)`` who may see a
     conversation (default: everyone). A state-changing request whose ``Origin`` is neither the server's own nor in
     ``allowed_origins`` is refused (403); a body over ``max_body`` bytes (413) and words over ``max_text``
-    characters are refused. ``timeout``, ``max_turns`` and ``decide_timeout`` are each conversation's.
+    characters are refused. ``timeout``, ``reply_timeout``, ``idle_timeout``, ``max_turns`` and ``decide_timeout`` are
+    each conversation's (see :class:`~dial_runtime.Conversation`).
     """
     settings = _Settings(
         store=open_store(store) if isinstance(store, str) else store,
@@ -193,7 +196,13 @@ def create_app(
         max_body=max_body,
         max_text=max_text,
         heartbeat=heartbeat,
-        options={"timeout": timeout, "max_turns": max_turns, "decide_timeout": decide_timeout},
+        options={
+            "timeout": timeout,
+            "reply_timeout": reply_timeout,
+            "idle_timeout": idle_timeout,
+            "max_turns": max_turns,
+            "decide_timeout": decide_timeout,
+        },
     )
     surface = _WebSurface(settings)
     routes: list[Route | Mount] = [
