@@ -14,6 +14,7 @@ from dial_runtime import open_store
 from dial_runtime.web import create_app, scripted_agents
 
 from .fakes import envelope, suggest
+from .test_flow_conversations import ORDER, orders
 from .web_domains import WebNotes
 from .web_server import accept, changes, decode, finished, interrupts, run, run_input, serving
 
@@ -395,3 +396,13 @@ def test_the_agent_is_built_inside_the_call_from_the_stored_log() -> None:
         assert "reply" not in given[0] and "said" in given[0]  # built for the first send, before any reply
         decode(http.post("/agui", json=run_input("f", resume=[accept(interrupts(first)[0])])).text)
     assert len(given) == 2 and "decided" in given[1] and "action-started" in given[1]
+
+
+def test_a_flow_that_reaches_a_final_state_finishes_the_run_with_its_result() -> None:
+    cancel = envelope(suggest("cancel-order", ORDER))
+    app = create_app(store="memory:", domain=orders, agent=scripted_agents([cancel, ACK]))
+    with serving(app) as url, httpx.Client(base_url=url, timeout=10.0) as http:
+        first = decode(http.post("/agui", json=run_input("o", words="cancel it")).text)
+        assert first[-1]["type"] == "RUN_FINISHED" and first[-1].get("result") is None
+        last = decode(http.post("/agui", json=run_input("o", resume=[accept(interrupts(first)[0])])).text)
+    assert last[-1]["type"] == "RUN_FINISHED" and last[-1]["result"] == "cancelled"

@@ -182,8 +182,8 @@ def create_app(
     decide what (default: anyone who may view); ``can_view(principal, conversation_id)`` who may see a
     conversation (default: everyone). A state-changing request whose ``Origin`` is neither the server's own nor in
     ``allowed_origins`` is refused (403); a body over ``max_body`` bytes (413) and words over ``max_text``
-    characters are refused. ``timeout``, ``reply_timeout``, ``idle_timeout``, ``max_turns`` and ``decide_timeout`` are
-    each conversation's (see :class:`~dial_runtime.Conversation`).
+    characters are refused. ``timeout``, ``reply_timeout``, ``idle_timeout``, ``max_turns`` and
+    ``decide_timeout`` are each conversation's (see :class:`~dial_runtime.Conversation`).
     """
     settings = _Settings(
         store=open_store(store) if isinstance(store, str) else store,
@@ -314,9 +314,8 @@ class _WebSurface:
             # open as the next run will find it (a started action failed, what waited waiting).
             held = Conversation(agent=_NoAgent(), domain=settings.domain, human=_DeferringHuman(), log=entries)
             held.recover()
-            log = held.log
-            emit(MessagesSnapshotEvent(messages=messages_from_log(log)))
-            emit(self._finished(run, principal, held.pending, log, stored=entries[-1].seq if entries else 0))
+            emit(MessagesSnapshotEvent(messages=messages_from_log(held.log)))
+            emit(self._finished(run, principal, held, stored=entries[-1].seq if entries else 0))
             return
         count = 0
 
@@ -357,26 +356,30 @@ class _WebSurface:
                 emit(mapped)
             await agent.aclose()
         log = conversation.log
-        emit(self._finished(run, principal, conversation.pending, log, stored=log[-1].seq if log else 0))
+        emit(self._finished(run, principal, conversation, stored=log[-1].seq if log else 0))
 
     def _finished(
         self,
         run: RunAgentInput,
         principal: str,
-        pending: Sequence[Suggestion | Ask],
-        log: Sequence[LogEntry],
+        conversation: Conversation,
         *,
         stored: int,
     ) -> RunFinishedEvent:
         """The run's last event; ``metadata.seq`` is the stored log's last seq the run saw (or wrote), which the
         change stream's events are compared with: a page that has shown seq N needs no snapshot for a change at
-        N."""
+        N. ``result`` is the conversation's result once its flow reached a final state (``None`` before)."""
         marks = {"seq": stored}
+        pending = conversation.pending
         if not pending:
             return RunFinishedEvent(
-                thread_id=run.thread_id, run_id=run.run_id, outcome=RunFinishedSuccessOutcome(), metadata=marks
+                thread_id=run.thread_id,
+                run_id=run.run_id,
+                outcome=RunFinishedSuccessOutcome(),
+                result=conversation.result,
+                metadata=marks,
             )
-        refusals = _refusals(log)
+        refusals = _refusals(conversation.log)
         interrupts = [
             interrupt_for(each, refusals=refusals.get(each.id, 0), can_decide=self._may_decide(principal, each))
             for each in pending
