@@ -629,6 +629,11 @@ def _serve(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             workers=args.workers,
+            deadlines={
+                "timeout": args.timeout,
+                "reply_timeout": args.reply_timeout,
+                "idle_timeout": args.idle_timeout,
+            },
         )
     except ValueError as error:
         print(f"dial-runtime serve: {error}", file=sys.stderr)
@@ -690,6 +695,10 @@ def _add_serve(commands: Any) -> None:
     serving.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     serving.add_argument("--port", type=int, default=8000, help="the port (default: 8000)")
     serving.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default: 1)")
+    serving.add_argument(
+        "--timeout", type=float, default=90.0, metavar="S", help="seconds to wait for each reply (default: 90)"
+    )
+    _add_stream_deadlines(serving, "")
     serving.set_defaults(run=_serve)
 
 

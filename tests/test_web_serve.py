@@ -17,6 +17,7 @@ import pytest
 from dial_runtime import open_store
 
 from .fakes import envelope, suggest
+from .openai_server import OpenAIServer, Reply
 from .web_server import decode, free_port, run_input, server_process
 
 COMMAND = [sys.executable, "-m", "dial_runtime.cli", "serve"]
@@ -61,6 +62,20 @@ def test_serve_runs_conversations_across_workers(tmp_path: Path, store_and_worke
         page = httpx.get(url, timeout=10)
         assert page.status_code == 200 and "dial-chat" in page.text
         assert httpx.get(f"{url}/conversations", timeout=10).json() == {"conversations": names}
+
+
+def test_the_deadlines_given_to_serve_reach_every_worker(tmp_path: Path) -> None:
+    """``--idle-timeout`` travels to the workers: a reply the model stops sending is cut there, and the agent is
+    told why in the next message."""
+    stalled = envelope("<dial-inform>Once upon a time there was a keeper of a lighthouse.</dial-inform>")
+    with OpenAIServer() as model:
+        model.add(Reply(stalled, chunks=8, hold_after=3), Reply(envelope("<dial-inform>Cut off.</dial-inform>")))
+        store = f"sqlite:{tmp_path / 'c.db'}"
+        options = ["--agent", f"{model.base_url}#m", "--domain", DOMAIN, "--store", store, "--workers", "2"]
+        with serve(*options, "--idle-timeout", "0.5") as url:
+            events = decode(httpx.post(f"{url}/agui", json=run_input("s", words="a story"), timeout=20).text)
+        assert events[-1]["type"] == "RUN_FINISHED"
+        assert "the idle deadline passed" in model.requests[1].messages[-1]["content"]
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,7 +37,11 @@ _ENV = {
     "mcp": "DIAL_SERVE_MCP",
     "trust_read_only": "DIAL_SERVE_TRUST_READ_ONLY",
     "mcp_log": "DIAL_SERVE_MCP_LOG",
+    "deadlines": "DIAL_SERVE_DEADLINES",
 }
+
+#: The deadlines ``serve`` sets on each conversation (seconds; see :class:`~dial_runtime.Conversation`).
+DEADLINES = ("timeout", "reply_timeout", "idle_timeout")
 
 
 @attrs.frozen(kw_only=True)
@@ -104,22 +108,26 @@ def agent_factory(uri: str, domain: Any) -> AgentFactory:
     return build
 
 
-def build_app(agent: str, domain: str | McpServer, store: str) -> Starlette:
-    """The application ``serve`` runs; ``ValueError`` naming what is wrong with a setting.
+def build_app(
+    agent: str, domain: str | McpServer, store: str, deadlines: Mapping[str, float | None] | None = None
+) -> Starlette:
+    """The application ``serve`` runs; ``ValueError`` naming what is wrong with a setting. ``deadlines`` holds
+    any of :data:`DEADLINES` for every conversation (the others keep :func:`create_app`'s defaults).
 
     Over an MCP server, the application connects to it when the ASGI server starts it (its lifespan) and builds
     the web surface then, once the tools are listed (the system prompt is written from them).
     """
+    options: dict[str, Any] = {name: value for name, value in (deadlines or {}).items() if name in DEADLINES}
     if isinstance(domain, str):
         served = load_domain(domain)
-        return create_app(store=store, domain=served, agent=agent_factory(agent, served))
+        return create_app(store=store, domain=served, agent=agent_factory(agent, served), **options)
     domain.domain(None)  # a command line that cannot be read is refused now
     surface: list[Starlette] = []
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with domain.connected() as served:
-            surface.append(create_app(store=store, domain=served, agent=agent_factory(agent, served)))
+            surface.append(create_app(store=store, domain=served, agent=agent_factory(agent, served), **options))
             yield
 
     async def forward(scope: Scope, receive: Receive, send: Send) -> None:
@@ -128,7 +136,7 @@ def build_app(agent: str, domain: str | McpServer, store: str) -> Starlette:
     return Starlette(routes=[Mount("/", app=forward)], lifespan=lifespan)
 
 
-def _settings_from_environment() -> tuple[str, str | McpServer, str]:
+def _settings_from_environment() -> tuple[str, str | McpServer, str, dict[str, float | None]]:
     environ = os.environ
     mcp = environ.get(_ENV["mcp"])
     domain: str | McpServer = (
@@ -140,7 +148,8 @@ def _settings_from_environment() -> tuple[str, str | McpServer, str]:
             log=environ.get(_ENV["mcp_log"]) or None,
         )
     )
-    return environ[_ENV["agent"]], domain, environ[_ENV["store"]]
+    deadlines = json.loads(environ.get(_ENV["deadlines"]) or "{}")
+    return environ[_ENV["agent"]], domain, environ[_ENV["store"]], deadlines
 
 
 def app_from_environment() -> Starlette:
@@ -153,7 +162,16 @@ async def _probe(server: McpServer) -> None:
         pass
 
 
-def serve(*, agent: str, domain: str | McpServer, store: str, host: str, port: int, workers: int) -> None:
+def serve(
+    *,
+    agent: str,
+    domain: str | McpServer,
+    store: str,
+    host: str,
+    port: int,
+    workers: int,
+    deadlines: Mapping[str, float | None] | None = None,
+) -> None:
     """Run the web surface with uvicorn until interrupted; ``ValueError`` for a bad setting (checked first: an
     MCP server is started and its tools listed once before uvicorn starts, so that one it cannot reach is a
     one-line error, not a failed startup)."""
@@ -162,7 +180,7 @@ def serve(*, agent: str, domain: str | McpServer, store: str, host: str, port: i
     from .. import open_store
 
     open_store(store)
-    app = build_app(agent, domain, store)
+    app = build_app(agent, domain, store, deadlines)
     lifespan: Literal["on", "off"] = "off"
     if isinstance(domain, McpServer):
         anyio.run(_probe, domain)
@@ -170,7 +188,7 @@ def serve(*, agent: str, domain: str | McpServer, store: str, host: str, port: i
     if workers == 1:
         uvicorn.run(app, host=host, port=port, log_level="info", ws="none", lifespan=lifespan)
         return
-    settings = {_ENV["agent"]: agent, _ENV["store"]: store}
+    settings = {_ENV["agent"]: agent, _ENV["store"]: store, _ENV["deadlines"]: json.dumps(dict(deadlines or {}))}
     if isinstance(domain, McpServer):
         settings.update(
             {
