@@ -544,15 +544,20 @@ class _Replay:
         events, log = self._call.events, self.conversation.log
         done = len(log) - self._start
         rest = events[done:]
-        cancelled = any(
-            isinstance(event, InterruptedEvent) and event.reason not in (_PROCESS_STOPPED, OVERTAKEN)
-            for event in rest
+        cancelled = next(
+            (
+                event.reason
+                for event in rest
+                if isinstance(event, InterruptedEvent) and event.reason not in (_PROCESS_STOPPED, OVERTAKEN)
+            ),
+            None,
         )
         if (
-            cancelled
+            cancelled is not None
             and all(event.type in _CANCELLING for event in rest)
             and all(map(_same, events[:done], [entry.event for entry in log[self._start :]]))
         ):
+            self.conversation.cancelling(_stop_reason(cancelled))  # in the recording's words (a surface's own)
             self._scope.cancel()
             await anyio.lowlevel.checkpoint()
 
@@ -585,9 +590,10 @@ class _Replay:
             if not isinstance(error, Exception):
                 raise
             raised = _describe(error)
-        if self._scope.cancelled_caught:
-            raised = _CANCELLED
-        return [entry.event for entry in self.conversation.log[self._start :]], raised
+        events = [entry.event for entry in self.conversation.log[self._start :]]
+        if self._scope.cancelled_caught:  # as the runtime words it: the interruption the replayed call recorded
+            raised = next((e.reason for e in reversed(events) if isinstance(e, InterruptedEvent)), _CANCELLED)
+        return events, raised
 
     async def _make(self, call: _Call, given: Event | None) -> None:
         """Make the call ``call`` records, with its input ``given``."""

@@ -55,11 +55,16 @@ class Stopper:
     """Cancels the call it is part of when it is reached: where it stands (the agent's reply, the person's
     decision, an action) the call is cut, exactly as Ctrl-C in chat cuts it, with no clock involved."""
 
-    def __init__(self) -> None:
+    def __init__(self, why: str | None = None) -> None:
         self.scope: anyio.CancelScope | None = None
+        self.why = why  # what the surface says of the cancellation, as chat says "cancelled by the person"
+        self.conversation: Conversation | None = None
 
     async def stop(self) -> Any:
         assert self.scope is not None
+        if self.why is not None:
+            assert self.conversation is not None
+            self.conversation.cancelling(self.why)
         self.scope.cancel()
         await anyio.sleep_forever()
 
@@ -168,14 +173,16 @@ ENDINGS: dict[str, tuple[list[str], list[Any], list[str]]] = {
 }
 
 
-async def hold(name: str, *, streamed: bool) -> list[LogEntry]:
-    """The log of a conversation that ends its first call the way ``name`` says, then makes the next call."""
+async def hold(name: str, *, streamed: bool, why: str | None = None) -> list[LogEntry]:
+    """The log of a conversation that ends its first call the way ``name`` says, then makes the next call; a
+    cancellation is said to be ``why`` when given."""
     replies, steps, words = ENDINGS[name]
-    stopper = Stopper()
+    stopper = Stopper(why)
     agent = (StreamingAgent if streamed or "streaming" in name else Agent)(list(replies), stopper)
     conversation = Conversation(
         agent=agent, domain=SlowNotes(stopper), human=Person(list(steps), stopper), timeout=5.0
     )
+    stopper.conversation = conversation
     for said in words:
         with anyio.CancelScope() as scope:
             stopper.scope = scope
@@ -191,14 +198,16 @@ def anyio_backend() -> tuple[str, dict[str, object]]:
     return "trio", {"clock": trio.testing.MockClock(autojump_threshold=0)}
 
 
+@pytest.mark.parametrize("why", [None, "cancelled by the person"], ids=["bare", "said"])
 @pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("name", sorted(ENDINGS))
-async def test_every_way_a_call_ends_replays_identical(name: str, streamed: bool) -> None:
-    log = await hold(name, streamed=streamed)
+async def test_every_way_a_call_ends_replays_identical(name: str, streamed: bool, why: str | None) -> None:
+    log = await hold(name, streamed=streamed, why=why)
     kinds = [entry.event.type for entry in log]
     assert kinds.count("said") == 2 and "finished" in kinds
     if name.startswith("cancelled"):
-        assert "interrupted" in kinds
+        (interrupted,) = [entry.event for entry in log if entry.event.type == "interrupted"]
+        assert interrupted.reason == (why or "the call was cancelled")
     if name.startswith("cut"):
         (refused,) = [entry.event for entry in log if entry.event.type == "reply-refused"]
         assert refused.reason.startswith(f"the reply was cut: the {name.split('-')[-2]} deadline passed")

@@ -626,6 +626,31 @@ async def test_cancelling_while_an_action_runs_fails_it_as_interrupted() -> None
     assert first.hint == "The turn stopped while the action ran; its effect is unknown."
 
 
+@pytest.mark.parametrize(
+    ("said", "recorded"), [(None, "the call was cancelled"), ("cancelled by ann", "cancelled by ann")]
+)
+async def test_a_cancellation_is_recorded_in_the_words_the_surface_gives(said: str | None, recorded: str) -> None:
+    stall = Stall()
+    conversation = Conversation(agent=Agent([stall]), domain=Notes(), human=policy_human())
+    if said is None:
+        await stall.interrupt(partial(conversation.say, "go"))
+    else:
+
+        async def say_then_say_why() -> None:
+            async with anyio.create_task_group() as group:
+                group.start_soon(conversation.say, "go")
+                await stall.reached.wait()
+                conversation.cancelling(said)
+                group.cancel_scope.cancel()
+
+        await say_then_say_why()
+    again = Stall()
+    conversation.agent = Agent([again])
+    await again.interrupt(partial(conversation.say, "again"))  # the words were for the first call only
+    reasons = [entry.event.reason for entry in conversation.log if entry.event.type == "interrupted"]
+    assert reasons == [recorded, "the call was cancelled"]
+
+
 async def test_cancelling_while_the_person_answers_keeps_earlier_outcomes() -> None:
     stall = Stall()
 

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -272,6 +273,28 @@ def test_text_shows_as_it_arrives_and_only_once(server: OpenAIServer, terminal: 
     assert term.finish() == 0
     screen = term.screen
     assert screen.count("Fine, fine, fine.") == 1 and screen.count("The end.") == 1, screen
+
+
+def test_a_turn_the_person_cancels_is_logged_as_theirs(
+    server: OpenAIServer, tmp_path: Path, terminal: Start
+) -> None:
+    server.add(Reply(dial("<dial-inform>Once upon a time, far away.</dial-inform>"), chunks=8, hold_after=3))
+    store = f"sqlite:{tmp_path / 'c.db'}"
+    term = terminal("chat", "--agent", f"{server.base_url}#m", "--domain", DOMAIN, "--store", store, "--id", "c1")
+    term.type("tell me a story", after="you:")
+    term.expect("agent: Once")
+    term.press("\x03")
+    term.expect("turn cancelled")
+    term.press("\x04", after="you:")
+    assert term.finish() == 0
+    shown = subprocess.run(
+        [sys.executable, "-m", "dial_runtime.cli", "log", "c1", "--store", store],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert "cancelled by the person" in shown, shown
 
 
 def test_chat_cuts_a_stalled_stream_at_its_idle_deadline(server: OpenAIServer, terminal: Start) -> None:

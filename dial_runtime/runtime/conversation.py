@@ -255,6 +255,12 @@ class Conversation:
         """The suggestions and asks waiting for a deferred decision or answer."""
         return self._core.state.pending()
 
+    def cancelling(self, why: str) -> None:
+        """Say why the call in progress is about to be cancelled (``"cancelled by the person"``): the log records
+        the interruption in those words instead of a bare cancellation. For the call in progress only; a surface
+        calls it just before it cancels the scope the call runs in."""
+        self._core.cancel_reason = why
+
     def recover(self) -> None:
         """Close now a call that a dead process left open in the log this conversation was built from (the next
         call does it otherwise). A stored conversation recovers in its calls, under the store's lock."""

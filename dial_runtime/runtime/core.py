@@ -190,6 +190,7 @@ class ConversationCore:
     __slots__ = (
         "_outcomes",
         "answers",
+        "cancel_reason",
         "conversation_id",
         "decide_timeout",
         "flow",
@@ -220,6 +221,7 @@ class ConversationCore:
         self.stream: _Stream | None = None
         self.notices: list[InformDeltaEvent] | None = None  # text to show the person now, not on the log
         self._outcomes: list[Outcome] | None = None  # the outcomes of the call in progress
+        self.cancel_reason: str | None = None  # why the call in progress is being cancelled, when someone says
 
     # --- the log -----------------------------------------------------------------------------------------------
 
@@ -346,7 +348,8 @@ class ConversationCore:
                 yield from first
             yield from self._loop(words)
         except BaseException as error:
-            why = reason(error)
+            said = self.cancel_reason
+            why = reason(error) if isinstance(error, Exception) or said is None else said
             self._log_progress()  # what arrived of a stream it cut off: the words the turn was read from
             if not TURN_LOOP.is_final(state.loop):
                 self._abandon(why)
@@ -356,6 +359,7 @@ class ConversationCore:
             raise
         finally:
             outcomes, self._outcomes = self._outcomes or [], None
+            self.cancel_reason = None
         status = CALL_STATUS[state.loop]
         self.record(FinishedEvent(status=status, turns=state.turn))
         return TurnResult(status=status, turns=state.turn, outcomes=tuple(outcomes), pending=state.pending())

@@ -81,6 +81,10 @@ def _words_bindings() -> KeyBindings:
     return bindings
 
 
+#: How the log words a turn the person cancelled (Ctrl-C, or Ctrl-D at a prompt inside the turn).
+CANCELLED_BY_PERSON = "cancelled by the person"
+
+
 class _Later(Exception):
     """The person keeps a question waiting (``/later``, ``/quit``, Ctrl-D at its prompt)."""
 
@@ -144,6 +148,7 @@ class TerminalSurface:
         self._status: Status | None = None
         self._live: tuple[int, list[str]] | None = None  # the element whose text is arriving, what was printed
         self._turn: anyio.CancelScope | None = None
+        self._turning: Conversation | None = None  # the conversation whose call ``_turn`` holds
         self._sessions: dict[str, PromptSession[str]] = {}
 
     # Rendering -----------------------------------------------------------------------------------------------
@@ -572,7 +577,7 @@ class TerminalSurface:
         """Give the conversation the person's decision or answer on ``item`` (``None``: carry on with the reply a
         stop cut short), as a turn Ctrl-C cancels; say so when another session got there first."""
         with anyio.CancelScope() as scope:
-            self._turn = scope
+            self._turn, self._turning = scope, conversation
             try:
                 if isinstance(item, Suggestion):
                     result = await conversation.decide(item.id, chosen, by=self.by)
@@ -592,7 +597,7 @@ class TerminalSurface:
                 self.note(f"   ({item.id} {error})", "yellow")
                 return
             finally:
-                self._turn = None
+                self._turn = self._turning = None
                 self._stop_spinner()
         if scope.cancelled_caught:
             self.note("   (cancelled: what the agent was not told goes with your next message)", "yellow")
@@ -620,13 +625,13 @@ class TerminalSurface:
         cancelled (what the agent was not told stays owed), or it raised (a failed send: the agent's error)."""
         result: TurnResult | None = None
         with anyio.CancelScope() as scope:
-            self._turn = scope
+            self._turn, self._turning = scope, conversation
             try:
                 result = await conversation.say(words)
             except Exception as error:
                 self.note(f"   (the turn stopped: {type(error).__name__}: {error})", "red")
             finally:
-                self._turn = None
+                self._turn = self._turning = None
                 self._stop_spinner()
         if scope.cancelled_caught:
             self.note("   (turn cancelled: what the agent was not told goes with your next message)", "yellow")
@@ -648,14 +653,24 @@ class TerminalSurface:
     async def _listen(self, session: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT) as signals:
             async for _ in signals:
-                (self._turn or session).cancel()
+                if self._turn is None:
+                    session.cancel()
+                else:
+                    self._stop_turn()
 
     async def _cancel_turn(self) -> NoReturn:
         """Cancel the running turn from inside it; outside a turn, interrupt the caller."""
         if self._turn is not None:
-            self._turn.cancel()
+            self._stop_turn()
             await anyio.lowlevel.checkpoint()
         raise KeyboardInterrupt
+
+    def _stop_turn(self) -> None:
+        """Cancel the running turn, and have the log say the person did."""
+        assert self._turn is not None
+        if self._turning is not None:
+            self._turning.cancelling(CANCELLED_BY_PERSON)
+        self._turn.cancel()
 
 
 def _ended(conversation: Conversation) -> str:
