@@ -197,24 +197,40 @@ def test_a_script_agent_replies_from_a_json_list_or_a_recorded_log(tmp_path: Pat
     assert replies and [recorded.send("m") for _ in replies] == replies
 
 
+def test_a_script_agent_replies_from_a_yaml_list_with_multi_line_replies(tmp_path: Path) -> None:
+    script = tmp_path / "replies.yaml"
+    script.write_text(
+        "- |\n  <dial>\n    <dial-inform>Hello.</dial-inform>\n  </dial>\n- Plain prose.\n", encoding="utf-8"
+    )
+    agent = agent_from_uri(f"script:{script}")
+    assert isinstance(agent, ScriptedAgent)
+    assert agent.send("a") == "<dial>\n  <dial-inform>Hello.</dial-inform>\n</dial>\n"
+    assert agent.send("b") == "Plain prose."
+
+
 class _Message:
     def __init__(self, role: str) -> None:
         self.role = role
 
 
 @pytest.mark.parametrize(
-    ("content", "says"),
+    ("name", "content", "says"),
     [
-        (None, "cannot read it"),
-        (b'{"not": "a list"}', "neither a JSON list of replies nor a dial-runtime JSON Lines log"),
-        (b"[1, 2", "not a JSON list of replies"),
-        (b'["fine", {"reply": "x"}]', "reply 2 is dict, not a string"),
-        (b"\xff\xfe[]", "not UTF-8 text"),
-        (b"hello\n", "neither a JSON list of replies nor a dial-runtime JSON Lines log"),
+        ("script.json", None, "cannot read it"),
+        ("script.json", b'{"not": "a list"}', "neither a JSON list of replies nor a dial-runtime JSON Lines log"),
+        ("script.json", b"[1, 2", "not a JSON list of replies"),
+        ("script.json", b'["fine", {"reply": "x"}]', "reply 2 is dict, not a string"),
+        ("script.json", b"\xff\xfe[]", "not UTF-8 text"),
+        ("script.json", b"hello\n", "neither a JSON list of replies nor a dial-runtime JSON Lines log"),
+        ("script.yaml", b"- one\n- [unclosed\n", "not YAML at line 3"),
+        ("script.yml", b"reply: one\n", "expected a YAML list of replies"),
+        ("script.yaml", b"- one\n- 2\n", "reply 2 is int, not a string"),
     ],
 )
-def test_a_script_agent_refuses_a_bad_file_in_one_line(tmp_path: Path, content: bytes | None, says: str) -> None:
-    path = tmp_path / "script.json"
+def test_a_script_agent_refuses_a_bad_file_in_one_line(
+    tmp_path: Path, name: str, content: bytes | None, says: str
+) -> None:
+    path = tmp_path / name
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(ValueError, match=re.escape(says)) as raised:

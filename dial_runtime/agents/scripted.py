@@ -40,8 +40,9 @@ class ScriptedAgent:
 
 
 def load_script(path: str | Path) -> list[str]:
-    """The replies in ``path``: a JSON list of strings (each one reply, in order), or a JSON Lines log as
-    ``dial-runtime export`` writes it (the agent's replies in that conversation).
+    """The replies in ``path``: a JSON list of strings (each one reply, in order), the same list in YAML (a
+    ``.yaml`` or ``.yml`` file, where a block scalar keeps a multi-line reply readable; needs the ``yaml`` extra),
+    or a JSON Lines log as ``dial-runtime export`` writes it (the agent's replies in that conversation).
 
     ``ValueError`` with one line saying what is wrong (a file that cannot be read, is not UTF-8, is neither
     form, or holds something other than text where a reply should be).
@@ -53,17 +54,14 @@ def load_script(path: str | Path) -> list[str]:
         raise ValueError(f"script {shown!r}: cannot read it ({error.strerror or error})") from None
     except UnicodeDecodeError as error:
         raise ValueError(f"script {shown!r}: not UTF-8 text (byte {error.start})") from None
+    if Path(path).suffix.lower() in (".yaml", ".yml"):
+        return _replies(_yaml(text, shown), shown, "YAML")
     if text.lstrip().startswith("["):
         try:
             replies: Any = json.loads(text)
         except ValueError as error:
             raise ValueError(f"script {shown!r}: not a JSON list of replies ({error})") from None
-        if not isinstance(replies, list):
-            raise ValueError(f"script {shown!r}: expected a JSON list of replies")
-        for number, reply in enumerate(replies, start=1):
-            if not isinstance(reply, str):
-                raise ValueError(f"script {shown!r}: reply {number} is {type(reply).__name__}, not a string")
-        return replies
+        return _replies(replies, shown, "JSON")
     from ..jsonl import import_jsonl
     from ..runtime.events import ReplyEvent
 
@@ -74,3 +72,29 @@ def load_script(path: str | Path) -> list[str]:
             f"script {shown!r}: neither a JSON list of replies nor a dial-runtime JSON Lines log ({error})"
         ) from None
     return [entry.event.text for entry in entries if isinstance(entry.event, ReplyEvent)]
+
+
+def _yaml(text: str, shown: str) -> Any:
+    try:
+        import yaml
+    except ImportError:
+        raise ValueError(
+            f"script {shown!r}: reading YAML needs the yaml extra (pip install 'dial-runtime[yaml]')"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        problem = getattr(error, "problem", None) or error
+        raise ValueError(f"script {shown!r}: not YAML{line} ({problem})") from None
+
+
+def _replies(replies: Any, shown: str, form: str) -> list[str]:
+    """``replies`` when it is a list of strings; else ``ValueError`` naming what is not."""
+    if not isinstance(replies, list):
+        raise ValueError(f"script {shown!r}: expected a {form} list of replies")
+    for number, reply in enumerate(replies, start=1):
+        if not isinstance(reply, str):
+            raise ValueError(f"script {shown!r}: reply {number} is {type(reply).__name__}, not a string")
+    return replies

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -84,18 +83,18 @@ class McpServer:
 
 
 def agent_factory(uri: str, domain: Any) -> AgentFactory:
-    """The agent of each run: ``script:FILE`` (a JSON list of replies) replies from the file, taken up where the
-    conversation's log left it; any other URI is a :class:`ChatAgent` (``agent_from_uri``) whose history is
-    rebuilt from the log, sharing one HTTP client. ``ValueError`` for a URI or file that cannot serve."""
+    """The agent of each run: ``script:FILE`` (JSON, YAML or a JSON Lines log: see
+    :func:`~dial_runtime.agents.scripted.load_script`) replies from the file, taken up where the conversation's
+    log left it; any other URI is a :class:`ChatAgent` (``agent_from_uri``) whose history is rebuilt from the
+    log, sharing one HTTP client. ``ValueError`` for a URI or file that cannot serve."""
     scheme, _, rest = uri.partition(":")
     if scheme == "script":
+        from ..agents.scripted import load_script
+
         try:
-            replies = json.loads(Path(rest).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise ValueError(f"--agent {uri!r}: cannot read a JSON list of replies: {error}") from None
-        if not isinstance(replies, list) or not all(isinstance(reply, str) for reply in replies):
-            raise ValueError(f"--agent {uri!r}: the file must hold a JSON list of strings")
-        return scripted_agents(replies)
+            return scripted_agents(load_script(rest))
+        except ValueError as error:
+            raise ValueError(f"--agent {uri!r}: {error}") from None
     from ..agents import agent_from_uri, history_from_log, system_prompt
 
     prompt = system_prompt(domain)
