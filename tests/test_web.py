@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from dial_runtime import open_store
 from dial_runtime.web import create_app, scripted_agents
@@ -406,3 +407,12 @@ def test_a_flow_that_reaches_a_final_state_finishes_the_run_with_its_result() ->
         assert first[-1]["type"] == "RUN_FINISHED" and first[-1].get("result") is None
         last = decode(http.post("/agui", json=run_input("o", resume=[accept(interrupts(first)[0])])).text)
     assert last[-1]["type"] == "RUN_FINISHED" and last[-1]["result"] == "cancelled"
+
+
+def test_the_surface_mounted_in_a_fastapi_application_serves_runs_under_its_prefix() -> None:
+    api = FastAPI()
+    api.mount("/chat", create_app(store="memory:", domain=WebNotes(), agent=scripted_agents([ADD, ACK])))
+    with serving(api) as url, httpx.Client(base_url=f"{url}/chat", timeout=10.0) as http:
+        events = decode(http.post("/agui", json=run_input("m", words="add milk")).text)
+        assert [each["id"] for each in interrupts(events)] == ["sg-1"]
+        assert "dial-chat" in http.get("/").text
