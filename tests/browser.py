@@ -6,7 +6,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 CHROMIUM = os.environ.get("DIAL_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -31,3 +31,9 @@ def chromium() -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+def say(page: Page, words: str) -> None:
+    """Type ``words`` into the panel and send them, as a person does."""
+    page.locator(".dial-input").fill(words)
+    page.locator(".dial-input").press("Enter")

@@ -11,7 +11,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from dial_runtime.web import create_app, scripted_agents
 
-from .browser import chromium
+from .browser import chromium, say
 from .fakes import envelope, suggest
 from .web_domains import WebNotes
 from .web_server import serving
@@ -67,11 +67,6 @@ def open_panel(context: BrowserContext, base_url: str, *replies: str, thread: st
     page.goto(f"{base_url}/?thread={thread}")
     expect(page.locator("dial-chat .dial-input")).to_be_visible()
     return page
-
-
-def say(page: Page, words: str) -> None:
-    page.locator(".dial-input").fill(words)
-    page.locator(".dial-input").press("Enter")
 
 
 def card(page: Page, suggestion: str = "sg-1") -> object:

@@ -23,7 +23,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from dial_runtime import open_store
 
-from .browser import chromium
+from .browser import chromium, say
 from .fakes import envelope, suggest
 from .web_server import changes, decode, free_port, run_input, server_process
 
@@ -64,11 +64,6 @@ def panel(browser: Browser, url: str, thread: str) -> Page:
     page.goto(f"{url}/?thread={thread}")
     expect(page.locator("dial-chat .dial-input")).to_be_visible()
     return page
-
-
-def say(page: Page, words: str) -> None:
-    page.locator(".dial-input").fill(words)
-    page.locator(".dial-input").press("Enter")
 
 
 def stored_types(store: str, conversation: str) -> list[str]:
