@@ -198,7 +198,7 @@ class Conversation:
 
     @on_event.setter
     def on_event(self, value: Callable[[Event | InformDeltaEvent], object] | None) -> None:
-        """Set what is shown the events recorded from now on."""
+        """Replace the callback: it is shown what is recorded from now on, not what came before."""
         self._on_event = value
         self._shown = len(self._core.log.events)
 
