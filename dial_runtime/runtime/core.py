@@ -18,6 +18,8 @@ import time
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
+import msgspec
+
 from ..errors import AlreadyDecided, DialError, DialSizeError, PayloadChanged
 from ..language.outcomes import Outcome, outcome_reply, refusal_reply, to_json_ready
 from ..language.parser import parse
@@ -663,17 +665,7 @@ class ConversationCore:
             options=element.options,
             timeout=element.timeout,
         )
-        self.record(
-            AskEvent(
-                id=ask.id,
-                text=ask.text,
-                response_type=ask.response_type,
-                options=ask.options,
-                timeout=ask.timeout,
-                asked=asked,
-                element=index,
-            )
-        )
+        self.record(AskEvent(**msgspec.structs.asdict(ask), asked=asked, element=index))  # the ask, as logged
         if not asked:
             return
         given = yield from self._consult(ask, ask.timeout)
