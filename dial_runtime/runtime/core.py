@@ -28,15 +28,15 @@ from ..language.records import AskElement, Declare, Delegate, Element, Execute, 
 from ..language.stream import StreamParser, TextDelta
 from ..statemachines import CALL_STATUS, MOVES_FLOW, OUTCOME_STATUS, RUNNING, SUGGESTION, TURN_LOOP
 from .effects import (
+    AWAIT_STREAM,
+    END_STREAM,
+    GET_CONTEXT,
     Answer,
     AwaitPerson,
-    AwaitStream,
     Consult,
     DeadlinePassed,
     Effect,
-    EndStream,
     Expired,
-    GetContext,
     LookUp,
     NoReply,
     Ran,
@@ -376,7 +376,7 @@ class ConversationCore:
                 ):
                     self.record(TurnLimitEvent(turns=self.max_turns))
                     return
-                context = yield GetContext()
+                context = yield GET_CONTEXT
                 message = self._compose(words, context)
                 words = ""
                 message_id = self._message_id()
@@ -397,9 +397,11 @@ class ConversationCore:
                 else:
                     assert isinstance(answer, Replied)
                     self.record(ReplyEvent(turn=turn, text=answer.text))
-                    yield from self._handle(self._elements())
+                    elements = self._elements()
+                    yield from self._handle(elements, self._unhandled(), len(elements))
             else:
-                yield from self._handle(self._elements())
+                elements = self._elements()
+                yield from self._handle(elements, self._unhandled(), len(elements))
             self.record(HandledEvent(turn=state.turn))
 
     def _message_id(self) -> str | None:
@@ -515,7 +517,7 @@ class ConversationCore:
         assert stream is not None
         if stream.started:
             yield from self._consume(stream)
-        yield EndStream()
+        yield END_STREAM
         if stream.failure is not None and not stream.started:
             self.stream = None
             self.record(SendFailedEvent(turn=turn, error=reason(stream.failure)))
@@ -526,7 +528,7 @@ class ConversationCore:
             return
         elements = self._elements()
         self.stream = None
-        yield from self._handle(elements)
+        yield from self._handle(elements, self._unhandled(), len(elements))
 
     def _cut(self, stream: _Stream) -> None:
         """What a reply cut by a deadline comes to once its complete elements are handled: its prose so far shown
@@ -540,7 +542,7 @@ class ConversationCore:
 
     def _consume(self, stream: _Stream) -> Generator[Effect, Any, None]:
         """Handle streamed elements in order; a suggest without its own payload waits for what follows it."""
-        index = max(self.state.cursor + 1, 0)
+        index = self._unhandled()
         prose_shown = False
         parser = stream.parser
         while True:
@@ -550,22 +552,18 @@ class ConversationCore:
                 if parser.prose_before and parser.prose_before.strip():
                     self.record(InformEvent(text=parser.prose_before.strip(), element=-1))
             arrived = stream.elements
-            available = len(arrived)
-            if index < available:
-                element = arrived[index]
-                if (
-                    not isinstance(element, Suggest)
-                    or element.payload_text is not None
-                    or index + 1 < available
-                    or stream.ended
-                ):
-                    index = yield from self._element(arrived, index)
-                    continue
+            ready = len(arrived)
+            last = arrived[-1] if arrived else None
+            if isinstance(last, Suggest) and last.payload_text is None and not stream.ended:
+                ready -= 1  # its payload may be the element that arrives next
+            if index < ready:
+                index = yield from self._handle(arrived, index, ready)
+                continue
             if stream.ended:
                 break
             stream.at = index if prose_shown else -1
             self._release(stream)
-            yield AwaitStream()
+            yield AWAIT_STREAM
             stream.at = None
         stream.at, stream.held = None, []
         trailing = parser.prose_after()
@@ -608,22 +606,24 @@ class ConversationCore:
             )
         return ()
 
-    def _handle(self, elements: Sequence[Element]) -> Generator[Effect, Any, None]:
-        """Handle the reply's elements in document order, from the first one not yet accounted for."""
-        index = max(self.state.cursor + 1, 0)
-        while index < len(elements):
-            index = yield from self._element(elements, index)
+    def _handle(self, elements: Sequence[Element], index: int, stop: int) -> Generator[Effect, Any, int]:
+        """Handle the elements from ``index`` to ``stop`` in document order; the index of the next one (a
+        suggest may use the elements after it for its payload)."""
+        while index < stop:
+            element = elements[index]
+            if isinstance(element, Suggest):
+                index = yield from self._suggest(elements, index)
+                continue
+            if isinstance(element, AskElement):
+                yield from self._ask(element, index)
+            else:
+                _HANDLERS[element.type](self, element, index)
+            index += 1
+        return index
 
-    def _element(self, elements: Sequence[Element], index: int) -> Generator[Effect, Any, int]:
-        """Handle the element at ``index``; the index of the next one."""
-        element = elements[index]
-        if isinstance(element, Suggest):
-            return (yield from self._suggest(elements, index))
-        if isinstance(element, AskElement):
-            yield from self._ask(element, index)
-        else:
-            _HANDLERS[element.type](self, element, index)
-        return index + 1
+    def _unhandled(self) -> int:
+        """The index of the reply's first element not yet accounted for (a resumed call carries on there)."""
+        return max(self.state.cursor + 1, 0)
 
     def _inform(self, element: Any, index: int) -> None:
         if element.text:
@@ -955,7 +955,7 @@ class ConversationCore:
         except DialSizeError:
             envelope = None
         remaining = envelope.elements if envelope is not None else ()
-        index = max(state.cursor + 1, 0)
+        index = self._unhandled()
         while index < len(remaining):
             element = remaining[index]
             if isinstance(element, Suggest):

@@ -107,6 +107,12 @@ class RunAction(Effect, frozen=True, kw_only=True):
     payload: Any
 
 
+#: The effects that carry nothing, made once: the core yields the same instance every time.
+GET_CONTEXT = GetContext()
+AWAIT_STREAM = AwaitStream()
+END_STREAM = EndStream()
+
+
 class Replied(msgspec.Struct, frozen=True):
     """The agent's whole reply."""
 
@@ -169,6 +175,9 @@ class RunFailed(msgspec.Struct, frozen=True):
 
 
 __all__ = [
+    "AWAIT_STREAM",
+    "END_STREAM",
+    "GET_CONTEXT",
     "Answer",
     "AwaitPerson",
     "AwaitStream",
