@@ -43,12 +43,12 @@ from ..statemachines import (
 from ..statemachines.compiled import Table
 from ..statemachines.turn_loop import CALL_STATUS
 from .events import (
+    EVENT_TYPES,
     ActionStartedEvent,
     AnsweredEvent,
     AskEvent,
     DecidedEvent,
     DeclareEvent,
-    EVENT_TYPES,
     DeferredEvent,
     EndedEvent,
     Event,
@@ -190,7 +190,9 @@ class ConversationState:
 
     def awaits_person(self) -> bool:
         """Whether a deferred decision or answer is pending (:meth:`pending` without making the records)."""
-        return bool(self.open_asks) or any(each.deferred for each in self.open_suggestions.values())
+        if self.open_asks:
+            return True
+        return bool(self.open_suggestions) and any(each.deferred for each in self.open_suggestions.values())
 
     def used(self, ident: str) -> bool:
         """Whether a suggestion or an ask of this conversation has the id already.
@@ -324,7 +326,8 @@ class ConversationState:
             cut_short=not event.complete,
             ending=self.ended,
             words_pending=bool(self.owed_words),
-            needs_reply=any(outcome.status in NEEDS_REPLY for outcome in self.owed_outcomes),
+            needs_reply=bool(self.owed_outcomes)
+            and any(outcome.status in NEEDS_REPLY for outcome in self.owed_outcomes),
             unusable_reply=bool(self.owed_refusals),
         )
 
@@ -335,7 +338,7 @@ class ConversationState:
             raise _Refusal(f"unknown outcome status {event.status!r}")
         reached = (
             opened.state == final
-            if SUGGESTION.is_final(opened.state)
+            if opened.state in SUGGESTION.finals
             else final in SUGGESTION.reachable(opened.state)
         )
         if not reached:
