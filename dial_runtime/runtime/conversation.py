@@ -443,7 +443,8 @@ class Conversation:
         if callable(getattr(self.agent, "stream", None)):
             return await self._stream(call, effect)
         timeout = self.timeout
-        reply: object = self.agent.send(effect.message, **self._ids(effect, streamed=False))
+        ids = self._ids(effect, streamed=False)
+        reply: object = self.agent.send(effect.message, **ids) if ids else self.agent.send(effect.message)
         if _awaitable(reply):
             if timeout is None:
                 reply = await reply

@@ -935,15 +935,35 @@ class ConversationCore:
         if flow.table.is_final(target):
             self.record(EndedEvent(reason=f"the {flow.name} flow reached {target!r}", result=target))
 
-    def _finish(self, opened: OpenSuggestion, final: str, *, preview: str | None = None, **fields: Any) -> None:
-        """Report the outcome of a suggestion that reached the final state ``final``."""
+    def _finish(
+        self,
+        opened: OpenSuggestion,
+        final: str,
+        *,
+        preview: str | None = None,
+        result: Any = None,
+        error: str | None = None,
+        code: str | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+        edited: bool = False,
+        expired: bool = False,
+    ) -> None:
+        """Report the outcome of a suggestion that reached the final state ``final`` (the fields are the
+        :class:`Outcome`'s, passed on one by one: see :attr:`OutcomeEvent.outcome`)."""
         shown = opened.preview if preview is None else preview
         event = OutcomeEvent(
             id=opened.id,
             action=opened.action,
             status=OUTCOME_STATUS[final],
             preview="" if final == "invalid" else shown,
-            **fields,
+            result=result,
+            error=error,
+            code=code,
+            field=field,
+            hint=hint,
+            edited=edited,
+            expired=expired,
         )
         self.record(event)
         if self._outcomes is not None:

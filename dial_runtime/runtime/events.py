@@ -132,8 +132,23 @@ class OutcomeEvent(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def outcome(self) -> Outcome:
-        """The outcome this event reports."""
-        return Outcome(**msgspec.structs.asdict(self))  # the same fields, as a test holds
+        """The outcome this event reports (the same fields, as a test holds).
+
+        Named one by one: msgspec builds a record from keywords written out a few times faster than from an
+        unpacked dict, and every outcome of every call is made here."""
+        return Outcome(
+            id=self.id,
+            action=self.action,
+            status=self.status,
+            preview=self.preview,
+            result=self.result,
+            error=self.error,
+            code=self.code,
+            field=self.field,
+            hint=self.hint,
+            edited=self.edited,
+            expired=self.expired,
+        )
 
 
 class NoReplyEvent(msgspec.Struct, frozen=True, kw_only=True):

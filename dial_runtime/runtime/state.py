@@ -239,8 +239,8 @@ class ConversationState:
 
     def _said(self, event: SaidEvent) -> None:
         life = LIFE.fire(self.life, "begin")
-        flags = {"ending": life in ENDED, "nothing_to_send": not event.text and not self.owes()}
-        self.loop = TURN_LOOP.fire(self.loop, "begin", **flags)
+        nothing_to_send = not event.text and not self.owes()
+        self.loop = TURN_LOOP.fire(self.loop, "begin", ending=life in ENDED, nothing_to_send=nothing_to_send)
         self.life = life
         self.turn = 0
 
@@ -369,18 +369,20 @@ class ConversationState:
     def _use_id(self, ident: str, prefix: str, assigned: bool) -> None:
         """Take an id, unique within the conversation: an assigned one moves the counter on to it (it must be
         the next), an id the agent chose is remembered."""
+        if assigned:  # the next assigned id is never used: next_id skips the agent's ids
+            expected = self.next_id(prefix)
+            if ident != expected:
+                raise _Refusal(f"the next assigned id is {expected!r}, not {ident!r}")
+            if prefix == "sg":
+                self.suggestions_numbered = int(ident[3:])
+            else:
+                self.asks_numbered = int(ident[4:])
+            return
         if self.used(ident):
             raise _Refusal(f"the id {ident!r} is used already")
-        if not assigned:
-            if self.given_ids is None:
-                self.given_ids = set()
-            self.given_ids.add(ident)
-        elif ident != self.next_id(prefix):
-            raise _Refusal(f"the next assigned id is {self.next_id(prefix)!r}, not {ident!r}")
-        elif prefix == "sg":
-            self.suggestions_numbered = int(ident[3:])
-        else:
-            self.asks_numbered = int(ident[4:])
+        if self.given_ids is None:
+            self.given_ids = set()
+        self.given_ids.add(ident)
 
     def _answered(self, event: AnsweredEvent) -> None:
         if self.asked.pop(event.ask_id, None) is None and self.open_asks.pop(event.ask_id, None) is None:
