@@ -38,8 +38,9 @@ import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, cast
 
+import msgspec
 from lxml import etree
 
 from dial_runtime.errors import DialSizeError
@@ -991,8 +992,9 @@ def _extra_envelopes(text: str, pos: int, line: int, line_pos: int, issues: _Iss
         )
 
 
-class _Read(NamedTuple):
-    """One envelope candidate, read: where it is, what it holds, the issues found so far."""
+class _Read(msgspec.Struct, frozen=True):
+    """One envelope candidate, read: where it is, what it holds, the issues found so far (a Struct: made for
+    every reply, it is built in a third of a named tuple's time)."""
 
     found: tuple[int, int, int, bool]
     attributes: RootAttributes
