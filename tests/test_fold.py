@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import pytest
@@ -56,6 +56,13 @@ def seq_of(entries: list[LogEntry], kind: str, **fields: Any) -> int:
         for entry in entries
         if entry.event.type == kind and all(getattr(entry.event, k) == v for k, v in fields.items())
     )
+
+
+class Unknown(msgspec.Struct, frozen=True, kw_only=True):
+    """An event-like record of a type no run of the runtime writes."""
+
+    type: ClassVar[str] = "unknown-kind"
+    text: str
 
 
 def replaced(entries: list[LogEntry], seq: int, event: Any) -> list[LogEntry]:
@@ -140,6 +147,11 @@ def _corruptions() -> list[Any]:
             len(log) + 1,
         ),
         (
+            "an event of a type the runtime does not know",
+            renumbered([*log[:sent], LogEntry(seq=0, time=1.0, event=Unknown(text="hi")), *log[sent:]]),  # type: ignore[arg-type]
+            sent + 1,
+        ),
+        (
             "a suggestion id proposed twice",
             renumbered([*log[:done], log[seq_of(log, "proposed", id="sg-1") - 1], *log[done:]]),
             done + 1,
@@ -166,6 +178,16 @@ def test_the_log_error_names_the_entry_its_type_and_why() -> None:
     assert (refused.value.seq, refused.value.event_type) == (done, "outcome")
     assert str(refused.value) == f"log entry {done} (outcome): unknown outcome status 'exploded'"
     assert isinstance(refused.value, ValueError)
+
+
+def test_an_event_of_an_unknown_type_is_named_as_such() -> None:
+    log = a_log()
+    sent = seq_of(log, "sent", turn=1)
+    odd = renumbered([*log[:sent], LogEntry(seq=0, time=1.0, event=Unknown(text="hi")), *log[sent:]])  # type: ignore[arg-type]
+    with pytest.raises(
+        LogError, match=f"log entry {sent + 1} \\(unknown-kind\\): unknown event type 'unknown-kind'"
+    ):
+        fold_log(odd)
 
 
 # --- random conversations, and random corruptions of their logs ------------------------------------------------

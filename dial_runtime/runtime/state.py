@@ -483,6 +483,8 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
 
 def _not_admitted(life: str, kind: str) -> str:
     """Why an event of ``kind`` cannot stand while the conversation's life is ``life``."""
+    if kind not in EVENT_TYPES:
+        return f"unknown event type {kind!r}"
     if life in IN_CALL:
         return f"a conversation that has ended sends nothing (no {kind!r})"
     return f"a {kind!r} happens only during a call"
