@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import msgspec
 
-from .runtime.events import EVENT_TYPES, Event, LogEntry, entry_to_dict
+from .runtime.events import Event, LogEntry, entry_to_dict, event_from_dict
 from .runtime.state import ConversationState
 from .statemachines.suggestion import OUTCOME_STATUS
 
@@ -111,16 +111,9 @@ def _entry(data: Any) -> LogEntry:
 def _event(fields: Any) -> Event:
     if not isinstance(fields, dict):
         raise TypeError(f"event is {type(fields).__name__}, not an object")
-    fields = dict(fields)
-    kind = fields.pop("type", None)
-    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
-    if cls is None:
-        raise ValueError(f"unknown event type {kind!r}")
-    unknown = set(fields) - set(cls.__struct_fields__)
-    if unknown:
-        raise ValueError(f"{kind} event: unknown field(s) {', '.join(sorted(unknown))}")
+    kind = fields.get("type")
     try:
-        event: Event = msgspec.convert(fields, cls)
+        event = event_from_dict(fields)
     except msgspec.ValidationError as error:
         raise ValueError(f"{kind} event: {error}") from None
     for (of, name), words in _VOCABULARY.items():

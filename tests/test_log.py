@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import partial
 from typing import Any
 
 import msgspec
 import pytest
 
-from dial_runtime import Conversation, Dismiss, Outcome, event_from_dict, event_to_dict, scripted_human
-from dial_runtime.runtime.events import EVENT_TYPES, OutcomeEvent, entry_from_dict, entry_to_dict
+from dial_runtime import Conversation, Dismiss, LogError, Outcome, event_from_dict, event_to_dict, scripted_human
+from dial_runtime.runtime.events import EVENT_TYPES, OutcomeEvent, SentEvent, entry_from_dict, entry_to_dict
 from dial_runtime.runtime.state import ConversationState
 
 from .fakes import Agent, Notes, Stall, envelope, hang, suggest
@@ -59,6 +60,45 @@ async def test_every_event_round_trips_through_json() -> None:
 def test_an_unknown_event_type_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown event type 'nope'"):
         event_from_dict({"type": "nope"})
+
+
+def test_each_event_is_tagged_with_its_type() -> None:
+    for kind, cls in EVENT_TYPES.items():
+        assert cls.__struct_config__.tag == kind
+        assert cls.__struct_config__.tag_field == "type"
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        pytest.param(
+            {"type": "sent", "turn": 1, "message": "hi", "colour": "red"}, "unknown field `colour`", id="unknown"
+        ),
+        pytest.param(
+            {"type": "sent", "turn": "one", "message": "hi"}, "Expected `int`, got `str` - at `$.turn`", id="type"
+        ),
+        pytest.param({"type": "sent", "message": "hi"}, "missing required field `turn`", id="missing"),
+        pytest.param(
+            {"type": "ask", "text": "?", "options": [{"value": 1}]}, "at `$.options[0].value`", id="nested"
+        ),
+    ],
+)
+def test_an_event_that_is_not_as_declared_is_refused_naming_the_field(data: dict[str, Any], named: str) -> None:
+    with pytest.raises(msgspec.ValidationError, match=re.escape(named)):
+        event_from_dict(data)
+
+
+def test_a_stored_entry_whose_event_is_not_as_declared_is_a_log_error_naming_it() -> None:
+    with pytest.raises(LogError) as refused:
+        entry_from_dict({"seq": 7, "time": 1.0, "event": {"type": "sent", "turn": "one", "message": "hi"}})
+    assert (refused.value.seq, refused.value.event_type) == (7, "sent")
+    assert "at `$.turn`" in str(refused.value)
+
+
+def test_a_sent_event_without_a_message_id_is_written_as_before_message_ids() -> None:
+    assert event_to_dict(SentEvent(turn=1, message="hi")) == {"type": "sent", "turn": 1, "message": "hi"}
+    with_id = SentEvent(turn=1, message="hi", message_id="c/reply-1")
+    assert event_to_dict(with_id) == {"type": "sent", "turn": 1, "message": "hi", "message_id": "c/reply-1"}
 
 
 async def test_a_rebuilt_conversation_behaves_like_the_original() -> None:

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, get_args
 
 import msgspec
 
+from ..errors import LogError
 from ..language.outcomes import Outcome
 from ..language.records import Option, Step
 
@@ -34,7 +35,12 @@ def _steps(values: Iterable[Step | Mapping[str, Any]]) -> tuple[Step, ...]:
     )
 
 
-class SentEvent(msgspec.Struct, frozen=True, kw_only=True):
+class _Logged(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True):
+    """What every event on the log shares: its JSON form carries its kind as ``type`` (msgspec's tagged union, so
+    one decoder reads any event, and an unknown type or field is refused). ``type`` is also a class attribute."""
+
+
+class SentEvent(_Logged, frozen=True, kw_only=True, tag="sent", omit_defaults=True):
     """A message went to the agent (``turn`` counts from 1 in each ``say``).
 
     ``message_id`` (a conversation with an id: ``"<conversation id>/reply-<n>"``, ``n`` the number of the reply it
@@ -48,7 +54,7 @@ class SentEvent(msgspec.Struct, frozen=True, kw_only=True):
     message_id: str | None = None
 
 
-class ReplyEvent(msgspec.Struct, frozen=True, kw_only=True):
+class ReplyEvent(_Logged, frozen=True, kw_only=True, tag="reply"):
     """The agent's raw reply arrived (whole: a streamed reply is reported when its last chunk is in);
     everything the message carried counts as delivered."""
 
@@ -57,14 +63,14 @@ class ReplyEvent(msgspec.Struct, frozen=True, kw_only=True):
     text: str
 
 
-class ReplyStartedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class ReplyStartedEvent(_Logged, frozen=True, kw_only=True, tag="reply-started"):
     """The first chunk of a streamed reply arrived: the message was delivered, and handling begins."""
 
     type: ClassVar[str] = "reply-started"
     turn: int
 
 
-class ReplyProgressEvent(msgspec.Struct, frozen=True, kw_only=True):
+class ReplyProgressEvent(_Logged, frozen=True, kw_only=True, tag="reply-progress"):
     """What had arrived of a streamed reply, since the turn's last ``reply-progress``, when the runtime began to
     wait for the person (a decision or an answer): the log's copy of the agent's words, should the process die
     before the reply's end is in. The reply so far is the concatenation of the turn's progress texts."""
@@ -74,7 +80,7 @@ class ReplyProgressEvent(msgspec.Struct, frozen=True, kw_only=True):
     text: str
 
 
-class InformEvent(msgspec.Struct, frozen=True, kw_only=True):
+class InformEvent(_Logged, frozen=True, kw_only=True, tag="inform"):
     """Something to show the person; ``act`` is ``inform`` or ``acknowledge`` when it came from an element."""
 
     type: ClassVar[str] = "inform"
@@ -83,7 +89,7 @@ class InformEvent(msgspec.Struct, frozen=True, kw_only=True):
     element: int | None = None
 
 
-class AskEvent(msgspec.Struct, frozen=True, kw_only=True):
+class AskEvent(_Logged, frozen=True, kw_only=True, tag="ask"):
     """A question the agent asked (put to the person unless they already said something else in this reply)."""
 
     type: ClassVar[str] = "ask"
@@ -99,7 +105,7 @@ class AskEvent(msgspec.Struct, frozen=True, kw_only=True):
         msgspec.structs.force_setattr(self, "options", _options(self.options))
 
 
-class SuggestionEvent(msgspec.Struct, frozen=True, kw_only=True):
+class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion"):
     """A valid suggestion, shown to the person (or run at once when read-only or a hand-off)."""
 
     type: ClassVar[str] = "suggestion"
@@ -113,7 +119,7 @@ class SuggestionEvent(msgspec.Struct, frozen=True, kw_only=True):
     handoff: bool = False
 
 
-class OutcomeEvent(msgspec.Struct, frozen=True, kw_only=True):
+class OutcomeEvent(_Logged, frozen=True, kw_only=True, tag="outcome"):
     """How a suggestion ended: exactly the fields of its :class:`Outcome` (a test holds the two lists equal),
     kept flat so that stored logs keep one shape; :attr:`outcome` gives the record."""
 
@@ -151,7 +157,7 @@ class OutcomeEvent(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-class NoReplyEvent(msgspec.Struct, frozen=True, kw_only=True):
+class NoReplyEvent(_Logged, frozen=True, kw_only=True, tag="no-reply"):
     """The agent did not answer within the deadline; what it was not told stays owed."""
 
     type: ClassVar[str] = "no-reply"
@@ -159,14 +165,14 @@ class NoReplyEvent(msgspec.Struct, frozen=True, kw_only=True):
     error: str
 
 
-class TurnLimitEvent(msgspec.Struct, frozen=True, kw_only=True):
+class TurnLimitEvent(_Logged, frozen=True, kw_only=True, tag="turn-limit"):
     """``max_turns`` turns were used in one ``say``; what is owed goes with the next one."""
 
     type: ClassVar[str] = "turn-limit"
     turns: int
 
 
-class DeclareEvent(msgspec.Struct, frozen=True, kw_only=True):
+class DeclareEvent(_Logged, frozen=True, kw_only=True, tag="declare"):
     """The agent declared a fact (an unpaired ``dial-declare``); stored in ``conversation.facts``."""
 
     type: ClassVar[str] = "declare"
@@ -175,7 +181,7 @@ class DeclareEvent(msgspec.Struct, frozen=True, kw_only=True):
     element: int | None = None
 
 
-class PhaticEvent(msgspec.Struct, frozen=True, kw_only=True):
+class PhaticEvent(_Logged, frozen=True, kw_only=True, tag="phatic"):
     """A channel signal from the agent (``session-complete`` ends the conversation)."""
 
     type: ClassVar[str] = "phatic"
@@ -183,7 +189,7 @@ class PhaticEvent(msgspec.Struct, frozen=True, kw_only=True):
     element: int | None = None
 
 
-class DelegateEvent(msgspec.Struct, frozen=True, kw_only=True):
+class DelegateEvent(_Logged, frozen=True, kw_only=True, tag="delegate"):
     """The agent handed something to another actor; shown, not acted on."""
 
     type: ClassVar[str] = "delegate"
@@ -194,7 +200,7 @@ class DelegateEvent(msgspec.Struct, frozen=True, kw_only=True):
     element: int | None = None
 
 
-class ExecuteEvent(msgspec.Struct, frozen=True, kw_only=True):
+class ExecuteEvent(_Logged, frozen=True, kw_only=True, tag="execute"):
     """The agent sent a step graph; shown, never run by this runtime."""
 
     type: ClassVar[str] = "execute"
@@ -206,14 +212,14 @@ class ExecuteEvent(msgspec.Struct, frozen=True, kw_only=True):
         msgspec.structs.force_setattr(self, "steps", _steps(self.steps))
 
 
-class SaidEvent(msgspec.Struct, frozen=True, kw_only=True):
+class SaidEvent(_Logged, frozen=True, kw_only=True, tag="said"):
     """A ``say`` began with these words of the person's (logged even after the conversation ended)."""
 
     type: ClassVar[str] = "said"
     text: str
 
 
-class ProposedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class ProposedEvent(_Logged, frozen=True, kw_only=True, tag="proposed"):
     """A suggestion was read from a reply (``element``: the last element it used, its declare included);
     ``numbered`` when the runtime assigned its ``sg-N`` id."""
 
@@ -226,7 +232,7 @@ class ProposedEvent(msgspec.Struct, frozen=True, kw_only=True):
     text: str = ""
 
 
-class AnsweredEvent(msgspec.Struct, frozen=True, kw_only=True):
+class AnsweredEvent(_Logged, frozen=True, kw_only=True, tag="answered"):
     """The person answered an ask; an empty answer (or ``expired``) means the question stands."""
 
     type: ClassVar[str] = "answered"
@@ -236,7 +242,7 @@ class AnsweredEvent(msgspec.Struct, frozen=True, kw_only=True):
     by: str | None = None
 
 
-class DecidedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class DecidedEvent(_Logged, frozen=True, kw_only=True, tag="decided"):
     """The person (``by``, when known) decided: ``accept``, ``dismiss``, ``edit``, ``say`` or ``expire``.
 
     An edit carries the payload before (``previous``) and after (``payload``); a say carries its ``text``.
@@ -251,7 +257,7 @@ class DecidedEvent(msgspec.Struct, frozen=True, kw_only=True):
     by: str | None = None
 
 
-class DeferredEvent(msgspec.Struct, frozen=True, kw_only=True):
+class DeferredEvent(_Logged, frozen=True, kw_only=True, tag="deferred"):
     """The person will decide on a suggestion (or answer an ask) later; the call returns ``awaiting``."""
 
     type: ClassVar[str] = "deferred"
@@ -259,7 +265,7 @@ class DeferredEvent(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
 
 
-class RefusedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class RefusedEvent(_Logged, frozen=True, kw_only=True, tag="refused"):
     """The domain refused the payload the person accepted or edited; they see ``issue`` and decide again.
 
     After a refused edit ``preview`` reads the edited payload (what the person now decides on); ``None`` when the
@@ -275,7 +281,7 @@ class RefusedEvent(msgspec.Struct, frozen=True, kw_only=True):
     preview: str | None = None
 
 
-class ActionStartedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class ActionStartedEvent(_Logged, frozen=True, kw_only=True, tag="action-started"):
     """An action is about to run with this (validated) payload; its outcome follows, unless the process dies."""
 
     type: ClassVar[str] = "action-started"
@@ -286,7 +292,7 @@ class ActionStartedEvent(msgspec.Struct, frozen=True, kw_only=True):
     edited: bool = False
 
 
-class FlowMovedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class FlowMovedEvent(_Logged, frozen=True, kw_only=True, tag="flow-moved"):
     """The domain's flow went from ``source`` to ``target`` on ``event``, fired by the ``done`` outcome of the
     suggestion ``suggestion_id`` (its ``action``), which the log holds just before."""
 
@@ -298,14 +304,14 @@ class FlowMovedEvent(msgspec.Struct, frozen=True, kw_only=True):
     action: str
 
 
-class ResumedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class ResumedEvent(_Logged, frozen=True, kw_only=True, tag="resumed"):
     """A call took up a conversation that was awaiting the person (``decide``, ``answer`` or ``resume``)."""
 
     type: ClassVar[str] = "resumed"
     call: str
 
 
-class HandledEvent(msgspec.Struct, frozen=True, kw_only=True):
+class HandledEvent(_Logged, frozen=True, kw_only=True, tag="handled"):
     """The turn's reply was handled as far as it can be now: every element (``complete``), or, for a call a dead
     process left open, up to where it stopped (the next call resumes from there)."""
 
@@ -314,7 +320,7 @@ class HandledEvent(msgspec.Struct, frozen=True, kw_only=True):
     complete: bool = True
 
 
-class SendFailedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class SendFailedEvent(_Logged, frozen=True, kw_only=True, tag="send-failed"):
     """``agent.send`` raised; ``say`` re-raises the error and everything owed stays owed."""
 
     type: ClassVar[str] = "send-failed"
@@ -322,7 +328,7 @@ class SendFailedEvent(msgspec.Struct, frozen=True, kw_only=True):
     error: str
 
 
-class ReplyRefusedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class ReplyRefusedEvent(_Logged, frozen=True, kw_only=True, tag="reply-refused"):
     """A reply could not be used at all; the agent is told why on the next turn."""
 
     type: ClassVar[str] = "reply-refused"
@@ -332,7 +338,7 @@ class ReplyRefusedEvent(msgspec.Struct, frozen=True, kw_only=True):
     element: int | None = None
 
 
-class InterruptedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class InterruptedEvent(_Logged, frozen=True, kw_only=True, tag="interrupted"):
     """A turn stopped early: cancelled by the caller, or a callback of the person's or domain's raised."""
 
     type: ClassVar[str] = "interrupted"
@@ -340,7 +346,7 @@ class InterruptedEvent(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
-class EndedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class EndedEvent(_Logged, frozen=True, kw_only=True, tag="ended"):
     """The conversation ended (the agent's ``session-complete``, ``end()``, or the domain's flow reaching a final
     state, whose name is then the conversation's ``result``); later words are only logged."""
 
@@ -349,7 +355,7 @@ class EndedEvent(msgspec.Struct, frozen=True, kw_only=True):
     result: str | None = None
 
 
-class FinishedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class FinishedEvent(_Logged, frozen=True, kw_only=True, tag="finished"):
     """A call finished with this status (a ``TurnResult`` status, ``awaiting`` or ``interrupted``)."""
 
     type: ClassVar[str] = "finished"
@@ -435,39 +441,36 @@ class LogEntry(msgspec.Struct, frozen=True, kw_only=True):
     event: Event
 
 
-def _plain(value: Any) -> Any:
-    """A field's value as JSON-ready data: records (options, steps) become dicts, tuples lists."""
-    if isinstance(value, tuple):
-        return [_plain(item) for item in value]
-    if isinstance(value, msgspec.Struct):
-        return {name: _plain(item) for name, item in msgspec.structs.asdict(value).items()}
+def _lists(value: Any) -> Any:
+    """``msgspec.to_builtins``'s output as JSON gives it back: tuples (options, steps, yields) become lists."""
+    if isinstance(value, dict):
+        return {name: _lists(item) for name, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_lists(item) for item in value]
     return value
 
 
-#: Fields added to an event after logs were first written: left out of its dict while ``None``, so a log written
-#: before them (or by a conversation that has no use for them) reads and writes back byte for byte as it was.
-_ADDED_FIELDS: dict[str, tuple[str, ...]] = {"sent": ("message_id",)}
-
-
 def event_to_dict(event: Event) -> dict[str, Any]:
-    """The event as JSON-ready data, ``type`` first."""
-    data: dict[str, Any] = {"type": event.type}
-    for name in event.__struct_fields__:
-        data[name] = _plain(getattr(event, name))
-    for name in _ADDED_FIELDS.get(event.type, ()):
-        if data[name] is None:
-            del data[name]
+    """The event as JSON-ready data: its tagged form, ``type`` first, then every field.
+
+    A field added after logs were first written is left out while it holds its default (``sent``'s
+    ``message_id``), so a log written before it reads and writes back byte for byte as it was.
+    """
+    data: dict[str, Any] = _lists(msgspec.to_builtins(event))
     return data
 
 
 def event_from_dict(data: Mapping[str, Any]) -> Event:
-    """The event :func:`event_to_dict` made; ``ValueError`` for an unknown type."""
-    fields = dict(data)
-    kind = fields.pop("type", None)
-    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
-    if cls is None:
+    """The event :func:`event_to_dict` made, every field checked against its declared type.
+
+    ``ValueError`` for an unknown type; ``msgspec.ValidationError`` (a ``ValueError``) for an unknown field, a
+    missing one or one of the wrong type, naming it.
+    """
+    kind = data.get("type")
+    if not isinstance(kind, str) or kind not in EVENT_TYPES:
         raise ValueError(f"unknown event type {kind!r}")
-    return cls(**fields)
+    event: Event = msgspec.convert(dict(data), Event)
+    return event
 
 
 def entry_to_dict(entry: LogEntry) -> dict[str, Any]:
@@ -476,5 +479,11 @@ def entry_to_dict(entry: LogEntry) -> dict[str, Any]:
 
 
 def entry_from_dict(data: Mapping[str, Any]) -> LogEntry:
-    """The log entry :func:`entry_to_dict` made."""
-    return LogEntry(seq=data["seq"], time=data["time"], event=event_from_dict(data["event"]))
+    """The log entry :func:`entry_to_dict` made; :class:`~dial_runtime.LogError` naming the entry when its event
+    is not one the runtime writes (whether the log's entries follow one another is the fold's question)."""
+    seq, event = data["seq"], data["event"]
+    try:
+        return LogEntry(seq=seq, time=data["time"], event=event_from_dict(event))
+    except ValueError as error:
+        kind = event.get("type") if isinstance(event, Mapping) else None
+        raise LogError(seq, kind if isinstance(kind, str) else None, str(error)) from None
