@@ -469,8 +469,18 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     kind = data.get("type")
     if not isinstance(kind, str) or kind not in EVENT_TYPES:
         raise ValueError(f"unknown event type {kind!r}")
-    event: Event = msgspec.convert(dict(data), Event)
-    return event
+    try:
+        return msgspec.convert({"event": data}, _Carried).event
+    except msgspec.ValidationError as error:  # said of the event itself, not of the record that carried it
+        where = str(error).replace(" - at `$.event`", "").replace("`$.event", "`$")
+        raise msgspec.ValidationError(where) from None
+
+
+class _Carried(msgspec.Struct):
+    """An event inside a record: msgspec keeps the decoder of a Struct's fields, but builds the decoder of a bare
+    union anew for each call (0.8 against 47 microseconds an event)."""
+
+    event: Event
 
 
 def entry_to_dict(entry: LogEntry) -> dict[str, Any]:
