@@ -64,10 +64,15 @@ def export(base: str, into: Path) -> Path:
     return into
 
 
+def scenario(tree: Path, conversations: int, rounds: int) -> list[str]:
+    """The command that runs scenario (a) with the package in ``tree``."""
+    return [sys.executable, "-c", SCENARIO, str(tree), str(BENCHMARKS), str(conversations), str(rounds)]
+
+
 def run_scenario(tree: Path, conversations: int, rounds: int) -> float:
     """Microseconds per turn of scenario (a) with the package in ``tree`` (best of ``rounds``)."""
     out = subprocess.run(
-        [sys.executable, "-c", SCENARIO, str(tree), str(BENCHMARKS), str(conversations), str(rounds)],
+        scenario(tree, conversations, rounds),
         capture_output=True,
         text=True,
         check=True,
@@ -85,9 +90,8 @@ def count_instructions(tree: Path, conversations: int, scratch: Path) -> int:
     totals = []
     for count in (1, conversations):
         output = scratch / f"callgrind.{tree.name}.{count}"
-        scenario = [sys.executable, "-c", SCENARIO, str(tree), str(BENCHMARKS), str(count), "1"]
         subprocess.run(
-            [valgrind, "--tool=callgrind", f"--callgrind-out-file={output}", *scenario],
+            [valgrind, "--tool=callgrind", f"--callgrind-out-file={output}", *scenario(tree, count, 1)],
             capture_output=True,
             check=True,
             timeout=1800,

@@ -13,6 +13,7 @@ import pytest
 from dial_runtime import Conversation, Dismiss, LogError, Outcome, event_from_dict, event_to_dict, scripted_human
 from dial_runtime.runtime.events import EVENT_TYPES, OutcomeEvent, SentEvent, entry_from_dict, entry_to_dict
 from dial_runtime.runtime.state import ConversationState
+from dial_runtime.stores.base import decode, encode
 
 from .fakes import Agent, Notes, Stall, envelope, hang, suggest
 
@@ -55,6 +56,13 @@ async def test_every_event_round_trips_through_json() -> None:
         data = json.loads(json.dumps(entry_to_dict(entry)))
         assert entry_from_dict(data) == entry
         assert event_from_dict(event_to_dict(entry.event)) == entry.event
+
+
+async def test_a_store_writes_each_entry_as_its_dict_form() -> None:
+    conversation, _ = await rich_conversation()
+    for entry in conversation.log:
+        assert encode(entry) == json.dumps(entry_to_dict(entry), separators=(",", ":"))
+        assert decode(encode(entry)) == entry
 
 
 def test_an_unknown_event_type_is_refused() -> None:
