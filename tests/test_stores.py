@@ -675,6 +675,42 @@ async def test_a_watch_hears_an_append_by_another_connection(connect: Callable[[
         assert await next_change(changes) == "c1"
 
 
+async def test_the_first_watch_of_a_fresh_store_hears_an_append_made_at_once(
+    connect: Callable[[], Store],
+) -> None:
+    """A watch hears every append committed after it was entered, even when it is the store's first and the
+    append follows at once (PostgreSQL: the watch is entered only once its listener is listening)."""
+    writing = connect()
+    await writing.read("warm")  # the writer's connection is open: its append follows the watch at once
+    for attempt in range(1, 6):
+        conversation = f"fresh-{attempt}"
+        async with connect().watch(conversation) as changes:
+            await writing.append(conversation, [said(1, "at once")], expected_seq=0)
+            assert await next_change(changes) == conversation
+
+
+async def test_a_postgres_listener_that_lost_its_connection_wakes_every_watcher_and_listens_again(
+    pg_schema_url: str, keep: Callable[[Store], Store]
+) -> None:
+    """Notifications sent while the listener reconnects are gone: a watcher is told any conversation may have
+    changed (``None``), then hears appends as before."""
+    watching, writing = keep(open_store(pg_schema_url)), keep(open_store(pg_schema_url))
+    await writing.read("warm")
+
+    def end_the_listeners_session() -> int:
+        with psycopg.connect(pg_schema_url, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = 'LISTEN dial_log'"
+            ).fetchone()
+        return int(ended[0]) if ended else 0
+
+    async with watching.watch() as changes:
+        assert await anyio.to_thread.run_sync(end_the_listeners_session) == 1
+        assert await next_change(changes) is None
+        await writing.append("c1", [said(1, "heard again")], expected_seq=0)
+        assert await next_change(changes) == "c1"
+
+
 async def test_appends_while_the_watcher_is_busy_come_once(url: str, connect: Callable[[], Store]) -> None:
     store = connect()
     async with store.watch() as changes:

@@ -55,6 +55,9 @@ NOTICE_LIMIT = 7900
 #: Seconds the listener waits for a notification before it checks whether the store closed; and before it tries
 #: again after losing its connection.
 LISTEN_POLL = 0.5
+#: The longest a first watch waits for the listener to start listening before it is entered anyway (the listener
+#: wakes every watcher once it listens, so an append made meanwhile is heard then).
+LISTEN_READY = 5.0
 _READ = "SELECT entry FROM dial_log WHERE conversation_id = %s AND seq > %s ORDER BY seq"
 _CONVERSATIONS = "SELECT DISTINCT conversation_id FROM dial_log"
 _TRY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
@@ -102,6 +105,7 @@ class PostgresStore:
         self._idle_guard = threading.Lock()
         self._changes = ChangeFeed()
         self._listener: threading.Thread | None = None
+        self._listened = threading.Event()
 
     def _connect(self) -> psycopg.Connection[Any]:
         try:
@@ -251,8 +255,10 @@ class PostgresStore:
 
         Every append sends ``NOTIFY dial_log, '<conversation id>'`` in its own transaction, so a notification
         goes out exactly when entries are committed. The first watch starts the store's listener: a thread with
-        a connection of its own, listening on the channel (``LISTEN``), that wakes this process's watchers;
-        losing its connection, it connects again and wakes every watcher (``None``: notifications may have been
+        a connection of its own, listening on the channel (``LISTEN``), that wakes this process's watchers. A
+        watch is entered once the listener is listening (or its first try failed, or :data:`LISTEN_READY` seconds
+        passed), so every append committed after it began wakes it. Each time the listener starts listening, on
+        its first connection or after losing one, it wakes every watcher (``None``: notifications may have been
         missed). The channel is per database: stores of other schemas in the same database wake watchers of a
         conversation with the same id too, which costs a read that finds nothing new.
         """
@@ -262,25 +268,32 @@ class PostgresStore:
             if self._listener is None:
                 self._listener = threading.Thread(target=self._listen, name="dial-runtime LISTEN", daemon=True)
                 self._listener.start()
-        return self._changes.watch(conversation_id)
+        return self._watch(conversation_id)
+
+    @asynccontextmanager
+    async def _watch(self, conversation_id: str | None) -> AsyncIterator[Changes]:
+        if not self._listened.is_set():
+            await anyio.to_thread.run_sync(self._listened.wait, LISTEN_READY, abandon_on_cancel=True)
+        async with self._changes.watch(conversation_id) as changes:
+            yield changes
 
     def _listen(self) -> None:
         """The listener thread: relay each notification to the watchers until the store closes."""
         connection: psycopg.Connection[Any] | None = None
-        lost = False
         while not self._closed:
             try:
                 if connection is None or connection.closed:
-                    connection = psycopg.connect(self.url, autocommit=True)
-                    connection.execute(f"LISTEN {CHANNEL}")
-                    if lost:
-                        self._changes.publish(None)
+                    try:
+                        connection = psycopg.connect(self.url, autocommit=True)
+                        connection.execute(f"LISTEN {CHANNEL}")
+                    finally:
+                        self._listened.set()
+                    self._changes.publish(None)
                 for notice in connection.notifies(timeout=LISTEN_POLL):
                     self._changes.publish(notice.payload or None)
                     if self._closed:
                         break
             except psycopg.Error:
-                lost = True
                 if connection is not None:
                     connection.close()
                 connection = None
