@@ -53,7 +53,15 @@ from dial_runtime.language.acts import (
     ValueKind,
 )
 from dial_runtime.language.hardening import HARDENED_OPTIONS, hardened_parser
-from dial_runtime.language.records import Element, Envelope, Option, ParseIssue, RootAttributes, Step
+from dial_runtime.language.records import (
+    Element,
+    Envelope,
+    Option,
+    ParseIssue,
+    RootAttributes,
+    Step,
+    carries_content,
+)
 from dial_runtime.language.schema import describe_lxml_error, lxml_schema
 
 __all__ = [
@@ -997,6 +1005,7 @@ class _Read(msgspec.Struct, frozen=True):
     every reply, it is built in a third of a named tuple's time)."""
 
     found: tuple[int, int, int, bool]
+    raw: str
     attributes: RootAttributes
     elements: tuple[Element, ...]
     issues: _Issues
@@ -1022,7 +1031,8 @@ def _read(text: str, found: tuple[int, int, int, bool], max_size: int, schema: b
     if size > max_size:
         raise DialSizeError(size, max_size)
     base = text.count("\n", 0, start)
-    issues = _Issues(many_attributes=raw.count("=") > _MANY_ATTRIBUTES)
+    # Counting needs a text longer than the bound, which most envelopes are not.
+    issues = _Issues(many_attributes=len(raw) > _MANY_ATTRIBUTES and raw.count("=") > _MANY_ATTRIBUTES)
     root: etree._Element | None = None
     repair = True
     if clean:
@@ -1051,12 +1061,7 @@ def _read(text: str, found: tuple[int, int, int, bool], max_size: int, schema: b
                 elements.append(builder(child, issues, base))
         if schema:
             _validate(root, issues, base)
-    usable = False
-    for element in elements:
-        if element.has_content:
-            usable = True
-            break
-    return _Read(found, attributes, tuple(elements), issues, base, usable)
+    return _Read(found, raw, attributes, tuple(elements), issues, base, carries_content(elements))
 
 
 def _choose(text: str, max_size: int, schema: bool) -> tuple[_Read, list[int]] | None:
@@ -1069,19 +1074,19 @@ def _choose(text: str, max_size: int, schema: bool) -> tuple[_Read, list[int]] |
     found = _locate(text, 0, code)
     if found is None:
         return None
-    first: _Read | None = None
+    first = _read(text, found, max_size, schema)
+    if first.usable:  # the usual reply: its first candidate
+        return first, []
     skipped: list[int] = []
-    for _ in range(MAX_CANDIDATES):
-        candidate = _read(text, found, max_size, schema)
-        if candidate.usable:
-            return candidate, skipped
-        first = first or candidate
+    for _ in range(MAX_CANDIDATES - 1):
         following = _locate(text, found[1], code)  # a later candidate may lie inside this one
         if following is None:
             break
         skipped.append(found[0])
         found = following
-    assert first is not None
+        candidate = _read(text, found, max_size, schema)
+        if candidate.usable:
+            return candidate, skipped
     return first, []
 
 
@@ -1136,7 +1141,7 @@ def parse(
     return Envelope(
         attributes=candidate.attributes,
         elements=candidate.elements,
-        raw=text[start:end],
+        raw=candidate.raw,
         issues=issues.result(),
         prose=(text[:start] + text[end:]).strip(),
     )

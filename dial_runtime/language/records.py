@@ -9,6 +9,7 @@ JSON and a missing payload can be told apart.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -194,7 +195,18 @@ class Envelope(msgspec.Struct, frozen=True, kw_only=True):
     def usable(self) -> bool:
         """Whether some element carries content (see each record's ``has_content``); ``False`` for an envelope
         the runtime has nothing to show or do for, such as one of empty informs, which it refuses."""
-        return any(element.has_content for element in self.elements)
+        return carries_content(self.elements)
+
+
+def carries_content(elements: Iterable[Element]) -> bool:
+    """Whether some element carries content (see each record's ``has_content``).
+
+    A loop, not ``any()`` over a generator: the generator costs three times the instructions, about 1% of a
+    benchmark turn, which asks this of every reply (measured side by side)."""
+    for element in elements:  # noqa: SIM110
+        if element.has_content:
+            return True
+    return False
 
 
 def is_json_type(media_type: str | None) -> bool:
