@@ -2,10 +2,14 @@
 
 The base commit's package is exported (``git archive``) into a temporary directory; both sides run the same
 scenario, this checkout's ``bench_runtime.py``, in fresh interpreters. Each round runs the base once and the
-working tree once, back to back, so both see the machine in the same state; the report gives each side's best
-time and the median of the rounds' ratios (new over base). ``--instructions`` also counts each side's instructions
-per turn with valgrind's callgrind: the difference between ``--conversations`` and one conversation, over their
-turns, with hash randomisation off, so the figure does not swing with the machine's load as wall time does.
+working tree once, back to back, so both see the machine in the same state: with the same string-hash seed (a new
+one each round: where a set or dict puts its keys changes the time by a few percent), the base first in one round
+and second in the next, and each run keeps the best of :data:`REPEATS` passes. The report gives each side's best
+time, the median of the rounds' ratios (new over base) and their quartiles: on a shared machine a round's ratio
+can swing by a fifth, and the quartiles say how far to trust the median. ``--instructions`` also counts each
+side's instructions per turn with valgrind's callgrind: the difference between ``--conversations`` and one
+conversation, over their turns, with hash randomisation off, so the figure does not swing with the machine's load
+as wall time does.
 
 ``--smoke`` runs small sizes and compares the working tree with ``HEAD`` unless ``--base`` says otherwise.
 """
@@ -16,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -27,6 +32,8 @@ from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parent
 CHECKOUT = BENCHMARKS.parent
+#: Passes of the scenario in each run; the run reports its best.
+REPEATS = 3
 
 #: Runs scenario (a) with the package found at argv[1]: prints microseconds per turn.
 SCENARIO = """
@@ -69,16 +76,37 @@ def scenario(tree: Path, conversations: int, rounds: int) -> list[str]:
     return [sys.executable, "-c", SCENARIO, str(tree), str(BENCHMARKS), str(conversations), str(rounds)]
 
 
-def run_scenario(tree: Path, conversations: int, rounds: int) -> float:
-    """Microseconds per turn of scenario (a) with the package in ``tree`` (best of ``rounds``)."""
+def run_scenario(tree: Path, conversations: int, rounds: int, seed: int) -> float:
+    """Microseconds per turn of scenario (a) with the package in ``tree`` (best of ``rounds``), strings hashed
+    with ``seed``."""
     out = subprocess.run(
         scenario(tree, conversations, rounds),
         capture_output=True,
         text=True,
         check=True,
         timeout=600,
+        env={**os.environ, "PYTHONHASHSEED": str(seed)},
     ).stdout
     return float(out.strip().splitlines()[-1])
+
+
+def pair(base_tree: Path, new_tree: Path, conversations: int, number: int) -> tuple[float, float]:
+    """Round ``number``: (base, new) microseconds per turn, with one hash seed; the base runs first in even
+    rounds, second in odd ones."""
+    seed = random.randrange(1, 2**32)
+    if number % 2:
+        new = run_scenario(new_tree, conversations, REPEATS, seed)
+        return run_scenario(base_tree, conversations, REPEATS, seed), new
+    base = run_scenario(base_tree, conversations, REPEATS, seed)
+    return base, run_scenario(new_tree, conversations, REPEATS, seed)
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    """The first and third quartiles: how far the rounds' ratios spread on this machine at this time."""
+    if len(values) < 2:
+        return values[0], values[0]
+    first, _, third = statistics.quantiles(values, n=4, method="inclusive")
+    return first, third
 
 
 def count_instructions(tree: Path, conversations: int, scratch: Path) -> int:
@@ -121,13 +149,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="dial-compare-") as scratch:
             base_tree = export(options.base, Path(scratch) / "base")
             new_tree = CHECKOUT
-            pairs = [
-                (
-                    run_scenario(base_tree, options.conversations, 1),
-                    run_scenario(new_tree, options.conversations, 1),
-                )
-                for _ in range(options.rounds)
-            ]
+            pairs = [pair(base_tree, new_tree, options.conversations, number) for number in range(options.rounds)]
+            ratios = [new / base for base, new in pairs]
             report: dict[str, object] = {
                 "benchmark": "compare",
                 "python": platform.python_version(),
@@ -136,7 +159,8 @@ def main() -> None:
                 "rounds": options.rounds,
                 "a_base_us_per_turn": round(min(base for base, _ in pairs), 1),
                 "a_new_us_per_turn": round(min(new for _, new in pairs), 1),
-                "a_ratio_median_of_pairs": round(statistics.median(new / base for base, new in pairs), 3),
+                "a_ratio_median_of_pairs": round(statistics.median(ratios), 3),
+                "a_ratio_quartiles": [round(q, 3) for q in quartiles(ratios)],
                 "target_ratio": 1.10,
             }
             if options.instructions:
