@@ -192,7 +192,10 @@ class ConversationState:
         """Whether a deferred decision or answer is pending (:meth:`pending` without making the records)."""
         if self.open_asks:
             return True
-        return bool(self.open_suggestions) and any(each.deferred for each in self.open_suggestions.values())
+        for each in self.open_suggestions.values():  # noqa: SIM110 (a loop: see _owes_a_reply)
+            if each.deferred:
+                return True
+        return False
 
     def used(self, ident: str) -> bool:
         """Whether a suggestion or an ask of this conversation has the id already.
@@ -326,10 +329,19 @@ class ConversationState:
             cut_short=not event.complete,
             ending=self.ended,
             words_pending=bool(self.owed_words),
-            needs_reply=bool(self.owed_outcomes)
-            and any(outcome.status in NEEDS_REPLY for outcome in self.owed_outcomes),
+            needs_reply=self._owes_a_reply(),
             unusable_reply=bool(self.owed_refusals),
         )
+
+    def _owes_a_reply(self) -> bool:
+        """Whether an outcome owed to the agent is one it must answer (``NEEDS_REPLY``).
+
+        This and :meth:`awaits_person` are loops, not ``any()`` over a generator, which costs three times the
+        instructions: both run at the end of every turn (measured side by side)."""
+        for outcome in self.owed_outcomes:  # noqa: SIM110
+            if outcome.status in NEEDS_REPLY:
+                return True
+        return False
 
     def _outcome(self, event: OutcomeEvent) -> None:
         opened = self._open(event.id)
