@@ -261,9 +261,9 @@ def envelope_bounds(text: str) -> tuple[int, int, bool] | None:
         return None
     if _START.search(text, found[1]) is not None:  # maybe several candidates: the one parse reads
         with contextlib.suppress(DialSizeError):
-            chosen = _choose(text, DEFAULT_MAX_SIZE, schema=False)
-            if chosen is not None:
-                found = chosen[0].found
+            first = _read(text, found, DEFAULT_MAX_SIZE, schema=False)
+            chosen = first if first.usable else _later_candidate(text, code, first, DEFAULT_MAX_SIZE, False)[0]
+            found = chosen.found
     return found[0], found[2], found[3]
 
 
@@ -1064,19 +1064,13 @@ def _read(text: str, found: tuple[int, int, int, bool], max_size: int, schema: b
     return _Read(found, raw, attributes, tuple(elements), issues, base, carries_content(elements))
 
 
-def _choose(text: str, max_size: int, schema: bool) -> tuple[_Read, list[int]] | None:
-    """The envelope of a reply and the starts of the candidates skipped before it; ``None`` with no candidate.
-
-    The first candidate whose elements carry content wins; when none does (of the first
-    :data:`MAX_CANDIDATES`), the first candidate, with nothing skipped.
-    """
-    code = _inline_code(text)
-    found = _locate(text, 0, code)
-    if found is None:
-        return None
-    first = _read(text, found, max_size, schema)
-    if first.usable:  # the usual reply: its first candidate
-        return first, []
+def _later_candidate(
+    text: str, code: _InlineCode | None, first: _Read, max_size: int, schema: bool
+) -> tuple[_Read, list[int]]:
+    """For a first candidate whose elements carry no content: the first later one that does (of the first
+    :data:`MAX_CANDIDATES` in all) and the starts of those skipped before it; when none does, ``first``, with
+    nothing skipped."""
+    found = first.found
     skipped: list[int] = []
     for _ in range(MAX_CANDIDATES - 1):
         following = _locate(text, found[1], code)  # a later candidate may lie inside this one
@@ -1118,10 +1112,14 @@ def parse(
         size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
         if size > max_reply_size:
             raise DialSizeError(size, max_reply_size, what="reply")
-    chosen = _choose(text, max_size, schema)
-    if chosen is None:
+    code = _inline_code(text)
+    found = _locate(text, 0, code)
+    if found is None:
         return None
-    candidate, skipped = chosen
+    candidate = _read(text, found, max_size, schema)
+    skipped: list[int] = []
+    if not candidate.usable:  # the usual reply's first candidate is the envelope
+        candidate, skipped = _later_candidate(text, code, candidate, max_size, schema)
     start, _, end, _ = candidate.found
     issues = candidate.issues
     for position in skipped:
