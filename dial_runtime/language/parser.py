@@ -270,20 +270,18 @@ def envelope_bounds(text: str) -> tuple[int, int, bool] | None:
 # ---------------------------------------------------------------------------------------------- issues
 
 
-class _Issues:
+class _Issues(msgspec.Struct):
     """Collects issues, listing at most :data:`MAX_ISSUES_PER_CODE` per code.
 
     ``wide`` records that some element has more than :data:`_WINDOW` children, which validation must know;
     ``many_attributes`` that the envelope may have elements with many attributes, which reading them must know.
+    A Struct: one is made for every reply, in half the instructions a class with an ``__init__`` takes.
     """
 
-    __slots__ = ("counts", "items", "many_attributes", "wide")
-
-    def __init__(self, *, many_attributes: bool = False) -> None:
-        self.items: list[ParseIssue] = []
-        self.counts: dict[str, int] = {}
-        self.wide = False
-        self.many_attributes = many_attributes
+    many_attributes: bool = False
+    wide: bool = False
+    items: list[ParseIssue] = msgspec.field(default_factory=list)
+    counts: dict[str, int] = msgspec.field(default_factory=dict)
 
     def full(self, code: str) -> bool:
         return self.counts.get(code, 0) >= MAX_ISSUES_PER_CODE
@@ -1032,7 +1030,7 @@ def _read(text: str, found: tuple[int, int, int, bool], max_size: int, schema: b
         raise DialSizeError(size, max_size)
     base = text.count("\n", 0, start)
     # Counting needs a text longer than the bound, which most envelopes are not.
-    issues = _Issues(many_attributes=len(raw) > _MANY_ATTRIBUTES and raw.count("=") > _MANY_ATTRIBUTES)
+    issues = _Issues(len(raw) > _MANY_ATTRIBUTES and raw.count("=") > _MANY_ATTRIBUTES)
     root: etree._Element | None = None
     repair = True
     if clean:
@@ -1117,23 +1115,22 @@ def parse(
     if found is None:
         return None
     candidate = _read(text, found, max_size, schema)
-    skipped: list[int] = []
     if not candidate.usable:  # the usual reply's first candidate is the envelope
         candidate, skipped = _later_candidate(text, code, candidate, max_size, schema)
+        for position in skipped:
+            candidate.issues.add(
+                "quoted-envelope",
+                "this <dial> holds no speech act with content and a later one does: it is read as prose",
+                text.count("\n", 0, position) + 1,
+            )
+        if candidate.elements and not candidate.usable:
+            candidate.issues.add(
+                "empty-envelope",
+                f"the envelope gives nothing to show or do: its {len(candidate.elements)} elements are all empty",
+                candidate.base + 1,
+            )
     start, _, end, _ = candidate.found
     issues = candidate.issues
-    for position in skipped:
-        issues.add(
-            "quoted-envelope",
-            "this <dial> holds no speech act with content and a later one does: it is read as prose",
-            text.count("\n", 0, position) + 1,
-        )
-    if candidate.elements and not candidate.usable:
-        issues.add(
-            "empty-envelope",
-            f"the envelope gives nothing to show or do: its {len(candidate.elements)} elements are all empty",
-            candidate.base + 1,
-        )
     if _START.search(text, end) is not None:
         _extra_envelopes(text, end, candidate.base + 1, start, issues)
     return Envelope(
