@@ -88,9 +88,9 @@ class _Refusal(Exception):
     """An event the state cannot take where it stands; :func:`fold_log` reports it as a LogError."""
 
 
-@attrs.define
-class OpenSuggestion:
-    """A suggestion without an outcome yet: where its lifecycle stands and what the person would see."""
+class OpenSuggestion(msgspec.Struct):
+    """A suggestion without an outcome yet: where its lifecycle stands and what the person would see (a mutable
+    Struct: one is made for every suggestion, in a third of the instructions an attrs class takes)."""
 
     id: str
     action: str
