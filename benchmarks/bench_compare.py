@@ -1,15 +1,15 @@
 """Scenario (a) of ``bench_runtime.py`` for a base commit and the working tree, side by side: prints one JSON line.
 
 The base commit's package is exported (``git archive``) into a temporary directory; both sides run the same
-scenario, this checkout's ``bench_runtime.py``, in fresh interpreters. Each round runs the base once and the
-working tree once, back to back, so both see the machine in the same state: with the same string-hash seed (a new
-one each round: where a set or dict puts its keys changes the time by a few percent), the base first in one round
-and second in the next, and each run keeps the best of :data:`REPEATS` passes. The report gives each side's best
-time, the median of the rounds' ratios (new over base) and their quartiles: on a shared machine a round's ratio
-can swing by a fifth, and the quartiles say how far to trust the median. ``--instructions`` also counts each
-side's instructions per turn with valgrind's callgrind: the difference between ``--conversations`` and one
-conversation, over their turns, with hash randomisation off, so the figure does not swing with the machine's load
-as wall time does.
+scenario, this checkout's ``bench_runtime.py``. Each round starts one interpreter per side, both with the same
+string-hash seed (a new one each round: where a set or dict puts its keys moves the time by a few percent), and
+has them take ``--passes`` passes in turn, each over fresh conversations, the base first in one pass and second
+in the next. A pass takes a fifth of a second, so the two passes of a pair see the machine in the same state even
+when its speed swings within seconds, as a shared machine's does. The report gives each side's best pass, the
+median of the pairs' ratios (new over base) and their quartiles, which say how far to trust the median.
+``--instructions`` also counts each side's instructions per turn with valgrind's callgrind: the difference
+between ``--conversations`` and one conversation, over their turns, with hash randomisation off, so the figure
+does not swing with the machine's load as wall time does.
 
 ``--smoke`` runs small sizes and compares the working tree with ``HEAD`` unless ``--base`` says otherwise.
 """
@@ -17,10 +17,12 @@ as wall time does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import random
+import select
 import shutil
 import statistics
 import subprocess
@@ -32,16 +34,27 @@ from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parent
 CHECKOUT = BENCHMARKS.parent
-#: Passes of the scenario in each run; the run reports its best.
-REPEATS = 3
+#: Seconds a side may take for one pass before the comparison gives up on it.
+PASS_TIMEOUT = 300
 
-#: Runs scenario (a) with the package found at argv[1]: prints microseconds per turn.
+#: Runs scenario (a) once with the package found at argv[1]: prints microseconds per turn (for callgrind).
 SCENARIO = """
 import sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import bench_runtime
 bench_runtime.ROUNDS = int(sys.argv[4])
 print(bench_runtime.scenario_a(int(sys.argv[3])))
+"""
+
+#: Serves passes of scenario (a) with the package found at argv[1]: each line read runs one pass over fresh
+#: conversations and prints its microseconds per turn.
+PASSES = """
+import sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import bench_runtime
+bench_runtime.ROUNDS = 1
+for _ in sys.stdin:
+    print(bench_runtime.scenario_a(int(sys.argv[3])), flush=True)
 """
 
 
@@ -76,33 +89,78 @@ def scenario(tree: Path, conversations: int, rounds: int) -> list[str]:
     return [sys.executable, "-c", SCENARIO, str(tree), str(BENCHMARKS), str(conversations), str(rounds)]
 
 
-def run_scenario(tree: Path, conversations: int, rounds: int, seed: int) -> float:
-    """Microseconds per turn of scenario (a) with the package in ``tree`` (best of ``rounds``), strings hashed
-    with ``seed``."""
-    out = subprocess.run(
-        scenario(tree, conversations, rounds),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-        env={**os.environ, "PYTHONHASHSEED": str(seed)},
-    ).stdout
-    return float(out.strip().splitlines()[-1])
+class Side:
+    """One side's interpreter, taking passes of scenario (a) when asked."""
+
+    def __init__(self, tree: Path, conversations: int, seed: int) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", PASSES, str(tree), str(BENCHMARKS), str(conversations)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+        )
+
+    def run_pass(self) -> float:
+        """Microseconds per turn of one pass (``CompareError`` when the side fails or takes too long)."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            self.process.stdin.write("\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            raise CompareError(f"a run failed: {self.failure()}") from None
+        ready, _, _ = select.select([self.process.stdout], [], [], PASS_TIMEOUT)
+        line = self.process.stdout.readline() if ready else ""
+        if not line:
+            raise CompareError(f"a run failed: {self.failure()}" if ready else f"a pass took over {PASS_TIMEOUT}s")
+        return float(line)
+
+    def failure(self) -> str:
+        """The last line the side wrote to stderr, once it has ended."""
+        self.close()
+        assert self.process.stderr is not None
+        lines = self.process.stderr.read().strip().splitlines()
+        return lines[-1] if lines else f"exit code {self.process.returncode}"
+
+    def close(self) -> None:
+        """End the side: close its input, and kill it if it does not end by itself."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
 
 
-def pair(base_tree: Path, new_tree: Path, conversations: int, number: int) -> tuple[float, float]:
-    """Round ``number``: (base, new) microseconds per turn, with one hash seed; the base runs first in even
-    rounds, second in odd ones."""
-    seed = random.randrange(1, 2**32)
-    if number % 2:
-        new = run_scenario(new_tree, conversations, REPEATS, seed)
-        return run_scenario(base_tree, conversations, REPEATS, seed), new
-    base = run_scenario(base_tree, conversations, REPEATS, seed)
-    return base, run_scenario(new_tree, conversations, REPEATS, seed)
+def interleaved(
+    base_tree: Path, new_tree: Path, conversations: int, rounds: int, passes: int
+) -> list[tuple[float, float]]:
+    """(base, new) microseconds per turn of every pair of passes: ``rounds`` pairs of interpreters sharing a
+    fresh hash seed each, taking ``passes`` passes in turn after one pass each to warm up (imports, caches)."""
+    pairs = []
+    for _ in range(rounds):
+        seed = random.randrange(1, 2**32)
+        base, new = Side(base_tree, conversations, seed), Side(new_tree, conversations, seed)
+        try:
+            base.run_pass(), new.run_pass()
+            for number in range(passes):
+                if number % 2:
+                    after = new.run_pass()
+                    pairs.append((base.run_pass(), after))
+                else:
+                    before = base.run_pass()
+                    pairs.append((before, new.run_pass()))
+        finally:
+            base.close()
+            new.close()
+    return pairs
 
 
 def quartiles(values: list[float]) -> tuple[float, float]:
-    """The first and third quartiles: how far the rounds' ratios spread on this machine at this time."""
+    """The first and third quartiles: how far the pairs' ratios spread on this machine at this time."""
     if len(values) < 2:
         return values[0], values[0]
     first, _, third = statistics.quantiles(values, n=4, method="inclusive")
@@ -135,13 +193,14 @@ def count_instructions(tree: Path, conversations: int, scratch: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", help="the commit to compare with (default: HEAD with --smoke)")
-    parser.add_argument("--rounds", type=int, default=11, help="interleaved pairs of runs (default: 11)")
+    parser.add_argument("--rounds", type=int, default=5, help="pairs of interpreters, one seed each (default: 5)")
+    parser.add_argument("--passes", type=int, default=10, help="passes each pair takes in turn (default: 10)")
     parser.add_argument("--conversations", type=int, default=1000, help="conversations per run (default: 1000)")
     parser.add_argument("--instructions", action="store_true", help="also count instructions with callgrind")
     parser.add_argument("--smoke", action="store_true", help="small sizes, to check the benchmark runs")
     options = parser.parse_args()
     if options.smoke:
-        options.rounds, options.conversations = 2, 50
+        options.rounds, options.passes, options.conversations = 1, 2, 50
         options.base = options.base or "HEAD"
     if not options.base:
         parser.error("--base is required (a commit, e.g. a tag or a hash)")
@@ -149,7 +208,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="dial-compare-") as scratch:
             base_tree = export(options.base, Path(scratch) / "base")
             new_tree = CHECKOUT
-            pairs = [pair(base_tree, new_tree, options.conversations, number) for number in range(options.rounds)]
+            pairs = interleaved(base_tree, new_tree, options.conversations, options.rounds, options.passes)
             ratios = [new / base for base, new in pairs]
             report: dict[str, object] = {
                 "benchmark": "compare",
@@ -157,6 +216,7 @@ def main() -> None:
                 "smoke": options.smoke,
                 "base": options.base,
                 "rounds": options.rounds,
+                "passes": options.passes,
                 "a_base_us_per_turn": round(min(base for base, _ in pairs), 1),
                 "a_new_us_per_turn": round(min(new for _, new in pairs), 1),
                 "a_ratio_median_of_pairs": round(statistics.median(ratios), 3),
