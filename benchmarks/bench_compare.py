@@ -37,15 +37,6 @@ CHECKOUT = BENCHMARKS.parent
 #: Seconds a side may take for one pass before the comparison gives up on it.
 PASS_TIMEOUT = 300
 
-#: Runs scenario (a) once with the package found at argv[1]: prints microseconds per turn (for callgrind).
-SCENARIO = """
-import sys
-sys.path[:0] = [sys.argv[1], sys.argv[2]]
-import bench_runtime
-bench_runtime.ROUNDS = int(sys.argv[4])
-print(bench_runtime.scenario_a(int(sys.argv[3])))
-"""
-
 #: Serves passes of scenario (a) with the package found at argv[1]: each line read runs one pass over fresh
 #: conversations and prints its microseconds per turn.
 PASSES = """
@@ -84,9 +75,9 @@ def export(base: str, into: Path) -> Path:
     return into
 
 
-def scenario(tree: Path, conversations: int, rounds: int) -> list[str]:
-    """The command that runs scenario (a) with the package in ``tree``."""
-    return [sys.executable, "-c", SCENARIO, str(tree), str(BENCHMARKS), str(conversations), str(rounds)]
+def passes(tree: Path, conversations: int) -> list[str]:
+    """The command that serves passes of scenario (a) with the package in ``tree``."""
+    return [sys.executable, "-c", PASSES, str(tree), str(BENCHMARKS), str(conversations)]
 
 
 class Side:
@@ -94,7 +85,7 @@ class Side:
 
     def __init__(self, tree: Path, conversations: int, seed: int) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", PASSES, str(tree), str(BENCHMARKS), str(conversations)],
+            passes(tree, conversations),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -177,8 +168,10 @@ def count_instructions(tree: Path, conversations: int, scratch: Path) -> int:
     for count in (1, conversations):
         output = scratch / f"callgrind.{tree.name}.{count}"
         subprocess.run(
-            [valgrind, "--tool=callgrind", f"--callgrind-out-file={output}", *scenario(tree, count, 1)],
+            [valgrind, "--tool=callgrind", f"--callgrind-out-file={output}", *passes(tree, count)],
+            input="\n",  # one pass
             capture_output=True,
+            text=True,
             check=True,
             timeout=1800,
             env={**os.environ, "PYTHONHASHSEED": "0"},
@@ -233,8 +226,7 @@ def main() -> None:
     except CompareError as error:
         sys.exit(f"bench_compare: {error}")
     except subprocess.CalledProcessError as error:
-        stderr = error.stderr.decode(errors="replace") if isinstance(error.stderr, bytes) else error.stderr or ""
-        lines = stderr.strip().splitlines()
+        lines = (error.stderr or "").strip().splitlines()
         sys.exit(f"bench_compare: a run failed: {lines[-1] if lines else error}")
     print(json.dumps(report))
 
