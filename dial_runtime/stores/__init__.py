@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
 from ..errors import StoreClosed, StoreConflict, StoreError
-from .base import Store, open_store, redact_url
+from .base import Store, redact_url
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
@@ -30,3 +30,33 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, {"PostgresStore": ".postgres"}, globals())
+
+
+def open_store(url: str, *, create: bool = True) -> Store:
+    """The store a URL names: ``memory:`` (or ``memory``), ``sqlite:relative/path.db`` or
+    ``sqlite:///absolute/path.db``, ``postgresql://...`` or ``postgres://...`` (libpq's URI form).
+
+    Nothing is opened yet: a store connects on first use, and raises :class:`StoreError` then when it cannot.
+    ``create=False`` opens a store only to read it: it never creates a database file, a table or a lock file
+    (a SQLite file that does not exist is a :class:`StoreError`; a database without the log table holds no
+    conversation). ``ValueError`` (naming the URL, its password masked) for a URL of no known form.
+    """
+    scheme, colon, rest = url.partition(":")
+    scheme = scheme.lower()
+    if scheme == "memory" and not rest:
+        return MemoryStore()
+    if scheme == "sqlite" and colon:
+        if rest.startswith("///"):
+            rest = rest[2:]
+        elif rest.startswith("//"):
+            raise ValueError(f"store URL {url!r}: a SQLite URL has no host (use sqlite:path or sqlite:///path)")
+        if not rest:
+            raise ValueError(f"store URL {url!r}: a SQLite URL needs a file path")
+        return SQLiteStore(rest, create=create)
+    if scheme in ("postgresql", "postgres") and rest.startswith("//"):
+        from .postgres import PostgresStore
+
+        return PostgresStore(url, create=create)
+    raise ValueError(
+        f"store URL {redact_url(url)!r} is not one of memory:, sqlite:PATH, sqlite:///PATH, postgresql://... or postgres://..."
+    )
