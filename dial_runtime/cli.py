@@ -29,7 +29,7 @@ import trio.testing
 
 from ._command import _CommandError
 from .agents.prompt import vocabulary
-from .errors import DialError
+from .errors import DialError, LogError
 from .language.parser import parse
 from .language.schema import validate
 from .runtime.events import LogEntry, event_to_dict
@@ -333,8 +333,11 @@ def _load_flow(spec: str) -> tuple[Any, dict[str, list[str]]]:
 
 
 def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
-    """The conversation's stored log, read without creating or writing anything; a one-line error when the store
-    holds no such conversation."""
+    """The conversation's stored log, read without creating or writing anything and checked as the conversation
+    checks it when it opens; a one-line error when the store holds no such conversation, or a log no run of the
+    runtime could have written."""
+    from .runtime.state import fold_log
+
     store = _open(url, create=False)
 
     async def read() -> list[LogEntry]:
@@ -343,7 +346,10 @@ def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
         finally:
             await store.aclose()
 
-    entries = trio.run(read)
+    try:
+        entries = fold_log(trio.run(read))
+    except LogError as error:
+        raise _CommandError(f"{_shown(url)} conversation {conversation_id!r}: {error}") from None
     if not entries:
         raise _CommandError(
             f"{_shown(url)} holds no conversation {conversation_id!r} (dial-runtime list --store URL lists them)"
@@ -577,14 +583,22 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    """One line per stored conversation: its id, its size, when it was last written, and what it waits for."""
-    from .runtime.state import ConversationState
+    """One line per stored conversation: its id, its size, when it was last written, and what it waits for. A log
+    no run of the runtime could have written is listed too, with why, and the command then exits 1 (standard
+    error says how many)."""
+    from .runtime.state import ConversationState, fold_log
 
     store = _open(args.store, create=False)
 
-    async def read() -> list[tuple[str, list[LogEntry]]]:
+    async def read() -> list[tuple[str, list[LogEntry] | LogError]]:
+        held: list[tuple[str, list[LogEntry] | LogError]] = []
         try:
-            return [(ident, await store.read(ident)) for ident in await store.conversations()]
+            for ident in await store.conversations():
+                try:
+                    held.append((ident, await store.read(ident)))
+                except LogError as error:  # a row that does not decode: the other conversations are listed
+                    held.append((ident, error))
+            return held
         finally:
             await store.aclose()
 
@@ -592,17 +606,26 @@ def _list(args: argparse.Namespace) -> int:
     if not held:
         print(f"{_shown(args.store)} holds no conversation", file=sys.stderr)
     width = max((len(ident) for ident, _ in held), default=0)
+    refused = 0
     for ident, entries in held:
-        when = datetime.fromtimestamp(entries[-1].time, tz=timezone.utc).isoformat(timespec="seconds")
+        state = ConversationState()
         try:
-            state = ConversationState.fold(entry.event for entry in entries)
-        except Exception:  # a log the fold refuses is still listed: log and export can show it
-            status = "a log this runtime cannot fold"
-        else:
-            waiting = ", ".join(item.id for item in state.pending())
-            ended = f"ended: {state.result}" if state.result else "ended"
-            status = ended if state.ended else f"waits for {waiting}" if waiting else "open"
+            if isinstance(entries, LogError):
+                raise entries
+            fold_log(entries, state)
+        except LogError as error:
+            refused += 1
+            print(f"{ident:<{width}}  refused: {' '.join(str(error).split())}")
+            continue
+        when = datetime.fromtimestamp(entries[-1].time, tz=timezone.utc).isoformat(timespec="seconds")
+        waiting = ", ".join(item.id for item in state.pending())
+        ended = f"ended: {state.result}" if state.result else "ended"
+        status = ended if state.ended else f"waits for {waiting}" if waiting else "open"
         print(f"{ident:<{width}}  {len(entries):>5} events  last {when.replace('+00:00', 'Z')}  {status}")
+    if refused:
+        raise _CommandError(
+            f"{refused} conversation(s) in {_shown(args.store)} hold a log no run could have written"
+        )
     return 0
 
 

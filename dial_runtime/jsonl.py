@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import IO, Any
 
 import msgspec
 
+from .errors import LogError
 from .runtime.events import Event, LogEntry, entry_to_dict, event_from_dict
-from .runtime.state import ConversationState
+from .runtime.state import fold_log
 from .statemachines.suggestion import OUTCOME_STATUS
 
 #: The header's ``format``; a file without it is not a conversation log.
@@ -36,10 +37,12 @@ def export_jsonl(entries: Iterable[LogEntry], file: IO[str], *, conversation_id:
 def import_jsonl(file: Iterable[str]) -> tuple[str, list[LogEntry]]:
     """The conversation id and the entries :func:`export_jsonl` wrote.
 
-    ``ValueError`` naming the line for a missing or foreign header, an unknown version, a line that is not JSON
-    or not a log entry (an unknown event type or field, a field of the wrong type, a time that is not a finite
-    number, a word outside its field's vocabulary), and for entries not numbered 1, 2, 3, ... (a log has no
-    gaps). Blank lines are skipped. Whether the entries make a conversation is :func:`check_log`'s question.
+    :class:`~dial_runtime.LogError`, its reason naming the line, for a missing or foreign header, an unknown
+    version, a line that is not JSON or not a log entry (an unknown event type or field, a field of the wrong
+    type, a time that is not a finite number, a word outside its field's vocabulary), and for entries not
+    numbered 1, 2, 3, ... (a log has no gaps); its ``seq`` and ``event_type`` are the entry's as far as the line
+    gives them (``None`` for the header). Blank lines are skipped. Whether the entries make a conversation is
+    :func:`check_log`'s question.
     """
     conversation_id: str | None = None
     entries: list[LogEntry] = []
@@ -51,15 +54,14 @@ def import_jsonl(file: Iterable[str]) -> tuple[str, list[LogEntry]]:
         if conversation_id is None:
             conversation_id = _header(data, number)
             continue
-        try:
-            entry = _entry(data)
-        except (KeyError, TypeError, ValueError, msgspec.ValidationError) as error:
-            raise ValueError(f"line {number}: not a log entry ({type(error).__name__}: {error})") from None
-        if entry.seq != len(entries) + 1:
-            raise ValueError(f"line {number}: entry has seq {entry.seq}, expected {len(entries) + 1}")
+        entry, expected = _line_entry(data, number), len(entries) + 1
+        if entry.seq != expected:
+            raise LogError(
+                entry.seq, entry.event.type, f"line {number}: entry has seq {entry.seq}, expected {expected}"
+            )
         entries.append(entry)
     if conversation_id is None:
-        raise ValueError(f"line {number + 1}: the file is empty; expected a {FORMAT} header")
+        raise LogError(None, None, f"line {number + 1}: the file is empty; expected a {FORMAT} header")
     return conversation_id, entries
 
 
@@ -67,20 +69,36 @@ def _json(line: str, number: int) -> Any:
     try:
         return json.loads(line)
     except ValueError as error:
-        raise ValueError(f"line {number}: not JSON ({error})") from None
+        raise LogError(None, None, f"line {number}: not JSON ({error})") from None
 
 
 def _header(data: Any, number: int) -> str:
     """The conversation id of a valid header line."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"line {number}: not a {FORMAT} file (the first line must be its header)")
+        raise LogError(None, None, f"line {number}: not a {FORMAT} file (the first line must be its header)")
     version = data.get("version")
     if version != VERSION or isinstance(version, bool):
-        raise ValueError(f"line {number}: {FORMAT} version {version!r} is not supported (only {VERSION})")
+        unknown = f"{FORMAT} version {version!r} is not supported (only {VERSION})"
+        raise LogError(None, None, f"line {number}: {unknown}")
     conversation_id = data.get("conversation_id")
     if not isinstance(conversation_id, str) or not conversation_id:
-        raise ValueError(f"line {number}: the header has no conversation_id")
+        raise LogError(None, None, f"line {number}: the header has no conversation_id")
     return conversation_id
+
+
+def _line_entry(data: Any, number: int) -> LogEntry:
+    """The entry on line ``number``; a :class:`LogError` naming the line, and the entry as far as it can."""
+    try:
+        return _entry(data)
+    except (KeyError, TypeError, ValueError, msgspec.ValidationError) as error:
+        seq = data.get("seq") if isinstance(data, dict) else None
+        fields = data.get("event") if isinstance(data, dict) else None
+        kind = fields.get("type") if isinstance(fields, dict) else None
+        raise LogError(
+            seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+            kind if isinstance(kind, str) else None,
+            f"line {number}: not a log entry ({type(error).__name__}: {error})",
+        ) from None
 
 
 #: The words an event's field may hold, where the runtime writes a fixed vocabulary.
@@ -124,16 +142,9 @@ def _event(fields: Any) -> Event:
     return event
 
 
-def check_log(entries: Sequence[LogEntry]) -> None:
-    """Refuse entries no run of the runtime could have written: each is folded into the conversation's state in
-    turn, and the first the state refuses (an action started for a suggestion never made, a decision where none
-    was asked for, a reply with no message before it) is a ``ValueError`` naming its seq and what it says."""
-    state = ConversationState()
-    for entry in entries:
-        try:
-            state.apply(entry.event)
-        except Exception as error:  # the fold's refusal: LogError, IllegalTransition, or a lookup that failed
-            said = str(error) if str(error) else type(error).__name__
-            raise ValueError(
-                f"entry {entry.seq} ({entry.event.type}) cannot follow the entries before it: {said}"
-            ) from None
+def check_log(entries: Iterable[object]) -> None:
+    """Refuse entries no run of the runtime could have written, as the conversation's own fold does
+    (:func:`~dial_runtime.runtime.state.fold_log`): the first it refuses (an action started for a suggestion
+    never made, a decision where none was asked for, a reply with no message before it, an item that is not a
+    log entry) is a :class:`~dial_runtime.LogError` naming its seq, its type and why."""
+    fold_log(entries)

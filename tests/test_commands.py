@@ -71,7 +71,7 @@ IMPOSSIBLE: dict[str, tuple[list[str], str]] = {
     "a NaN time": (_edited(3, _set("time", float("nan"))), "time is nan, not a finite number"),
     "an action started for an unknown suggestion": (
         _edited(_first("action-started"), _set("event.suggestion_id", "sg-99")),
-        "(action-started) cannot follow the entries before it",
+        "log entry 8 (action-started): no suggestion 'sg-99' is open",
     ),
     "a gap in the numbering": (DEMO[:3] + DEMO[4:], "entry has seq 4, expected 3"),
 }

@@ -20,7 +20,7 @@ import pytest
 import trio
 import trio.testing
 
-from dial_runtime import Accept, Conversation, Defer, Dismiss, Edit, LogEntry, Suggestion
+from dial_runtime import Accept, Conversation, Defer, Dismiss, Edit, LogEntry, LogError, Suggestion
 from dial_runtime.agents import ScriptedAgent
 from dial_runtime.cli import audit_line, main
 from dial_runtime.demo import DECISIONS, SCRIPT, NotesDomain, run_demo
@@ -527,7 +527,7 @@ def test_values_json_cannot_spell_plainly_survive() -> None:
 )
 def test_a_bad_file_is_refused_with_its_line(text: str, message: str) -> None:
     header = '{"format": "dial-runtime-log", "version": 1, "conversation_id": "x"}'
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(LogError, match=message):
         import_jsonl(io.StringIO(text.replace("HEADER", header)))
 
 

@@ -19,7 +19,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import msgspec
 
-from ..errors import StoreClosed, StoreConflict, StoreError
+from ..errors import LogError, StoreClosed, StoreConflict, StoreError
 from ..ports import Store
 from ..runtime.events import LogEntry, entry_from_dict
 
@@ -176,8 +176,28 @@ def encode(entry: LogEntry) -> str:
 
 
 def decode(text: str) -> LogEntry:
-    """The entry :func:`encode` wrote."""
-    return entry_from_dict(json.loads(text))
+    """The entry :func:`encode` wrote; :class:`~dial_runtime.LogError` for a stored row that is not one (not
+    JSON, not an object with a seq, a time and an event, or an event the runtime does not write), naming the
+    entry's seq and type as far as the row gives them."""
+    try:
+        return entry_from_dict(json.loads(text))
+    except LogError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise _undecodable(text, error) from None
+
+
+def _undecodable(text: str, error: Exception) -> LogError:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return LogError(None, None, f"a stored row is not JSON ({error})")
+    seq = data.get("seq") if isinstance(data, dict) else None
+    return LogError(
+        seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+        None,
+        f"a stored row is not a log entry ({type(error).__name__}: {error})",
+    )
 
 
 def redact_url(url: str) -> str:
