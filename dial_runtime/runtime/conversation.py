@@ -276,24 +276,30 @@ class Conversation:
         self._core.end("end() was called")
 
     async def flush(self) -> None:
-        """Write what the log holds beyond the store's copy (a no-op without a store); one write at a time.
+        """Write what the log holds beyond the store's copy (a no-op without a store), then show ``on_event`` what
+        was written; one write at a time.
 
-        A write that fails leaves this object stale: it writes nothing more, its next call reads the conversation
+        The write itself is shielded: no cancellation (a call cancelled, a client gone, a task group ending) cuts
+        it short, so it lands whole or fails whole, and a cancellation waiting meanwhile takes effect after it. A
+        write that fails leaves this object stale: it writes nothing more, its next call reads the conversation
         from the store again, and what was not written is dropped (the store's log is the truth).
         """
         if self._store is None or self._stale or self._stored >= len(self._core.log):
             return
         async with self._writing_lock():
             written = len(self._core.log)
-            if self._stored < written:
-                try:
-                    await self._store.append(
-                        self.id or "", self._core.log.entries(self._stored, written), expected_seq=self._stored
-                    )
-                except BaseException:
-                    self._stale = True
-                    raise
+            if self._stored < written and not self._stale:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await self._store.append(
+                            self.id or "", self._core.log.entries(self._stored, written), expected_seq=self._stored
+                        )
+                    except BaseException:
+                        self._stale = True
+                        raise
                 self._stored = written
+        if self._on_event is not None:
+            self._show()
 
     def _writing_lock(self) -> anyio.Lock:
         """The lock that keeps writes in order, made for the event loop running now (a lock binds to its loop)."""
@@ -379,15 +385,20 @@ class Conversation:
         self._show()
 
     def _show(self) -> None:
-        """Show ``on_event`` the events a surface renders that the core recorded since the last time, then the
-        text of a streamed reply that the person may read now (its exceptions are logged and go no further)."""
+        """Show ``on_event`` the events a surface renders (``RENDERED``) that the core recorded since the last time
+        and, with a store, the store has acknowledged; then the text of a streamed reply that the person may read
+        now, unless a rendered event before it still waits for its write (its exceptions are logged and go no
+        further)."""
         core = self._core
         events = core.log.events
-        start, self._shown = self._shown, len(events)
-        notices = core.take_notices() if core.notices else ()
-        if self._on_event is None or (start == len(events) and not notices):
+        start = self._shown
+        limit = len(events) if self._store is None else max(self._stored, start)
+        self._shown = limit
+        waiting = limit < len(events) and any(event.type in RENDERED for event in events[limit:])
+        notices = core.take_notices() if core.notices and not waiting else ()
+        if self._on_event is None or (start == limit and not notices):
             return
-        shown = [event for event in events[start:] if event.type in RENDERED]
+        shown = [event for event in events[start:limit] if event.type in RENDERED]
         for event in [*shown, *notices] if notices else shown:
             try:
                 self._on_event(event)
@@ -425,11 +436,16 @@ class Conversation:
                 return None
             error = None
             try:
+                # With a store, the log is written first before an effect that reaches outside the process, and,
+                # for a watched conversation (shown only what is stored), before any wait or the person's turn.
+                if self._store is not None and (
+                    effect.durable
+                    or (self._on_event is not None and (effect.faces_person or not effect.immediate))
+                ):
+                    await self.flush()
                 if effect.immediate:
                     value = _ANSWERS[type(effect)](self, effect)
                 else:
-                    if effect.durable and self._store is not None:
-                        await self.flush()
                     value = await _PERFORMERS[type(effect)](self, call, effect)
             except BaseException as raised:
                 value, error = None, raised

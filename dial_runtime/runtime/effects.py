@@ -5,6 +5,8 @@ performs it and sends back the input it came to (or throws the exception it rais
 effect whose ``durable`` is true has an effect outside the process (a message sent, a wait for the person, an
 action run): with a store, the driver writes the log through before performing it. An effect whose ``immediate``
 is true is a question the driver answers at once from the domain or the person's plain function, without waiting.
+An effect whose ``faces_person`` is true puts what the log holds before the person: a surface must have shown it
+first, and a surface is shown only what the store holds, so a watched conversation writes the log first.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from .records import Ask, Issue, Suggestion
 
 class Effect(msgspec.Struct, frozen=True, kw_only=True):
     """Something the core needs done; ``durable``: write the log through first; ``immediate``: answered without
-    waiting."""
+    waiting; ``faces_person``: the person acts on what the log shows."""
 
     durable: ClassVar[bool] = False
     immediate: ClassVar[bool] = False
+    faces_person: ClassVar[bool] = False
 
 
 class GetContext(Effect, frozen=True, kw_only=True):
@@ -85,6 +88,7 @@ class Consult(Effect, frozen=True, kw_only=True):
     """
 
     immediate: ClassVar[bool] = True
+    faces_person: ClassVar[bool] = True
 
     question: Suggestion | Ask
 
