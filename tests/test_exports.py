@@ -20,6 +20,9 @@ EXPECTED = {
     "agent_from_uri", "event_from_dict", "event_to_dict", "export_jsonl", "extract_prose", "import_jsonl",
     "open_store", "outcome_reply", "parse", "policy_human", "replay", "scripted_human", "system_prompt",
     "validate",
+    # the projection: what a person sees
+    "AgentText", "Aside", "Card", "Moment", "Notice", "PersonWords", "Projection", "Question", "RefusedProposal",
+    "Told", "Waiting", "project",
 }  # fmt: skip
 
 

@@ -1,0 +1,793 @@
+"""What a person sees of a conversation, as a pure and incremental function of its log: the one reading of the
+log every surface renders from (the transcript, the web's live stream and its snapshot, ``dial-runtime log``).
+
+Feed a :class:`Projection` log entries (or bare events, as ``on_event`` sees them) one at a time or all at once;
+feeding a log in pieces gives what feeding it whole gives. It holds, in order:
+
+- :class:`PersonWords`: the person's words (said, an answer to an ask, words given instead of deciding);
+- :class:`AgentText`: the agent's prose, informs and acknowledgements; :class:`Question`: its asks;
+- :class:`Card`: one per suggestion shown to the person, kept current: the payload that waits (or ran), its status
+  (as the suggestion lifecycle has it), the outcome in words, who decided and when, the edits refused;
+- :class:`RefusedProposal`: a proposal that never became a card (refused by the runtime, or overtaken);
+- :class:`Notice`: why something stopped (no reply, turn limit, a deadline, a cut reply, an interruption, a
+  failed send); :class:`Aside`: the elements shown but not acted on; :class:`Told`: what a message told the agent.
+
+:attr:`Projection.trail` is the audit trail (:class:`Moment`: what happened, to what, who decided), and
+:attr:`Projection.waiting` what waits for the person. No I/O: nothing here is on the runtime's path unless a
+surface builds one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+import msgspec
+
+from ..errors import AlreadyDecided
+from ..language.outcomes import Outcome
+from ..language.parser import parse
+from ..language.records import Option
+from .events import (
+    ActionStartedEvent,
+    AnsweredEvent,
+    AskEvent,
+    DecidedEvent,
+    DeclareEvent,
+    DeferredEvent,
+    DelegateEvent,
+    EndedEvent,
+    Event,
+    ExecuteEvent,
+    FinishedEvent,
+    FlowMovedEvent,
+    InformDeltaEvent,
+    InformEvent,
+    InterruptedEvent,
+    LogEntry,
+    NoReplyEvent,
+    OutcomeEvent,
+    PhaticEvent,
+    ProposedEvent,
+    RefusedEvent,
+    ReplyEvent,
+    ReplyRefusedEvent,
+    ReplyStartedEvent,
+    ResumedEvent,
+    SaidEvent,
+    SendFailedEvent,
+    SentEvent,
+    SuggestionEvent,
+    TurnLimitEvent,
+)
+from .records import Issue, payload_digest
+
+__all__ = [
+    "AgentText",
+    "Aside",
+    "Card",
+    "CardStatus",
+    "EditRefusal",
+    "Item",
+    "Moment",
+    "Notice",
+    "PersonWords",
+    "Projection",
+    "Question",
+    "RefusedProposal",
+    "Told",
+    "Waiting",
+    "outcome_words",
+    "project",
+    "stopped_in_words",
+]
+
+#: Where a card's suggestion stands: waiting for the person (``pending``, or ``deferred-waiting`` once the person
+#: chose to decide later), ``running``, or how it ended (an outcome's status).
+CardStatus = Literal[
+    "pending", "deferred-waiting", "running", "done", "failed", "dismissed", "superseded", "invalid", "handed-off"
+]
+
+#: The statuses of a card that waits for the person's decision.
+DECIDING: frozenset[str] = frozenset({"pending", "deferred-waiting"})
+
+
+class _Item(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """What every item shares: the log entry it comes from (``None`` for a bare event) and its time."""
+
+    seq: int | None = None
+    time: float | None = None
+
+
+class PersonWords(_Item, frozen=True, kw_only=True, tag="words"):
+    """The person's words: ``said`` (a ``say``), an ``answer`` to the ask ``subject_id``, or words given
+    ``instead`` of deciding on the suggestion ``subject_id``; ``by`` who, when the log says."""
+
+    text: str
+    how: Literal["said", "answer", "instead"] = "said"
+    by: str | None = None
+    subject_id: str | None = None
+
+
+class AgentText(_Item, frozen=True, kw_only=True, tag="text"):
+    """The agent's text: prose (``act`` ``None``), an ``inform`` or an ``acknowledge``; ``element`` as the
+    ``inform`` event's."""
+
+    text: str
+    act: str | None = None
+    element: int | None = None
+
+
+class Question(_Item, frozen=True, kw_only=True, tag="question"):
+    """An ask: its question and choices, and where it stands: ``asked`` (put to the person now), ``shown``
+    (not put: the person had said something else), ``waiting`` (to be answered later), ``answered``
+    (``answer``, ``answered_by``), ``open`` (no answer given: the question stands) or ``expired``."""
+
+    id: str
+    text: str
+    response_type: str = "text"
+    options: tuple[Option, ...] = ()
+    timeout: float | None = None
+    element: int | None = None
+    status: Literal["asked", "shown", "waiting", "answered", "open", "expired"] = "asked"
+    answer: str | None = None
+    answered_by: str | None = None
+
+
+class EditRefusal(msgspec.Struct, frozen=True, kw_only=True):
+    """The domain refused the payload the person accepted or edited (``payload``), and why."""
+
+    payload: Any
+    code: str | None = None
+    field: str | None = None
+    hint: str | None = None
+    seq: int | None = None
+    time: float | None = None
+
+
+class Card(_Item, frozen=True, kw_only=True, tag="card"):
+    """A suggestion shown to the person (``seq`` and ``time``: when), kept current as it goes on.
+
+    ``text`` is the agent's own words for it, ``preview`` the domain's; ``proposed`` the payload shown first,
+    ``payload`` the one that waits (after an edit the edited one, after a refused edit the refused one, with
+    ``issue``) or, once it ran, the one that ran. ``decision``, ``decided_by`` and ``decided_at`` are the last
+    decision on it; ``refusals`` every edit refused. Once it ended, ``outcome`` says how in words, ``result`` is
+    the result as JSON text, ``reported`` the outcome the agent was told, and ``ended_seq``/``ended_at`` when.
+    """
+
+    id: str
+    action: str
+    text: str = ""
+    preview: str = ""
+    destructive: bool = False
+    mutates: bool = True
+    handoff: bool = False
+    proposed: Any = None
+    payload: Any = None
+    status: CardStatus = "pending"
+    issue: Issue | None = None
+    refusals: tuple[EditRefusal, ...] = ()
+    decision: str | None = None
+    decided_by: str | None = None
+    decided_at: float | None = None
+    outcome: str = ""
+    result: str | None = None
+    reported: Outcome | None = None
+    ended_seq: int | None = None
+    ended_at: float | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the card waits for the person's decision."""
+        return self.status in DECIDING
+
+    @property
+    def digest(self) -> str:
+        """:func:`~dial_runtime.runtime.records.payload_digest` of the action and the payload shown now."""
+        return payload_digest(self.action, self.payload)
+
+
+class RefusedProposal(_Item, frozen=True, kw_only=True, tag="refused"):
+    """A proposal the person never saw as a card: ``invalid`` (an unknown action, a payload the domain refused,
+    with ``code``, ``field``, ``hint``) or ``superseded`` (overtaken before it was shown); ``outcome`` in words."""
+
+    id: str
+    action: str
+    payload: Any = None
+    status: str = "invalid"
+    error: str | None = None
+    code: str | None = None
+    field: str | None = None
+    hint: str | None = None
+    outcome: str = ""
+
+
+class Notice(_Item, frozen=True, kw_only=True, tag="notice"):
+    """Why something stopped, for the person: ``what`` happened, ``text`` in words, the ``turn`` and the
+    suggestion or ask (``subject_id``) it concerns, and the event's own fields as JSON data (``data``)."""
+
+    what: Literal["no-reply", "turn-limit", "deadline", "reply-refused", "interrupted", "send-failed"]
+    text: str
+    turn: int | None = None
+    subject_id: str | None = None
+    data: dict[str, Any] = {}
+
+
+class Aside(_Item, frozen=True, kw_only=True, tag="aside"):
+    """An element the runtime shows but does not act on (``declare``, ``phatic``, ``delegate``, ``execute``):
+    ``text`` in words (empty when there is nothing to say), the event's fields as JSON data (``data``)."""
+
+    what: Literal["declare", "phatic", "delegate", "execute"]
+    text: str = ""
+    data: dict[str, Any] = {}
+
+
+class Told(_Item, frozen=True, kw_only=True, tag="told"):
+    """A message went to the agent (``turn``), reporting these outcomes (``sg-1:done``, ...)."""
+
+    turn: int
+    reports: tuple[str, ...] = ()
+
+
+#: Anything the person sees: a tagged union (``kind``), so ``msgspec.json.encode`` writes any item and
+#: ``msgspec.json.decode(..., type=Item)`` reads it back.
+Item = PersonWords | AgentText | Question | Card | RefusedProposal | Notice | Aside | Told
+
+
+class Moment(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of the audit trail: what happened (``label``), to which suggestion or ask and who decided
+    (``text``), from the entry ``seq`` at ``time``."""
+
+    label: str
+    text: str
+    seq: int | None = None
+    time: float | None = None
+
+
+class Waiting(msgspec.Struct, frozen=True, kw_only=True):
+    """A suggestion or ask waiting for the person: ``deferred`` once they chose to decide later; a suggestion's
+    ``digest`` (of the payload waiting) and its ``refusals`` (refused edits so far)."""
+
+    id: str
+    kind: Literal["suggestion", "ask"]
+    deferred: bool = False
+    digest: str | None = None
+    refusals: int = 0
+
+
+#: What ``log`` says of a turn or an action the runtime stopped, by the start of the reason it recorded.
+_CANCELLED = "cancelled before it finished (Ctrl-C in chat, or the caller's cancellation)"
+_STOPPED = (
+    ("the process stopped", "the process stopped"),
+    ("the process exited", "the process exited"),
+    ("the person said something else", "the person said something else"),
+    ("the call was cancelled", _CANCELLED),
+    ("interrupted by the person (Ctrl-C)", "cancelled by the person (Ctrl-C)"),
+    ("KeyboardInterrupt", "cancelled by the person (Ctrl-C)"),
+    ("CancelledError", _CANCELLED),
+    ("Cancelled", _CANCELLED),
+    ("TimeoutError", "the deadline passed"),
+    ("TooSlowError", "the deadline passed"),
+)
+
+#: How a superseded suggestion is said to have ended when the person's words overtook it.
+SAID_ELSE = "Superseded: the person said something else"
+
+
+def stopped_in_words(reason: str) -> str:
+    """Why a turn or an action stopped, as a person reads it. The runtime words it (``the call was cancelled``);
+    logs written before recorded the exception that stopped it (``CancelledError: Cancelled via cancel scope
+    7ff...``): this keeps what it meant and drops the machinery."""
+    for start, words in _STOPPED:
+        if reason == start or reason.startswith((f"{start}:", f"{start} ")):
+            return words
+    return reason
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def outcome_words(outcome: Outcome, *, said_else: bool = False) -> str:
+    """How a suggestion ended, as a short sentence: ``Done``, ``Failed: <error>``, ``Dismissed``, ``Expired``,
+    ``Superseded`` (``said_else``: the person's words overtook it), ``Invalid: <hint>``, ``Handed off``."""
+    status = outcome.status
+    if status == "done":
+        return "Done"
+    if status == "failed":
+        error = outcome.error
+        if error and outcome.code == "interrupted":
+            error = stopped_in_words(error)
+        return f"Failed: {error}" if error else "Failed"
+    if status == "dismissed":
+        return "Expired" if outcome.expired else "Dismissed"
+    if status == "superseded":
+        return SAID_ELSE if said_else else "Superseded"
+    if status == "invalid":
+        reason = outcome.hint or outcome.error or outcome.code
+        return f"Invalid: {reason}" if reason else "Invalid"
+    if status == "handed-off":
+        return "Handed off"
+    return status.capitalize()
+
+
+def _fields(event: Event) -> dict[str, Any]:
+    """An event's fields as JSON-ready data, without its type."""
+    data: dict[str, Any] = msgspec.to_builtins(event)
+    data.pop("type", None)
+    return data
+
+
+def _by(by: str | None) -> str:
+    return f" by {by}" if by else ""
+
+
+class Projection:
+    """The projection of one conversation's log, fed entry by entry (:meth:`feed`).
+
+    ``shown`` names suggestions shown earlier than what is fed (a recap of a session whose log is not fed): an
+    outcome of one of them is the end of a card, never a refused proposal. :attr:`shown` holds every card's id.
+    """
+
+    def __init__(self, shown: Iterable[str] = ()) -> None:
+        self.shown: set[str] = set(shown)
+        self.fed = 0  # the seq of the last entry fed
+        self._items: list[Item] = []
+        self._trail: list[Moment] = []
+        self._cards: dict[str, int] = {}
+        self._questions: dict[str, int] = {}
+        self._proposed: dict[str, ProposedEvent] = {}
+        self._decided: dict[str, AlreadyDecided] = {}
+        self._ended: dict[str, str] = {}
+        self._said_else: set[str] = set()
+        self._instead = False
+        self._changed: dict[int, None] = {}  # the indices of the items the entry being fed added or changed
+        self._last: dict[int, None] = {}
+        self._seq: int | None = None
+        self._time: float | None = None
+
+    # Feeding ---------------------------------------------------------------------------------------------------
+
+    def feed(self, record: LogEntry | Event | InformDeltaEvent) -> tuple[Item, ...]:
+        """Take one log entry (or a bare event); returns the items it added or changed, as they are now. An entry
+        fed already (its seq not past :attr:`fed`) and text still arriving (``inform-delta``) change nothing."""
+        self._last = {}
+        if isinstance(record, LogEntry):
+            if record.seq <= self.fed:
+                return ()
+            self.fed = record.seq
+            self._seq, self._time, event = record.seq, record.time, record.event
+        elif isinstance(record, InformDeltaEvent):
+            return ()
+        else:
+            self._seq, self._time, event = None, None, record
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            return ()
+        handler(self, event)
+        changed, self._changed = self._changed, {}
+        self._last = changed
+        return tuple(self._items[at] for at in changed)
+
+    def feed_all(self, records: Iterable[LogEntry | Event]) -> tuple[Item, ...]:
+        """Take every entry (or event) in order; returns the items added or changed, each once, as they are now."""
+        changed: dict[int, None] = {}
+        for record in records:
+            self.feed(record)
+            changed.update(self._last)
+        return tuple(self._items[at] for at in changed)
+
+    # Reading ---------------------------------------------------------------------------------------------------
+
+    @property
+    def items(self) -> tuple[Item, ...]:
+        """What the person sees, in order (a card where it was first shown, as it is now)."""
+        return tuple(self._items)
+
+    @property
+    def trail(self) -> tuple[Moment, ...]:
+        """The audit trail: a line for each entry a reviewer needs (not the agent's words, not bookkeeping)."""
+        return tuple(self._trail)
+
+    @property
+    def waiting(self) -> tuple[Waiting, ...]:
+        """The suggestions and asks waiting for the person, in the order they were shown."""
+        found: list[Waiting] = []
+        for item in self._items:
+            if isinstance(item, Card) and item.waiting:
+                deferred = item.status == "deferred-waiting"
+                found.append(
+                    Waiting(
+                        id=item.id,
+                        kind="suggestion",
+                        deferred=deferred,
+                        digest=item.digest,
+                        refusals=len(item.refusals),
+                    )
+                )
+            elif isinstance(item, Question) and item.status in ("asked", "waiting"):
+                found.append(Waiting(id=item.id, kind="ask", deferred=item.status == "waiting"))
+        return tuple(found)
+
+    def card(self, suggestion_id: str) -> Card | None:
+        """The card of a suggestion shown to the person, as it is now."""
+        at = self._cards.get(suggestion_id)
+        item = None if at is None else self._items[at]
+        return item if isinstance(item, Card) else None
+
+    def refusals(self, suggestion_id: str) -> int:
+        """The edits refused since the suggestion was shown (0 for one never shown)."""
+        card = self.card(suggestion_id)
+        return 0 if card is None else len(card.refusals)
+
+    def already_decided(self, subject_id: str) -> AlreadyDecided | None:
+        """How a suggestion or ask that no longer waits ended: the last decision on it (who and how),
+        ``answered`` for an ask answered, else its outcome's status; ``None`` when the log never ended it."""
+        decided = self._decided.get(subject_id)
+        if decided is not None:
+            return decided
+        status = self._ended.get(subject_id)
+        return None if status is None else AlreadyDecided(subject_id, by=None, how=status)
+
+    # The handlers ----------------------------------------------------------------------------------------------
+
+    def _add(self, item: Item) -> None:
+        if isinstance(item, Card):
+            self._cards[item.id] = len(self._items)
+        elif isinstance(item, Question):
+            self._questions[item.id] = len(self._items)
+        self._changed[len(self._items)] = None
+        self._items.append(item)
+
+    def _update(self, at: int, **changes: Any) -> None:
+        self._items[at] = msgspec.structs.replace(self._items[at], **changes)
+        self._changed[at] = None
+
+    def _card_at(self, at: int) -> Card:
+        card = self._items[at]
+        assert isinstance(card, Card)
+        return card
+
+    def _moment(self, label: str, text: str) -> None:
+        self._trail.append(Moment(label=label, text=text, seq=self._seq, time=self._time))
+
+    def _notice(
+        self, event: Event, what: Any, text: str, *, turn: int | None, subject_id: str | None = None
+    ) -> None:
+        self._add(
+            Notice(
+                what=what,
+                text=text,
+                turn=turn,
+                subject_id=subject_id,
+                data=_fields(event),
+                seq=self._seq,
+                time=self._time,
+            )
+        )
+
+    def _set_aside(self) -> None:
+        """The person's words overtake every suggestion still open."""
+        for ident in (*self._proposed, *self._cards):
+            if ident not in self._ended:
+                self._said_else.add(ident)
+
+    def _said(self, event: SaidEvent) -> None:
+        self._moment("said", _json_text(event.text))
+        if event.text:
+            self._set_aside()
+            self._add(PersonWords(text=event.text, how="said", seq=self._seq, time=self._time))
+
+    def _resumed(self, event: ResumedEvent) -> None:
+        self._moment("resumed", f"with {event.call}()")
+
+    def _reply(self, event: ReplyEvent | ReplyStartedEvent) -> None:
+        self._instead = False
+
+    def _inform(self, event: InformEvent) -> None:
+        self._add(AgentText(text=event.text, act=event.act, element=event.element, seq=self._seq, time=self._time))
+
+    def _ask(self, event: AskEvent) -> None:
+        options = ", ".join(option.value for option in event.options)
+        unasked = "" if event.asked else " [not put to the person]"
+        kinds = f"{event.response_type}: {options}" if options else event.response_type
+        self._moment("asked", f"{event.id} {_json_text(event.text)} ({kinds}){unasked}")
+        self._add(
+            Question(
+                id=event.id,
+                text=event.text,
+                response_type=event.response_type,
+                options=event.options,
+                timeout=event.timeout,
+                element=event.element,
+                status="asked" if event.asked else "shown",
+                seq=self._seq,
+                time=self._time,
+            )
+        )
+
+    def _answered(self, event: AnsweredEvent) -> None:
+        at = self._questions.get(event.ask_id)
+        if event.expired:
+            self._moment("answered", f"{event.ask_id}: no answer in time")
+            if at is not None:
+                self._update(at, status="expired")
+            self._notice(
+                event, "deadline", f"no answer to {event.ask_id} in time", turn=None, subject_id=event.ask_id
+            )
+            return
+        said = _json_text(event.text) if event.text else "nothing (the question stands)"
+        self._moment("answered", f"{event.ask_id}{_by(event.by)}: {said}")
+        if not event.text:
+            if at is not None:
+                self._update(at, status="open")
+            return
+        self._decided[event.ask_id] = AlreadyDecided(event.ask_id, by=event.by, how="answered")
+        if at is not None:
+            self._update(at, status="answered", answer=event.text, answered_by=event.by)
+        self._add(
+            PersonWords(
+                text=event.text, how="answer", by=event.by, subject_id=event.ask_id, seq=self._seq, time=self._time
+            )
+        )
+
+    def _proposed_event(self, event: ProposedEvent) -> None:
+        text = f" {_json_text(event.text)}" if event.text else ""
+        self._moment("proposed", f"{event.id} {event.action} {_json_text(event.payload)}{text}")
+        self._proposed[event.id] = event
+        if self._instead:
+            self._said_else.add(event.id)
+
+    def _suggestion(self, event: SuggestionEvent) -> None:
+        marks = " [destructive]" if event.destructive else ""
+        if event.handoff:
+            marks += " [hand-off: runs without asking]"
+        elif not event.mutates:
+            marks += " [read-only: runs without asking]"
+        self._moment("shown", f"{event.id} {_json_text(event.preview)}{marks}")
+        self.shown.add(event.id)
+        self._add(
+            Card(
+                id=event.id,
+                action=event.action,
+                text=event.text,
+                preview=event.preview,
+                destructive=event.destructive,
+                mutates=event.mutates,
+                handoff=event.handoff,
+                proposed=event.payload,
+                payload=event.payload,
+                status="pending" if event.mutates and not event.handoff else "running",
+                seq=self._seq,
+                time=self._time,
+            )
+        )
+
+    def _decided_event(self, event: DecidedEvent) -> None:
+        subject, decision, by = event.suggestion_id, event.decision, _by(event.by)
+        if decision == "edit":
+            before, after = _json_text(event.previous), _json_text(event.payload)
+            self._moment("decided", f"{subject} edit{by}: {before} → {after}")
+        elif decision == "say":
+            self._moment("decided", f"{subject} say instead{by}: {_json_text(event.text)}")
+        elif decision == "expire":
+            self._moment("decided", f"{subject} expired: no decision in time")
+        else:
+            self._moment("decided", f"{subject} {decision}{by}")
+        self._decided[subject] = AlreadyDecided(subject, by=event.by, how=decision)
+        at = self._cards.get(subject)
+        if at is not None:
+            changes: dict[str, Any] = {"decision": decision, "decided_by": event.by, "decided_at": self._time}
+            if decision == "edit":
+                changes["payload"] = event.payload
+            if self._card_at(at).status == "deferred-waiting":
+                changes["status"] = "pending"
+            self._update(at, **changes)
+        if decision == "say":
+            self._instead = True
+            self._set_aside()
+            if event.text:
+                self._add(
+                    PersonWords(
+                        text=event.text,
+                        how="instead",
+                        by=event.by,
+                        subject_id=subject,
+                        seq=self._seq,
+                        time=self._time,
+                    )
+                )
+        elif decision == "expire":
+            self._notice(event, "deadline", f"no decision on {subject} in time", turn=None, subject_id=subject)
+
+    def _refused(self, event: RefusedEvent) -> None:
+        field = f" ({event.field})" if event.field else ""
+        reason = ": ".join(part for part in (f"{event.code or ''}{field}".strip(), event.hint) if part)
+        self._moment(
+            "refused", f"{event.suggestion_id} {_json_text(event.payload)}: {reason or 'no reason given'}"
+        )
+        at = self._cards.get(event.suggestion_id)
+        if at is None:
+            return
+        card = self._card_at(at)
+        refusal = EditRefusal(
+            payload=event.payload,
+            code=event.code,
+            field=event.field,
+            hint=event.hint,
+            seq=self._seq,
+            time=self._time,
+        )
+        self._update(
+            at,
+            payload=event.payload,
+            issue=Issue(code=event.code, field=event.field, hint=event.hint),
+            refusals=(*card.refusals, refusal),
+            preview=card.preview if event.preview is None else event.preview,
+            status="pending",
+        )
+
+    def _deferred(self, event: DeferredEvent) -> None:
+        self._moment("deferred", f"{event.kind} {event.subject_id}")
+        at = (self._cards if event.kind == "suggestion" else self._questions).get(event.subject_id)
+        if at is not None:
+            self._update(at, status="deferred-waiting" if event.kind == "suggestion" else "waiting")
+
+    def _action_started(self, event: ActionStartedEvent) -> None:
+        edited = " (edited)" if event.edited else ""
+        self._moment("run", f"{event.suggestion_id} {event.action} {_json_text(event.payload)}{edited}")
+        at = self._cards.get(event.suggestion_id)
+        if at is not None:
+            self._update(at, status="running", payload=event.payload, preview=event.preview, issue=None)
+
+    def _flow_moved(self, event: FlowMovedEvent) -> None:
+        moved = f"{event.source} → {event.target} on {event.event}"
+        self._moment("flow moved", f"{moved} ({event.suggestion_id} {event.action} done)")
+
+    def _outcome(self, event: OutcomeEvent) -> None:
+        parts = [event.id, event.status]
+        if event.result is not None:
+            parts.append(_json_text(event.result))
+        error = stopped_in_words(event.error) if event.code == "interrupted" and event.error else event.error
+        named = {"error": error, "code": event.code, "field": event.field, "hint": event.hint}
+        parts.extend(f"{name}={_json_text(value)}" for name, value in named.items() if value)
+        parts.extend(flag for flag, value in (("edited", event.edited), ("expired", event.expired)) if value)
+        self._moment("outcome", " ".join(parts))
+        self._ended[event.id] = event.status
+        outcome = event.outcome
+        words = outcome_words(outcome, said_else=event.id in self._said_else)
+        at = self._cards.get(event.id)
+        if at is None and event.id in self.shown:  # shown before what was fed: the card is rebuilt from its end
+            self._add(
+                Card(
+                    id=event.id,
+                    action=event.action,
+                    preview=event.preview,
+                    status="pending",
+                    seq=self._seq,
+                    time=self._time,
+                )
+            )
+            at = self._cards[event.id]
+        if at is None:
+            proposed = self._proposed.get(event.id)
+            self._add(
+                RefusedProposal(
+                    id=event.id,
+                    action=event.action,
+                    payload=None if proposed is None else proposed.payload,
+                    status=event.status,
+                    error=event.error,
+                    code=event.code,
+                    field=event.field,
+                    hint=event.hint,
+                    outcome=words,
+                    seq=self._seq,
+                    time=self._time,
+                )
+            )
+            return
+        self._update(
+            at,
+            status=event.status,
+            preview=event.preview or self._card_at(at).preview,
+            outcome=words,
+            result=None if event.result is None else _json_text(event.result),
+            reported=outcome,
+            ended_seq=self._seq,
+            ended_at=self._time,
+        )
+
+    def _sent(self, event: SentEvent) -> None:
+        envelope = parse(event.message)
+        reports = tuple(token for element in (envelope.elements if envelope else ()) for token in element.yields)
+        self._moment("sent", f"turn {event.turn}" + (f", reporting {', '.join(reports)}" if reports else ""))
+        self._add(Told(turn=event.turn, reports=reports, seq=self._seq, time=self._time))
+
+    def _interrupted(self, event: InterruptedEvent) -> None:
+        words = stopped_in_words(event.reason)
+        self._moment("interrupted", f"turn {event.turn}: {words}")
+        self._notice(event, "interrupted", f"turn {event.turn} stopped: {words}", turn=event.turn)
+
+    def _no_reply(self, event: NoReplyEvent) -> None:
+        self._moment("no reply", f"turn {event.turn}: {event.error}")
+        self._notice(event, "no-reply", f"no reply: {event.error}", turn=event.turn)
+
+    def _send_failed(self, event: SendFailedEvent) -> None:
+        self._moment("send failed", f"turn {event.turn}: {event.error}")
+        self._notice(event, "send-failed", f"the message could not be sent: {event.error}", turn=event.turn)
+
+    def _reply_refused(self, event: ReplyRefusedEvent) -> None:
+        self._moment("reply refused", f"{event.reply_id} (turn {event.turn}): {event.reason}")
+        self._notice(event, "reply-refused", f"the agent's reply was not usable: {event.reason}", turn=event.turn)
+
+    def _turn_limit(self, event: TurnLimitEvent) -> None:
+        self._moment("turn limit", f"{event.turns} turn(s) used")
+        self._notice(event, "turn-limit", f"stopped after {event.turns} turns", turn=None)
+
+    def _declare(self, event: DeclareEvent) -> None:
+        noted = f"{event.context_key} = {_json_text(event.value)}"
+        self._moment("declared", noted)
+        self._aside(event, "declare", f"the agent notes {noted}")
+
+    def _phatic(self, event: PhaticEvent) -> None:
+        ends = event.signal == "session-complete"
+        self._aside(event, "phatic", "the agent ends the conversation" if ends else "")
+
+    def _delegate(self, event: DelegateEvent) -> None:
+        intent = f" ({event.intent})" if event.intent else ""
+        text = f": {_json_text(event.text)}" if event.text else ""
+        self._moment("delegated", f"to {event.to}{intent}{text}")
+        self._aside(event, "delegate", f"the agent hands over to {event.to}: {event.text or event.intent or ''}")
+
+    def _execute(self, event: ExecuteEvent) -> None:
+        self._aside(event, "execute", f"the agent sent {len(event.steps)} step(s) to execute; not run here")
+
+    def _aside(self, event: Event, what: Any, text: str) -> None:
+        self._add(Aside(what=what, text=text, data=_fields(event), seq=self._seq, time=self._time))
+
+    def _ended_event(self, event: EndedEvent) -> None:
+        self._moment("ended", event.reason)
+
+    def _finished(self, event: FinishedEvent) -> None:
+        self._moment("finished", f"{event.status} after {event.turns} turn(s)")
+
+
+_HANDLERS: dict[type[Any], Callable[[Projection, Any], None]] = {
+    SaidEvent: Projection._said,
+    ResumedEvent: Projection._resumed,
+    ReplyEvent: Projection._reply,
+    ReplyStartedEvent: Projection._reply,
+    InformEvent: Projection._inform,
+    AskEvent: Projection._ask,
+    AnsweredEvent: Projection._answered,
+    ProposedEvent: Projection._proposed_event,
+    SuggestionEvent: Projection._suggestion,
+    DecidedEvent: Projection._decided_event,
+    RefusedEvent: Projection._refused,
+    DeferredEvent: Projection._deferred,
+    ActionStartedEvent: Projection._action_started,
+    FlowMovedEvent: Projection._flow_moved,
+    OutcomeEvent: Projection._outcome,
+    SentEvent: Projection._sent,
+    InterruptedEvent: Projection._interrupted,
+    NoReplyEvent: Projection._no_reply,
+    SendFailedEvent: Projection._send_failed,
+    ReplyRefusedEvent: Projection._reply_refused,
+    TurnLimitEvent: Projection._turn_limit,
+    DeclareEvent: Projection._declare,
+    PhaticEvent: Projection._phatic,
+    DelegateEvent: Projection._delegate,
+    ExecuteEvent: Projection._execute,
+    EndedEvent: Projection._ended_event,
+    FinishedEvent: Projection._finished,
+}
+
+
+def project(records: Iterable[LogEntry | Event], *, shown: Iterable[str] = ()) -> Projection:
+    """The projection of a log (entries or bare events), fed whole."""
+    projection = Projection(shown)
+    for record in records:
+        projection.feed(record)
+    return projection
