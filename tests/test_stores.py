@@ -36,8 +36,6 @@ from dial_runtime.stores import (
     open_store,
     redact_url,
 )
-from dial_runtime.stores import sqlite as sqlite_store
-from dial_runtime.stores.base import encode
 
 from .conftest import STORE_KINDS
 
@@ -374,89 +372,6 @@ async def test_sqlite_waits_for_another_writer_off_the_event_loop(
     assert await store.read("c") == [said(1, "a"), said(2, "b")]
 
 
-async def test_sqlite_writes_large_appends_off_the_event_loop(
-    tmp_path: Path, keep: Callable[[Store], Store], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A small append that can run at once runs on the loop; one of more than ``ON_LOOP_LIMIT`` characters of
-    JSON (writing it takes time in proportion) goes to a worker thread."""
-    store = keep(open_store(f"sqlite:{tmp_path / 'logs.db'}"))
-    assert isinstance(store, SQLiteStore)
-    await store.append("c", [said(1, "opens the database")], expected_seq=0)
-    threaded: list[object] = []
-    run = store._run
-
-    async def counted(work: Any) -> Any:
-        threaded.append(work)
-        return await run(work)
-
-    monkeypatch.setattr(store, "_run", counted)
-    await store.append("c", [said(2, "small")], expected_seq=1)
-    assert threaded == []
-    await store.append("c", [said(3, "x" * sqlite_store.ON_LOOP_LIMIT)], expected_seq=2)
-    assert len(threaded) == 1
-    assert [entry.seq for entry in await store.read("c")] == [1, 2, 3]
-
-
-async def test_sqlite_checkpoints_its_log_as_it_goes(
-    tmp_path: Path, keep: Callable[[Store], Store], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Appends made on the event loop never checkpoint; every ``CHECKPOINT_EVERY`` of them, the next append
-    checkpoints in a worker thread, so the write-ahead log is reused instead of growing with every append."""
-
-    async def wal_size_after(appends: int, name: str) -> int:
-        store = keep(open_store(f"sqlite:{tmp_path / name}"))
-        for seq in range(1, appends + 1):
-            await store.append("c", [said(seq, "x" * 200)], expected_seq=seq - 1)
-        return (tmp_path / f"{name}-wal").stat().st_size
-
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 10**9)
-    unchecked = await wal_size_after(300, "unchecked.db")
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY", 16)
-    checked = await wal_size_after(300, "checked.db")
-    assert unchecked > 8 * 16 * 4096 > checked
-
-
-@pytest.mark.parametrize("died", [False, True], ids=["committed", "died-before-its-mark"])
-async def test_sqlite_reads_the_end_of_a_log_from_its_lock_file(
-    tmp_path: Path, keep: Callable[[Store], Store], died: bool
-) -> None:
-    """A read after where the last append ended, or of a locked conversation never appended to, is answered from
-    the lock file; a mark that an append left pending (it died between its commit and its mark), or a read from
-    elsewhere in the log, goes to the database."""
-    path = tmp_path / "logs.db"
-    store, other = keep(open_store(f"sqlite:{path}")), keep(open_store(f"sqlite:{path}"))
-    assert isinstance(store, SQLiteStore)
-    await store.append("c", [said(1, "a"), said(2, "b")], expected_seq=0)
-    assert await other.read("c", after_seq=1) == [said(2, "b")]
-    lock_file = tmp_path / "logs.db.locks" / f"{hashlib.sha1(b'c').hexdigest()}.lock"
-    assert lock_file.read_bytes() == b"%020dc" % 2
-    if died:
-        lock_file.write_bytes(b"%020dp" % 3)
-        connection = sqlite3.connect(path)
-        with connection:
-            connection.execute(
-                "INSERT INTO dial_log VALUES (?, ?, ?, ?)", ("c", 3, said(3, "c").time, encode(said(3, "c")))
-            )
-        connection.close()
-        assert await other.read("c", after_seq=2) == [said(3, "c")]
-        return
-    await other.append("c", [said(3, "c")], expected_seq=2)
-    assert await store.read("c", after_seq=2) == [said(3, "c")]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(store, "_run", partial(pytest.fail, "the read went to the database"))
-        assert await store.read("c", after_seq=3) == []
-    assert await store.read("c", after_seq=1) == [said(2, "b"), said(3, "c")]
-    with pytest.raises(StoreConflict):
-        await store.append("c", [said(3, "x")], expected_seq=2)
-    assert lock_file.read_bytes() == b"%020dp" % 3
-    assert await store.read("c", after_seq=2) == [said(3, "c")]
-    shutil.rmtree(tmp_path / "logs.db.locks")
-    assert await keep(open_store(f"sqlite:{path}")).read("c", after_seq=2) == [said(3, "c")]
-    assert not (tmp_path / "logs.db.locks").exists()  # a read writes nothing (a reader may not be allowed to)
-    await store.append("c", [said(4, "d")], expected_seq=3)
-    assert lock_file.read_bytes() == b"%020dc" % 4
-
-
 @pytest.mark.parametrize(
     ("url", "path"),
     [
@@ -522,13 +437,13 @@ def _clear_locks(source: Path, target: Path) -> None:
 async def test_sqlite_without_its_lock_folder_reads_the_whole_log(
     tmp_path: Path, keep: Callable[[Store], Store], demo_log: tuple[LogEntry, ...], lose_locks: Any
 ) -> None:
-    """The lock folder only speeds reads up: a database without it (a backup copy, a folder someone cleared)
-    opens with its whole log, and a conversation then goes on from there without a conflict or a stale write."""
+    """The lock folder only locks: a database without it (a backup copy, a folder someone cleared) opens with
+    its whole log, and a conversation then goes on from there without a conflict or a stale write."""
     source = tmp_path / "logs.db"
     target = tmp_path / ("copy.db" if lose_locks is _backup else "logs.db")
     store = keep(open_store(f"sqlite:{source}"))
     await write(store, "demo", demo_log)
-    async with store.lock("demo"):  # a held-and-released lock leaves its (marked) lock file behind
+    async with store.lock("demo"):  # a held-and-released lock leaves its lock file behind
         pass
     await store.aclose()
     lose_locks(source, target)
@@ -646,7 +561,7 @@ async def test_a_refused_postgres_connection_is_one_store_error_without_the_pass
 
 # --- watching for appends ----------------------------------------------------------------------------------------
 
-#: The longest a watcher may take to hear of an append (by another connection: SQLite polls a lock file's mark).
+#: The longest a watcher may take to hear of an append (by another connection: SQLite polls its data_version).
 HEARD_WITHIN = 5.0
 
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
@@ -34,7 +35,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {"PostgresStore": ".postgres"}, gl
 
 def open_store(url: str, *, create: bool = True) -> Store:
     """The store a URL names: ``memory:`` (or ``memory``), ``sqlite:relative/path.db`` or
-    ``sqlite:///absolute/path.db``, ``postgresql://...`` or ``postgres://...`` (libpq's URI form).
+    ``sqlite:///absolute/path.db`` (``?synchronous=full``: every commit synced to disk, see
+    :class:`SQLiteStore`), ``postgresql://...`` or ``postgres://...`` (libpq's URI form).
 
     Nothing is opened yet: a store connects on first use, and raises :class:`StoreError` then when it cannot.
     ``create=False`` opens a store only to read it: it never creates a database file, a table or a lock file
@@ -50,9 +52,14 @@ def open_store(url: str, *, create: bool = True) -> Store:
             rest = rest[2:]
         elif rest.startswith("//"):
             raise ValueError(f"store URL {url!r}: a SQLite URL has no host (use sqlite:path or sqlite:///path)")
+        rest, _, query = rest.partition("?")
         if not rest:
             raise ValueError(f"store URL {url!r}: a SQLite URL needs a file path")
-        return SQLiteStore(rest, create=create)
+        options = urllib.parse.parse_qs(query, keep_blank_values=True)
+        synchronous = [value.lower() for value in options.pop("synchronous", ["normal"])]
+        if options or synchronous not in (["normal"], ["full"]):
+            raise ValueError(f"store URL {url!r}: a SQLite URL's only option is synchronous=normal or =full")
+        return SQLiteStore(rest, create=create, durability="full" if synchronous == ["full"] else "normal")
     if scheme in ("postgresql", "postgres") and rest.startswith("//"):
         from .postgres import PostgresStore
 
