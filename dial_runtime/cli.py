@@ -12,34 +12,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import getpass
-import importlib
 import json
 import os
 import sys
 import traceback
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import trio
 import trio.testing
 
-from ._command import _CommandError
-from .agents.prompt import vocabulary
+from ._command import _CommandError, _described, _usage
 from .errors import DialError, LogError
 from .language.parser import parse
 from .language.schema import validate
+from .loading import load_domain, load_flow
 from .runtime.events import LogEntry, event_to_dict
-
-#: The exit status of a command line that is itself wrong (argparse's too).
-USAGE = 2
-
-
-def _usage(message: str) -> NoReturn:
-    raise _CommandError(message, USAGE)
 
 
 def _decode(raw: bytes, name: str) -> str:
@@ -73,61 +65,6 @@ def _validate(args: argparse.Namespace) -> int:
     if not issues:
         print(f"{args.file}: valid DIAL ({'strict' if args.strict else 'lenient'} schema)")
     return 1 if issues else 0
-
-
-def _load_domain(spec: str) -> Any:
-    """The domain ``module:factory`` names: the module is imported (looked for in the current directory first, as
-    ``python -m`` and uvicorn do) and ``factory()`` called; what it returns must have a ``run`` method, and
-    ``actions``, when it has them, must map action names to their specs."""
-    module_name, _, factory_name = spec.partition(":")
-    if not module_name or not factory_name:
-        _usage(f"--domain {spec!r}: expected module:factory, e.g. dial_runtime.demo:NotesDomain")
-    here = os.getcwd()
-    if here not in sys.path and "" not in sys.path:
-        sys.path.insert(0, here)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        _usage(f"--domain {spec!r}: cannot import {module_name}: {error}")
-    except Exception as error:
-        raise _CommandError(f"--domain {spec!r}: importing {module_name} raised {_described(error)}") from error
-    factory: Any = module
-    for name in factory_name.split("."):
-        factory = getattr(factory, name, None)
-    if not callable(factory):
-        _usage(f"--domain {spec!r}: {module_name} has no callable {factory_name}")
-    try:
-        domain = factory()
-    except Exception as error:
-        raise _CommandError(f"--domain {spec!r}: {factory_name}() raised {_described(error)}") from error
-    if not callable(getattr(domain, "run", None)):
-        raise _CommandError(
-            f"--domain {spec!r}: {factory_name}() returned {_kind(domain)}, not a domain (no run method)"
-        )
-    actions = getattr(domain, "actions", None)
-    if actions is not None and not isinstance(actions, Mapping):
-        raise _CommandError(
-            f"--domain {spec!r}: the domain's actions are {_kind(actions)}, not a mapping of action names to specs"
-        )
-    try:
-        vocabulary(domain)  # what the system prompt reads, checked before anything runs
-    except ValueError as error:
-        raise _CommandError(f"--domain {spec!r}: {error}") from error
-    return domain
-
-
-def _kind(value: object) -> str:
-    """A value's type in words: "a list", "an int", "None"."""
-    if value is None:
-        return "None"
-    name = type(value).__name__
-    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
-
-
-def _described(error: BaseException) -> str:
-    """An exception in one line: ``TypeName: message``."""
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _open(url: str, *, create: bool = True) -> Any:
@@ -175,7 +112,7 @@ def _chat(args: argparse.Namespace) -> int:
     from .agents import agent_from_uri, history_from_log, system_prompt
     from .runtime import Conversation
 
-    domain = _load_domain(args.domain) if args.mcp is None else None
+    domain = load_domain(args.domain) if args.mcp is None else None
     _check_mcp_options(args)
     if args.id and not args.store:
         _usage("--id needs --store")
@@ -296,40 +233,13 @@ def _diagrams(args: argparse.Namespace) -> int:
         paths = write_diagrams(Path(args.out), svg=not args.no_svg)
     else:
         try:
-            machine, actions = _load_flow(args.flow)
+            machine, actions = load_flow(args.flow)
         except ValueError as error:
             _usage(str(error))
         paths = write_flow_diagram(machine, Path(args.out), actions=actions, svg=not args.no_svg)
     for path in paths:
         print(path)
     return 0
-
-
-def _load_flow(spec: str) -> tuple[Any, dict[str, list[str]]]:
-    """The flow ``module:NAME`` names (a StateMachine class, or a Domain with a flow) and the actions bound to its
-    events, from that domain or, for a class, from every Domain in the module that uses it."""
-    from statemachine import StateMachine
-
-    from .domains import Domain
-
-    module_name, _, name = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name) if module_name and name else None
-    except ImportError as error:
-        raise ValueError(f"--flow {spec!r}: cannot import {module_name}: {error}") from None
-    found = getattr(module, name, None) if module is not None else None
-    if isinstance(found, Domain) and found.flow_machine is not None:
-        return found.flow_machine, found.bound_actions
-    if not (isinstance(found, type) and issubclass(found, StateMachine)):
-        raise ValueError(
-            f"--flow {spec!r}: expected module:Class naming a StateMachine class or a Domain with a flow"
-        )
-    actions: dict[str, list[str]] = {}
-    for value in vars(module).values():
-        if isinstance(value, Domain) and value.flow_machine is found:
-            for event, bound in value.bound_actions.items():
-                actions.setdefault(event, []).extend(bound)
-    return found, actions
 
 
 def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
@@ -501,7 +411,7 @@ def _replay(args: argparse.Namespace) -> int:
         _usage("replaying from a store needs the conversation's ID")
     else:
         entries = _read_log(args.store, args.id)
-    domain = _load_domain(args.domain)
+    domain = load_domain(args.domain)
 
     async def run() -> ReplayReport:
         return await replay(

@@ -24,7 +24,7 @@ from starlette.routing import Mount
 from starlette.types import Receive, Scope, Send
 
 from .. import LogEntry
-from ..cli import _load_domain as load_domain
+from ..loading import load_domain
 from .app import AgentFactory, create_app, scripted_agents
 
 __all__ = ["McpServer", "agent_factory", "app_from_environment", "serve"]
