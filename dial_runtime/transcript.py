@@ -1,7 +1,8 @@
 """A plain-text surface: the conversation as a person would like to read it afterwards.
 
 It shows what was said, what the agent proposed (the preview, destructive ones marked), what the person decided,
-what ran, and what the agent was told. It holds no rules: it only renders events and decisions.
+what ran, and what the agent was told. It holds no rules: it renders the conversation's projection and the
+person's decisions.
 """
 
 from __future__ import annotations
@@ -11,9 +12,20 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .language.parser import parse
 from .ports import AnswerLike, DecisionLike, Human
-from .runtime.events import Event, InformDeltaEvent
+from .runtime.events import Event, InformDeltaEvent, LogEntry
+from .runtime.projection import (
+    AgentText,
+    Aside,
+    Card,
+    Item,
+    Notice,
+    PersonWords,
+    Projection,
+    Question,
+    RefusedProposal,
+    Told,
+)
 from .runtime.records import Accept, Ask, Dismiss, Edit, Say, Suggestion, TurnResult, as_decision
 
 _MARKS = {
@@ -33,15 +45,22 @@ def _json(value: Any) -> str:
 class Transcript:
     """Writes one line per step through ``write``; :meth:`show` is an ``on_event`` callback.
 
-    A suggestion the runtime refused before showing it (an unknown action, a payload the domain refused) was
-    never the person's to decide: its ``invalid`` outcome is a one-line note that the agent's proposal was refused
-    and why, never a proposal or an outcome of one. ``shown`` holds the ids of the suggestions shown (add those of
-    an earlier session when showing its outcomes).
+    It renders the conversation's :class:`~dial_runtime.runtime.projection.Projection`: what each event adds or
+    changes. A suggestion the runtime refused before showing it (an unknown action, a payload the domain refused)
+    was never the person's to decide: it is a one-line note that the agent's proposal was refused and why, never a
+    proposal or an outcome of one. ``shown`` holds the ids of the suggestions shown (add those of an earlier
+    session when showing its outcomes).
     """
 
     def __init__(self, write: Callable[[str], object]) -> None:
         self.write = write
-        self.shown: set[str] = set()
+        self.projection = Projection()
+        self._proposed: set[str] = set()
+
+    @property
+    def shown(self) -> set[str]:
+        """The ids of the suggestions shown to the person, in this session or (added) an earlier one."""
+        return self.projection.shown
 
     def person(self, words: str) -> None:
         self.write(f"\nyou: {words}")
@@ -71,72 +90,68 @@ class Transcript:
     def answered(self, ask: Ask, answer: object) -> None:
         self.write(f"   you answer: {answer}" if answer else "   you leave the question open")
 
-    def show(self, event: Event | InformDeltaEvent) -> None:
-        """Render one event (the ``on_event`` callback); text still arriving (``inform-delta``) waits for its
-        complete ``inform``."""
-        line = getattr(self, "_" + event.type.replace("-", "_"), None)
-        if line is not None:
-            line(event)
+    def show(self, event: Event | InformDeltaEvent | LogEntry) -> None:
+        """Render what one event (the ``on_event`` callback) or log entry adds to the projection; text still
+        arriving (``inform-delta``) waits for its complete ``inform``."""
+        for item in self.projection.feed(event):
+            self._render(item)
 
-    def _sent(self, event: Any) -> None:
-        envelope = parse(event.message)
-        reports = [token for element in (envelope.elements if envelope else ()) for token in element.yields]
-        if reports:
-            self.write(f"   (turn {event.turn}: the agent is told {', '.join(reports)})")
+    def _render(self, item: Item) -> None:
+        match item:
+            case AgentText(text=text):
+                self.write(f"agent: {text}")
+            case Question():
+                self.write(f"agent asks: {item.text}")
+                for number, option in enumerate(item.options, 1):
+                    default = " (default)" if option.default else ""
+                    self.write(f"   {number}. {option.label or option.value}{default}")
+            case Card():
+                self._card(item)
+            case RefusedProposal():
+                self._refused_proposal(item)
+            case PersonWords(how="said"):
+                self.person(item.text)
+            case PersonWords(how="answer"):
+                self.write(f"   you answer: {item.text}")
+            case PersonWords():
+                self.write(f"   you decide on {item.subject_id}: say instead: {item.text}")
+            case Notice(text=text) | Aside(text=text) if text:
+                self.write(f"   ({text})")
+            case Told(turn=turn, reports=reports) if reports:
+                self.write(f"   (turn {turn}: the agent is told {', '.join(reports)})")
 
-    def _inform(self, event: Any) -> None:
-        self.write(f"agent: {event.text}")
-
-    def _ask(self, event: Any) -> None:
-        self.write(f"agent asks: {event.text}")
-        for number, option in enumerate(event.options, 1):
-            self.write(f"   {number}. {option.label or option.value}{' (default)' if option.default else ''}")
-
-    def _suggestion(self, event: Any) -> None:
-        self.shown.add(event.id)
-        marks = ["hand-off"] if event.handoff else [] if event.mutates else ["read-only, runs at once"]
-        if event.destructive:
-            marks.insert(0, "DESTRUCTIVE")
-        suffix = f"  [{', '.join(marks)}]" if marks else ""
-        self.write(f"agent proposes {event.id}: {event.preview}{suffix}")
-        if event.text:
-            self.write(f"   in the agent's words: {event.text}")
-
-    def _outcome(self, event: Any) -> None:
-        if event.status == "invalid" and event.id not in self.shown:
-            reasons = "; ".join(text for text in (event.error, event.hint) if text)
-            reason = reasons or event.code or "no reason given"
-            self.write(f"   (the agent's proposal {event.action} was refused and not shown to you: {reason})")
+    def _card(self, card: Card) -> None:
+        """A card newly shown is a proposal; one that ended, its outcome (what changes between is the person's
+        to say, through :class:`NarratedHuman`)."""
+        if card.id not in self._proposed and not card.outcome:
+            self._proposed.add(card.id)
+            marks = ["hand-off"] if card.handoff else [] if card.mutates else ["read-only, runs at once"]
+            if card.destructive:
+                marks.insert(0, "DESTRUCTIVE")
+            suffix = f"  [{', '.join(marks)}]" if marks else ""
+            self.write(f"agent proposes {card.id}: {card.preview}{suffix}")
+            if card.text:
+                self.write(f"   in the agent's words: {card.text}")
             return
-        details = []
-        if event.result is not None:
-            details.append(_json(event.result))
-        details.extend(text for text in (event.error, event.hint) if text)
-        if event.edited:
+        reported = card.reported
+        if reported is None:
+            return
+        details = [] if card.result is None else [card.result]
+        details.extend(text for text in (reported.error, reported.hint) if text)
+        if reported.edited:
             details.append("edited")
-        if event.expired:
+        if reported.expired:
             details.append("expired")
-        subject = event.preview or event.action
-        self.write(f"   {_MARKS[event.status]}: {subject}" + (f" ({'; '.join(details)})" if details else ""))
+        subject = card.preview or card.action
+        self.write(f"   {_MARKS[card.status]}: {subject}" + (f" ({'; '.join(details)})" if details else ""))
 
-    def _no_reply(self, event: Any) -> None:
-        self.write(f"   (no reply: {event.error})")
-
-    def _turn_limit(self, event: Any) -> None:
-        self.write(f"   (stopped after {event.turns} turns)")
-
-    def _declare(self, event: Any) -> None:
-        self.write(f"   (the agent notes {event.context_key} = {_json(event.value)})")
-
-    def _phatic(self, event: Any) -> None:
-        if event.signal == "session-complete":
-            self.write("   (the agent ends the conversation)")
-
-    def _delegate(self, event: Any) -> None:
-        self.write(f"   (the agent hands over to {event.to}: {event.text or event.intent or ''})")
-
-    def _execute(self, event: Any) -> None:
-        self.write(f"   (the agent sent {len(event.steps)} step(s) to execute; not run here)")
+    def _refused_proposal(self, proposal: RefusedProposal) -> None:
+        if not proposal.refused:
+            self.write(f"   {_MARKS[proposal.status]}: {proposal.preview or proposal.action}")
+            return
+        reasons = "; ".join(text for text in (proposal.error, proposal.hint) if text)
+        reason = reasons or proposal.code or "no reason given"
+        self.write(f"   (the agent's proposal {proposal.action} was refused and not shown to you: {reason})")
 
 
 class NarratedHuman:

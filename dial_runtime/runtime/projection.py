@@ -195,12 +195,18 @@ class RefusedProposal(_Item, frozen=True, kw_only=True, tag="refused"):
     id: str
     action: str
     payload: Any = None
+    preview: str = ""
     status: str = "invalid"
     error: str | None = None
     code: str | None = None
     field: str | None = None
     hint: str | None = None
     outcome: str = ""
+
+    @property
+    def refused(self) -> bool:
+        """Whether the runtime refused it (``invalid``), rather than the person's words overtaking it."""
+        return self.status == "invalid"
 
 
 class Notice(_Item, frozen=True, kw_only=True, tag="notice"):
@@ -677,6 +683,7 @@ class Projection:
                     id=event.id,
                     action=event.action,
                     payload=None if proposed is None else proposed.payload,
+                    preview=event.preview,
                     status=event.status,
                     error=event.error,
                     code=event.code,
