@@ -12,6 +12,11 @@ driven holds a server connection for its lock), every conversation 2 or 3 ``say`
 object opened for it, as a worker serving requests would. Afterwards every log is read and folded: seqs 1..N, one
 ``said`` per call, one suggestion per call, each with exactly one outcome, ``done``, nothing owed, nothing open.
 
+(d) Defer-then-decide: conversations each opened, given one ``say`` whose suggestion the person defers, then
+``decide(..., Accept())``, in microseconds per agent turn, on the in-process store and on SQLite, and on the SQLite
+store of a base commit (``--base``, by default the last one whose store kept marks in its lock files), each pass
+of the three taken in turn so that the machine's swings weigh on all alike; and the ratios SQLite over memory.
+
 The PostgreSQL server is the one ``DIAL_TEST_POSTGRES_URL`` names, else a throwaway cluster started like the
 tests' (``tests/pg.py``) but syncing to disk; a fresh schema holds the benchmark's table and is dropped at the end.
 ``--smoke`` runs tiny sizes, for CI.
@@ -20,6 +25,8 @@ tests' (``tests/pg.py``) but syncing to disk; a fresh schema holds the benchmark
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import itertools
 import json
 import os
 import platform
@@ -32,6 +39,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 from urllib.parse import quote
 
@@ -41,12 +49,16 @@ import psycopg
 import trio
 from bench_runtime import ACKNOWLEDGE_REPLY, SUGGESTION_REPLY, Alternating, Notes
 
-from dial_runtime import Conversation, policy_human
+from dial_runtime import Accept, Conversation, policy_human, scripted_human
 from dial_runtime.runtime.state import ConversationState
-from dial_runtime.stores import open_store
+from dial_runtime.stores import SQLiteStore, Store, open_store
 
 WORDS = "add a note: buy milk"
 REPLIES = [SUGGESTION_REPLY, ACKNOWLEDGE_REPLY]
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+#: The last commit whose SQLite store kept marks in its lock files: scenario (d)'s default base.
+MARKS_STORE = "1c12dd51d37a8b62637b6b48db317d67281caa58"
 
 
 def _options(url: str, **settings: str) -> str:
@@ -135,6 +147,85 @@ def overheads(pg_url: Callable[[str], str], count: int, rounds: int) -> dict[str
     for name, (opened, per_turn) in best.items():
         results[f"{name}_overhead_ms_per_turn"] = round((per_turn - bare) * 1e3, 3)
         results[f"{name}_open_ms"] = round(opened * 1e3, 3)
+    return results
+
+
+def base_sqlite(revision: str, folder: Path) -> ModuleType:
+    """The SQLite store module of ``revision``, imported as a module of this checkout's ``dial_runtime.stores``
+    (it shares the package's other modules); ``RuntimeError`` when git cannot show it."""
+    shown = subprocess.run(
+        ["git", "-C", str(CHECKOUT), "show", f"{revision}:dial_runtime/stores/sqlite.py"],
+        capture_output=True,
+        text=True,
+    )
+    if shown.returncode != 0:
+        raise RuntimeError(f"git show {revision}: {shown.stderr.strip()}")
+    source = folder / "base_sqlite.py"
+    source.write_text(shown.stdout)
+    spec = importlib.util.spec_from_file_location("dial_runtime.stores.base_sqlite", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def defer_then_decide(store: Store, conversation_id: str) -> int:
+    """One conversation of scenario (d); returns its agent turns."""
+    agent = Alternating(REPLIES)
+    conversation = await Conversation.open(
+        store, conversation_id, agent=agent, domain=Notes(), human=scripted_human(["defer"])
+    )
+    deferred = await conversation.say(WORDS)
+    assert deferred.status == "awaiting", deferred
+    decided = await conversation.decide("sg-1", Accept())
+    assert decided.outcomes[0].status == "done", decided
+    return agent.turn
+
+
+def deferred_pass(opened: Callable[[], Store], count: int) -> float:
+    """Seconds per agent turn over ``count`` scenario (d) conversations on a fresh store."""
+
+    async def work() -> float:
+        store = opened()
+        try:
+            await store.conversations()  # connect before the clock starts
+            began = time.perf_counter()
+            turns = 0
+            for n in range(count):
+                turns += await defer_then_decide(store, f"d-{n}")
+            return (time.perf_counter() - began) / turns
+        finally:
+            await store.aclose()
+
+    return trio.run(work)
+
+
+def deferred(count: int, rounds: int, base: str) -> dict[str, Any]:
+    """Scenario (d): the best of ``rounds`` passes per store, in microseconds per turn, and the ratios."""
+    with tempfile.TemporaryDirectory(prefix="dial-bench-") as name:
+        folder = Path(name)
+        passes = itertools.count()
+        stores: dict[str, Callable[[], Store]] = {
+            "memory": lambda: open_store("memory:"),
+            "sqlite": lambda: SQLiteStore(folder / f"new-{next(passes)}.db"),
+        }
+        results: dict[str, Any] = {"conversations": count, "base": base}
+        try:
+            module = base_sqlite(base, folder)
+            stores["sqlite_base"] = lambda: module.SQLiteStore(folder / f"base-{next(passes)}.db")
+        except RuntimeError as error:
+            results["base_error"] = str(error)
+        deferred_pass(stores["memory"], 10)  # warm up
+        best = {name: float("inf") for name in stores}
+        for round_ in range(rounds):
+            order = list(stores) if round_ % 2 == 0 else list(reversed(stores))
+            for name in order:
+                best[name] = min(best[name], deferred_pass(stores[name], count))
+    for name, seconds in best.items():
+        results[f"{name}_us_per_turn"] = round(seconds * 1e6, 1)
+    for name in ("sqlite", "sqlite_base"):
+        if name in best:
+            results[f"{name}_over_memory"] = round(best[name] / best["memory"], 2)
     return results
 
 
@@ -261,6 +352,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check the benchmark runs")
     parser.add_argument("--concurrency", type=int, default=12, help="conversations a worker drives at once")
+    parser.add_argument(
+        "--base", default=MARKS_STORE, help="the commit whose SQLite store scenario (d) compares with this one"
+    )
     parser.add_argument("--worker", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
@@ -271,6 +365,7 @@ def main() -> None:
     smoke = arguments.smoke
     count, rounds, conversations = (20, 1, 20) if smoke else (1000, 3, 200)
     load = os.getloadavg()[0]  # other work on the machine inflates every time below
+    decided = deferred(*((20, 1) if smoke else (300, 7)), arguments.base)
     with postgres() as url:
         stores = overheads(url, count, rounds)
         driven = workers(url("on"), conversations, 4, arguments.concurrency)
@@ -283,6 +378,7 @@ def main() -> None:
                 "load_average_1m": round(load, 2),
                 "a_conversations": count,
                 **stores,
+                "d": decided,
                 "w": driven,
                 "targets": {"sqlite_overhead_ms_per_turn": 1.0, "w_problems": 0},
             }
