@@ -202,7 +202,7 @@ def test_the_primers_suggestion_uses_an_action_that_changes_data() -> None:
 
 def test_an_example_is_built_from_a_schema_when_none_is_given() -> None:
     entries = {entry.name: entry for entry in vocabulary(Tasks())}
-    assert entries["find-tasks"].example == {"words": ["…"], "status": "open", "limit": 10, "mine": False}
+    assert entries["find-tasks"].example == {"words": ["example"], "status": "open", "limit": 10, "mine": False}
     assert entries["assign-task"] == VocabularyEntry(name="assign-task", spec=Tasks.actions["assign-task"])
     (block,) = xml_blocks(section(system_prompt(Tasks()), "find-tasks"))
     assert suggests(block)[0].payload == entries["find-tasks"].example

@@ -15,10 +15,10 @@ per application: it is read from the domain, where everything but ``actions`` is
 - ``domain.flow_rules``: the domain's flow (a :class:`~dial_runtime.runtime.flow.FlowRules`), described after the
   actions: where it starts, what ends it, and which action moves it where.
 
-An action with a schema but no example gets an example built from the schema (its required properties, else all,
-with placeholder values). Every DIAL example in the prompt is a fenced ``xml`` block holding one ``<dial>``
-document that validates against the lenient XSD; the outcome example is written by
-:func:`~dial_runtime.outcome_reply` itself, so it always matches what the agent will receive.
+An action with a schema but no example gets the example :func:`~dial_runtime.domains.example_from_schema` builds
+from the schema (meant to pass it), as a typed domain's actions do. Every DIAL example in the prompt is a fenced
+``xml`` block holding one ``<dial>`` document that validates against the lenient XSD; the outcome example is
+written by :func:`~dial_runtime.outcome_reply` itself, so it always matches what the agent will receive.
 """
 
 from __future__ import annotations
@@ -30,16 +30,12 @@ from typing import Any
 
 import msgspec
 
+from ..domains.examples import example_from_schema
 from ..language.outcomes import Outcome, compact_json, escape_attribute, escape_text, outcome_reply
 from ..runtime.flow import FlowRules
 from ..runtime.records import ActionSpec, as_action_spec
 
 __all__ = ["VocabularyEntry", "system_prompt", "vocabulary"]
-
-# Placeholders for the values of a payload built from a schema, by JSON type.
-_PLACEHOLDERS: dict[str, Any] = {"string": "…", "integer": 0, "number": 0, "boolean": False, "null": None}
-# How deep a schema is followed when building an example from it.
-_SCHEMA_DEPTH = 8
 
 
 class VocabularyEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,7 +85,7 @@ def vocabulary(domain: Any) -> tuple[VocabularyEntry, ...]:
         if example is None:
             example = _spec_value(raw_spec, "payload_example")
         if example is None and isinstance(schema, Mapping):
-            example = _example_from_schema(schema, _SCHEMA_DEPTH)
+            example = example_from_schema(schema)
         entries.append(
             VocabularyEntry(
                 name=name,
@@ -378,37 +374,3 @@ def _spec_value(spec: Any, name: str) -> Any:
     if isinstance(spec, Mapping):
         return spec.get(name)
     return getattr(spec, name, None)
-
-
-def _example_from_schema(schema: Mapping[str, Any], depth: int) -> Any:
-    """A payload shaped like ``schema``: its own example, default, const or first enum value where it gives one,
-    else placeholders by type; objects list their required properties (all of them when none is required)."""
-    for key in ("example", "default", "const"):
-        if key in schema:
-            return schema[key]
-    for key in ("examples", "enum"):
-        values = schema.get(key)
-        if isinstance(values, list) and values:
-            return values[0]
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((item for item in kind if item != "null"), "null")
-    if depth <= 0:
-        return None
-    if kind == "object" or "properties" in schema:
-        properties = _mapping(schema.get("properties"))
-        required = schema.get("required")
-        names = required if isinstance(required, list) and required else list(properties)
-        return {
-            name: _example_from_schema(_mapping(properties.get(name)), depth - 1)
-            for name in names
-            if isinstance(name, str)
-        }
-    if kind == "array":
-        items = schema.get("items")
-        return [_example_from_schema(items, depth - 1)] if isinstance(items, Mapping) else []
-    return _PLACEHOLDERS.get(kind, "…") if isinstance(kind, str) else "…"
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

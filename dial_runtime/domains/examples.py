@@ -1,9 +1,11 @@
 """An example payload built from a JSON Schema, meant to pass that schema: the agent copies its shape.
 
 The example honours what a payload most often has to meet: required properties, ``enum``/``const``/``default``/
-``examples``, string lengths and common formats, numeric bounds and ``multipleOf``, array lengths, ``anyOf``/
-``oneOf`` (the first branch that is not ``null``) and local ``$ref``s. A schema it cannot satisfy (a ``pattern``,
-say) gives an example the action's own validation refuses; callers check it and leave such an example out.
+``examples`` (and OpenAPI's ``example``), string lengths and common formats, numeric bounds and ``multipleOf``,
+array lengths, ``anyOf``/``oneOf`` (the first branch that is not ``null``) and local ``$ref``s. A schema it cannot
+satisfy (a ``pattern``, say) gives an example the action's own validation refuses; callers that can validate check
+it and leave such an example out. It is the one example builder: typed domains, MCP tools and the system prompt
+(for a plain domain's schema) all use it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def _example(root: Mapping[str, Any], schema: Mapping[str, Any], depth: int) -> 
     for key in ("const", "default"):
         if key in schema:
             return schema[key]
+    if "example" in schema:
+        return schema["example"]
     for key in ("examples", "enum"):
         values = schema.get(key)
         if isinstance(values, list) and values:
