@@ -6,9 +6,23 @@ from typing import Any
 
 import pytest
 
-from dial_runtime import Ask, Issue, LogEntry, Option, Suggestion, event_from_dict
+from dial_runtime import (
+    Accept,
+    Ask,
+    Conversation,
+    Defer,
+    Edit,
+    Issue,
+    LogEntry,
+    Option,
+    Say,
+    Suggestion,
+    event_from_dict,
+)
 from dial_runtime.runtime.events import InformDeltaEvent
 from dial_runtime.web import EventMapper, interrupt_for, messages_from_log, payload_digest
+
+from .fakes import Agent, Notes, envelope, suggest
 
 SUGGESTION = {
     "type": "suggestion",
@@ -203,3 +217,87 @@ def test_an_ask_interrupt_lists_its_options() -> None:
 )
 def test_the_digest_covers_action_and_payload_not_key_order(first: Any, second: Any, same: bool) -> None:
     assert (payload_digest(*first) == payload_digest(*second)) is same
+
+
+# --- live and after a reload: the same conversation -------------------------------------------------------------
+
+
+class Later:
+    """The person on the web: every decision and answer comes in a later call."""
+
+    def decide(self, suggestion: Suggestion) -> Defer:
+        return Defer()
+
+    def answer(self, ask: Ask) -> Defer:
+        return Defer()
+
+
+async def reloadable() -> tuple[LogEntry, ...]:
+    """A destructive card accepted, an ask answered, words given instead of deciding, and a refused edit then a
+    valid one (the cases a reload used to show otherwise than live)."""
+    agent = Agent(
+        [
+            envelope(suggest("remove-note", '{"text":"x"}'), '<dial-ask id="ask-1">Which list?</dial-ask>'),
+            envelope(suggest("add-note", '{"text":"milk"}')),
+            envelope(suggest("add-note", '{"text":"milk"}')),
+            envelope("<dial-acknowledge>Noted.</dial-acknowledge>"),
+        ]
+    )
+    conversation = Conversation(agent=agent, domain=Notes(), human=Later())
+    await conversation.say("tidy up")
+    await conversation.decide("sg-1", Accept(), by="ada")
+    await conversation.answer("ask-1", "groceries", by="ada")
+    await conversation.decide("sg-2", Say("not milk"), by="ada")
+    await conversation.decide("sg-3", Edit({"text": ""}), by="ada")
+    await conversation.decide("sg-3", Edit({"text": "tea"}), by="ada")
+    return conversation.log
+
+
+def live_view(log: tuple[LogEntry, ...]) -> tuple[dict[str, Any], list[str]]:
+    """What a live client ends up with: each card's last ``metadata.card``, and the person's words it was sent."""
+    mapper = EventMapper()
+    cards: dict[str, Any] = {}
+    words: list[str] = []
+    for entry in log:
+        for event in mapper.map(entry):
+            data = event.model_dump(by_alias=True)
+            if data.get("metadata") and "card" in data["metadata"]:
+                cards[data["toolCallId"]] = data["metadata"]["card"]
+            if data["type"] == "TEXT_MESSAGE_CONTENT" and data["messageId"].startswith("said-"):
+                words.append(data["delta"])
+    return cards, words
+
+
+def reload_view(log: tuple[LogEntry, ...]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    messages = [message.model_dump(by_alias=True) for message in messages_from_log(log)]
+    cards = {m["toolCallId"]: m["metadata"]["card"] for m in messages if m["role"] == "tool"}
+    return cards, [m for m in messages if m["role"] == "user"]
+
+
+@pytest.mark.anyio
+async def test_a_reload_shows_the_conversation_as_it_was_shown_live() -> None:
+    log = await reloadable()
+    live_cards, live_words = live_view(log)
+    cards, users = reload_view(log)
+    assert cards == live_cards
+    removed, milk, tea = cards["sg-1"], cards["sg-2"], cards["sg-3"]
+    assert (removed["preview"], removed["destructive"], removed["outcome"]) == ("remove-note", True, "Done")
+    assert (milk["status"], milk["outcome"]) == ("superseded", "Superseded: the person said something else")
+    assert (tea["status"], tea["payload"], tea["proposed"]) == ("done", {"text": "tea"}, {"text": "milk"})
+    assert [refusal["payload"] for refusal in tea["refusals"]] == [{"text": ""}]
+    assert [(m["content"], m["metadata"]["words"]["how"], m["metadata"]["words"]["by"]) for m in users] == [
+        ("tidy up", "said", None),
+        ("groceries", "answer", "ada"),
+        ("not milk", "instead", "ada"),
+    ]
+    assert live_words == ["groceries"]  # the client sent its other words itself
+    ids = [m["id"] for m in users]
+    assert all(ident.startswith("said-") for ident in ids)  # sent back, none is said again
+
+
+@pytest.mark.anyio
+async def test_tool_results_sit_where_the_live_stream_put_them() -> None:
+    log = await reloadable()
+    roles = [(m.role, getattr(m, "tool_call_id", None)) for m in messages_from_log(log)]
+    assert roles.index(("tool", "sg-1")) > roles.index(("user", None)) and roles[-1] == ("assistant", None)
+    assert roles.index(("tool", "sg-2")) < roles.index(("tool", "sg-3"))

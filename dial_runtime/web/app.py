@@ -57,8 +57,9 @@ from .. import (
     TurnResult,
     open_store,
 )
-from ..runtime.core import already_decided
-from .mapping import EventMapper, interrupt_for, interrupt_id, messages_from_log
+from ..runtime.events import Event, InformDeltaEvent
+from ..runtime.projection import Projection, project
+from .mapping import EventMapper, interrupt_for, interrupt_id, messages_of
 
 __all__ = ["AgentFactory", "create_app", "scripted_agents"]
 
@@ -314,8 +315,9 @@ class _WebSurface:
             # open as the next run will find it (a started action failed, what waited waiting).
             held = Conversation(agent=_NoAgent(), domain=settings.domain, human=_DeferringHuman(), log=entries)
             held.recover()
-            emit(MessagesSnapshotEvent(messages=messages_from_log(held.log)))
-            emit(self._finished(run, principal, held, stored=entries[-1].seq if entries else 0))
+            seen = project(held.log)
+            emit(MessagesSnapshotEvent(messages=messages_of(seen)))
+            emit(self._finished(run, principal, held, seen, stored=entries[-1].seq if entries else 0))
             return
         count = 0
 
@@ -324,11 +326,18 @@ class _WebSurface:
             count += 1
             return f"{run.run_id}:{count}"
 
-        mapper = EventMapper(message_ids=message_id, shown=_shown(entries))
+        mapper = EventMapper(message_ids=message_id, history=entries)
+        opened: list[Conversation] = []
 
-        def on_event(event: Any) -> None:
-            for mapped in mapper.map(event):
+        def on_event(event: Event | InformDeltaEvent) -> None:
+            """Show what the log added since (the person's answers, the payload that ran, ... with the event
+            shown), or the text still arriving; what happens while the conversation opens is shown once open."""
+            fresh = mapper.map(event) if isinstance(event, InformDeltaEvent) else catch_up()
+            for mapped in fresh:
                 emit(mapped)
+
+        def catch_up() -> list[BaseEvent]:
+            return mapper.catch_up(opened[0].log) if opened else []
 
         agent = _AgentOnFirstUse(settings.agent, thread)
         try:
@@ -342,7 +351,10 @@ class _WebSurface:
                 **settings.options,
             )
             agent.conversation = conversation
-            steps = self._plan(conversation, run.resume or [], words, principal)
+            opened.append(conversation)
+            for mapped in catch_up():
+                emit(mapped)
+            steps = self._plan(conversation, mapper.projection, run.resume or [], words, principal)
             for step in steps:
                 await step.call(conversation)
         except ConversationBusy:
@@ -352,17 +364,18 @@ class _WebSurface:
         except PayloadChanged as error:
             raise _Refused("digest-mismatch", f"{error}; reload") from None
         finally:
-            for mapped in mapper.close():
+            for mapped in [*catch_up(), *mapper.close()]:
                 emit(mapped)
             await agent.aclose()
         log = conversation.log
-        emit(self._finished(run, principal, conversation, stored=log[-1].seq if log else 0))
+        emit(self._finished(run, principal, conversation, mapper.projection, stored=log[-1].seq if log else 0))
 
     def _finished(
         self,
         run: RunAgentInput,
         principal: str,
         conversation: Conversation,
+        seen: Projection,
         *,
         stored: int,
     ) -> RunFinishedEvent:
@@ -379,9 +392,8 @@ class _WebSurface:
                 result=conversation.result,
                 metadata=marks,
             )
-        refusals = _refusals(conversation.log)
         interrupts = [
-            interrupt_for(each, refusals=refusals.get(each.id, 0), can_decide=self._may_decide(principal, each))
+            interrupt_for(each, refusals=seen.refusals(each.id), can_decide=self._may_decide(principal, each))
             for each in pending
         ]
         return RunFinishedEvent(
@@ -392,12 +404,16 @@ class _WebSurface:
         )
 
     def _plan(
-        self, conversation: Conversation, resume: Sequence[ResumeEntry], words: str | None, principal: str
+        self,
+        conversation: Conversation,
+        projection: Projection,
+        resume: Sequence[ResumeEntry],
+        words: str | None,
+        principal: str,
     ) -> list[_Step]:
-        """The calls a run makes, every resume entry checked first: a refusal raises and nothing has changed."""
-        log = conversation.log
-        refusals = _refusals(log)
-        waiting = {interrupt_id(each.id, refusals.get(each.id, 0)): each for each in conversation.pending}
+        """The calls a run makes, every resume entry checked first: a refusal raises and nothing has changed
+        (``projection``: the projection of the conversation's log as it was opened)."""
+        waiting = {interrupt_id(each.id, projection.refusals(each.id)): each for each in conversation.pending}
         steps: list[_Step] = []
         cancelled: list[Suggestion] = []
         seen: set[str] = set()
@@ -407,7 +423,7 @@ class _WebSurface:
             seen.add(entry.interrupt_id)
             subject = waiting.get(entry.interrupt_id)
             if subject is None:
-                raise _unknown(entry.interrupt_id, waiting.values(), log)
+                raise _unknown(entry.interrupt_id, waiting.values(), projection)
             if not self._may_decide(principal, subject):
                 raise _Refused("forbidden", f"{principal} may not decide {subject.id!r}")
             if entry.status == "cancelled":
@@ -465,13 +481,13 @@ def _resolution(entry: ResumeEntry, subject: Suggestion | Ask, principal: str) -
     return _Step(lambda conversation: conversation.decide(suggestion_id, decision, by=principal, shown=digest))
 
 
-def _unknown(interrupt: str, waiting: Iterable[Suggestion | Ask], log: Sequence[LogEntry]) -> _Refused:
+def _unknown(interrupt: str, waiting: Iterable[Suggestion | Ask], seen: Projection) -> _Refused:
     """Why a resume names an interrupt that does not wait: replaced after a refused edit, decided elsewhere (by
     whom), ended otherwise, or never asked."""
     subject = interrupt.rpartition("~")[0] or interrupt
     if any(each.id == subject for each in waiting):
         return _Refused("stale-interrupt", f"interrupt {interrupt!r} was replaced after a refused edit; reload")
-    ended = already_decided([entry.event for entry in log], subject)
+    ended = seen.already_decided(subject)
     if ended is not None:
         return _already(ended)
     return _Refused("unknown-interrupt", f"no interrupt {interrupt!r} waits in this conversation")
@@ -480,23 +496,6 @@ def _unknown(interrupt: str, waiting: Iterable[Suggestion | Ask], log: Sequence[
 def _already(error: AlreadyDecided) -> _Refused:
     """The ``already-decided`` refusal, saying by whom and how."""
     return _Refused("already-decided", f"{error}; reload")
-
-
-def _shown(entries: Iterable[LogEntry]) -> set[str]:
-    events: Iterable[Any] = (entry.event for entry in entries)
-    return {event.id for event in events if event.type == "suggestion"}
-
-
-def _refusals(log: Iterable[LogEntry]) -> dict[str, int]:
-    """Per suggestion id: the refused edits since it was shown."""
-    refusals: dict[str, int] = {}
-    for entry in log:
-        event: Any = entry.event
-        if event.type == "suggestion":
-            refusals[event.id] = 0
-        elif event.type == "refused":
-            refusals[event.suggestion_id] = refusals.get(event.suggestion_id, 0) + 1
-    return refusals
 
 
 def new_words(run: RunAgentInput) -> str | None:

@@ -1,8 +1,9 @@
 """From the runtime's events and pending records to AG-UI's events, messages and interrupts (no I/O).
 
-:class:`EventMapper` is the one place a runtime event becomes AG-UI events, used for a live run and (through
-:func:`messages_from_log`) for the snapshot a reloading page gets, so the two can never disagree. It reads events
-through their documented ``type`` and fields only.
+:class:`EventMapper` (a live run) and :func:`messages_of` (the snapshot a reloading page gets) both render the
+conversation's :class:`~dial_runtime.runtime.projection.Projection`, so the two carry the same content: the
+person's words (their answers too), the agent's text, and each card with its preview, destructive mark, status,
+outcome in words and the payload that waits or ran (``metadata.card``). Neither reads an event itself.
 
 Text: an ``inform`` (or an ``ask``'s question) is one complete text message: ``TEXT_MESSAGE_START``, one
 ``TEXT_MESSAGE_CONTENT``, ``TEXT_MESSAGE_END``. The mapper keeps a text message open between events, so an event
@@ -18,6 +19,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import msgspec
 from ag_ui.core import (
     AssistantMessage,
     BaseEvent,
@@ -37,7 +39,9 @@ from ag_ui.core import (
     UserMessage,
 )
 
-from .. import Ask, LogEntry, Outcome, Suggestion
+from .. import Ask, LogEntry, Suggestion
+from ..runtime.events import Event, InformDeltaEvent
+from ..runtime.projection import AgentText, Aside, Card, Item, Notice, PersonWords, Projection, Question, project
 from ..runtime.records import payload_digest
 
 __all__ = [
@@ -45,12 +49,9 @@ __all__ = [
     "interrupt_for",
     "interrupt_id",
     "messages_from_log",
+    "messages_of",
     "payload_digest",
 ]
-
-#: Runtime events shown as AG-UI ``CUSTOM`` events named ``dial.<type>`` (the elements the runtime shows but does
-#: not act on, and why a call stopped early).
-CUSTOM_TYPES = frozenset({"declare", "phatic", "delegate", "execute", "no-reply", "turn-limit"})
 
 #: The answers a suggestion's interrupt takes, as a JSON Schema (AG-UI's ``responseSchema``).
 SUGGESTION_RESPONSE_SCHEMA: dict[str, Any] = {
@@ -132,40 +133,42 @@ def interrupt_for(pending: Suggestion | Ask, *, refusals: int = 0, can_decide: b
 
 
 class EventMapper:
-    """Turns runtime events into AG-UI events, one event at a time, keeping what AG-UI's stream needs between
-    them: the open text message and the suggestions the client was shown (only their outcomes are tool results).
+    """Turns a conversation into AG-UI events as it goes on, rendering its
+    :class:`~dial_runtime.runtime.projection.Projection`: each log entry (or bare event) fed adds or changes items,
+    and each item becomes AG-UI events. It keeps what AG-UI's stream needs between them: the open text message
+    (text still arriving, ``inform-delta``, goes into it) and which cards the client has been shown.
 
-    ``message_ids`` names each new message (by default ``m-1``, ``m-2``, ...); ``shown`` holds the ids of the
-    suggestions shown earlier (a resume's outcomes answer tool calls of an earlier run).
+    ``message_ids`` names each new agent message (by default ``m-1``, ``m-2``, ...); ``history`` is the log the
+    client has seen already (fed silently: a resume's outcomes answer tool calls of an earlier run). The person's
+    words are messages named ``said-<seq>``: only their answers are sent live (the client sent their other words
+    itself), all of them in a snapshot.
     """
 
-    def __init__(self, *, message_ids: Callable[[], str] | None = None, shown: Iterable[str] = ()) -> None:
+    def __init__(self, *, message_ids: Callable[[], str] | None = None, history: Iterable[LogEntry] = ()) -> None:
         self._count = 0
         self._message_ids = message_ids or self._next_id
-        self.shown: set[str] = set(shown)
+        self.projection = Projection()
+        self.projection.feed_all(history)
+        self._called = set(self.projection.shown)  # the cards the client has as tool calls
+        self._reported = {card.id for card in _cards(self.projection) if card.reported is not None}
+        self._asked: set[str] = set()
         self._open: tuple[str, int | None] | None = None
         self._streamed: list[str] = []  # the text the open message's deltas carried
-        self._handlers: dict[str, Callable[[Any], list[BaseEvent]]] = {
-            "inform": self._inform,
-            "inform-delta": self._delta,
-            "ask": self._ask,
-            "suggestion": self._suggestion,
-            "outcome": self._outcome,
-        }
 
     def _next_id(self) -> str:
         self._count += 1
         return f"m-{self._count}"
 
-    def map(self, event: Any) -> list[BaseEvent]:
-        """The AG-UI events that show ``event`` (none for events only the log needs)."""
-        handler = self._handlers.get(event.type)
-        if handler is not None:
-            return handler(event)
-        if event.type in CUSTOM_TYPES:
-            fields = {name: _plain(getattr(event, name)) for name in event.__struct_fields__}
-            return [*self.close(), CustomEvent(name=f"dial.{event.type}", value=fields)]
-        return []
+    def map(self, event: Event | InformDeltaEvent | LogEntry) -> list[BaseEvent]:
+        """The AG-UI events that show what ``event`` (or a log entry) adds or changes (none for what only the
+        log needs)."""
+        if isinstance(event, InformDeltaEvent):
+            return self._delta(event)
+        return [mapped for item in self.projection.feed(event) for mapped in self._item(item)]
+
+    def catch_up(self, log: Sequence[LogEntry]) -> list[BaseEvent]:
+        """The AG-UI events for the entries of ``log`` (a conversation's whole log) not fed yet."""
+        return [mapped for entry in log[self.projection.fed :] for mapped in self.map(entry)]
 
     def close(self) -> list[BaseEvent]:
         """End the open text message, if any (before anything that is not more of its text, and at a run's end)."""
@@ -175,14 +178,29 @@ class EventMapper:
         self._open = None
         return [TextMessageEndEvent(message_id=message_id)]
 
+    def _item(self, item: Item) -> list[BaseEvent]:
+        match item:
+            case AgentText():
+                return self._inform(item)
+            case Question(id=ident) if ident not in self._asked:
+                self._asked.add(ident)
+                return self._text(item.text, item.element)
+            case Card():
+                return self._card(item)
+            case PersonWords(how="answer"):
+                return self._words(item)
+            case Notice(what=what) | Aside(what=what):
+                return [*self.close(), CustomEvent(name=f"dial.{what}", value=_custom(item))]
+        return []
+
     def _start(self, element: int | None) -> tuple[list[BaseEvent], str]:
         message_id = self._message_ids()
         self._open = (message_id, element)
         self._streamed = []
         return [TextMessageStartEvent(message_id=message_id, role="assistant")], message_id
 
-    def _delta(self, event: Any) -> list[BaseEvent]:
-        element = getattr(event, "element", None)
+    def _delta(self, event: InformDeltaEvent) -> list[BaseEvent]:
+        element = event.element
         events: list[BaseEvent] = []
         if self._open is None or self._open[1] != element:
             events = self.close()
@@ -194,17 +212,14 @@ class EventMapper:
             events.append(TextMessageContentEvent(message_id=self._open[0], delta=event.text))
         return events
 
-    def _inform(self, event: Any) -> list[BaseEvent]:
-        element = getattr(event, "element", None)
+    def _inform(self, text: AgentText) -> list[BaseEvent]:
+        element = text.element
         if self._open is not None and element is not None and self._open[1] == element:
             streamed = "".join(self._streamed)
-            rest = event.text[len(streamed) :] if event.text.startswith(streamed) else ""
+            rest = text.text[len(streamed) :] if text.text.startswith(streamed) else ""
             content = [TextMessageContentEvent(message_id=self._open[0], delta=rest)] if rest else []
             return [*content, *self.close()]
-        return self._text(event.text, element)
-
-    def _ask(self, event: Any) -> list[BaseEvent]:
-        return self._text(event.text, getattr(event, "element", None))
+        return self._text(text.text, element)
 
     def _text(self, text: str, element: int | None) -> list[BaseEvent]:
         events = self.close()
@@ -213,77 +228,101 @@ class EventMapper:
         started, message_id = self._start(element)
         return [*events, *started, TextMessageContentEvent(message_id=message_id, delta=text), *self.close()]
 
-    def _suggestion(self, event: Any) -> list[BaseEvent]:
-        self.shown.add(event.id)
+    def _words(self, words: PersonWords) -> list[BaseEvent]:
+        message_id = _said_id(words) or self._message_ids()
         return [
             *self.close(),
-            ToolCallStartEvent(tool_call_id=event.id, tool_call_name=event.action),
-            ToolCallArgsEvent(tool_call_id=event.id, delta=_json(event.payload)),
-            ToolCallEndEvent(tool_call_id=event.id),
+            TextMessageStartEvent(message_id=message_id, role="user", metadata=_words_metadata(words)),
+            TextMessageContentEvent(message_id=message_id, delta=words.text),
+            TextMessageEndEvent(message_id=message_id),
         ]
 
-    def _outcome(self, event: Any) -> list[BaseEvent]:
-        if event.id not in self.shown:
-            return self.close()
-        return [
-            *self.close(),
-            ToolCallResultEvent(
-                message_id=self._message_ids(), tool_call_id=event.id, content=_json(outcome_of(event).fact())
-            ),
-        ]
+    def _card(self, card: Card) -> list[BaseEvent]:
+        """A card new to the client is a tool call; one that ended, its tool result; both carry the card."""
+        events: list[BaseEvent] = []
+        if card.id not in self._called:
+            self._called.add(card.id)
+            events += [
+                *self.close(),
+                ToolCallStartEvent(
+                    tool_call_id=card.id, tool_call_name=card.action, metadata={"card": _plain(card)}
+                ),
+                ToolCallArgsEvent(tool_call_id=card.id, delta=_json(card.proposed)),
+                ToolCallEndEvent(tool_call_id=card.id),
+            ]
+        if card.reported is not None and card.id not in self._reported:
+            self._reported.add(card.id)
+            events += [
+                *self.close(),
+                ToolCallResultEvent(
+                    message_id=self._message_ids(),
+                    tool_call_id=card.id,
+                    content=_json(card.reported.fact()),
+                    metadata={"card": _plain(card)},
+                ),
+            ]
+        return events
 
 
-def outcome_of(event: Any) -> Outcome:
-    """The :class:`Outcome` an ``outcome`` event reports."""
-    return Outcome(**{name: getattr(event, name) for name in Outcome.__struct_fields__})
+def _cards(projection: Projection) -> list[Card]:
+    return [item for item in projection.items if isinstance(item, Card)]
+
+
+def _said_id(words: PersonWords) -> str | None:
+    """The id of a message of the person's: ``said-<seq>``, which a client sending it back does not say again."""
+    return None if words.seq is None else f"said-{words.seq}"
+
+
+def _words_metadata(words: PersonWords) -> dict[str, Any]:
+    return {"words": {"how": words.how, "by": words.by, "subject_id": words.subject_id}}
 
 
 def _plain(value: Any) -> Any:
-    """A field's value as JSON-ready data."""
-    if isinstance(value, tuple):
-        return [_plain(item) for item in value]
-    if hasattr(value, "__struct_fields__"):
-        return {name: _plain(getattr(value, name)) for name in value.__struct_fields__}
-    return value
+    """A projection's item as JSON-ready data."""
+    return msgspec.to_builtins(value)
+
+
+def _custom(item: Notice | Aside) -> dict[str, Any]:
+    """A ``CUSTOM`` event's value: the event's own fields, and for a notice its words (``text``)."""
+    return {**item.data, "text": item.text} if isinstance(item, Notice) else dict(item.data)
 
 
 def messages_from_log(entries: Sequence[LogEntry]) -> list[Message]:
-    """The conversation so far as AG-UI messages (``MESSAGES_SNAPSHOT``): the person's words, the agent's text,
-    each shown suggestion as an assistant tool call, each of their outcomes as a tool message.
+    """The conversation so far as AG-UI messages (``MESSAGES_SNAPSHOT``): see :func:`messages_of`."""
+    return messages_of(project(entries))
+
+
+def messages_of(projection: Projection) -> list[Message]:
+    """A projected log as AG-UI messages: the person's words (said, answers, words given instead of deciding,
+    with ``metadata.words``), the agent's text, each card as an assistant tool call and, once it ended, a tool
+    message with its outcome's fact (both with ``metadata.card``: its preview, destructive mark, status, outcome
+    in words, the payload that waits or ran), each where the live stream put it.
 
     Ids come from the log's sequence numbers (``said-7``, ``m-12``), so every snapshot of a log names its messages
     alike, and a client sending them back is not taken to say them again.
     """
-    messages: list[Message] = []
-    seq = 0
-
-    def message_id() -> str:
-        return f"m-{seq}"
-
-    mapper = EventMapper(message_ids=message_id)
-    text: dict[str, str] = {}
-    for entry in entries:
-        seq = entry.seq
-        event: Any = entry.event
-        if event.type == "said":
-            if event.text:
-                messages.append(UserMessage(id=f"said-{seq}", content=event.text))
-            continue
-        for mapped in mapper.map(event):
-            if isinstance(mapped, TextMessageStartEvent):
-                text[mapped.message_id] = ""
-            elif isinstance(mapped, TextMessageContentEvent):
-                text[mapped.message_id] += mapped.delta
-            elif isinstance(mapped, TextMessageEndEvent):
-                messages.append(AssistantMessage(id=mapped.message_id, content=text.pop(mapped.message_id)))
-            elif isinstance(mapped, ToolCallStartEvent):
+    placed: list[tuple[int, Message]] = []
+    for item in projection.items:
+        seq = item.seq or 0
+        match item:
+            case PersonWords():
+                placed.append(
+                    (seq, UserMessage(id=f"said-{seq}", content=item.text, metadata=_words_metadata(item)))
+                )
+            case AgentText(text=text) | Question(text=text) if text:
+                placed.append((seq, AssistantMessage(id=f"m-{seq}", content=text)))
+            case Card():
+                metadata = {"card": _plain(item)}
                 call = ToolCall(
-                    id=mapped.tool_call_id,
-                    function=FunctionCall(name=mapped.tool_call_name, arguments=_json(event.payload)),
+                    id=item.id, function=FunctionCall(name=item.action, arguments=_json(item.proposed))
                 )
-                messages.append(AssistantMessage(id=f"call-{seq}", tool_calls=[call]))
-            elif isinstance(mapped, ToolCallResultEvent):
-                messages.append(
-                    ToolMessage(id=mapped.message_id, tool_call_id=mapped.tool_call_id, content=mapped.content)
-                )
-    return messages
+                placed.append((seq, AssistantMessage(id=f"call-{seq}", tool_calls=[call], metadata=metadata)))
+                if item.reported is not None:
+                    ended = item.ended_seq or seq
+                    content = _json(item.reported.fact())
+                    message = ToolMessage(
+                        id=f"m-{ended}", tool_call_id=item.id, content=content, metadata=metadata
+                    )
+                    placed.append((ended, message))
+    placed.sort(key=lambda pair: pair[0])
+    return [message for _, message in placed]

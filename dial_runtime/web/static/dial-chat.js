@@ -233,7 +233,7 @@ class DialChat extends HTMLElement {
         this.snapshot(event.messages);
         break;
       case "TEXT_MESSAGE_START":
-        this.texts.set(event.messageId, this.addBubble("assistant", ""));
+        this.texts.set(event.messageId, this.addBubble(event.role === "user" ? "user" : "assistant", ""));
         break;
       case "TEXT_MESSAGE_CONTENT": {
         const bubble = this.texts.get(event.messageId) || this.addBubble("assistant", "");
@@ -246,7 +246,7 @@ class DialChat extends HTMLElement {
         this.texts.delete(event.messageId);
         break;
       case "TOOL_CALL_START":
-        this.card(event.toolCallId, event.toolCallName);
+        this.shownCard(this.card(event.toolCallId, event.toolCallName), event.metadata);
         break;
       case "TOOL_CALL_ARGS": {
         const card = this.cards.get(event.toolCallId);
@@ -257,7 +257,7 @@ class DialChat extends HTMLElement {
         break;
       }
       case "TOOL_CALL_RESULT":
-        this.outcome(event.toolCallId, parseJson(event.content));
+        this.outcome(event.toolCallId, parseJson(event.content), event.metadata);
         break;
       case "RUN_FINISHED":
         this.tookSeq(event);
@@ -290,9 +290,11 @@ class DialChat extends HTMLElement {
           const card = this.card(call.id, call.function.name);
           card.args = call.function.arguments;
           card.payload.textContent = pretty(parseJson(card.args));
+          this.shownCard(card, message.metadata);
         }
       } else if (message.role === "tool") {
-        this.outcome(message.toolCallId, parseJson(typeof message.content === "string" ? message.content : ""));
+        const fact = parseJson(typeof message.content === "string" ? message.content : "");
+        this.outcome(message.toolCallId, fact, message.metadata);
       }
     }
   }
@@ -344,6 +346,19 @@ class DialChat extends HTMLElement {
     card = { id, root, mark, preview, payload, issue, actions, result, args: "" };
     this.cards.set(id, card);
     return card;
+  }
+
+  // The card as the server's projection has it (metadata.card, live and in a snapshot alike): the preview, the
+  // destructive mark, and the payload that waits or ran.
+  shownCard(card, metadata) {
+    const shown = metadata && metadata.card;
+    if (!shown) return;
+    card.preview.textContent = shown.preview || "";
+    card.mark.hidden = !shown.destructive;
+    card.root.classList.toggle("dial-is-destructive", Boolean(shown.destructive));
+    if (shown.payload !== undefined) card.payload.textContent = pretty(shown.payload);
+    if (shown.outcome) card.result.title = shown.outcome;
+    if (shown.decided_by) card.root.dataset.decidedBy = shown.decided_by;
   }
 
   clearActions(card) {
@@ -416,9 +431,10 @@ class DialChat extends HTMLElement {
     area.focus();
   }
 
-  outcome(id, fact) {
+  outcome(id, fact, metadata) {
     const card = this.cards.get(id);
     if (!card) return;
+    this.shownCard(card, metadata);
     this.clearActions(card);
     const status = fact && typeof fact === "object" ? fact.status : String(fact);
     card.root.dataset.outcome = status || "";
