@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import getpass
-import json
 import os
 import sys
 import traceback
@@ -28,10 +27,11 @@ import trio.testing
 
 from ._command import _CommandError, _described, _usage
 from .errors import DialError, LogError
-from .language.parser import parse
 from .language.schema import validate
 from .loading import load_domain, load_flow
-from .runtime.events import LogEntry, event_to_dict
+from .runtime.events import LogEntry
+from .runtime.projection import Moment, project
+from .runtime.projection import stopped_in_words as stopped_in_words
 
 
 def _decode(raw: bytes, name: str) -> str:
@@ -267,138 +267,22 @@ def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
     return entries
 
 
-#: What ``log`` says of a turn or an action the runtime stopped, by the start of the reason it recorded.
-_CANCELLED = "cancelled before it finished (Ctrl-C in chat, or the caller's cancellation)"
-_STOPPED = (
-    ("the process stopped", "the process stopped"),
-    ("the process exited", "the process exited"),
-    ("the person said something else", "the person said something else"),
-    ("the call was cancelled", _CANCELLED),
-    ("interrupted by the person (Ctrl-C)", "cancelled by the person (Ctrl-C)"),
-    ("KeyboardInterrupt", "cancelled by the person (Ctrl-C)"),
-    ("CancelledError", _CANCELLED),
-    ("Cancelled", _CANCELLED),
-    ("TimeoutError", "the deadline passed"),
-    ("TooSlowError", "the deadline passed"),
-)
-
-
-def stopped_in_words(reason: str) -> str:
-    """Why a turn or an action stopped, as a person reads it. The runtime words it (``the call was cancelled``);
-    logs written before recorded the exception that stopped it (``CancelledError: Cancelled via cancel scope
-    7ff...``): this keeps what it meant and drops the machinery."""
-    for start, words in _STOPPED:
-        if reason == start or reason.startswith((f"{start}:", f"{start} ")):
-            return words
-    return reason
-
-
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _audit_detail(event: dict[str, Any]) -> tuple[str, str] | None:
-    """What the audit trail says of an event (its label and details), or ``None`` for one a reviewer needs not see
-    (the agent's words, replies as such, turn bookkeeping)."""
-    kind, by = event["type"], f" by {event['by']}" if event.get("by") else ""
-    if kind == "said":
-        return "said", _json_text(event["text"])
-    if kind == "resumed":
-        return "resumed", f"with {event['call']}()"
-    if kind == "ask":
-        options = ", ".join(option["value"] for option in event["options"])
-        unasked = "" if event["asked"] else " [not put to the person]"
-        kinds = f"{event['response_type']}: {options}" if options else event["response_type"]
-        return "asked", f"{event['id']} {_json_text(event['text'])} ({kinds}){unasked}"
-    if kind == "answered":
-        if event["expired"]:
-            return "answered", f"{event['ask_id']}: no answer in time"
-        said = _json_text(event["text"]) if event["text"] else "nothing (the question stands)"
-        return "answered", f"{event['ask_id']}{by}: {said}"
-    if kind == "proposed":
-        text = f" {_json_text(event['text'])}" if event["text"] else ""
-        return "proposed", f"{event['id']} {event['action']} {_json_text(event['payload'])}{text}"
-    if kind == "suggestion":
-        marks = " [destructive]" if event["destructive"] else ""
-        if event["handoff"]:
-            marks += " [hand-off: runs without asking]"
-        elif not event["mutates"]:
-            marks += " [read-only: runs without asking]"
-        return "shown", f"{event['id']} {_json_text(event['preview'])}{marks}"
-    if kind == "decided":
-        subject, decision = event["suggestion_id"], event["decision"]
-        if decision == "edit":
-            before, after = _json_text(event["previous"]), _json_text(event["payload"])
-            return "decided", f"{subject} edit{by}: {before} → {after}"
-        if decision == "say":
-            return "decided", f"{subject} say instead{by}: {_json_text(event['text'])}"
-        if decision == "expire":
-            return "decided", f"{subject} expired: no decision in time"
-        return "decided", f"{subject} {decision}{by}"
-    if kind == "refused":
-        field = f" ({event['field']})" if event["field"] else ""
-        reason = ": ".join(part for part in (f"{event['code'] or ''}{field}".strip(), event["hint"]) if part)
-        return "refused", f"{event['suggestion_id']} {_json_text(event['payload'])}: {reason or 'no reason given'}"
-    if kind == "deferred":
-        return "deferred", f"{event['kind']} {event['subject_id']}"
-    if kind == "action-started":
-        edited = " (edited)" if event["edited"] else ""
-        return "run", f"{event['suggestion_id']} {event['action']} {_json_text(event['payload'])}{edited}"
-    if kind == "flow-moved":
-        moved = f"{event['source']} → {event['target']} on {event['event']}"
-        return "flow moved", f"{moved} ({event['suggestion_id']} {event['action']} done)"
-    if kind == "outcome":
-        parts = [event["id"], event["status"]]
-        if event["result"] is not None:
-            parts.append(_json_text(event["result"]))
-        if event["code"] == "interrupted" and event["error"]:
-            event = {**event, "error": stopped_in_words(event["error"])}
-        parts.extend(
-            f"{name}={_json_text(event[name])}" for name in ("error", "code", "field", "hint") if event[name]
-        )
-        parts.extend(flag for flag in ("edited", "expired") if event[flag])
-        return "outcome", " ".join(parts)
-    if kind == "sent":
-        envelope = parse(event["message"])
-        reports = [token for element in (envelope.elements if envelope else ()) for token in element.yields]
-        return "sent", f"turn {event['turn']}" + (f", reporting {', '.join(reports)}" if reports else "")
-    if kind == "interrupted":
-        return "interrupted", f"turn {event['turn']}: {stopped_in_words(event['reason'])}"
-    if kind in ("no-reply", "send-failed"):
-        return kind.replace("-", " "), f"turn {event['turn']}: {event['error']}"
-    if kind == "reply-refused":
-        return "reply refused", f"{event['reply_id']} (turn {event['turn']}): {event['reason']}"
-    if kind == "turn-limit":
-        return "turn limit", f"{event['turns']} turn(s) used"
-    if kind == "declare":
-        return "declared", f"{event['context_key']} = {_json_text(event['value'])}"
-    if kind == "delegate":
-        intent = f" ({event['intent']})" if event["intent"] else ""
-        text = f": {_json_text(event['text'])}" if event["text"] else ""
-        return "delegated", f"to {event['to']}{intent}{text}"
-    if kind == "ended":
-        return "ended", event["reason"]
-    if kind == "finished":
-        return "finished", f"{event['status']} after {event['turns']} turn(s)"
-    return None
-
-
 def audit_line(entry: LogEntry) -> str | None:
     """The audit trail's line for a log entry (``None`` when the event is not part of it): its time in ISO-8601
     UTC, its sequence number, what happened, to which suggestion or ask, and who decided."""
-    detail = _audit_detail(event_to_dict(entry.event))
-    if detail is None:
-        return None
-    when = datetime.fromtimestamp(entry.time, tz=timezone.utc).isoformat(timespec="milliseconds")
-    label, text = detail
-    return f"{when.replace('+00:00', 'Z')}  #{entry.seq:<4} {label:<13} {text}"
+    moments = project([entry]).trail
+    return _audit_text(moments[0]) if moments else None
+
+
+def _audit_text(moment: Moment) -> str:
+    """A moment of the projection's audit trail as a line of ``log``."""
+    when = datetime.fromtimestamp(moment.time or 0.0, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return f"{when.replace('+00:00', 'Z')}  #{moment.seq:<4} {moment.label:<13} {moment.text}"
 
 
 def _log(args: argparse.Namespace) -> int:
-    for entry in _read_log(args.store, args.id):
-        line = audit_line(entry)
-        if line is not None:
-            print(line)
+    for moment in project(_read_log(args.store, args.id)).trail:
+        print(_audit_text(moment))
     return 0
 
 
