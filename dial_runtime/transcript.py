@@ -94,9 +94,11 @@ class Transcript:
         """Render what one event (the ``on_event`` callback) or log entry adds to the projection; text still
         arriving (``inform-delta``) waits for its complete ``inform``."""
         for item in self.projection.feed(event):
-            self._render(item)
+            self.render(item)
 
-    def _render(self, item: Item) -> None:
+    def render(self, item: Item) -> None:
+        """Write the lines of one item of the projection as it is now (a card: its proposal the first time, its
+        outcome once it ended)."""
         match item:
             case AgentText(text=text):
                 self.write(f"agent: {text}")

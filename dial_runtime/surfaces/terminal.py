@@ -37,15 +37,8 @@ from rich.text import Text
 from ..errors import AlreadyDecided, ConversationBusy, DialError
 from ..runtime import Conversation
 from ..runtime.conversation import accepts_message_id
-from ..runtime.events import (
-    AskEvent,
-    Event,
-    InformDeltaEvent,
-    InformEvent,
-    OutcomeEvent,
-    SentEvent,
-    SuggestionEvent,
-)
+from ..runtime.events import Event, InformDeltaEvent
+from ..runtime.projection import AgentText, Card, Item, Notice, Question, RefusedProposal, Told, project
 from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, TurnResult
 from ..transcript import Transcript
 
@@ -63,7 +56,20 @@ Ctrl-C cancels the turn running now (what the agent was not told goes with your 
 EDIT_HELP = "Edit the payload as JSON; Esc then Enter finishes, an empty payload cancels."
 
 _OUTCOME_STYLES = {"done": "green", "failed": "red", "invalid": "red"}
-_EVENT_STYLES = {"inform": "", "ask": "bold", "no-reply": "yellow", "turn-limit": "yellow"}
+
+
+def _style(item: Item) -> str:
+    """How an item of the projection is shown: the agent's text plain, questions bold, notices yellow, outcomes
+    by their status, the rest dim."""
+    if isinstance(item, AgentText):
+        return ""
+    if isinstance(item, Question):
+        return "bold"
+    if isinstance(item, Notice):
+        return "yellow"
+    if isinstance(item, (Card, RefusedProposal)):
+        return _OUTCOME_STYLES.get(item.status, "dim")
+    return "dim"
 
 
 def _words_bindings() -> KeyBindings:
@@ -147,6 +153,7 @@ class TerminalSurface:
         self.transcript = Transcript(self.lines.append)
         self._status: Status | None = None
         self._live: tuple[int, list[str]] | None = None  # the element whose text is arriving, what was printed
+        self._carded: set[str] = set()  # the suggestions shown as cards
         self._turn: anyio.CancelScope | None = None
         self._turning: Conversation | None = None  # the conversation whose call ``_turn`` holds
         self._sessions: dict[str, PromptSession[str]] = {}
@@ -154,44 +161,48 @@ class TerminalSurface:
     # Rendering -----------------------------------------------------------------------------------------------
 
     def on_event(self, event: Event | InformDeltaEvent) -> None:
-        """Show one event (the conversation's ``on_event`` callback); a spinner runs while the agent thinks.
+        """Show what one event adds to the conversation's projection (the conversation's ``on_event`` callback); a
+        spinner runs while the agent thinks.
 
-        Text still arriving (``inform-delta``) is printed as it comes; its complete ``inform`` then adds only
-        what the deltas had not carried (or, should the two disagree, prints the complete text on its own line).
+        Text still arriving (``inform-delta``) is printed as it comes; its complete text then adds only what the
+        deltas had not carried (or, should the two disagree, prints the complete text on its own line).
         """
         if isinstance(event, InformDeltaEvent):
             self._delta(event)
             return
-        if isinstance(event, InformEvent) and self._live is not None and self._live[0] == event.element:
+        items = self.transcript.projection.feed(event)
+        if not items:
+            self._stop_spinner()
+        for item in items:
+            self._item(item)
+
+    def _item(self, item: Item) -> None:
+        """Show one item added or changed: a card newly shown as a card, the rest as the transcript's lines."""
+        if isinstance(item, AgentText) and self._live is not None and self._live[0] == item.element:
             printed = "".join(self._live[1])
             self._live = None
             start = len(self.lines)
-            self.transcript.show(event)
-            if event.text.startswith(printed):
-                self.console.print(Text(event.text[len(printed) :]), soft_wrap=True)
+            self.transcript.render(item)
+            if item.text.startswith(printed):
+                self.console.print(Text(item.text[len(printed) :]), soft_wrap=True)
                 return
             self.console.print()
             for line in self.lines[start:]:
                 self.console.print(Text(line))
             return
         self._stop_spinner()
-        if isinstance(event, SuggestionEvent):
-            self.transcript.show(event)
-            if event.handoff or not event.mutates:
-                note = "hand-off: runs at once" if event.handoff else "read-only: runs at once"
+        if isinstance(item, Card) and not item.outcome and item.id not in self._carded:
+            self._carded.add(item.id)
+            self.transcript.render(item)
+            if item.handoff or not item.mutates:
+                note = "hand-off: runs at once" if item.handoff else "read-only: runs at once"
             else:
                 note = "waits for your decision"
-            card = self._card(
-                event.id, event.action, event.preview, event.text, event.payload, event.destructive, note
-            )
+            card = self._card(item.id, item.action, item.preview, item.text, item.payload, item.destructive, note)
             self.console.print(card)
             return
-        if isinstance(event, OutcomeEvent):
-            style = _OUTCOME_STYLES.get(event.status, "dim")
-        else:
-            style = _EVENT_STYLES.get(event.type, "dim")
-        self._show(style, self.transcript.show, event)
-        if isinstance(event, SentEvent):
+        self._show(_style(item), self.transcript.render, item)
+        if isinstance(item, Told):
             self._status = self.console.status("the agent is thinking…")
             self._status.start()
 
@@ -516,12 +527,12 @@ class TerminalSurface:
         if not log:
             self.note(f"conversation {ident} (new) in {where}", "bold")
             return
-        turns = sum(1 for entry in log if isinstance(entry.event, SentEvent))
+        seen = project(log)
+        turns = sum(1 for item in seen.items if isinstance(item, Told))
         self.note(f"conversation {ident} in {where}: {len(log)} events, {turns} message(s) to the agent", "bold")
-        outcomes = [entry.event for entry in log if isinstance(entry.event, OutcomeEvent)]
-        self.transcript.shown.update(entry.event.id for entry in log if isinstance(entry.event, SuggestionEvent))
-        for outcome in outcomes[-3:]:
-            self._show(_OUTCOME_STYLES.get(outcome.status, "dim"), self.transcript.show, outcome)
+        self.transcript.shown.update(seen.shown)
+        for item in _last_ended(seen.items, 3):
+            self._show(_style(item), self.transcript.render, item)
         if conversation.ended:
             self.note(_ended(conversation))
         elif conversation.pending:
@@ -562,8 +573,8 @@ class TerminalSurface:
             else:
                 self._show(
                     "bold",
-                    self.transcript.show,
-                    AskEvent(id=item.id, text=item.text, response_type=item.response_type, options=item.options),
+                    self.transcript.render,
+                    Question(id=item.id, text=item.text, response_type=item.response_type, options=item.options),
                 )
                 chosen = await self.answer(item)
             if isinstance(chosen, Defer):
@@ -611,13 +622,11 @@ class TerminalSurface:
         by = f" by {error.by}" if error.by else ""
         if error.how == "answered":
             return f"was answered elsewhere{by}"
-        events = [entry.event for entry in conversation.log]
-        outcome = next(
-            (e for e in reversed(events) if isinstance(e, OutcomeEvent) and e.id == error.subject_id), None
-        )
-        if outcome is not None and outcome.status == error.how:
-            return f"was settled elsewhere: {outcome.status}"
-        came = f" ({outcome.status})" if outcome is not None else ""
+        card = project(conversation.log).card(error.subject_id)
+        status = None if card is None or card.reported is None else card.reported.status
+        if status is not None and status == error.how:
+            return f"was settled elsewhere: {status}"
+        came = f" ({status})" if status is not None else ""
         return f"was decided elsewhere{by}: {error.how}{came}"
 
     async def turn(self, conversation: Conversation, words: str) -> TurnResult | None:
@@ -671,6 +680,17 @@ class TerminalSurface:
         if self._turning is not None:
             self._turning.cancelling(CANCELLED_BY_PERSON)
         self._turn.cancel()
+
+
+def _last_ended(items: tuple[Item, ...], count: int) -> list[Card | RefusedProposal]:
+    """The last ``count`` suggestions to end, in the order they ended (cards and proposals never shown)."""
+    ended = [
+        item
+        for item in items
+        if (isinstance(item, Card) and item.reported is not None) or isinstance(item, RefusedProposal)
+    ]
+    ended.sort(key=lambda item: (item.ended_seq if isinstance(item, Card) else item.seq) or 0)
+    return ended[-count:]
 
 
 def _ended(conversation: Conversation) -> str:
