@@ -21,7 +21,8 @@ import pytest
 
 from dial_runtime.errors import ConversationBusy
 from dial_runtime.runtime.events import LogEntry, SaidEvent
-from dial_runtime.stores import SQLiteStore, Store, StoreConflict, open_store
+from dial_runtime.stores import SQLiteStore, Store, StoreConflict, StoreError, open_store
+from dial_runtime.stores import sqlite as sqlite_store
 from dial_runtime.stores.base import encode
 
 from .test_stores import next_change, quiet, said
@@ -235,6 +236,25 @@ async def test_every_call_asks_the_database(path: Path, keep: Callable[[Store], 
         with pytest.raises(ConversationBusy):  # the lock file is made again, and locks
             async with store.lock("c"):
                 pass
+
+
+async def test_a_wait_for_another_writer_is_bounded(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append that waits longer than ``BUSY_TIMEOUT`` for another connection's write lock fails with one
+    line naming the file, writes nothing, and leaves the store usable."""
+    store = SQLiteStore(path)
+    await store.append("c", [said(1, "a")], expected_seq=0)
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT", 0.2)
+    writer = rival(path)
+    try:
+        with anyio.fail_after(10), pytest.raises(StoreError, match=re.escape(str(path))) as raised:
+            await store.append("c", [said(2, "b")], expected_seq=1)
+        assert "\n" not in str(raised.value) and "0.2 s" in str(raised.value)
+    finally:
+        writer.close()
+    assert await store.read("c") == [said(1, "a")]
+    await store.append("c", [said(2, "b")], expected_seq=1)
+    assert await store.read("c") == [said(1, "a"), said(2, "b")]
+    await store.aclose()
 
 
 @pytest.mark.parametrize(
