@@ -141,6 +141,27 @@ def test_a_reload_keeps_the_pending_card_and_it_still_works(context: BrowserCont
     expect(page.locator('.dial-card[data-outcome="done"]')).to_be_visible()
 
 
+def test_a_reload_shows_ended_cards_and_answers_as_they_were_shown_live(
+    context: BrowserContext, base_url: str
+) -> None:
+    """A dismissed destructive card keeps its preview and mark, and the person's answer stays theirs."""
+    page = open_panel(context, base_url, REMOVE, CHOICE, "<dial><dial-inform>Work it is.</dial-inform></dial>")
+    say(page, "remove old")
+    page.locator(".dial-dismiss").click()
+    expect(page.locator('.dial-card[data-outcome="dismissed"]')).to_be_visible()
+    say(page, "new list")
+    page.locator(".dial-option", has_text="Work").click()
+    expect(page.locator(".dial-assistant").last).to_have_text("Work it is.")
+    live = [page.locator(".dial-user").all_inner_texts(), page.locator(".dial-preview").all_inner_texts()]
+    assert live[0] == ["remove old", "new list", "work"]
+    page.reload()
+    ended = page.locator('.dial-card[data-outcome="dismissed"].dial-is-destructive')
+    expect(ended.locator(".dial-destructive")).to_be_visible()
+    expect(page.locator(".dial-assistant").last).to_have_text("Work it is.")
+    assert [page.locator(".dial-user").all_inner_texts(), page.locator(".dial-preview").all_inner_texts()] == live
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
 def test_a_second_tab_sees_the_decision_made_in_the_first(context: BrowserContext, base_url: str) -> None:
     first = open_panel(context, base_url, ADD, ACK)
     say(first, "add milk")

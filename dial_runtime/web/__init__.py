@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from .app import AgentFactory, create_app, scripted_agents
-from .mapping import EventMapper, interrupt_for, messages_from_log, payload_digest
+from .mapping import EventMapper, interrupt_for, messages_from_log, messages_of, payload_digest
 
 __all__ = [
     "AgentFactory",
@@ -12,6 +12,7 @@ __all__ = [
     "create_app",
     "interrupt_for",
     "messages_from_log",
+    "messages_of",
     "payload_digest",
     "scripted_agents",
 ]
