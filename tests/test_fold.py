@@ -5,7 +5,6 @@ Logs are made by real runs of the core (driven as in ``test_core``), then folded
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Any, ClassVar
 
@@ -277,12 +276,16 @@ CORRUPTIONS = st.sampled_from(["drop", "duplicate", "swap", "retype", "restatus"
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conversation=conversations, how=CORRUPTIONS, where=st.integers(min_value=0), data=st.data())
-def test_a_corrupted_log_folds_or_is_refused_never_anything_else(
+def test_a_corrupted_log_folds_whole_or_is_refused_at_its_first_bad_entry(
     conversation: Any, how: str, where: int, data: st.DataObject
 ) -> None:
+    """Whatever the damage, the log folds, or the error names an entry at or after it whose predecessors all
+    fold: the first entry that cannot stand. An outcome given a status its suggestion cannot end with is
+    always refused, naming that outcome."""
     entries = stored(hold(*conversation))
     index = where % len(entries)
     events = [entry.event for entry in entries]
+    must_refuse = False
     if how == "drop":
         del events[index]
     elif how == "duplicate":
@@ -300,9 +303,25 @@ def test_a_corrupted_log_folds_or_is_refused_never_anything_else(
         outcomes = [i for i, event in enumerate(events) if isinstance(event, OutcomeEvent)]
         if not outcomes:
             return
-        chosen = outcomes[index % len(outcomes)]
+        index = outcomes[index % len(outcomes)]
         status = data.draw(st.sampled_from(["done", "failed", "invalid", "dismissed", "superseded", "exploded"]))
-        events[chosen] = msgspec.structs.replace(events[chosen], status=status)
+        original = events[index].status
+        ident = events[index].id
+        ran = any(isinstance(e, ActionStartedEvent) and e.suggestion_id == ident for e in events)
+        shown = [e for e in events if e.type == "suggestion" and e.id == ident]
+        succeeded = "handed-off" if shown and shown[0].handoff else "done"
+        # The domain's word is not second-guessed (a run's result; a review that refused a suggestion never
+        # shown, or an interruption before it): only what contradicts the lifecycle is caught.
+        told = {succeeded, "failed"} if ran else {"invalid", "superseded"} if not shown else set()
+        must_refuse = status != original and not {status, original} <= told
+        events[index] = msgspec.structs.replace(events[index], status=status)
     log = [LogEntry(seq=seq, time=1.0, event=event) for seq, event in enumerate(events, start=1)]
-    with contextlib.suppress(LogError):
+    try:
         fold_log(log)
+    except LogError as error:
+        assert error.seq is not None and error.seq >= index + 1, error
+        if must_refuse:
+            assert error.seq == index + 1, error
+        fold_log(log[: error.seq - 1])
+    else:
+        assert not must_refuse, f"an outcome restated {status!r} folded"

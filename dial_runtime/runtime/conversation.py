@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard, cast
 import anyio
 import anyio.lowlevel
 
-from ..errors import ConversationBusy, IllegalTransition
+from ..errors import ConversationBusy, IllegalTransition, LogError
 from ..language.outcomes import Outcome
 from ..statemachines import CALL
 from .core import HANDLED_ELEMENTS, Call, ConversationCore
@@ -52,8 +52,7 @@ from .flow import FlowRules
 from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
 
 if TYPE_CHECKING:
-    from ..ports import Agent, DecisionLike, Domain, Human, StreamingAgent
-    from ..stores.base import Store
+    from ..ports import Agent, DecisionLike, Domain, Human, Store, StreamingAgent
 
 __all__ = ["HANDLED_ELEMENTS", "Conversation", "accepts_message_id"]
 
@@ -229,6 +228,13 @@ class Conversation:
     def facts(self) -> dict[str, Any]:
         """Facts the agent declared (unpaired ``dial-declare``), by context key; a later declare overwrites."""
         return dict(self._core.state.facts)
+
+    @property
+    def stuck(self) -> LogError | None:
+        """The error of the stored entry this conversation could not fold in (another writer stored a log no run
+        could have written), or ``None``. While stuck, the conversation reads as it was before that entry's
+        batch, and every call raises this error again (naming the entry) until the store's log is mended."""
+        return self._core.stuck
 
     @property
     def ended(self) -> bool:

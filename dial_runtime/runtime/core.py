@@ -14,19 +14,20 @@ drive a call with a list of inputs and no event loop.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
 import msgspec
 
-from ..errors import AlreadyDecided, DialError, DialSizeError, PayloadChanged
-from ..language.outcomes import Outcome, outcome_reply, refusal_reply, to_json_ready
+from ..errors import AlreadyDecided, DialError, DialSizeError, LogError, PayloadChanged
+from ..language.outcomes import MAX_DEPTH, MAX_TEXT, Outcome, outcome_reply, refusal_reply, to_json_ready
 from ..language.parser import parse
 from ..language.payloads import declare_value, pair_payload
 from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest
 from ..language.stream import StreamParser, TextDelta
-from ..statemachines import CALL_STATUS, MOVES_FLOW, OUTCOME_STATUS, RUNNING, SUGGESTION, TURN_LOOP
+from ..statemachines import CALL_STATUS, MOVES_FLOW, RUNNING, SUCCEEDED, SUGGESTION, TURN_LOOP, OutcomeStatus
 from .effects import (
     AWAIT_STREAM,
     END_STREAM,
@@ -140,6 +141,27 @@ def reason(error: BaseException) -> str:
     return "the call was cancelled"
 
 
+def _not_kept(payload: Any, kept: Any) -> Issue | None:
+    """Why a payload cannot be logged as it is (``kept`` is its JSON-ready form, which the log holds): it holds
+    numbers JSON cannot (``NaN``, ``Infinity``) or is over a size limit. ``None`` when ``kept`` is the payload
+    itself, as it nearly always is: the payload validated is then the one logged, shown and run."""
+    if type(kept) is type(payload) and kept == payload:
+        return None
+    try:
+        json.dumps(payload, allow_nan=False)
+    except ValueError:
+        return Issue(code="invalid-payload", hint="The payload holds a number JSON cannot (NaN or Infinity).")
+    except (TypeError, RecursionError):
+        pass
+    return Issue(
+        code="payload-too-large",
+        hint=(
+            f"The payload cannot be kept whole (a string over {MAX_TEXT:,} characters, more than {MAX_DEPTH} "
+            "levels of nesting, or too much in all); send a smaller one."
+        ),
+    )
+
+
 def _text_attribute(error: BaseException, name: str) -> str | None:
     value = getattr(error, name, None)
     return None if value is None else str(value)
@@ -200,6 +222,7 @@ class ConversationCore:
         "notices",
         "state",
         "stream",
+        "stuck",
     )
 
     def __init__(
@@ -223,6 +246,7 @@ class ConversationCore:
         self.notices: list[InformDeltaEvent] | None = None  # text to show the person now, not on the log
         self._outcomes: list[Outcome] | None = None  # the outcomes of the call in progress
         self.cancel_reason: str | None = None  # why the call in progress is being cancelled, when someone says
+        self.stuck: LogError | None = None  # the stored entry that could not be folded in, if one could not
 
     # --- the log -----------------------------------------------------------------------------------------------
 
@@ -237,21 +261,32 @@ class ConversationCore:
         log.times.append(time.time())
 
     def take_stored(self, entries: Iterable[LogEntry], stored: int) -> None:
-        """Fold in what other workers stored after the first ``stored`` entries (raises ``LogError``).
+        """Fold in what other workers stored after the first ``stored`` entries, all of them or none.
 
         Only the conversation's ending can have been recorded here and not stored between calls (``end()``):
         it is recorded again after the stored entries. Anything else unstored came from a call whose write
-        failed, and is dropped: another worker's log is the truth.
+        failed, and is dropped: another worker's log is the truth. An entry that cannot stand raises its
+        ``LogError`` and leaves the log and state as the first ``stored`` entries make them, with :attr:`stuck`
+        naming the entry (the state is folded again from the log when the tail had been folded in part).
         """
         local = self.log.events[stored:]
-        if local or stored < len(self.log) or not stored:
+        fresh = bool(local or stored < len(self.log) or not stored)
+        if fresh:
             state = ConversationState(flow=self.state.flow)
             log = EventLog(fold_log(self.log.entries(0, stored), state))
         else:
             state, log = self.state, self.log
-        for entry in fold_log(entries, state, first_seq=stored + 1):
+        try:
+            checked = fold_log(entries, state, first_seq=stored + 1)
+        except LogError as error:
+            self.stuck = error
+            if not fresh:  # the tail was folded into the live state in part: fold the log it had again
+                self.state = ConversationState(flow=self.state.flow)
+                fold_log(self.log.entries(), self.state)
+            raise
+        for entry in checked:
             log.add_entry(entry)
-        self.state, self.log = state, log
+        self.state, self.log, self.stuck = state, log, None
         if any(isinstance(event, EndedEvent) for event in local):
             self.end("end() was called")
 
@@ -400,10 +435,9 @@ class ConversationCore:
         return TurnResult(status=status, turns=state.turn, outcomes=tuple(outcomes), pending=state.pending())
 
     def _out_of_turns(self) -> bool:
-        """Whether the call has used its ``max_turns`` (the turn limit is then on the log)."""
-        state = self.state
-        limited = TURN_LOOP.fire(state.loop, "start_turn", out_of_turns=state.turn >= self.max_turns)
-        if limited in TURN_LOOP.finals:
+        """Whether the call has used its ``max_turns`` (the turn limit is then on the log, and the fold ends the
+        turn loop with it)."""
+        if self.state.turn >= self.max_turns:
             self.record(TurnLimitEvent(turns=self.max_turns))
             return True
         return False
@@ -723,6 +757,7 @@ class ConversationCore:
         assert isinstance(element, Suggest)
         payload, problem, after = pair_payload(elements, index)
         opened = self._propose(element, to_json_ready(payload), after - 1)
+        unkept = None if problem is not None else _not_kept(payload, opened.payload)
         spec: ActionSpec | None = yield LookUp(action=opened.action)
         issue: Issue | None = None
         preview = ""
@@ -738,23 +773,17 @@ class ConversationCore:
             issue = refusal
         elif problem is not None:
             issue = Issue(code="invalid-payload", hint=problem)
+        elif unkept is not None:
+            issue = unkept
         else:
-            reviewed: Reviewed = yield Review(action=opened.action, payload=payload)
+            reviewed: Reviewed = yield Review(action=opened.action, payload=opened.payload)
             issue, preview = reviewed.issue, reviewed.preview
         if issue is not None:
-            target = SUGGESTION.fire(opened.state, "review", unknown=spec is None, refused=True)
-            self._finish(opened, target, code=issue.code, field=issue.field, hint=issue.hint)
+            self._finish(opened, "invalid", code=issue.code, field=issue.field, hint=issue.hint)
             return after
         assert spec is not None
-        target = SUGGESTION.fire(
-            opened.state,
-            "review",
-            overtaken=self.state.instead is not None,
-            handoff=spec.handoff,
-            read_only=not spec.mutates,
-        )
-        if target in SUGGESTION.finals:
-            self._finish(opened, target, preview=preview)
+        if self.state.instead is not None:  # the person said something else in this reply: never shown
+            self._finish(opened, "superseded", preview=preview)
             return after
         self.record(
             SuggestionEvent(
@@ -801,7 +830,7 @@ class ConversationCore:
                 given = yield self._await_person(self.decide_timeout)
             if isinstance(given, Expired):
                 self.record(DecidedEvent(suggestion_id=opened.id, decision="expire"))
-                self._finish(opened, SUGGESTION.fire(opened.state, "expire"), expired=True)
+                self._finish(opened, "dismissed", expired=True)
                 return
             decision = as_decision(given.value)
             if isinstance(decision, Defer):
@@ -817,7 +846,7 @@ class ConversationCore:
             self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
             return
         yield from self._apply(opened, decision, by=by)
-        if opened.id in self.state.open_suggestions and opened.deciding:
+        if opened.id in self.state.open_suggestions and opened.deciding and not opened.deferred:
             self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
 
     def _apply(
@@ -826,20 +855,25 @@ class ConversationCore:
         """Apply one decision of the person's: end the suggestion, refuse its payload, or run it."""
         if isinstance(decision, Dismiss):
             self.record(DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by))
-            self._finish(opened, SUGGESTION.fire(opened.state, "dismiss"))
+            self._finish(opened, "dismissed")
             return
         if isinstance(decision, Say):
             self.record(DecidedEvent(suggestion_id=opened.id, decision="say", text=decision.text, by=by))
             waiting = [each for each in self.state.open_suggestions.values() if each.deferred]
             for other in [opened, *waiting]:
-                self._finish(other, SUGGESTION.fire(other.state, "supersede"))
+                self._finish(other, "superseded")
             return
         if isinstance(decision, Edit):
+            edited_payload = to_json_ready(decision.payload)
+            unkept = _not_kept(decision.payload, edited_payload)
+            if unkept is not None:  # refused as it stands: the payload waiting stays the one the person saw
+                self._refuse_payload(opened, unkept, None)
+                return
             self.record(
                 DecidedEvent(
                     suggestion_id=opened.id,
                     decision="edit",
-                    payload=to_json_ready(decision.payload),
+                    payload=edited_payload,
                     previous=opened.payload,
                     by=by,
                 )
@@ -858,6 +892,11 @@ class ConversationCore:
         if issue is None:
             self._ran(opened, (yield self._start(opened, reviewed.preview if edited else opened.preview)))
             return
+        self._refuse_payload(opened, issue, (reviewed.preview or None) if edited else None)
+
+    def _refuse_payload(self, opened: OpenSuggestion, issue: Issue, preview: str | None) -> None:
+        """Refuse the payload the person decided on (``preview``: of a refused edit, ``None`` when the flow or
+        the payload's size refused it first); the third refusal ends the suggestion ``invalid``."""
         self.record(
             RefusedEvent(
                 suggestion_id=opened.id,
@@ -865,12 +904,12 @@ class ConversationCore:
                 code=issue.code,
                 field=issue.field,
                 hint=issue.hint,
-                preview=(reviewed.preview or None) if edited else None,  # none: the flow refused it first
+                preview=preview,
             )
         )
         if SUGGESTION.is_final(opened.state):
             self._finish(
-                opened, opened.state, code=issue.code, field=issue.field, hint=issue.hint, edited=opened.edited
+                opened, "invalid", code=issue.code, field=issue.field, hint=issue.hint, edited=opened.edited
             )
 
     def _start(self, opened: OpenSuggestion, preview: str) -> RunAction:
@@ -893,7 +932,7 @@ class ConversationCore:
             error = ran.error
             self._finish(
                 opened,
-                SUGGESTION.fire(opened.state, "fail"),
+                "failed",
                 error=str(error) or type(error).__name__,
                 code=_text_attribute(error, "code"),
                 field=_text_attribute(error, "field"),
@@ -902,10 +941,10 @@ class ConversationCore:
             )
             return
         assert isinstance(ran, Ran)
-        final = SUGGESTION.fire(opened.state, "succeed")
-        self._finish(opened, final, result=to_json_ready(ran.result), edited=edited)
+        status = SUCCEEDED[opened.state]
+        self._finish(opened, status, result=to_json_ready(ran.result), edited=edited)
         if self.flow is not None:
-            self._move_flow(self.flow, opened, final)
+            self._move_flow(self.flow, opened, status)
 
     # --- the domain's flow -------------------------------------------------------------------------------------
 
@@ -919,12 +958,12 @@ class ConversationCore:
         flow = self.flow
         return None if flow is None else flow.allowed_now(self._flow_state(), action)
 
-    def _move_flow(self, flow: FlowRules, opened: OpenSuggestion, final: str) -> None:
-        """Fire the flow event bound to the action of a suggestion that reached ``final`` (only ``done`` fires;
+    def _move_flow(self, flow: FlowRules, opened: OpenSuggestion, status: OutcomeStatus) -> None:
+        """Fire the flow event bound to the action of a suggestion that ended ``status`` (only ``done`` fires;
         it was allowed when the suggestion was reviewed and again when accepted). A final flow state ends the
         conversation, with the state's name as its result."""
         event = flow.event_of(opened.action)
-        if event is None or OUTCOME_STATUS[final] not in MOVES_FLOW:
+        if event is None or status not in MOVES_FLOW:
             return
         source = self._flow_state()
         target = flow.table.fire(source, event)
@@ -939,7 +978,7 @@ class ConversationCore:
     def _finish(
         self,
         opened: OpenSuggestion,
-        final: str,
+        status: OutcomeStatus,
         *,
         preview: str | None = None,
         result: Any = None,
@@ -950,14 +989,15 @@ class ConversationCore:
         edited: bool = False,
         expired: bool = False,
     ) -> None:
-        """Report the outcome of a suggestion that reached the final state ``final`` (the fields are the
-        :class:`Outcome`'s, passed on one by one: see :attr:`OutcomeEvent.outcome`)."""
+        """Record the outcome of a suggestion, with the status it ends (the fold fires the transition it reports,
+        or checks the state an earlier event ended it in; the fields are the :class:`Outcome`'s, passed on one by
+        one: see :attr:`OutcomeEvent.outcome`)."""
         shown = opened.preview if preview is None else preview
         event = OutcomeEvent(
             id=opened.id,
             action=opened.action,
-            status=OUTCOME_STATUS[final],
-            preview="" if final == "invalid" else shown,
+            status=status,
+            preview="" if status == "invalid" else shown,
             result=result,
             error=error,
             code=code,
@@ -973,11 +1013,10 @@ class ConversationCore:
     def _interrupt(self, opened: OpenSuggestion, why: str) -> None:
         """End a suggestion its turn no longer carries (the machine's ``interrupt``): an action that was running
         fails as ``interrupted``, its effect unknown; anything else is superseded."""
-        final = SUGGESTION.fire(opened.state, "interrupt")
         if opened.state in RUNNING:
-            self._finish(opened, final, error=why, code="interrupted", hint=UNKNOWN_EFFECT)
+            self._finish(opened, "failed", error=why, code="interrupted", hint=UNKNOWN_EFFECT)
         else:
-            self._finish(opened, final)
+            self._finish(opened, "superseded")
 
     def _abandon(self, why: str) -> None:
         """Give every open suggestion, and the reply's unhandled ones, their outcome after an interruption;

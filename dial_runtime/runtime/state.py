@@ -36,7 +36,9 @@ from ..statemachines import (
     LIFE,
     MOVES_FLOW,
     NEEDS_REPLY,
+    RUNNING,
     SILENT,
+    SUCCEEDED,
     SUGGESTION,
     TURN_LOOP,
 )
@@ -104,6 +106,7 @@ class OpenSuggestion(msgspec.Struct):
     issue: Issue | None = None
     edited: bool = False
     deferred: bool = False
+    accepted: bool = False  # an accept or edit since the last refusal or deferral: the ``start`` guard
 
     def suggestion(self) -> Suggestion:
         """The record the person decides on."""
@@ -348,17 +351,36 @@ class ConversationState:
         final = FINAL_STATE.get(event.status)
         if final is None:
             raise _Refusal(f"unknown outcome status {event.status!r}")
-        reached = (
-            opened.state == final
-            if opened.state in SUGGESTION.finals
-            else final in SUGGESTION.reachable(opened.state)
-        )
-        if not reached:
-            raise _Refusal(f"suggestion {event.id!r} cannot end {event.status!r} from {opened.state!r}")
+        if event.action != opened.action:
+            raise _Refusal(f"suggestion {event.id!r} is {opened.action!r}, not {event.action!r}")
+        before = opened.state
+        if before not in SUGGESTION.finals:
+            self._end(opened, event)
+        if opened.state != final:
+            raise _Refusal(f"suggestion {event.id!r} cannot end {event.status!r} from {before!r}")
         del self.open_suggestions[event.id]
         if not self.open_suggestions:  # a dict keeps its size once emptied; a fresh one is a third of it
             self.open_suggestions = {}
         self.owed_outcomes.append(event.outcome)
+
+    def _end(self, opened: OpenSuggestion, event: OutcomeEvent) -> None:
+        """Fire the transition an outcome reports for a suggestion no earlier event ended: a run's end, or an
+        interruption; a dismissal, an expiry and a refusal are ended by their own events first."""
+        state, status = opened.state, event.status
+        if state in RUNNING:
+            if event.code == "interrupted":
+                opened.state = SUGGESTION.fire(state, "interrupt")
+            else:
+                opened.state = SUGGESTION.fire(state, "succeed" if status in SUCCEEDED.values() else "fail")
+        elif status == "superseded":
+            if state in DECIDING:
+                opened.state = SUGGESTION.fire(state, "supersede")
+            elif state == "proposed" and self.instead is not None:
+                opened.state = SUGGESTION.fire(state, "review", overtaken=True)
+            else:
+                opened.state = SUGGESTION.fire(state, "interrupt")
+        elif status == "invalid" and state == "proposed":
+            opened.state = SUGGESTION.fire(state, "review", refused=True)
 
     def _refused_reply(self, event: ReplyRefusedEvent) -> None:
         if self.loop != "handling":
@@ -408,6 +430,7 @@ class ConversationState:
             if not opened.deciding or opened.deferred:
                 raise _Refusal(f"suggestion {event.subject_id!r} is not waiting for a decision")
             opened.deferred = True
+            opened.accepted = False
         elif event.kind == "ask":
             ask = self.asked.pop(event.subject_id, None)
             if ask is None:
@@ -426,8 +449,17 @@ class ConversationState:
 
     def _suggestion(self, event: SuggestionEvent) -> None:
         opened = self._open(event.id)
-        opened.state = SUGGESTION.fire(opened.state, "review", read_only=not event.mutates, handoff=event.handoff)
-        opened.payload = event.payload
+        _same_proposal(opened, event.action, event.payload, "shows")
+        target = SUGGESTION.fire(
+            opened.state,
+            "review",
+            overtaken=self.instead is not None,
+            read_only=not event.mutates,
+            handoff=event.handoff,
+        )
+        if target in SUGGESTION.finals:
+            raise _Refusal(f"suggestion {event.id!r} is shown, but its review ends it {target!r}")
+        opened.state = target
         opened.preview = event.preview
         opened.destructive = event.destructive
         opened.mutates = event.mutates
@@ -440,24 +472,36 @@ class ConversationState:
         if event.decision not in DECISIONS:
             raise _Refusal(f"unknown decision {event.decision!r}")
         opened.deferred = False
-        if event.decision == "edit":
+        decision = event.decision
+        if decision == "accept":
+            opened.accepted = True
+        elif decision == "edit":
+            if event.previous != opened.payload:
+                raise _Refusal(f"suggestion {event.suggestion_id!r} was edited from a payload it did not have")
             opened.payload = event.payload
-            opened.edited = True
-        if event.decision == "say" and event.text:
-            self.instead = event.text
-            self.owed_words = (*self.owed_words, event.text)
+            opened.edited = opened.accepted = True
+        elif decision == "say":
+            opened.state = SUGGESTION.fire(opened.state, "supersede")
+            if event.text:
+                self.instead = event.text
+                self.owed_words = (*self.owed_words, event.text)
+        else:
+            opened.state = SUGGESTION.fire(opened.state, decision)
 
     def _refused(self, event: RefusedEvent) -> None:
         opened = self._open(event.suggestion_id)
+        if event.payload != opened.payload:
+            raise _Refusal(f"suggestion {event.suggestion_id!r} refuses a payload that is not the one waiting")
         opened.state = SUGGESTION.fire(opened.state, "refuse")
+        opened.accepted = False
         opened.issue = Issue(code=event.code, field=event.field, hint=event.hint)
         if event.preview is not None:
             opened.preview = event.preview
 
     def _action_started(self, event: ActionStartedEvent) -> None:
         opened = self._open(event.suggestion_id)
-        opened.state = SUGGESTION.fire(opened.state, "start")
-        opened.payload = event.payload
+        _same_proposal(opened, event.action, event.payload, "runs")
+        opened.state = SUGGESTION.fire(opened.state, "start", accepted=opened.accepted, handoff=opened.handoff)
         opened.preview = event.preview
 
     def _declare(self, event: DeclareEvent) -> None:
@@ -493,6 +537,15 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
 }
 
 
+def _same_proposal(opened: OpenSuggestion, action: str, payload: Any, does: str) -> None:
+    """Refuse an event that shows or runs another action or payload than the one waiting (proposed, or edited
+    since): the payload validated is the one shown and the one run."""
+    if action != opened.action:
+        raise _Refusal(f"suggestion {opened.id!r} is {opened.action!r}: it {does} no {action!r}")
+    if payload != opened.payload or type(payload) is not type(opened.payload):
+        raise _Refusal(f"suggestion {opened.id!r} {does} a payload that is not the one waiting for it")
+
+
 def _not_admitted(life: str, kind: str) -> str:
     """Why an event of ``kind`` cannot stand while the conversation's life is ``life``."""
     if kind not in EVENT_TYPES:
@@ -524,6 +577,8 @@ def checked_entry(entry: object, expected_seq: int) -> LogEntry:
         raise LogError(None, None, f"entry {expected_seq} is a {type(entry).__name__}, not a LogEntry")
     event = entry.event
     kind = getattr(event, "type", None)
+    if type(entry.seq) is not int:
+        raise LogError(None, kind, f"entry {expected_seq} has seq {entry.seq!r}, not a whole number")
     if entry.seq != expected_seq:
         raise LogError(
             entry.seq, kind, f"expected seq {expected_seq}: a log numbers from 1, with no gap and no repeat"

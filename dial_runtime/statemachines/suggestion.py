@@ -7,15 +7,16 @@
 # - Once read, a suggestion is reviewed (the `review` event, whose guards are the facts the runtime found):
 #   an unknown action, or a payload that is unusable or that the domain's validate refuses, ends `invalid` at
 #   once, and the person never sees it; a valid one that arrives after the person said something else in this
-#   reply ends `superseded`; a hand-off action runs without asking and ends `handed_off` (or `failed`); a
-#   read-only action runs without asking; any other suggestion waits `pending` for the person.
-# - While pending, the person decides: an accept (or an edit whose payload passes validate) starts the action;
-#   dismiss ends it `dismissed`, and so does the decision deadline passing.
+#   reply ends `superseded`; a read-only or hand-off action is `cleared` to run without asking; any other
+#   suggestion waits `pending` for the person.
+# - While pending, the person decides: dismiss ends it `dismissed`, and so does the decision deadline passing
+#   (`expire`); an accept (or an edit) lets it start once its payload passes validate again.
 # - An edit that fails validate, or an accept of a payload that failed before, is refused and the person
 #   decides again; the third refusal ends `invalid`.
 # - When the person says something else, a suggestion still waiting for them ends `superseded`.
-# - An action starts only from a state that runs it (`start`): a pending suggestion the person accepted, or one
-#   the review sent to run. A running action ends `done`, or `failed` when it raised.
+# - An action starts once, and only from a state that runs it (`start`): a pending suggestion the person
+#   accepted (the `accepted` guard: an accept or edit since the last refusal), or one cleared to run (a hand-off
+#   starts `handing_off`). A running action ends `done`, or `failed` when it raised.
 # - When a turn is interrupted (cancelled, a callback raised, the process died), every suggestion without an
 #   outcome gets one: a running action ends `failed` (its effect is unknown), any other suggestion `superseded`.
 # - Only `done`, `failed` and `invalid` make a turn follow at once (NEEDS_REPLY); the other outcomes go with
@@ -37,6 +38,7 @@ __all__ = [
     "NEEDS_REPLY",
     "OUTCOME_STATUS",
     "RUNNING",
+    "SUCCEEDED",
     "SUGGESTION",
     "OutcomeStatus",
     "SuggestionLifecycle",
@@ -51,6 +53,7 @@ class SuggestionLifecycle(StateMachine):
     pending = State()
     pending_refused_once = State()
     pending_refused_twice = State()
+    cleared = State()
     running = State()
     handing_off = State()
     done = State(final=True)
@@ -64,17 +67,17 @@ class SuggestionLifecycle(StateMachine):
         proposed.to(invalid, cond="unknown")
         | proposed.to(invalid, cond="refused")
         | proposed.to(superseded, cond="overtaken")
-        | proposed.to(handing_off, cond="handoff")
-        | proposed.to(running, cond="read_only")
+        | proposed.to(cleared, cond="handoff")
+        | proposed.to(cleared, cond="read_only")
         | proposed.to(pending)
     )
     supersede = superseded.from_(pending, pending_refused_once, pending_refused_twice)
     dismiss = dismissed.from_(pending, pending_refused_once, pending_refused_twice)
     expire = dismissed.from_(pending, pending_refused_once, pending_refused_twice)
     start = (
-        running.from_(pending, pending_refused_once, pending_refused_twice)
-        | running.to(running)
-        | handing_off.to(handing_off)
+        running.from_(pending, pending_refused_once, pending_refused_twice, cond="accepted")
+        | cleared.to(handing_off, cond="handoff")
+        | cleared.to(running)
     )
     refuse = (
         pending.to(pending_refused_once)
@@ -84,7 +87,7 @@ class SuggestionLifecycle(StateMachine):
     succeed = running.to(done) | handing_off.to(handed_off)
     fail = running.to(failed) | handing_off.to(failed)
     interrupt = failed.from_(running, handing_off) | superseded.from_(
-        proposed, pending, pending_refused_once, pending_refused_twice
+        proposed, cleared, pending, pending_refused_once, pending_refused_twice
     )
 
 
@@ -95,6 +98,7 @@ SuggestionState = Literal[
     "pending",
     "pending_refused_once",
     "pending_refused_twice",
+    "cleared",
     "running",
     "handing_off",
     "done",
@@ -127,6 +131,11 @@ DECIDING = SUGGESTION.sources("dismiss")
 
 RUNNING = SUGGESTION.sources("succeed")
 """The states in which a suggestion's action is in flight (an interruption leaves its effect unknown)."""
+
+SUCCEEDED: dict[str, OutcomeStatus] = {
+    state: OUTCOME_STATUS[SUGGESTION.fire(state, "succeed")] for state in RUNNING
+}
+"""The outcome status of an action that ran to its end, by the state it ran in (read from the table once)."""
 
 NEEDS_REPLY = frozenset({"done", "failed", "invalid"})
 """The outcome statuses that make a turn follow at once."""
