@@ -301,3 +301,16 @@ async def test_tool_results_sit_where_the_live_stream_put_them() -> None:
     roles = [(m.role, getattr(m, "tool_call_id", None)) for m in messages_from_log(log)]
     assert roles.index(("tool", "sg-1")) > roles.index(("user", None)) and roles[-1] == ("assistant", None)
     assert roles.index(("tool", "sg-2")) < roles.index(("tool", "sg-3"))
+
+
+@pytest.mark.anyio
+async def test_a_resume_shows_only_what_it_adds_to_what_the_client_was_shown() -> None:
+    log = await reloadable()
+    answered = next(entry.seq for entry in log if entry.event.type == "answered")
+    mapper = EventMapper(history=log[: answered - 1])
+    shown = wire(mapper.catch_up(log[:answered]))
+    assert shown == [
+        ("TEXT_MESSAGE_START", None),
+        ("TEXT_MESSAGE_CONTENT", "groceries"),
+        ("TEXT_MESSAGE_END", None),
+    ]

@@ -151,7 +151,7 @@ class EventMapper:
         self.projection.feed_all(history)
         self._called = set(self.projection.shown)  # the cards the client has as tool calls
         self._reported = {card.id for card in _cards(self.projection) if card.reported is not None}
-        self._asked: set[str] = set()
+        self._asked = {item.id for item in self.projection.items if isinstance(item, Question)}
         self._open: tuple[str, int | None] | None = None
         self._streamed: list[str] = []  # the text the open message's deltas carried
 
