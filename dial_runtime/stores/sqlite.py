@@ -43,7 +43,7 @@ _HAS_LOG = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '
 Durability = Literal["normal", "full"]
 
 #: ``PRAGMA synchronous`` for each durability.
-SYNCHRONOUS: dict[str, str] = {"normal": "NORMAL", "full": "FULL"}
+_SYNCHRONOUS: dict[str, str] = {"normal": "NORMAL", "full": "FULL"}
 
 #: The longest a call waits for another connection's write lock (in a worker thread) before it fails.
 BUSY_TIMEOUT = 30.0
@@ -70,7 +70,7 @@ def _plain(error: sqlite3.Error) -> str:
 
 def _busy(error: sqlite3.Error) -> bool:
     """Whether SQLite refused for a lock another connection holds (``SQLITE_BUSY``)."""
-    return str(error) in ("database is locked", "database is busy")
+    return str(error) == "database is locked"
 
 
 class _Busy(Exception):
@@ -141,7 +141,7 @@ class SQLiteStore:
     def __init__(
         self, path: str | os.PathLike[str], *, create: bool = True, durability: Durability = "normal"
     ) -> None:
-        if durability not in SYNCHRONOUS:
+        if durability not in _SYNCHRONOUS:
             raise ValueError(f"SQLite store {str(path)!r}: durability {durability!r} is not 'normal' or 'full'")
         self.path = Path(path)
         self.create = create
@@ -209,7 +209,7 @@ class SQLiteStore:
                 if not _busy(error) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.005)
-        connection.execute(f"PRAGMA synchronous={SYNCHRONOUS[self.durability]}")
+        connection.execute(f"PRAGMA synchronous={_SYNCHRONOUS[self.durability]}")
         connection.execute(_SCHEMA)
 
     def _use(self, work: Callable[[sqlite3.Connection], T], wait: bool) -> T:
