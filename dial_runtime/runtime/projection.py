@@ -346,7 +346,8 @@ class Projection:
         self._proposed: dict[str, ProposedEvent] = {}
         self._decided: dict[str, AlreadyDecided] = {}
         self._ended: dict[str, str] = {}
-        self._said_else: set[str] = set()
+        self._said_else: set[str] = set()  # suggestions the person's words overtook
+        self._open: set[str] = set()  # suggestions without an outcome yet
         self._instead = False
         self._changed: dict[int, None] = {}  # the indices of the items the entry being fed added or changed
         self._last: dict[int, None] = {}
@@ -475,9 +476,7 @@ class Projection:
 
     def _set_aside(self) -> None:
         """The person's words overtake every suggestion still open."""
-        for ident in (*self._proposed, *self._cards):
-            if ident not in self._ended:
-                self._said_else.add(ident)
+        self._said_else |= self._open
 
     def _said(self, event: SaidEvent) -> None:
         self._moment("said", _json_text(event.text))
@@ -542,6 +541,7 @@ class Projection:
         text = f" {_json_text(event.text)}" if event.text else ""
         self._moment("proposed", f"{event.id} {event.action} {_json_text(event.payload)}{text}")
         self._proposed[event.id] = event
+        self._open.add(event.id)
         if self._instead:
             self._said_else.add(event.id)
 
@@ -553,6 +553,7 @@ class Projection:
             marks += " [read-only: runs without asking]"
         self._moment("shown", f"{event.id} {_json_text(event.preview)}{marks}")
         self.shown.add(event.id)
+        self._open.add(event.id)
         self._add(
             Card(
                 id=event.id,
@@ -661,6 +662,7 @@ class Projection:
         parts.extend(flag for flag, value in (("edited", event.edited), ("expired", event.expired)) if value)
         self._moment("outcome", " ".join(parts))
         self._ended[event.id] = event.status
+        self._open.discard(event.id)
         outcome = event.outcome
         words = outcome_words(outcome, said_else=event.id in self._said_else)
         at = self._cards.get(event.id)
