@@ -38,6 +38,7 @@ from dial_runtime import (
     scripted_human,
 )
 from dial_runtime.runtime.core import already_decided
+from dial_runtime.runtime.events import SentEvent
 from dial_runtime.runtime.projection import Item
 from dial_runtime.runtime.records import payload_digest
 
@@ -426,6 +427,11 @@ def test_feeding_returns_what_changed_as_it_is_now() -> None:
             if isinstance(item, Card):
                 returned[item.id] = item
     assert returned == {card.id: card for card in of(Card, projection.items)}
+
+
+def test_a_message_too_large_to_read_reports_nothing() -> None:
+    (told,) = Projection().feed(SentEvent(turn=1, message="x" * ((16 << 20) + 1)))
+    assert isinstance(told, Told) and told.reports == ()
 
 
 # --- pieces, live and reloads -----------------------------------------------------------------------------------

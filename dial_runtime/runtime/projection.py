@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ..errors import AlreadyDecided
+from ..errors import AlreadyDecided, DialSizeError
 from ..language.outcomes import Outcome
 from ..language.parser import parse
 from ..language.records import Option
@@ -709,7 +709,10 @@ class Projection:
         )
 
     def _sent(self, event: SentEvent) -> None:
-        envelope = parse(event.message)
+        try:
+            envelope = parse(event.message, schema=False)
+        except DialSizeError:  # over the parser's limits: nothing in it can be read as a report
+            envelope = None
         reports = tuple(token for element in (envelope.elements if envelope else ()) for token in element.yields)
         self._moment("sent", f"turn {event.turn}" + (f", reporting {', '.join(reports)}" if reports else ""))
         self._add(Told(turn=event.turn, reports=reports, seq=self._seq, time=self._time))
