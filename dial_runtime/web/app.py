@@ -332,12 +332,12 @@ class _WebSurface:
         def on_event(event: Event | InformDeltaEvent) -> None:
             """Show what the log added since (the person's answers, the payload that ran, ... with the event
             shown), or the text still arriving; what happens while the conversation opens is shown once open."""
-            fresh = mapper.map(event) if isinstance(event, InformDeltaEvent) else catch_up()
+            fresh = mapper.map(event) if isinstance(event, InformDeltaEvent) else catch_up(event)
             for mapped in fresh:
                 emit(mapped)
 
-        def catch_up() -> list[BaseEvent]:
-            return mapper.catch_up(opened[0].log) if opened else []
+        def catch_up(through: object = None) -> list[BaseEvent]:
+            return mapper.catch_up(opened[0].log, through=through) if opened else []
 
         agent = _AgentOnFirstUse(settings.agent, thread)
         try:

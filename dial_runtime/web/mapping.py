@@ -166,9 +166,16 @@ class EventMapper:
             return self._delta(event)
         return [mapped for item in self.projection.feed(event) for mapped in self._item(item)]
 
-    def catch_up(self, log: Sequence[LogEntry]) -> list[BaseEvent]:
-        """The AG-UI events for the entries of ``log`` (a conversation's whole log) not fed yet."""
-        return [mapped for entry in log[self.projection.fed :] for mapped in self.map(entry)]
+    def catch_up(self, log: Sequence[LogEntry], *, through: object = None) -> list[BaseEvent]:
+        """The AG-UI events for the entries of ``log`` (a conversation's whole log) not fed yet: up to the one
+        whose event is ``through`` (the event ``on_event`` is showing: what was recorded after it, text still
+        arriving comes first), or all of them."""
+        mapped: list[BaseEvent] = []
+        for entry in log[self.projection.fed :]:
+            mapped += self.map(entry)
+            if entry.event is through:
+                break
+        return mapped
 
     def close(self) -> list[BaseEvent]:
         """End the open text message, if any (before anything that is not more of its text, and at a run's end)."""
