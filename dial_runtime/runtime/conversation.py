@@ -35,6 +35,7 @@ from .effects import (
     EndStream,
     Expired,
     GetContext,
+    Interruption,
     LookUp,
     NoReply,
     Ran,
@@ -44,7 +45,8 @@ from .effects import (
     RunAction,
     RunFailed,
     Send,
-    Streaming,
+    Show,
+    Streamed,
     Thinking,
 )
 from .events import RENDERED, Event, InformDeltaEvent, LogEntry
@@ -60,6 +62,11 @@ logger = logging.getLogger("dial_runtime")
 
 #: Seconds a stream left early gets to close.
 CLOSE_TIMEOUT = 5.0
+
+#: Characters of a streamed reply read ahead of what the call has taken (while it waits for the person, say):
+#: the reader waits past it, so a reply the core stops reading at a size limit is read at most one chunk
+#: further, and a busy call holds a bounded buffer.
+READ_AHEAD = 64 * 1024
 
 
 def _awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
@@ -110,12 +117,14 @@ class Conversation:
         "_core",
         "_gate",
         "_identified",
+        "_interrupting",
         "_more_streamed",
         "_on_event",
         "_shown",
         "_stale",
         "_store",
         "_stored",
+        "_text",
         "_thinking",
         "_writing",
         "agent",
@@ -173,7 +182,9 @@ class Conversation:
         self._shown = len(self._core.log)  # the events before this are not shown to on_event
         self._writing: tuple[object, anyio.Lock] | None = None
         self._thinking: Awaitable[Any] | None = None
-        self._more_streamed: Callable[[], Awaitable[None]] | None = None
+        self._more_streamed: Callable[[], Awaitable[Streamed]] | None = None
+        self._text: list[InformDeltaEvent] = []  # text of a streamed reply not shown yet (see _show)
+        self._interrupting: str | None = None  # why the call in progress is being cancelled, when someone says
         self._identified: tuple[object, bool, bool] | None = None  # the agent, and whether send, stream take ids
 
     @classmethod
@@ -265,7 +276,7 @@ class Conversation:
         """Say why the call in progress is about to be cancelled (``"cancelled by the person"``): the log records
         the interruption in those words instead of a bare cancellation. For the call in progress only; a surface
         calls it just before it cancels the scope the call runs in."""
-        self._core.cancel_reason = why
+        self._interrupting = why
 
     def recover(self) -> None:
         """Close now a call that a dead process left open in the log this conversation was built from (the next
@@ -374,6 +385,7 @@ class Conversation:
                     with anyio.CancelScope(shield=True):
                         await self.flush()
         finally:
+            self._interrupting = None
             self._gate = CALL.fire(self._gate, "release")
 
     async def _catch_up(self) -> None:
@@ -401,7 +413,9 @@ class Conversation:
         limit = len(events) if self._store is None else max(self._stored, start)
         self._shown = limit
         waiting = limit < len(events) and any(event.type in RENDERED for event in events[limit:])
-        notices = core.take_notices() if core.notices and not waiting else ()
+        notices: list[InformDeltaEvent] | tuple[()] = ()
+        if self._text and not waiting:
+            notices, self._text = self._text, []
         if self._on_event is None or (start == limit and not notices):
             return
         shown = [event for event in events[start:limit] if event.type in RENDERED]
@@ -425,12 +439,20 @@ class Conversation:
         error: BaseException | None = None
         while True:
             try:
-                effect = call.send(value) if error is None else call.throw(error)
+                if error is None:
+                    effect = call.send(value)
+                elif isinstance(error, Exception) or self._interrupting is None:
+                    effect = call.throw(error)
+                else:  # a cancellation someone put in words: the core logs those words
+                    effect = call.throw(Interruption(self._interrupting, error))
             except StopIteration as stop:
                 self._show()
                 if until is not None:
                     raise RuntimeError(f"the call ended before {until.__name__}") from None
                 return stop.value
+            except Interruption as stopped:
+                self._show()
+                raise stopped.cause from None
             except BaseException:
                 self._show()
                 raise
@@ -488,29 +510,33 @@ class Conversation:
         return {"message_id": effect.message_id} if self._identified[2 if streamed else 1] else {}
 
     async def _stream(self, call: Call, effect: Send) -> object:
-        """Read the agent's streamed reply in a task of its own while the call handles its elements.
+        """Read the agent's streamed reply in a task of its own while the call handles what arrived so far.
 
         ``timeout`` (and ``reply_timeout``, when shorter) covers the stream until its first chunk: before that, a
         deadline that passes is no reply. After it, the reply's deadline (``reply_timeout`` from the send) and
         the idle deadline (``idle_timeout`` from the last chunk) bound the reading: when one passes, the agent's
-        stream is closed and the core is told (:class:`DeadlinePassed`). The call goes on in this task until the
-        core is done with the stream (:class:`EndStream`).
+        stream is closed and the core is told (:class:`DeadlinePassed`), as it is of a stream that broke off.
+        What arrived goes to the call as :class:`Streamed` inputs: the first once a chunk is in, the next each time
+        the call waits for more (:class:`AwaitStream`). Reading stops past the core's ``stream_limit`` and waits
+        while :data:`READ_AHEAD` characters are not taken yet (the idle deadline counts from the wait's end); the
+        call goes on in this task until the core is done with the stream (:class:`EndStream`).
         """
-        core = self._core
-        core.open_stream()
-        arrived = anyio.Event()
+        arrived: list[str] = []
+        over: list[Streamed] = []  # how the stream ended, once it has
         woken: list[anyio.Event] = [anyio.Event()]
+        room: list[anyio.Event] = [anyio.Event()]  # set when the call took what arrived
         reply_timeout, idle_timeout = self.reply_timeout, self.idle_timeout
         reply_by = math.inf if reply_timeout is None else anyio.current_time() + reply_timeout
 
         async def produce() -> None:
             failure: Exception | None = None
             passed: DeadlinePassed | None = None
+            read = 0
             chunks = cast("StreamingAgent", self.agent).stream(effect.message, **self._ids(effect, streamed=True))
             try:
                 pieces = chunks.__aiter__()
                 idle_by = until = math.inf  # the first chunk: the wait for it bounds it
-                while True:
+                while read <= effect.stream_limit:
                     with anyio.CancelScope(deadline=until) as waiting:
                         try:
                             chunk = await pieces.__anext__()
@@ -522,13 +548,12 @@ class Conversation:
                         else:
                             passed = DeadlinePassed(deadline="idle", seconds=idle_timeout or 0.0)
                         break
-                    completed = core.feed(chunk)
-                    self._show()  # the text the person may read now
-                    arrived.set()
-                    if completed:
-                        woken[0].set()
-                    if not core.reading():
-                        break
+                    arrived.append(chunk)
+                    read += len(chunk)
+                    woken[0].set()
+                    if sum(map(len, arrived)) >= READ_AHEAD:  # the call is busy: wait until it takes this
+                        await room[0].wait()
+                        room[0] = anyio.Event()
                     if idle_timeout is not None:
                         idle_by = anyio.current_time() + idle_timeout
                     until = min(reply_by, idle_by)
@@ -542,29 +567,37 @@ class Conversation:
                             await close()
                         except Exception:
                             logger.exception("closing the agent's stream raised; the conversation goes on")
-            logged = core.end_stream(failure, passed=passed)
-            arrived.set()
+            over.append(Streamed(ended=True, failure=failure, passed=passed))
             woken[0].set()
-            self._show()
-            if logged:
-                await self.flush()
 
-        async def wait() -> None:
-            await woken[0].wait()
-            woken[0] = anyio.Event()
+        def taken() -> Streamed:
+            chunks = tuple(arrived)
+            arrived.clear()
+            room[0].set()
+            if not over:
+                return Streamed(chunks=chunks)
+            end = over[0]
+            return Streamed(chunks=chunks, ended=True, failure=end.failure, passed=end.passed)
+
+        async def more() -> Streamed:
+            while not arrived and not over:
+                await woken[0].wait()
+                woken[0] = anyio.Event()
+            return taken()
 
         first = min(math.inf if each is None else each for each in (self.timeout, reply_timeout))
         handling_error: Exception | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(produce)
             with anyio.move_on_after(first):
-                await arrived.wait()
-            if not arrived.is_set():
+                await woken[0].wait()
+            if not arrived and not over:
                 group.cancel_scope.cancel()
                 return NoReply(first)
-            self._more_streamed = wait
+            woken[0] = anyio.Event()
+            self._more_streamed = more
             try:
-                await self._perform(call, first=Streaming(), until=EndStream)
+                await self._perform(call, first=taken(), until=EndStream)
             except Exception as error:  # raised after the task group, not inside an exception group
                 handling_error = error
             finally:
@@ -574,9 +607,15 @@ class Conversation:
             raise handling_error
         return None
 
-    async def _await_stream(self, call: Call, effect: AwaitStream) -> None:
+    async def _await_stream(self, call: Call, effect: AwaitStream) -> Streamed:
         assert self._more_streamed is not None
-        await self._more_streamed()
+        return await self._more_streamed()
+
+    def _show_text(self, effect: Show) -> None:
+        """Show the person the text of a reply as it arrives, once what is recorded before it is shown."""
+        if self._on_event is not None:
+            self._text.extend(effect.notices)
+            self._show()
 
     def _look_up(self, effect: LookUp) -> ActionSpec | None:
         actions = getattr(self.domain, "actions", None)
@@ -640,6 +679,7 @@ class Conversation:
 
 _ANSWERS: dict[type[Effect], Callable[[Conversation, Any], Any]] = {
     GetContext: Conversation._context,
+    Show: Conversation._show_text,
     LookUp: Conversation._look_up,
     Review: Conversation._review,
     Consult: Conversation._consult,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -34,9 +34,9 @@ from .effects import (
     GET_CONTEXT,
     AwaitPerson,
     Consult,
-    DeadlinePassed,
     Effect,
     Expired,
+    Interruption,
     LookUp,
     NoReply,
     Ran,
@@ -46,7 +46,8 @@ from .effects import (
     RunAction,
     RunFailed,
     Send,
-    Streaming,
+    Show,
+    Streamed,
     Thinking,
 )
 from .events import (
@@ -207,19 +208,19 @@ class ConversationCore:
     ``max_turns`` bounds the turns of one call; ``decide_timeout`` each decision (seconds, ``None``: no bound);
     ``answers``: whether the person can answer asks at all (a human without ``answer()`` only sees them);
     ``flow``: the domain's flow (see :meth:`_flow_refusal` and :meth:`_move_flow`), ``None`` without one;
-    ``conversation_id``, when given, names each message sent (:attr:`SentEvent.message_id`).
+    ``conversation_id``, when given, names each message sent (:attr:`SentEvent.message_id`); ``clock`` gives
+    the time of each event the log records (the driver's clock: the core reads none of its own).
     """
 
     __slots__ = (
         "_outcomes",
         "answers",
-        "cancel_reason",
+        "clock",
         "conversation_id",
         "decide_timeout",
         "flow",
         "log",
         "max_turns",
-        "notices",
         "state",
         "stream",
         "stuck",
@@ -234,8 +235,10 @@ class ConversationCore:
         answers: bool = True,
         flow: FlowRules | None = None,
         conversation_id: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.conversation_id = conversation_id
+        self.clock = clock
         self.flow = flow
         self.state = ConversationState(flow=None if flow is None else flow.table)
         self.log = EventLog(fold_log(entries, self.state))
@@ -243,9 +246,7 @@ class ConversationCore:
         self.decide_timeout = decide_timeout
         self.answers = answers
         self.stream: _Stream | None = None
-        self.notices: list[InformDeltaEvent] | None = None  # text to show the person now, not on the log
         self._outcomes: list[Outcome] | None = None  # the outcomes of the call in progress
-        self.cancel_reason: str | None = None  # why the call in progress is being cancelled, when someone says
         self.stuck: LogError | None = None  # the stored entry that could not be folded in, if one could not
 
     # --- the log -----------------------------------------------------------------------------------------------
@@ -258,7 +259,7 @@ class ConversationCore:
         self.state.apply(event)
         log = self.log
         log.events.append(event)
-        log.times.append(time.time())
+        log.times.append(self.clock())
 
     def take_stored(self, entries: Iterable[LogEntry], stored: int) -> None:
         """Fold in what other workers stored after the first ``stored`` entries, all of them or none.
@@ -408,8 +409,8 @@ class ConversationCore:
                         waited = f"The agent didn't reply within {answer.timeout:g}s"
                         self.record(NoReplyEvent(turn=send.turn, error=waited))
                         break
-                    if isinstance(answer, Streaming):
-                        yield from self._streamed(send.turn)
+                    if isinstance(answer, Streamed):
+                        yield from self._streamed(send.turn, answer)
                         self.record(HandledEvent(turn=state.turn))
                         continue
                     assert isinstance(answer, Replied)
@@ -417,9 +418,10 @@ class ConversationCore:
                 elements = self._elements()
                 yield from self._handle(elements, self._unhandled(), len(elements))
                 self.record(HandledEvent(turn=state.turn))
+        except GeneratorExit:  # closed unfinished: its driver is gone, as a dead process's is (recover closes it)
+            raise
         except BaseException as error:
-            said = self.cancel_reason
-            why = reason(error) if isinstance(error, Exception) or said is None else said
+            why = error.why if isinstance(error, Interruption) else reason(error)
             self._log_progress()  # what arrived of a stream it cut off: the words the turn was read from
             if state.loop not in TURN_LOOP.finals:
                 self._abandon(why)
@@ -429,7 +431,6 @@ class ConversationCore:
             raise
         finally:
             outcomes, self._outcomes = self._outcomes or [], None
-            self.cancel_reason = None
         status = CALL_STATUS[state.loop]
         self.record(FinishedEvent(status=status, turns=state.turn))
         return TurnResult(status=status, turns=state.turn, outcomes=tuple(outcomes), pending=state.pending())
@@ -477,91 +478,16 @@ class ConversationCore:
 
     # --- a streamed reply --------------------------------------------------------------------------------------
 
-    def open_stream(self) -> None:
-        """A streamed reply is about to arrive: its chunks go to :meth:`feed`."""
-        self.stream = _Stream()
+    def _streamed(self, turn: int, first: Streamed) -> Generator[Effect, Any, None]:
+        """Handle a streamed reply: its chunks arrive as the inputs of :class:`Streamed` (``first``, then each
+        :data:`AWAIT_STREAM`'s); its elements are handled as they complete, then what only the whole reply shows.
 
-    def feed(self, chunk: str) -> bool:
-        """Take a chunk of the streamed reply; whether the call has something new to handle (complete elements,
-        or the prose before the envelope). Past the reply's or its envelope's size limit the core reads no more
-        (:meth:`reading`): the reply is unusable, as a whole one would be. The chunk's text goes to
-        :attr:`notices` as soon as the person may read it (see :class:`InformDeltaEvent`)."""
-        stream = self.stream
-        assert stream is not None
-        if not stream.started:
-            stream.started = True
-            self.record(ReplyStartedEvent(turn=self.state.turn))
-        parser = stream.parser
-        began = parser.started
-        try:
-            completed = parser.feed(chunk)
-        except DialSizeError:
-            return True
-        self._release(stream)
-        if completed:
-            stream.elements.extend(completed)
-            return True
-        return parser.started and not began
-
-    def take_notices(self) -> list[InformDeltaEvent]:
-        """The notices for the person since the last call (text of a reply still arriving)."""
-        notices, self.notices = self.notices or [], None
-        return notices
-
-    def _release(self, stream: _Stream) -> None:
-        """Pass the text that arrived on to :attr:`notices` where the person reads now (``stream.at``), keep what
-        belongs further on, and drop what belongs to an element already shown whole (its ``inform`` says it)."""
-        held = stream.held
-        held.extend(stream.parser.text_deltas())
-        at = stream.at
-        if not held or at is None:
-            return
-        kept = []
-        for delta in held:
-            element = delta.element
-            if delta.replaces:  # the early reading went wrong: the complete inform will say it right
-                continue
-            if element == at or (element == -2 and at >= len(stream.elements)):
-                if self.notices is None:  # made at the first: most conversations never stream
-                    self.notices = []
-                self.notices.append(InformDeltaEvent(text=delta.text, act=delta.act, element=element))
-            elif element > at or element == -2:
-                kept.append(delta)
-        stream.held = kept
-
-    def reading(self) -> bool:
-        """Whether the core wants more of the streamed reply."""
-        return self.stream is not None and self.stream.parser.overflow is None
-
-    def end_stream(self, failure: Exception | None = None, *, passed: DeadlinePassed | None = None) -> bool:
-        """The streamed reply ended (``failure``: it broke off; ``passed``: a deadline passed, and the driver
-        stopped reading it); whether the reply is now on the log.
-
-        A reply cut by a deadline is handled as far as it got: the elements complete by then as usual, the rest
-        not; the agent is told with the next message, which follows at once, as for a reply over its size limit.
+        Past the reply's or its envelope's size limit the core reads no more: the reply is unusable, as a whole
+        one would be. A reply cut by a deadline is handled as far as it got: the elements complete by then as
+        usual, the rest not; the agent is told with the next message, which follows at once.
         """
-        stream = self.stream
-        assert stream is not None
-        stream.ended = True
-        if passed is not None:
-            if passed.deadline == "reply":
-                stream.cut = f"{REPLY_DEADLINE} ({passed.seconds:g} s since the message was sent)"
-            else:
-                stream.cut = f"{IDLE_DEADLINE} (no text for {passed.seconds:g} s)"
-        if failure is not None:
-            stream.failure = failure
-            if not stream.started:
-                return False
-        elif not stream.started:
-            stream.started = True
-            self.record(ReplyStartedEvent(turn=self.state.turn))
-        self.record(ReplyEvent(turn=self.state.turn, text=stream.parser.text))
-        return True
-
-    def _streamed(self, turn: int) -> Generator[Effect, Any, None]:
-        """Handle a streamed reply's elements as they complete, then what only the whole reply shows."""
-        stream = self.stream
-        assert stream is not None
+        stream = self.stream = _Stream()
+        yield from self._take(stream, first)
         if stream.started:
             yield from self._consume(stream)
         yield END_STREAM
@@ -576,6 +502,67 @@ class ConversationCore:
         elements = self._elements()
         self.stream = None
         yield from self._handle(elements, self._unhandled(), len(elements))
+
+    def _take(self, stream: _Stream, streamed: Streamed) -> Generator[Effect, Any, None]:
+        """Take what arrived of the stream: feed its chunks to the parser (the first records ``reply-started``),
+        pass the text the person may read now on to them (:class:`Show`), and, once the stream has ended or
+        passed a size limit, put the reply on the log."""
+        parser = stream.parser
+        for chunk in streamed.chunks:
+            if stream.ended or parser.overflow is not None:
+                break
+            if not stream.started:
+                stream.started = True
+                self.record(ReplyStartedEvent(turn=self.state.turn))
+            try:
+                completed = parser.feed(chunk)
+            except DialSizeError:
+                break
+            if completed:
+                stream.elements.extend(completed)
+        yield from self._show(stream)  # before the reply's end is recorded: the text came first
+        if not stream.ended and (streamed.ended or parser.overflow is not None):
+            self._end_stream(stream, streamed)
+
+    def _show(self, stream: _Stream) -> Generator[Effect, Any, None]:
+        """Show the person the text that arrived where they read now (``stream.at``), keep what belongs further
+        on, and drop what belongs to an element already shown whole (its ``inform`` says it)."""
+        held = stream.held
+        held.extend(stream.parser.text_deltas())
+        at = stream.at
+        if not held or at is None:
+            return
+        kept, shown = [], []
+        for delta in held:
+            element = delta.element
+            if delta.replaces:  # the early reading went wrong: the complete inform will say it right
+                continue
+            if element == at or (element == -2 and at >= len(stream.elements)):
+                shown.append(InformDeltaEvent(text=delta.text, act=delta.act, element=element))
+            elif element > at or element == -2:
+                kept.append(delta)
+        stream.held = kept
+        if shown:
+            yield Show(notices=tuple(shown))
+
+    def _end_stream(self, stream: _Stream, streamed: Streamed) -> None:
+        """The streamed reply ended (or passed a size limit): why, and the reply on the log unless it failed
+        before its first chunk."""
+        stream.ended = True
+        passed, failure = streamed.passed, streamed.failure
+        if passed is not None:
+            if passed.deadline == "reply":
+                stream.cut = f"{REPLY_DEADLINE} ({passed.seconds:g} s since the message was sent)"
+            else:
+                stream.cut = f"{IDLE_DEADLINE} (no text for {passed.seconds:g} s)"
+        if failure is not None:
+            stream.failure = failure
+            if not stream.started:
+                return
+        elif not stream.started:
+            stream.started = True
+            self.record(ReplyStartedEvent(turn=self.state.turn))
+        self.record(ReplyEvent(turn=self.state.turn, text=stream.parser.text))
 
     def _cut(self, stream: _Stream) -> None:
         """What a reply cut by a deadline comes to once its complete elements are handled: its prose so far shown
@@ -609,8 +596,9 @@ class ConversationCore:
             if stream.ended:
                 break
             stream.at = index if prose_shown else -1
-            self._release(stream)
-            yield AWAIT_STREAM
+            yield from self._show(stream)
+            streamed = yield AWAIT_STREAM
+            yield from self._take(stream, streamed)  # the text for the element waited on is shown as it comes
             stream.at = None
         stream.at, stream.held = None, []
         trailing = parser.prose_after()

@@ -15,6 +15,8 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from ..language.parser import DEFAULT_MAX_REPLY_SIZE
+from .events import InformDeltaEvent
 from .records import Ask, Issue, Suggestion
 
 
@@ -37,23 +39,33 @@ class Send(Effect, frozen=True, kw_only=True):
     """Send ``message`` to the agent and wait (within the conversation's timeout) for its reply.
 
     Input: :class:`Replied` (a whole reply), :class:`NoReply` (the deadline passed first) or, for an agent that
-    streams, :class:`Streaming` once its first chunk is in (or the stream ended or failed before one): its
-    chunks go to the core's stream while the call goes on. An error of the send is thrown into the core.
-    ``message_id`` goes to an agent whose ``send`` (or ``stream``) takes a ``message_id`` keyword.
+    streams, :class:`Streamed` once its first chunk is in (or the stream ended or failed before one); the rest
+    of the stream comes as the inputs of :class:`AwaitStream`. An error of the send is thrown into the core.
+    ``message_id`` goes to an agent whose ``send`` (or ``stream``) takes a ``message_id`` keyword; the driver
+    stops reading a stream past ``stream_limit`` characters, which the core would not read.
     """
 
     durable: ClassVar[bool] = True
     message: str
     turn: int
     message_id: str | None = None
+    stream_limit: int = DEFAULT_MAX_REPLY_SIZE
 
 
 class AwaitStream(Effect, frozen=True, kw_only=True):
-    """Wait until the streamed reply has more complete elements, or has ended; input: ``None``."""
+    """Wait until more of the streamed reply has arrived, or it has ended; input: :class:`Streamed`."""
 
 
 class EndStream(Effect, frozen=True, kw_only=True):
     """The call is done with the streamed reply: stop reading it; input: ``None``."""
+
+
+class Show(Effect, frozen=True, kw_only=True):
+    """Show the person the text of a streamed reply as it arrives (``inform-delta`` notices, not on the log);
+    input: ``None``."""
+
+    immediate: ClassVar[bool] = True
+    notices: tuple[InformDeltaEvent, ...]
 
 
 class LookUp(Effect, frozen=True, kw_only=True):
@@ -132,15 +144,32 @@ class NoReply(msgspec.Struct, frozen=True):
 class DeadlinePassed(msgspec.Struct, frozen=True, kw_only=True):
     """A streamed reply's deadline passed while it was still arriving: ``deadline`` is ``"reply"`` (``seconds``
     since the message was sent) or ``"idle"`` (``seconds`` without a chunk). The driver only measures the time;
-    what the reply then comes to is the core's to decide (:meth:`~dial_runtime.runtime.core.ConversationCore.
-    end_stream`)."""
+    what the reply then comes to is the core's to decide."""
 
     deadline: Literal["reply", "idle"]
     seconds: float
 
 
-class Streaming(msgspec.Struct, frozen=True):
-    """The agent's streamed reply began (or ended, or failed, before its first chunk): the core's stream says."""
+class Streamed(msgspec.Struct, frozen=True, kw_only=True):
+    """What arrived of the agent's streamed reply since the last input: its ``chunks``, in order, and, once the
+    stream is over, ``ended``, with why it ended early (``failure``: it broke off; ``passed``: a deadline
+    passed)."""
+
+    chunks: tuple[str, ...] = ()
+    ended: bool = False
+    failure: Exception | None = None
+    passed: DeadlinePassed | None = None
+
+
+class Interruption(BaseException):
+    """Thrown into a call instead of a cancellation whose cause someone put in words (``why``: "cancelled by the
+    person"): the core logs the interruption in those words, and the driver raises ``cause`` again once the call
+    has closed."""
+
+    def __init__(self, why: str, cause: BaseException) -> None:
+        super().__init__(why)
+        self.why = why
+        self.cause = cause
 
 
 class Answer(msgspec.Struct, frozen=True):
@@ -191,6 +220,7 @@ __all__ = [
     "EndStream",
     "Expired",
     "GetContext",
+    "Interruption",
     "LookUp",
     "NoReply",
     "Ran",
@@ -200,6 +230,7 @@ __all__ = [
     "RunAction",
     "RunFailed",
     "Send",
-    "Streaming",
+    "Show",
+    "Streamed",
     "Thinking",
 ]
