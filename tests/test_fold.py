@@ -175,7 +175,8 @@ def test_the_log_error_names_the_entry_its_type_and_why() -> None:
     with pytest.raises(LogError) as refused:
         fold_log(bad)
     assert (refused.value.seq, refused.value.event_type) == (done, "outcome")
-    assert str(refused.value) == f"log entry {done} (outcome): unknown outcome status 'exploded'"
+    why = "status 'exploded' is not one of dismissed, done, failed, handed-off, invalid, superseded"
+    assert str(refused.value) == f"log entry {done} (outcome): {why}"
     assert isinstance(refused.value, ValueError)
 
 

@@ -10,9 +10,32 @@ from typing import Any
 import msgspec
 import pytest
 
-from dial_runtime import Conversation, Dismiss, LogError, Outcome, event_from_dict, event_to_dict, scripted_human
-from dial_runtime.runtime.events import EVENT_TYPES, OutcomeEvent, SentEvent, entry_from_dict, entry_to_dict
-from dial_runtime.runtime.state import ConversationState
+from dial_runtime import (
+    Conversation,
+    Dismiss,
+    LogEntry,
+    LogError,
+    Outcome,
+    event_from_dict,
+    event_to_dict,
+    scripted_human,
+)
+from dial_runtime.language.outcomes import STATUSES
+from dial_runtime.runtime.events import (
+    EVENT_TYPES,
+    VOCABULARIES,
+    DecidedEvent,
+    DeferredEvent,
+    Event,
+    FinishedEvent,
+    OutcomeEvent,
+    ResumedEvent,
+    SentEvent,
+    entry_from_dict,
+    entry_to_dict,
+)
+from dial_runtime.runtime.state import ConversationState, checked_entry
+from dial_runtime.statemachines import CALL_STATUS
 from dial_runtime.stores.base import decode, encode
 
 from .fakes import Agent, Notes, Stall, envelope, hang, suggest
@@ -183,3 +206,43 @@ def test_an_outcome_event_carries_exactly_the_fields_of_its_outcome() -> None:
     assert OutcomeEvent.__struct_fields__ == Outcome.__struct_fields__
     outcome = Outcome(id="sg-1", action="a", status="failed", error="e", code="c", hint="h", edited=True)
     assert OutcomeEvent(**msgspec.structs.asdict(outcome)).outcome == outcome
+
+
+#: An event of each type that has a field of a fixed vocabulary.
+WORDED: dict[str, Event] = {
+    "outcome": OutcomeEvent(id="sg-1", action="a", status="done"),
+    "decided": DecidedEvent(suggestion_id="sg-1", decision="accept"),
+    "deferred": DeferredEvent(subject_id="sg-1", kind="ask"),
+    "resumed": ResumedEvent(call="say"),
+    "finished": FinishedEvent(status="idle", turns=1),
+}
+
+
+def test_the_fixed_vocabularies_are_the_fields_literal_types() -> None:
+    assert {kind: set(fields) for kind, fields in VOCABULARIES.items() if fields} == {
+        "outcome": {"status"},
+        "decided": {"decision"},
+        "deferred": {"kind"},
+        "resumed": {"call"},
+        "finished": {"status"},
+    }
+    assert VOCABULARIES["outcome"]["status"] == set(STATUSES)
+    assert VOCABULARIES["finished"]["status"] == set(CALL_STATUS.values())
+    assert set(WORDED) == {kind for kind, fields in VOCABULARIES.items() if fields}
+
+
+@pytest.mark.parametrize(
+    ("kind", "field"), [(kind, field) for kind, fields in VOCABULARIES.items() for field in sorted(fields)]
+)
+def test_a_word_outside_its_fields_vocabulary_is_refused_at_every_door(kind: str, field: str) -> None:
+    bad = msgspec.structs.replace(WORDED[kind], **{field: "weird"})
+    why = f"{field} 'weird' is not one of {', '.join(sorted(VOCABULARIES[kind][field]))}"
+    with pytest.raises(msgspec.ValidationError, match=f"^{re.escape(why)}$"):
+        event_from_dict(event_to_dict(bad))
+    for door in (
+        lambda: checked_entry(LogEntry(seq=1, time=1.0, event=bad), 1),
+        lambda: decode(encode(LogEntry(seq=1, time=1.0, event=bad))),
+    ):
+        with pytest.raises(LogError) as refused:
+            door()
+        assert (refused.value.seq, refused.value.event_type, refused.value.reason) == (1, kind, why)

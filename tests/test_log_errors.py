@@ -28,7 +28,7 @@ from dial_runtime.agents import ScriptedAgent
 from dial_runtime.cli import main
 from dial_runtime.demo import NotesDomain
 from dial_runtime.jsonl import FORMAT, VERSION, check_log, import_jsonl
-from dial_runtime.runtime.events import ActionStartedEvent, SaidEvent
+from dial_runtime.runtime.events import ActionStartedEvent, ResumedEvent, SaidEvent
 from dial_runtime.stores import MemoryStore, SQLiteStore, open_store
 
 RECORDINGS = Path(__file__).parent / "recordings"
@@ -92,6 +92,12 @@ BAD = {
     "an unknown field": Bad(line(3, {**SAID, "colour": 1}), entry(3, {**SAID, "colour": 1}), 3, "colour"),
     "a field of the wrong type": Bad(
         line(3, {**SAID, "text": 3}), entry(3, SaidEvent(text=cast(Any, 3))), 3, "Expected `str`, got `int`"
+    ),
+    "a word outside its field's vocabulary": Bad(
+        line(3, {"type": "resumed", "call": "shout"}),
+        entry(3, ResumedEvent(call=cast(Any, "shout"))),
+        3,
+        "call 'shout' is not one of answer, decide, resume, say",
     ),
     "a time that is not finite": Bad(
         line(3, SAID, math.nan), entry(3, SaidEvent(text="a"), math.nan), 3, "nan.*finite"

@@ -24,6 +24,8 @@ from typing import Any, Final
 
 import msgspec
 
+from ..statemachines.suggestion import OutcomeStatus
+
 STATUSES = ("done", "failed", "invalid", "dismissed", "superseded", "handed-off")
 
 _ACKNOWLEDGEMENTS = {
@@ -268,7 +270,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 
     id: str
     action: str
-    status: str
+    status: OutcomeStatus
     preview: str = ""
     result: Any = None
     error: str | None = None

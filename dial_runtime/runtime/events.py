@@ -9,19 +9,32 @@ renders (``said``, ``resumed``, ``reply-started``, ``proposed``, ``answered``, `
 ``on_event`` also sees :class:`InformDeltaEvent` (``inform-delta``) while a reply streams in: its text as it
 arrives, a notice for the person that is not on the log.
 Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with :func:`event_from_dict`,
-without loss.
+without loss. A field of a fixed vocabulary is typed with a ``Literal`` (:data:`VOCABULARIES` lists them), so
+decoding refuses a word outside it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, get_args
+from typing import Any, ClassVar, Literal, get_args, get_origin
 
 import msgspec
 
 from ..errors import LogError
 from ..language.outcomes import Outcome
 from ..language.records import Option, Step
+from ..statemachines.suggestion import OutcomeStatus
+from ..statemachines.turn_loop import CallStatus
+
+#: What the person's decision on a suggestion was (``DecidedEvent.decision``).
+DecisionKind = Literal["accept", "dismiss", "edit", "say", "expire"]
+
+#: What waits for the person after a ``deferred`` event (``DeferredEvent.kind``).
+DeferredKind = Literal["suggestion", "ask"]
+
+#: The call that took up a conversation (``ResumedEvent.call``).
+ResumingCall = Literal["say", "decide", "answer", "resume"]
 
 
 def _options(values: Iterable[Option | Mapping[str, Any]]) -> tuple[Option, ...]:
@@ -126,7 +139,7 @@ class OutcomeEvent(_Logged, frozen=True, kw_only=True, tag="outcome"):
     type: ClassVar[str] = "outcome"
     id: str
     action: str
-    status: str
+    status: OutcomeStatus
     preview: str = ""
     result: Any = None
     error: str | None = None
@@ -250,7 +263,7 @@ class DecidedEvent(_Logged, frozen=True, kw_only=True, tag="decided"):
 
     type: ClassVar[str] = "decided"
     suggestion_id: str
-    decision: str
+    decision: DecisionKind
     payload: Any = None
     previous: Any = None
     text: str | None = None
@@ -262,7 +275,7 @@ class DeferredEvent(_Logged, frozen=True, kw_only=True, tag="deferred"):
 
     type: ClassVar[str] = "deferred"
     subject_id: str
-    kind: str
+    kind: DeferredKind
 
 
 class RefusedEvent(_Logged, frozen=True, kw_only=True, tag="refused"):
@@ -305,10 +318,11 @@ class FlowMovedEvent(_Logged, frozen=True, kw_only=True, tag="flow-moved"):
 
 
 class ResumedEvent(_Logged, frozen=True, kw_only=True, tag="resumed"):
-    """A call took up a conversation that was awaiting the person (``decide``, ``answer`` or ``resume``)."""
+    """A call took up a conversation that was awaiting the person (``decide``, ``answer`` or ``resume``), or
+    whose words ``say`` supersedes."""
 
     type: ClassVar[str] = "resumed"
-    call: str
+    call: ResumingCall
 
 
 class HandledEvent(_Logged, frozen=True, kw_only=True, tag="handled"):
@@ -359,7 +373,7 @@ class FinishedEvent(_Logged, frozen=True, kw_only=True, tag="finished"):
     """A call finished with this status (a ``TurnResult`` status, ``awaiting`` or ``interrupted``)."""
 
     type: ClassVar[str] = "finished"
-    status: str
+    status: CallStatus
     turns: int
 
 
@@ -396,6 +410,35 @@ Event = (
 )
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.type: cls for cls in get_args(Event)}
+
+
+def _words(kind: Any) -> tuple[str, ...]:
+    """The words a field's type allows: those of the ``Literal`` it is, or of the ones its union holds."""
+    if get_origin(kind) is Literal:
+        return get_args(kind)
+    return tuple(word for member in get_args(kind) for word in _words(member))
+
+
+#: The fields of a fixed vocabulary, by event type and field name, with the words each may hold (read from the
+#: fields' ``Literal`` types, which decoding checks).
+VOCABULARIES: dict[str, dict[str, frozenset[str]]] = {
+    kind: {field.name: frozenset(words) for field in msgspec.structs.fields(cls) if (words := _words(field.type))}
+    for kind, cls in EVENT_TYPES.items()
+}
+
+_NOT_A_WORD = re.compile(r"Invalid enum value (?P<word>.*) - at `\$\.(?P<field>\w+)`")
+
+
+def vocabulary_refusal(message: str, kind: str) -> str | None:
+    """msgspec's refusal of an event's field (``message``, its path from the event: `` - at `$.status` ``) in
+    the log's words when the field holds a word outside its vocabulary (``status 'exploded' is not one of done,
+    ...``); ``None`` for any other refusal."""
+    found = _NOT_A_WORD.fullmatch(message)
+    if found is None or found["field"] not in VOCABULARIES.get(kind, {}):
+        return None
+    words = VOCABULARIES[kind][found["field"]]
+    return f"{found['field']} {found['word']} is not one of {', '.join(sorted(words))}"
+
 
 #: Events a surface renders; the others exist for the log (state, audit, replay).
 RENDERED = frozenset(
@@ -464,7 +507,7 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
     """The event :func:`event_to_dict` made, every field checked against its declared type.
 
     ``ValueError`` for an unknown type; ``msgspec.ValidationError`` (a ``ValueError``) for an unknown field, a
-    missing one or one of the wrong type, naming it.
+    missing one, one of the wrong type or a word outside its field's vocabulary, naming it.
     """
     kind = data.get("type")
     if not isinstance(kind, str) or kind not in EVENT_TYPES:
@@ -473,7 +516,7 @@ def event_from_dict(data: Mapping[str, Any]) -> Event:
         return msgspec.convert({"event": data}, _Carried).event
     except msgspec.ValidationError as error:  # said of the event itself, not of the record that carried it
         where = str(error).replace(" - at `$.event`", "").replace("`$.event", "`$")
-        raise msgspec.ValidationError(where) from None
+        raise msgspec.ValidationError(vocabulary_refusal(where, kind) or where) from None
 
 
 class _Carried(msgspec.Struct):

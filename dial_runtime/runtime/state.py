@@ -70,6 +70,7 @@ from .events import (
     SentEvent,
     SuggestionEvent,
     TurnLimitEvent,
+    vocabulary_refusal,
 )
 from .records import Ask, Issue, Suggestion
 
@@ -78,12 +79,6 @@ OUTCOME_KEY_PREFIX = "outcome:"
 
 #: The ids the runtime assigns: ``sg-N`` for suggestions, ``ask-N`` for asks.
 _NUMBERED = re.compile(r"(?:sg|ask)-([1-9][0-9]*)")
-
-#: The decisions a ``decided`` event can record.
-DECISIONS = frozenset({"accept", "dismiss", "edit", "say", "expire"})
-
-#: How a call can finish (``FinishedEvent.status``).
-CALL_STATUSES = frozenset(CALL_STATUS.values())
 
 
 class _Refusal(Exception):
@@ -256,8 +251,6 @@ class ConversationState:
         self.life = life
 
     def _finished(self, event: FinishedEvent) -> None:
-        if event.status not in CALL_STATUSES:
-            raise _Refusal(f"unknown call status {event.status!r}")
         if event.status != "interrupted" and CALL_STATUS.get(self.loop) != event.status:
             raise _Refusal(f"a call cannot finish {event.status!r} with its turn loop {self.loop!r}")
         self.life = LIFE.fire(self.life, "finish")
@@ -348,9 +341,7 @@ class ConversationState:
 
     def _outcome(self, event: OutcomeEvent) -> None:
         opened = self._open(event.id)
-        final = FINAL_STATE.get(event.status)
-        if final is None:
-            raise _Refusal(f"unknown outcome status {event.status!r}")
+        final = FINAL_STATE[event.status]
         if event.action != opened.action:
             raise _Refusal(f"suggestion {event.id!r} is {opened.action!r}, not {event.action!r}")
         before = opened.state
@@ -431,13 +422,11 @@ class ConversationState:
                 raise _Refusal(f"suggestion {event.subject_id!r} is not waiting for a decision")
             opened.deferred = True
             opened.accepted = False
-        elif event.kind == "ask":
+        else:
             ask = self.asked.pop(event.subject_id, None)
             if ask is None:
                 raise _Refusal(f"no ask {event.subject_id!r} is being asked")
             self.open_asks[event.subject_id] = ask
-        else:
-            raise _Refusal(f"unknown kind {event.kind!r}")
 
     def _proposed(self, event: ProposedEvent) -> None:
         if self.loop != "handling":
@@ -469,8 +458,6 @@ class ConversationState:
         opened = self._open(event.suggestion_id)
         if not opened.deciding:
             raise _Refusal(f"suggestion {event.suggestion_id!r} is not waiting for a decision")
-        if event.decision not in DECISIONS:
-            raise _Refusal(f"unknown decision {event.decision!r}")
         opened.deferred = False
         decision = event.decision
         if decision == "accept":
@@ -572,7 +559,8 @@ _PLACED = frozenset(kind for kind, cls in EVENT_TYPES.items() if "element" in cl
 
 def checked_entry(entry: object, expected_seq: int) -> LogEntry:
     """``entry`` when it can stand at ``expected_seq`` of a log: a :class:`LogEntry` of that seq, a finite time,
-    and an event whose every field has its declared type; else :class:`LogError`."""
+    and an event whose every field has its declared type (a word of its field's vocabulary, where the field has
+    one); else :class:`LogError`."""
     if not isinstance(entry, LogEntry):
         raise LogError(None, None, f"entry {expected_seq} is a {type(entry).__name__}, not a LogEntry")
     event = entry.event
@@ -590,7 +578,8 @@ def checked_entry(entry: object, expected_seq: int) -> LogEntry:
     try:
         msgspec.convert(msgspec.to_builtins(event), type(event), strict=True)
     except (msgspec.ValidationError, TypeError) as error:
-        raise LogError(entry.seq, kind, f"a field has the wrong type ({error})") from None
+        why = vocabulary_refusal(str(error), kind) or f"a field has the wrong type ({error})"
+        raise LogError(entry.seq, kind, why) from None
     return entry
 
 
