@@ -20,7 +20,7 @@ from dial_runtime import (
     event_to_dict,
     scripted_human,
 )
-from dial_runtime.language.outcomes import STATUSES
+from dial_runtime.language.outcomes import STATUSES, OutcomeFields
 from dial_runtime.runtime.events import (
     EVENT_TYPES,
     VOCABULARIES,
@@ -203,9 +203,15 @@ async def test_the_log_holds_what_on_event_never_sees() -> None:
 
 
 def test_an_outcome_event_carries_exactly_the_fields_of_its_outcome() -> None:
-    assert OutcomeEvent.__struct_fields__ == Outcome.__struct_fields__
-    outcome = Outcome(id="sg-1", action="a", status="failed", error="e", code="c", hint="h", edited=True)
+    assert issubclass(OutcomeEvent, OutcomeFields) and issubclass(Outcome, OutcomeFields)
+    assert OutcomeEvent.__struct_fields__ == Outcome.__struct_fields__ == OutcomeFields.__struct_fields__
+    fields = {"preview": "p", "result": {"n": 1}, "error": "e", "code": "c", "field": "f", "hint": "h"}
+    outcome = Outcome(id="sg-1", action="a", status="failed", **fields, edited=True, expired=True)
     assert OutcomeEvent(**msgspec.structs.asdict(outcome)).outcome == outcome
+    assert list(event_to_dict(OutcomeEvent(**msgspec.structs.asdict(outcome)))) == [
+        "type",
+        *Outcome.__struct_fields__,
+    ]
 
 
 #: An event of each type that has a field of a fixed vocabulary.

@@ -265,8 +265,9 @@ def _unprintable(value: Any, error: Exception) -> str:
     return f"[unprintable {type(value).__name__}: {type(error).__name__}]"
 
 
-class Outcome(msgspec.Struct, frozen=True, kw_only=True):
-    """How one suggestion ended: exactly one per suggestion, reported to the agent."""
+class OutcomeFields(msgspec.Struct, frozen=True, kw_only=True):
+    """The fields of an outcome, declared once: :class:`Outcome` has them, and so has the log's ``outcome`` event
+    (:class:`~dial_runtime.runtime.events.OutcomeEvent`), which keeps them flat in its stored form."""
 
     id: str
     action: str
@@ -279,6 +280,10 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     hint: str | None = None
     edited: bool = False
     expired: bool = False
+
+
+class Outcome(OutcomeFields, frozen=True, kw_only=True):
+    """How one suggestion ended: exactly one per suggestion, reported to the agent."""
 
     def fact(self) -> dict[str, Any]:
         """The JSON fact declared to the agent: action, status, then only the fields that are present."""

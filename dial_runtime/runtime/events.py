@@ -22,9 +22,8 @@ from typing import Any, ClassVar, Literal, get_args, get_origin
 import msgspec
 
 from ..errors import LogError
-from ..language.outcomes import Outcome
+from ..language.outcomes import Outcome, OutcomeFields
 from ..language.records import Option, Step
-from ..statemachines.suggestion import OutcomeStatus
 from ..statemachines.turn_loop import CallStatus
 
 #: What the person's decision on a suggestion was (``DecidedEvent.decision``).
@@ -132,29 +131,19 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion"):
     handoff: bool = False
 
 
-class OutcomeEvent(_Logged, frozen=True, kw_only=True, tag="outcome"):
-    """How a suggestion ended: exactly the fields of its :class:`Outcome` (a test holds the two lists equal),
-    kept flat so that stored logs keep one shape; :attr:`outcome` gives the record."""
+class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outcome"):
+    """How a suggestion ended: the fields of its :class:`Outcome`, both declared once by
+    :class:`~dial_runtime.language.outcomes.OutcomeFields`, kept flat so that stored logs keep one shape;
+    :attr:`outcome` gives the record."""
 
     type: ClassVar[str] = "outcome"
-    id: str
-    action: str
-    status: OutcomeStatus
-    preview: str = ""
-    result: Any = None
-    error: str | None = None
-    code: str | None = None
-    field: str | None = None
-    hint: str | None = None
-    edited: bool = False
-    expired: bool = False
 
     @property
     def outcome(self) -> Outcome:
-        """The outcome this event reports (the same fields, as a test holds).
+        """The outcome this event reports.
 
         Named one by one: msgspec builds a record from keywords written out a few times faster than from an
-        unpacked dict, and every outcome of every call is made here."""
+        unpacked dict, and every outcome of every call is made here (a test holds the names to the fields)."""
         return Outcome(
             id=self.id,
             action=self.action,
