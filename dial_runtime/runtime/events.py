@@ -24,6 +24,7 @@ import msgspec
 from ..errors import LogError
 from ..language.outcomes import Outcome, OutcomeFields
 from ..language.records import Option, Step
+from ..language.stream import TextAct
 from ..statemachines.turn_loop import CallStatus
 
 #: What the person's decision on a suggestion was (``DecidedEvent.decision``).
@@ -461,7 +462,7 @@ class InformDeltaEvent(msgspec.Struct, frozen=True, kw_only=True):
 
     type: ClassVar[str] = "inform-delta"
     text: str
-    act: str
+    act: TextAct
     element: int
 
 
