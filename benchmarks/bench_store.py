@@ -51,7 +51,8 @@ from bench_runtime import ACKNOWLEDGE_REPLY, SUGGESTION_REPLY, Alternating, Note
 
 from dial_runtime import Accept, Conversation, policy_human, scripted_human
 from dial_runtime.runtime.state import ConversationState
-from dial_runtime.stores import SQLiteStore, Store, open_store
+from dial_runtime.stores import SQLiteStore, open_store
+from dial_runtime.stores import StorePort as Store
 
 WORDS = "add a note: buy milk"
 REPLIES = [SUGGESTION_REPLY, ACKNOWLEDGE_REPLY]

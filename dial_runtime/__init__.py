@@ -45,7 +45,7 @@ from .language.records import (
 )
 from .language.schema import SchemaIssue, validate
 from .language.stream import StreamParser
-from .ports import Agent, Human, StreamingAgent
+from .ports import AgentPort, DomainPort, HumanPort, StorePort, StreamingAgentPort
 from .replay import Divergence, ReplayReport, replay
 from .runtime import (
     Accept,
@@ -77,7 +77,7 @@ from .runtime.projection import (
     Waiting,
     project,
 )
-from .stores import Store, open_store
+from .stores import open_store
 
 if _typing.TYPE_CHECKING:
     from .agents.chat import ChatAgent
@@ -90,8 +90,8 @@ __all__ = [
     "Acknowledge",
     "ActionError",
     "ActionSpec",
-    "Agent",
     "AgentError",
+    "AgentPort",
     "AgentText",
     "AlreadyDecided",
     "Aside",
@@ -109,11 +109,12 @@ __all__ = [
     "Dismiss",
     "Divergence",
     "Domain",
+    "DomainPort",
     "Edit",
     "Envelope",
     "Event",
     "Execute",
-    "Human",
+    "HumanPort",
     "IllegalTransition",
     "Inform",
     "Issue",
@@ -137,12 +138,12 @@ __all__ = [
     "SchemaIssue",
     "ScriptedAgent",
     "Step",
-    "Store",
     "StoreClosed",
     "StoreConflict",
     "StoreError",
+    "StorePort",
     "StreamParser",
-    "StreamingAgent",
+    "StreamingAgentPort",
     "Suggest",
     "Suggestion",
     "Told",

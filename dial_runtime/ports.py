@@ -11,7 +11,7 @@ A class satisfies a port by having the methods, with compatible signatures; it d
         async def run(self, action: str, payload: Any) -> dict[str, int]: ...
         def context(self) -> str: ...
 
-    domain: Domain = Notes()      # mypy reports a missing method or a wrong signature here
+    domain: DomainPort = Notes()      # mypy reports a missing method or a wrong signature here
 
 Every method the runtime calls may be a plain function or a coroutine function where the README says so (an
 agent's ``send``, a person's ``decide`` and ``answer``, a domain's ``run``): the return types below are
@@ -23,7 +23,10 @@ and never put), a domain only ``run`` (without ``actions`` every action is unkno
 payload is accepted, without ``preview`` the action's name is shown, without ``context`` nothing is added). The
 dict forms (``{"mutates": True}``, ``{"ok": False, ...}``, ``{"accept": True}``) are part of the types.
 
-:class:`Domain` here is the protocol; ``dial_runtime`` does not export it at its top level.
+Each port is named for its role with ``Port`` after it (:class:`AgentPort`, :class:`StreamingAgentPort`,
+:class:`HumanPort`, :class:`DomainPort`, :class:`DescribedDomainPort`, :class:`StorePort`), so that no port shares
+a name with a class that plays the role: :class:`~dial_runtime.Domain` is the typed-functions domain, which
+satisfies :class:`DomainPort`.
 """
 
 from __future__ import annotations
@@ -37,16 +40,16 @@ from .runtime.records import ActionSpec, Ask, Decision, Defer, Issue, Suggestion
 
 __all__ = [
     "ActionSpecLike",
-    "Agent",
+    "AgentPort",
     "AnswerLike",
     "DecisionLike",
-    "DescribedDomain",
-    "Domain",
-    "Human",
+    "DescribedDomainPort",
+    "DomainPort",
+    "HumanPort",
     "IssueLike",
     "MaybeAwaitable",
-    "Store",
-    "StreamingAgent",
+    "StorePort",
+    "StreamingAgentPort",
 ]
 
 T = TypeVar("T")
@@ -69,14 +72,14 @@ DecisionLike: TypeAlias = Decision | Defer | Mapping[str, Any]
 AnswerLike: TypeAlias = str | Defer | None
 
 
-class Agent(Protocol):
+class AgentPort(Protocol):
     """Whatever answers the runtime's messages: ``send`` returns the agent's reply text (``None`` counts as an
     empty reply)."""
 
     def send(self, message: str, /) -> MaybeAwaitable[str | None]: ...
 
 
-class StreamingAgent(Agent, Protocol):
+class StreamingAgentPort(AgentPort, Protocol):
     """An agent that can also stream its reply: ``stream`` yields the reply's text in chunks as they arrive.
 
     The runtime uses ``stream`` whenever an agent has it, and handles each element as soon as it is complete.
@@ -85,7 +88,7 @@ class StreamingAgent(Agent, Protocol):
     def stream(self, message: str, /) -> AsyncIterator[str]: ...
 
 
-class Human(Protocol):
+class HumanPort(Protocol):
     """The person in the loop, or a policy standing in for one."""
 
     def decide(self, suggestion: Suggestion, /) -> MaybeAwaitable[DecisionLike]:
@@ -97,7 +100,7 @@ class Human(Protocol):
         ...
 
 
-class Domain(Protocol):
+class DomainPort(Protocol):
     """An application's vocabulary of actions: what each is, whether a payload is acceptable, how it reads, and
     the work itself."""
 
@@ -124,7 +127,7 @@ class Domain(Protocol):
         ...
 
 
-class DescribedDomain(Domain, Protocol):
+class DescribedDomainPort(DomainPort, Protocol):
     """A domain that also documents its actions for the agent's system prompt
     (:func:`~dial_runtime.system_prompt`).
 
@@ -140,7 +143,7 @@ class DescribedDomain(Domain, Protocol):
     def describe(self, action: str, /) -> str | None: ...
 
 
-class Store(Protocol):
+class StorePort(Protocol):
     """A durable home for conversation logs (see :mod:`dial_runtime.stores`)."""
 
     async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:

@@ -12,7 +12,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .ports import AnswerLike, DecisionLike, Human
+from .ports import AnswerLike, DecisionLike
+from .ports import HumanPort as Human
 from .runtime.events import Event, InformDeltaEvent, LogEntry
 from .runtime.projection import (
     AgentText,

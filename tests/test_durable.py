@@ -28,7 +28,7 @@ from dial_runtime import Accept, Conversation, ConversationBusy, policy_human, s
 from dial_runtime.runtime.core import UNKNOWN_EFFECT
 from dial_runtime.runtime.events import LogEntry, SaidEvent
 from dial_runtime.runtime.state import ConversationState
-from dial_runtime.stores import Store, open_store
+from dial_runtime.stores import StorePort, open_store
 
 from .crash_child import INSTEAD, OK, ONE, RACE_SAYS, FileNotes
 from .fakes import Agent, Notes, envelope, suggest
@@ -58,13 +58,13 @@ def anyio_backend(real_clocks: str) -> str:
 
 
 @pytest.fixture
-async def connect() -> AsyncIterator[Callable[[str], Store]]:
+async def connect() -> AsyncIterator[Callable[[str], StorePort]]:
     """Opens a new store object for a URL each time (one shared object for ``memory:``, which cannot share a log
     otherwise), and closes them all when the test ends."""
-    opened: list[Store] = []
+    opened: list[StorePort] = []
     memory = open_store("memory:")
 
-    def new(url: str) -> Store:
+    def new(url: str) -> StorePort:
         if url == "memory:":
             return memory
         opened.append(open_store(url))
@@ -168,7 +168,7 @@ async def child(step: str, backend: str, url: str, conversation_id: str, runs: F
 
 
 async def crash(
-    step: str, backend: str, url: str, conversation_id: str, runs: FileNotes, store: Store
+    step: str, backend: str, url: str, conversation_id: str, runs: FileNotes, store: StorePort
 ) -> list[LogEntry]:
     """Run a child to ``step`` of a turn, SIGKILL it there, and return the log it left.
 
@@ -183,7 +183,7 @@ async def crash(
 
 
 async def test_a_reopened_conversation_carries_on(
-    url: str, connect: Callable[[str], Store], conversation_id: str
+    url: str, connect: Callable[[str], StorePort], conversation_id: str
 ) -> None:
     first = await Conversation.open(
         connect(url),
@@ -224,7 +224,7 @@ async def test_a_reopened_conversation_carries_on(
 
 
 async def test_a_second_driver_is_turned_away_while_one_drives(
-    url: str, connect: Callable[[str], Store], conversation_id: str
+    url: str, connect: Callable[[str], StorePort], conversation_id: str
 ) -> None:
     arrived, release = anyio.Event(), anyio.Event()
 
@@ -270,7 +270,7 @@ ASKED = envelope('<dial-ask id="q">Which list?</dial-ask>')
 class StoredWhenAsked:
     """A person who, as each question reaches them, notes the types of the events the store holds."""
 
-    def __init__(self, store: Store, conversation_id: str, *, waits: bool) -> None:
+    def __init__(self, store: StorePort, conversation_id: str, *, waits: bool) -> None:
         self.store, self.conversation_id, self.waits = store, conversation_id, waits
         self.stored: list[list[str]] = []
 
@@ -294,7 +294,7 @@ class StoredWhenAsked:
 @pytest.mark.parametrize("reply", [FIRST_REPLY, ASKED], ids=["decide", "answer"])
 @pytest.mark.parametrize("timeout", [None, 30.0], ids=["no-deadline", "deadline"])
 async def test_the_log_is_stored_before_the_person_is_awaited(
-    url: str, connect: Callable[[str], Store], conversation_id: str, reply: str, timeout: float | None
+    url: str, connect: Callable[[str], StorePort], conversation_id: str, reply: str, timeout: float | None
 ) -> None:
     """A question the person takes time over is stored first; a plain function's instant reply is stored with
     what follows it. Either way the call ends with everything stored."""
@@ -317,7 +317,7 @@ async def test_the_log_is_stored_before_the_person_is_awaited(
 
 
 async def test_an_ending_between_calls_is_stored_after_another_workers_call(
-    url: str, connect: Callable[[str], Store], conversation_id: str
+    url: str, connect: Callable[[str], StorePort], conversation_id: str
 ) -> None:
     """``end()`` between calls is written with the object's next call, even when another worker wrote since."""
 
@@ -341,7 +341,7 @@ class FailingOnce:
     """A store whose ``fail_at``-th append raises (the write never reached the store), like a dropped
     connection; everything else goes to the real store."""
 
-    def __init__(self, store: Store, fail_at: int) -> None:
+    def __init__(self, store: StorePort, fail_at: int) -> None:
         self._store = store
         self._appends = 0
         self._fail_at = fail_at
@@ -357,7 +357,7 @@ class FailingOnce:
 
 
 async def test_a_worker_whose_write_failed_never_replays_its_events_over_another_workers_log(
-    url: str, connect: Callable[[str], Store], conversation_id: str
+    url: str, connect: Callable[[str], StorePort], conversation_id: str
 ) -> None:
     """The write before the action fails: that worker's unwritten events are dropped, the next worker's call
     stands, and the first worker's next call reads the store again instead of recording them a second time."""
@@ -401,7 +401,11 @@ def test_a_stored_conversation_takes_no_log_of_its_own() -> None:
 
 @ACROSS_PROCESSES
 async def test_a_decision_deferred_in_one_process_is_taken_in_another(
-    durable_url: str, anyio_backend: str, connect: Callable[[str], Store], conversation_id: str, runs: FileNotes
+    durable_url: str,
+    anyio_backend: str,
+    connect: Callable[[str], StorePort],
+    conversation_id: str,
+    runs: FileNotes,
 ) -> None:
     agent = Agent([ONE, OK])
     here = await Conversation.open(
@@ -434,7 +438,11 @@ async def test_a_decision_deferred_in_one_process_is_taken_in_another(
 
 @ACROSS_PROCESSES
 async def test_killed_after_the_send(
-    durable_url: str, anyio_backend: str, connect: Callable[[str], Store], conversation_id: str, runs: FileNotes
+    durable_url: str,
+    anyio_backend: str,
+    connect: Callable[[str], StorePort],
+    conversation_id: str,
+    runs: FileNotes,
 ) -> None:
     store = connect(durable_url)
     left = await crash("send", anyio_backend, durable_url, conversation_id, runs, store)
@@ -459,7 +467,11 @@ async def test_killed_after_the_send(
 
 @ACROSS_PROCESSES
 async def test_killed_while_the_person_decides(
-    durable_url: str, anyio_backend: str, connect: Callable[[str], Store], conversation_id: str, runs: FileNotes
+    durable_url: str,
+    anyio_backend: str,
+    connect: Callable[[str], StorePort],
+    conversation_id: str,
+    runs: FileNotes,
 ) -> None:
     store = connect(durable_url)
     left = await crash("decide", anyio_backend, durable_url, conversation_id, runs, store)
@@ -488,7 +500,7 @@ async def test_killed_while_the_person_decides(
 async def test_killed_inside_the_action(
     durable_url: str,
     anyio_backend: str,
-    connect: Callable[[str], Store],
+    connect: Callable[[str], StorePort],
     conversation_id: str,
     runs: FileNotes,
     then: str,
@@ -527,7 +539,11 @@ async def test_killed_inside_the_action(
 
 @ACROSS_PROCESSES
 async def test_killed_before_the_report(
-    durable_url: str, anyio_backend: str, connect: Callable[[str], Store], conversation_id: str, runs: FileNotes
+    durable_url: str,
+    anyio_backend: str,
+    connect: Callable[[str], StorePort],
+    conversation_id: str,
+    runs: FileNotes,
 ) -> None:
     store = connect(durable_url)
     left = await crash("report", anyio_backend, durable_url, conversation_id, runs, store)
@@ -552,7 +568,11 @@ async def test_killed_before_the_report(
 
 @ACROSS_PROCESSES
 async def test_two_processes_racing_for_one_conversation(
-    durable_url: str, anyio_backend: str, connect: Callable[[str], Store], conversation_id: str, runs: FileNotes
+    durable_url: str,
+    anyio_backend: str,
+    connect: Callable[[str], StorePort],
+    conversation_id: str,
+    runs: FileNotes,
 ) -> None:
     backend = OTHER[anyio_backend]
     async with (

@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
 import types
+from collections import defaultdict
 
 import dial_runtime
+import dial_runtime.ports
 
 #: The names the README documents; adding or removing one is a deliberate API change.
 EXPECTED = {
-    "Accept", "Acknowledge", "ActionError", "ActionSpec", "Agent", "AgentError", "AlreadyDecided", "Ask",
+    "Accept", "Acknowledge", "ActionError", "ActionSpec", "AgentError", "AlreadyDecided", "Ask",
     "AskElement", "ChatAgent",
     "Conversation", "ConversationBusy", "Declare", "Defer", "Delegate", "DialError", "DialSizeError", "Dismiss",
-    "Divergence", "Domain", "Edit", "Envelope", "Event", "Execute", "Human", "IllegalTransition", "Inform",
+    "Divergence", "Domain", "Edit", "Envelope", "Event", "Execute", "IllegalTransition", "Inform",
     "Issue",
     "LogEntry", "LogError", "Option", "Outcome", "ParseIssue", "PayloadChanged", "Phatic", "RecordedAgent",
     "ReplayReport",
-    "RootAttributes", "Say", "SchemaIssue", "ScriptedAgent", "Step", "Store", "StoreClosed", "StoreConflict",
-    "StoreError", "StreamParser", "StreamingAgent", "Suggest", "Suggestion", "TurnResult", "__version__",
+    "RootAttributes", "Say", "SchemaIssue", "ScriptedAgent", "Step", "StoreClosed", "StoreConflict",
+    "StoreError", "StreamParser", "Suggest", "Suggestion", "TurnResult", "__version__",
     "agent_from_uri", "event_from_dict", "event_to_dict", "export_jsonl", "extract_prose", "import_jsonl",
     "open_store", "outcome_reply", "parse", "policy_human", "replay", "scripted_human", "system_prompt",
     "validate",
+    # the ports: what a conversation is handed, as typing.Protocols
+    "AgentPort", "DomainPort", "HumanPort", "StorePort", "StreamingAgentPort",
     # the projection: what a person sees
     "AgentText", "Aside", "Card", "Moment", "Notice", "PersonWords", "Projection", "Question", "RefusedProposal",
     "Told", "Waiting", "project",
@@ -43,3 +50,30 @@ def test_nothing_public_is_left_out_of_all() -> None:
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert public - {"annotations"} <= set(dial_runtime.__all__)
+
+
+def test_no_two_classes_of_the_package_share_a_name() -> None:
+    """A public name means one thing wherever it is found: a port is named for its role (``DomainPort``), never
+    like a class that plays it (``Domain``, the typed-functions domain)."""
+    defined: defaultdict[str, set[str]] = defaultdict(set)
+    for found in pkgutil.walk_packages(dial_runtime.__path__, "dial_runtime."):
+        module = importlib.import_module(found.name)
+        for name, value in vars(module).items():
+            if not name.startswith("_") and inspect.isclass(value) and value.__module__ == module.__name__:
+                defined[name].add(module.__name__)
+    assert {name: where for name, where in defined.items() if len(where) > 1} == {}
+
+
+def test_the_ports_are_the_protocols_the_top_level_exports() -> None:
+    protocols = {
+        name
+        for name in dial_runtime.ports.__all__
+        if getattr(getattr(dial_runtime.ports, name), "_is_protocol", 0)
+    }
+    assert protocols == {
+        name + "Port" for name in ("Agent", "StreamingAgent", "Human", "Domain", "DescribedDomain", "Store")
+    }
+    assert {name for name in dial_runtime.__all__ if name.endswith("Port")} == protocols - {"DescribedDomainPort"}
+    for name in protocols - {"DescribedDomainPort"}:
+        assert getattr(dial_runtime, name) is getattr(dial_runtime.ports, name)
+

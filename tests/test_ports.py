@@ -28,11 +28,12 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 from dial_runtime import (
-    Accept, ActionError, ActionSpec, Agent, Ask, ChatAgent, Conversation, Defer, Human, Issue, RecordedAgent,
-    ScriptedAgent, Store, StreamingAgent, Suggestion, TurnResult, open_store, policy_human, scripted_human,
+    Accept, ActionError, ActionSpec, AgentPort, Ask, ChatAgent, Conversation, Defer, DomainPort, HumanPort, Issue,
+    RecordedAgent, ScriptedAgent, StorePort, StreamingAgentPort, Suggestion, TurnResult, open_store, policy_human,
+    scripted_human,
 )
 from dial_runtime.demo import NotesDomain
-from dial_runtime.ports import DecisionLike, DescribedDomain, Domain
+from dial_runtime.ports import DecisionLike, DescribedDomainPort
 from dial_runtime.stores import MemoryStore, PostgresStore, SQLiteStore
 
 
@@ -102,17 +103,17 @@ WELL_TYPED = (
 from dial_runtime.surfaces.terminal import PlainAgent, TerminalSurface
 from dial_runtime.transcript import NarratedHuman, Transcript
 
-domain: Domain = Notes()
-described: DescribedDomain = Notes()
-demo_domain: Domain = NotesDomain()
+domain: DomainPort = Notes()
+described: DescribedDomainPort = Notes()
+demo_domain: DomainPort = NotesDomain()
 chat = ChatAgent(base_url="http://127.0.0.1:8000/v1", model="m")
-agents: list[Agent] = [Echo(), Replies([]), ScriptedAgent([]), RecordedAgent([]), chat]
-streaming: list[StreamingAgent] = [Replies([]), chat]
+agents: list[AgentPort] = [Echo(), Replies([]), ScriptedAgent([]), RecordedAgent([]), chat]
+streaming: list[StreamingAgentPort] = [Replies([]), chat]
 surface = TerminalSurface()
 narrated = NarratedHuman(Person(), Transcript(repr))
-humans: list[Human] = [Person(), policy_human("accept"), scripted_human(["accept"]), surface, narrated]
-wrapped: list[Agent] = [PlainAgent(chat), surface.streaming(chat)]
-stores: list[Store] = [open_store("memory:"), MemoryStore(), SQLiteStore("notes.db"), PostgresStore("postgresql://h/d")]
+humans: list[HumanPort] = [Person(), policy_human("accept"), scripted_human(["accept"]), surface, narrated]
+wrapped: list[AgentPort] = [PlainAgent(chat), surface.streaming(chat)]
+stores: list[StorePort] = [open_store("memory:"), MemoryStore(), SQLiteStore("notes.db"), PostgresStore("postgresql://h/d")]
 conversations = [
     Conversation(agent=Echo(), domain=Notes(), human=Person()),
     Conversation(agent=chat, domain=NotesDomain(), human=surface, store=MemoryStore(), conversation_id="c"),
@@ -141,41 +142,49 @@ conversation = Conversation(agent=Mute(), domain=NotesDomain(), human=policy_hum
 
 #: A minimal class for each port, member by member (the store is the shipped one, its members overridden).
 MEMBERS = {
-    "Agent": {"send": "def send(self, message: str) -> str: return ''"},
-    "StreamingAgent": {
+    "AgentPort": {"send": "def send(self, message: str) -> str: return ''"},
+    "StreamingAgentPort": {
         "send": "def send(self, message: str) -> str: return ''",
         "stream": "async def stream(self, message: str) -> AsyncIterator[str]: yield ''",
     },
-    "Human": {
+    "HumanPort": {
         "decide": "def decide(self, suggestion: Suggestion) -> Accept: return Accept()",
         "answer": "def answer(self, ask: Ask) -> str: return ''",
     },
-    "Domain": {
+    "DomainPort": {
         "actions": "actions: dict[str, ActionSpec] = {}",
         "validate": "def validate(self, action: str, payload: Any) -> None: return None",
         "preview": "def preview(self, action: str, payload: Any) -> str: return action",
         "run": "async def run(self, action: str, payload: Any) -> None: return None",
         "context": "def context(self) -> str: return ''",
     },
-    "Store": {},
+    "StorePort": {},
 }
 
 #: Mistakes a user could make: the port, the member and what it is instead (``None``: missing).
 ILL_TYPED = {
-    "send-takes-a-number": ("Agent", "send", "def send(self, message: int) -> str: return ''"),
-    "send-returns-a-number": ("Agent", "send", "async def send(self, message: str) -> int: return 1"),
-    "send-is-missing": ("Agent", "send", None),
-    "stream-returns-text": ("StreamingAgent", "stream", "def stream(self, message: str) -> str: return ''"),
-    "decide-returns-a-word": ("Human", "decide", "def decide(self, suggestion: Suggestion) -> str: return 'yes'"),
-    "decide-takes-an-ask": ("Human", "decide", "def decide(self, ask: Ask) -> Accept: return Accept()"),
-    "answer-returns-a-number": ("Human", "answer", "async def answer(self, ask: Ask) -> int: return 0"),
-    "answer-is-missing": ("Human", "answer", None),
-    "run-takes-one-argument": ("Domain", "run", "def run(self, payload: Any) -> None: return None"),
-    "validate-returns-a-bool": ("Domain", "validate", "def validate(self, a: str, p: Any) -> bool: return True"),
-    "actions-are-names": ("Domain", "actions", "actions: list[str] = []"),
-    "preview-is-missing": ("Domain", "preview", None),
+    "send-takes-a-number": ("AgentPort", "send", "def send(self, message: int) -> str: return ''"),
+    "send-returns-a-number": ("AgentPort", "send", "async def send(self, message: str) -> int: return 1"),
+    "send-is-missing": ("AgentPort", "send", None),
+    "stream-returns-text": ("StreamingAgentPort", "stream", "def stream(self, message: str) -> str: return ''"),
+    "decide-returns-a-word": (
+        "HumanPort",
+        "decide",
+        "def decide(self, suggestion: Suggestion) -> str: return 'yes'",
+    ),
+    "decide-takes-an-ask": ("HumanPort", "decide", "def decide(self, ask: Ask) -> Accept: return Accept()"),
+    "answer-returns-a-number": ("HumanPort", "answer", "async def answer(self, ask: Ask) -> int: return 0"),
+    "answer-is-missing": ("HumanPort", "answer", None),
+    "run-takes-one-argument": ("DomainPort", "run", "def run(self, payload: Any) -> None: return None"),
+    "validate-returns-a-bool": (
+        "DomainPort",
+        "validate",
+        "def validate(self, a: str, p: Any) -> bool: return True",
+    ),
+    "actions-are-names": ("DomainPort", "actions", "actions: list[str] = []"),
+    "preview-is-missing": ("DomainPort", "preview", None),
     "store-read-is-plain": (
-        "Store",
+        "StorePort",
         "read",
         "def read(self, conversation_id: str, *, after_seq: int = 0) -> list[Any]:  # type: ignore[override]\n"
         "        return []",
@@ -186,8 +195,9 @@ ILL_TYPED_PRELUDE = """\
 from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
-from dial_runtime import Accept, ActionSpec, Agent, Ask, Human, Store, StreamingAgent, Suggestion
-from dial_runtime.ports import Domain
+from dial_runtime import (
+    Accept, ActionSpec, AgentPort, Ask, DomainPort, HumanPort, StorePort, StreamingAgentPort, Suggestion,
+)
 from dial_runtime.stores import MemoryStore
 """
 
@@ -196,7 +206,7 @@ def _ill_typed(port: str, member: str, instead: str | None) -> str:
     """A module that assigns an instance of the port's minimal class, with ``member`` changed, to the port."""
     members = {**MEMBERS[port], member: instead}
     body = [f"    {code}" for code in members.values() if code is not None] or ["    pass"]
-    base = "(MemoryStore)" if port == "Store" else ""
+    base = "(MemoryStore)" if port == "StorePort" else ""
     return ILL_TYPED_PRELUDE + f"class Sample{base}:\n" + "\n".join(body) + f"\nsample: {port} = Sample()\n"
 
 
@@ -239,7 +249,7 @@ def test_the_readme_way_satisfies_every_port(mypy_report: dict[str, str]) -> Non
 
 def test_a_conversation_given_what_is_not_an_agent_is_a_mypy_error(mypy_report: dict[str, str]) -> None:
     found = mypy_report["wrong_conversation"]
-    assert 'Argument "agent" to "Conversation" has incompatible type "Mute"; expected "Agent"' in found, found
+    assert 'Argument "agent" to "Conversation" has incompatible type "Mute"; expected "AgentPort"' in found, found
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,8 @@ import dial_runtime.agents
 #: Exported classes that do something rather than hold a value: agents, the conversation, the parser, the ports,
 #: the domain toolkit.
 SERVICES = {
-    "Agent", "ChatAgent", "Conversation", "Domain", "Human", "RecordedAgent", "ScriptedAgent", "Store",
-    "StreamParser",
-    "StreamingAgent",
+    "AgentPort", "ChatAgent", "Conversation", "Domain", "DomainPort", "HumanPort", "RecordedAgent",
+    "ScriptedAgent", "StorePort", "StreamParser", "StreamingAgentPort",
 }  # fmt: skip
 
 #: Records the README constructs positionally (``Edit(payload)``, ``Say(text)``); every other one is keyword-only.

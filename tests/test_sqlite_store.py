@@ -21,7 +21,7 @@ import pytest
 
 from dial_runtime.errors import ConversationBusy
 from dial_runtime.runtime.events import LogEntry, SaidEvent
-from dial_runtime.stores import SQLiteStore, Store, StoreConflict, StoreError, open_store
+from dial_runtime.stores import SQLiteStore, StoreConflict, StoreError, StorePort, open_store
 from dial_runtime.stores import sqlite as sqlite_store
 from dial_runtime.stores.base import encode
 
@@ -96,11 +96,11 @@ def path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def keep() -> AsyncIterator[Callable[[Store], Store]]:
+async def keep() -> AsyncIterator[Callable[[StorePort], StorePort]]:
     """Remembers the stores a test opens, and closes them when it ends, passed or failed."""
-    opened: list[Store] = []
+    opened: list[StorePort] = []
 
-    def remember(store: Store) -> Store:
+    def remember(store: StorePort) -> StorePort:
         opened.append(store)
         return store
 
@@ -109,7 +109,7 @@ async def keep() -> AsyncIterator[Callable[[Store], Store]]:
         await store.aclose()
 
 
-def synchronous(store: Store) -> int:
+def synchronous(store: StorePort) -> int:
     """The ``PRAGMA synchronous`` of the store's connection (1: NORMAL, 2: FULL); it is not kept in the file."""
     assert isinstance(store, SQLiteStore) and store._connection is not None
     (value,) = store._connection.execute("PRAGMA synchronous").fetchone()
@@ -211,7 +211,7 @@ async def test_the_seq_check_runs_inside_the_append_transaction(path: Path) -> N
     await store.aclose()
 
 
-async def test_every_call_asks_the_database(path: Path, keep: Callable[[Store], Store]) -> None:
+async def test_every_call_asks_the_database(path: Path, keep: Callable[[StorePort], StorePort]) -> None:
     """Nothing about a log is kept outside the database: a row another program inserts is read at once, the lock
     folder can go between any two calls, and appends and reads write nothing beside the database."""
     store, other = keep(open_store(f"sqlite:{path}")), keep(open_store(f"sqlite:{path}"))
@@ -272,7 +272,7 @@ async def test_a_wait_for_another_writer_is_bounded(path: Path, monkeypatch: pyt
     ids=["default", "normal", "full", "url", "url-normal", "url-full", "url-absolute-upper", "read-only"],
 )
 async def test_durability_is_set_on_the_connection(
-    path: Path, keep: Callable[[Store], Store], opened: Callable[[Path], Store], expected: int
+    path: Path, keep: Callable[[StorePort], StorePort], opened: Callable[[Path], StorePort], expected: int
 ) -> None:
     first = keep(SQLiteStore(path))
     await first.append("c", [said(1, "a")], expected_seq=0)
@@ -361,7 +361,7 @@ async def test_a_cancelled_append_is_whole_or_absent_and_says_which(
 
 
 async def test_calls_that_need_not_wait_stay_on_the_event_loop(
-    path: Path, keep: Callable[[Store], Store], monkeypatch: pytest.MonkeyPatch
+    path: Path, keep: Callable[[StorePort], StorePort], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Opening the database runs in a worker thread; after that a read, a list or an append (``normal``) runs on
     the event loop, with no thread's round trip. A ``full`` append waits for a disk flush: in a worker thread."""
@@ -386,7 +386,7 @@ async def test_calls_that_need_not_wait_stay_on_the_event_loop(
     assert (await store.read("c", after_seq=20))[0].event == SaidEvent(text="synced")
 
 
-async def test_the_write_ahead_log_stays_bounded(path: Path, keep: Callable[[Store], Store]) -> None:
+async def test_the_write_ahead_log_stays_bounded(path: Path, keep: Callable[[StorePort], StorePort]) -> None:
     """SQLite checkpoints the write-ahead log as it grows (every 1000 pages), so it is reused, not grown."""
     store = keep(SQLiteStore(path))
     for seq in range(1, 1501):
@@ -395,7 +395,7 @@ async def test_the_write_ahead_log_stays_bounded(path: Path, keep: Callable[[Sto
     assert path.with_name("logs.db-wal").stat().st_size < 6_000_000
 
 
-async def test_a_watch_hears_another_process(path: Path, keep: Callable[[Store], Store]) -> None:
+async def test_a_watch_hears_another_process(path: Path, keep: Callable[[StorePort], StorePort]) -> None:
     """A watch of one conversation notices appends that other processes make to it (SQLite's data_version,
     polled), and stays quiet for appends they make to other conversations."""
     watching = keep(open_store(f"sqlite:{path}"))

@@ -29,10 +29,10 @@ from dial_runtime.stores import (
     MemoryStore,
     PostgresStore,
     SQLiteStore,
-    Store,
     StoreClosed,
     StoreConflict,
     StoreError,
+    StorePort,
     open_store,
     redact_url,
 )
@@ -70,11 +70,11 @@ def demo_log() -> tuple[LogEntry, ...]:
 
 
 @pytest.fixture
-async def keep() -> AsyncIterator[Callable[[Store], Store]]:
+async def keep() -> AsyncIterator[Callable[[StorePort], StorePort]]:
     """Remembers the stores a test opens, and closes them when it ends, passed or failed."""
-    opened: list[Store] = []
+    opened: list[StorePort] = []
 
-    def remember(store: Store) -> Store:
+    def remember(store: StorePort) -> StorePort:
         opened.append(store)
         return store
 
@@ -84,7 +84,7 @@ async def keep() -> AsyncIterator[Callable[[Store], Store]]:
 
 
 @pytest.fixture
-def connect(url: str, keep: Callable[[Store], Store]) -> Callable[[], Store]:
+def connect(url: str, keep: Callable[[StorePort], StorePort]) -> Callable[[], StorePort]:
     """Opens stores on one backend, each with its own connection (one shared store for ``memory:``, which has no
     other way to share a log)."""
     shared = keep(open_store(url))
@@ -95,7 +95,7 @@ def said(seq: int, text: str) -> LogEntry:
     return LogEntry(seq=seq, time=1_700_000_000.0 + seq / 8, event=SaidEvent(text=text))
 
 
-async def write(store: Store, conversation_id: str, entries: tuple[LogEntry, ...] | list[LogEntry]) -> None:
+async def write(store: StorePort, conversation_id: str, entries: tuple[LogEntry, ...] | list[LogEntry]) -> None:
     """Append a log the way a conversation does: a few entries at a time."""
     position = 0
     for size in itertools.cycle((1, 3, 2)):
@@ -105,7 +105,7 @@ async def write(store: Store, conversation_id: str, entries: tuple[LogEntry, ...
         position += size
 
 
-async def test_a_real_log_round_trips(connect: Callable[[], Store], demo_log: tuple[LogEntry, ...]) -> None:
+async def test_a_real_log_round_trips(connect: Callable[[], StorePort], demo_log: tuple[LogEntry, ...]) -> None:
     assert len({entry.event.type for entry in demo_log}) >= 10
     store = connect()
     await write(store, "demo", demo_log)
@@ -118,7 +118,7 @@ durable = pytest.mark.parametrize("durable_url", STORE_KINDS[1:], indirect=True)
 
 @durable
 async def test_a_log_outlives_its_store(
-    durable_url: str, demo_log: tuple[LogEntry, ...], keep: Callable[[Store], Store]
+    durable_url: str, demo_log: tuple[LogEntry, ...], keep: Callable[[StorePort], StorePort]
 ) -> None:
     first = keep(open_store(durable_url))
     await write(first, "demo", demo_log)
@@ -126,13 +126,13 @@ async def test_a_log_outlives_its_store(
     assert await keep(open_store(durable_url)).read("demo") == list(demo_log)
 
 
-async def _lock(store: Store) -> None:
+async def _lock(store: StorePort) -> None:
     async with store.lock("demo"):
         raise AssertionError("a closed store gave its lock")
 
 
 #: Every call a conversation makes on a store.
-STORE_CALLS: dict[str, Callable[[Store], Any]] = {
+STORE_CALLS: dict[str, Callable[[StorePort], Any]] = {
     "append": lambda store: store.append("demo", [said(2, "again")], expected_seq=1),
     "read": lambda store: store.read("demo"),
     "read-after": lambda store: store.read("demo", after_seq=1),
@@ -151,7 +151,7 @@ async def test_a_closed_store_refuses_every_call(url: str, call: str) -> None:
     await store.aclose()  # closing again is harmless
 
 
-async def test_reads_after_a_seq(connect: Callable[[], Store], demo_log: tuple[LogEntry, ...]) -> None:
+async def test_reads_after_a_seq(connect: Callable[[], StorePort], demo_log: tuple[LogEntry, ...]) -> None:
     store = connect()
     assert await store.read("demo") == []
     await write(store, "demo", demo_log)
@@ -160,7 +160,7 @@ async def test_reads_after_a_seq(connect: Callable[[], Store], demo_log: tuple[L
     assert await store.read("other") == []
 
 
-async def test_a_stale_append_conflicts_and_writes_nothing(connect: Callable[[], Store]) -> None:
+async def test_a_stale_append_conflicts_and_writes_nothing(connect: Callable[[], StorePort]) -> None:
     store = connect()
     await store.append("c", [said(1, "a"), said(2, "b"), said(3, "c")], expected_seq=0)
     for expected in (0, 2, 4):
@@ -176,7 +176,7 @@ async def test_a_stale_append_conflicts_and_writes_nothing(connect: Callable[[],
     assert await store.read("new") == []
 
 
-async def test_misnumbered_entries_are_refused(connect: Callable[[], Store]) -> None:
+async def test_misnumbered_entries_are_refused(connect: Callable[[], StorePort]) -> None:
     store = connect()
     await store.append("c", [said(1, "a")], expected_seq=0)
     for entries in ([said(3, "gap")], [said(2, "b"), said(2, "repeat")], [said(1, "stale")]):
@@ -186,7 +186,7 @@ async def test_misnumbered_entries_are_refused(connect: Callable[[], Store]) -> 
 
 
 @pytest.mark.parametrize("via", ["tasks", "connections"])
-async def test_racing_appends_one_wins(connect: Callable[[], Store], via: str) -> None:
+async def test_racing_appends_one_wins(connect: Callable[[], StorePort], via: str) -> None:
     first = connect()
     racers = [first if via == "tasks" else connect() for _ in range(6)]
     won: list[int] = []
@@ -195,7 +195,7 @@ async def test_racing_appends_one_wins(connect: Callable[[], Store], via: str) -
         start = anyio.Event()
         last = round_ * 2
 
-        async def race(store: Store, racer: int, last: int, start: anyio.Event) -> None:
+        async def race(store: StorePort, racer: int, last: int, start: anyio.Event) -> None:
             await start.wait()
             try:
                 await store.append(
@@ -218,7 +218,9 @@ async def test_racing_appends_one_wins(connect: Callable[[], Store], via: str) -
     assert [entry.event for entry in log] == [SaidEvent(text=f"{racer}") for racer in won for _ in range(2)]
 
 
-async def test_postgres_unique_violation_is_a_conflict(pg_schema_url: str, keep: Callable[[Store], Store]) -> None:
+async def test_postgres_unique_violation_is_a_conflict(
+    pg_schema_url: str, keep: Callable[[StorePort], StorePort]
+) -> None:
     """An append that passed its seq check while another inserted the same seq waits for it, then conflicts."""
     store = keep(open_store(pg_schema_url))
     await store.append("c", [said(1, "a")], expected_seq=0)
@@ -260,7 +262,7 @@ def waiting_on_a_lock(url: str) -> bool:
     return row is not None and row[0] == 1
 
 
-async def test_a_lock_is_exclusive(connect: Callable[[], Store]) -> None:
+async def test_a_lock_is_exclusive(connect: Callable[[], StorePort]) -> None:
     store, other = connect(), connect()
     async with store.lock("a"):
         for contender in (store, other):
@@ -281,7 +283,7 @@ async def test_a_lock_is_exclusive(connect: Callable[[], Store]) -> None:
 
 
 @durable
-async def test_a_lock_dies_with_its_process(durable_url: str, keep: Callable[[Store], Store]) -> None:
+async def test_a_lock_dies_with_its_process(durable_url: str, keep: Callable[[StorePort], StorePort]) -> None:
     store = keep(open_store(durable_url))
     holder = await anyio.open_process(
         [sys.executable, "-c", HOLDER, durable_url, "held"], stdout=subprocess.PIPE, cwd=Path(__file__).parents[1]
@@ -311,7 +313,7 @@ async def test_a_lock_dies_with_its_process(durable_url: str, keep: Callable[[St
                 await anyio.sleep(0.05)  # the server notices a dead client's session a moment later
 
 
-async def test_conversations_are_listed_sorted(connect: Callable[[], Store]) -> None:
+async def test_conversations_are_listed_sorted(connect: Callable[[], StorePort]) -> None:
     store = connect()
     assert await store.conversations() == []
     ids = ["b", "a", "é", "B", "z-10", "z-9", "😀"]
@@ -323,7 +325,7 @@ async def test_conversations_are_listed_sorted(connect: Callable[[], Store]) -> 
         assert await connect().conversations() == sorted(ids)
 
 
-async def test_sqlite_runs_in_wal_mode(tmp_path: Path, keep: Callable[[Store], Store]) -> None:
+async def test_sqlite_runs_in_wal_mode(tmp_path: Path, keep: Callable[[StorePort], StorePort]) -> None:
     path = tmp_path / "logs.db"
     store = keep(open_store(f"sqlite:{path}"))
     await store.append("c", [said(1, "a")], expected_seq=0)
@@ -339,7 +341,7 @@ async def test_sqlite_runs_in_wal_mode(tmp_path: Path, keep: Callable[[Store], S
 
 
 async def test_sqlite_waits_for_another_writer_off_the_event_loop(
-    tmp_path: Path, keep: Callable[[Store], Store]
+    tmp_path: Path, keep: Callable[[StorePort], StorePort]
 ) -> None:
     """An append that finds the write lock taken neither fails nor stalls the event loop: it waits in a worker
     thread until the lock is free, then appends."""
@@ -435,7 +437,7 @@ def _clear_locks(source: Path, target: Path) -> None:
 
 @pytest.mark.parametrize("lose_locks", [_backup, _clear_locks], ids=["backup-copy", "locks-deleted"])
 async def test_sqlite_without_its_lock_folder_reads_the_whole_log(
-    tmp_path: Path, keep: Callable[[Store], Store], demo_log: tuple[LogEntry, ...], lose_locks: Any
+    tmp_path: Path, keep: Callable[[StorePort], StorePort], demo_log: tuple[LogEntry, ...], lose_locks: Any
 ) -> None:
     """The lock folder only locks: a database without it (a backup copy, a folder someone cleared) opens with
     its whole log, and a conversation then goes on from there without a conflict or a stale write."""
@@ -466,7 +468,7 @@ async def test_sqlite_without_its_lock_folder_reads_the_whole_log(
     ids=["text", "truncated", "binary"],
 )
 async def test_sqlite_refuses_a_file_that_is_not_a_database(
-    tmp_path: Path, keep: Callable[[Store], Store], content: bytes
+    tmp_path: Path, keep: Callable[[StorePort], StorePort], content: bytes
 ) -> None:
     """A file that is not a database is refused by the store's first call, before anything is written, with a
     StoreError naming the path; the file is left as it was."""
@@ -482,7 +484,7 @@ async def test_sqlite_refuses_a_file_that_is_not_a_database(
 
 
 async def test_sqlite_in_a_missing_folder_is_refused_and_nothing_is_made(
-    tmp_path: Path, keep: Callable[[Store], Store]
+    tmp_path: Path, keep: Callable[[StorePort], StorePort]
 ) -> None:
     path = tmp_path / "no" / "such" / "logs.db"
     store = keep(open_store(f"sqlite:{path}"))
@@ -494,7 +496,7 @@ async def test_sqlite_in_a_missing_folder_is_refused_and_nothing_is_made(
     assert not (tmp_path / "no").exists()
 
 
-async def test_a_read_only_store_creates_nothing(tmp_path: Path, keep: Callable[[Store], Store]) -> None:
+async def test_a_read_only_store_creates_nothing(tmp_path: Path, keep: Callable[[StorePort], StorePort]) -> None:
     """``create=False`` (what ``log``, ``export``, ``replay`` and ``list`` open): a missing file is an error, and
     an existing database gains no table, no write-ahead log and no lock file."""
     missing = tmp_path / "typo.db"
@@ -520,7 +522,7 @@ async def test_a_read_only_store_creates_nothing(tmp_path: Path, keep: Callable[
 
 
 async def test_a_read_only_postgres_store_creates_no_table(
-    pg_schema_url: str, keep: Callable[[Store], Store]
+    pg_schema_url: str, keep: Callable[[StorePort], StorePort]
 ) -> None:
     store = keep(open_store(pg_schema_url, create=False))
     assert await store.read("c") == [] and await store.conversations() == []
@@ -549,7 +551,7 @@ def test_urls_are_shown_without_their_password(url: str, shown: str) -> None:
 
 
 async def test_a_refused_postgres_connection_is_one_store_error_without_the_password(
-    keep: Callable[[Store], Store], tmp_path: Path
+    keep: Callable[[StorePort], StorePort], tmp_path: Path
 ) -> None:
     """No server listens on the socket folder: the error names the URL, password masked."""
     store = keep(open_store(f"postgresql://ann:s3cret@/dial?host={tmp_path}&connect_timeout=2"))
@@ -578,7 +580,7 @@ async def quiet(changes: AsyncIterator[str | None], *, wait: float = 0.3) -> boo
     return True
 
 
-async def test_a_watch_hears_an_append_by_another_connection(connect: Callable[[], Store]) -> None:
+async def test_a_watch_hears_an_append_by_another_connection(connect: Callable[[], StorePort]) -> None:
     watching, writing = connect(), connect()
     async with watching.watch("c1") as changes:
         assert await watching.read("c1") == []
@@ -591,7 +593,7 @@ async def test_a_watch_hears_an_append_by_another_connection(connect: Callable[[
 
 
 async def test_the_first_watch_of_a_fresh_store_hears_an_append_made_at_once(
-    connect: Callable[[], Store],
+    connect: Callable[[], StorePort],
 ) -> None:
     """A watch hears every append committed after it was entered, even when it is the store's first and the
     append follows at once (PostgreSQL: the watch is entered only once its listener is listening)."""
@@ -605,7 +607,7 @@ async def test_the_first_watch_of_a_fresh_store_hears_an_append_made_at_once(
 
 
 async def test_a_postgres_listener_that_lost_its_connection_wakes_every_watcher_and_listens_again(
-    pg_schema_url: str, keep: Callable[[Store], Store]
+    pg_schema_url: str, keep: Callable[[StorePort], StorePort]
 ) -> None:
     """Notifications sent while the listener reconnects are gone: a watcher is told any conversation may have
     changed (``None``), then hears appends as before."""
@@ -626,7 +628,7 @@ async def test_a_postgres_listener_that_lost_its_connection_wakes_every_watcher_
         assert await next_change(changes) == "c1"
 
 
-async def test_appends_while_the_watcher_is_busy_come_once(url: str, connect: Callable[[], Store]) -> None:
+async def test_appends_while_the_watcher_is_busy_come_once(url: str, connect: Callable[[], StorePort]) -> None:
     store = connect()
     async with store.watch() as changes:
         for seq in (1, 2, 3):
@@ -642,7 +644,7 @@ async def test_appends_while_the_watcher_is_busy_come_once(url: str, connect: Ca
         assert await quiet(changes)
 
 
-async def test_a_refused_append_wakes_nobody(connect: Callable[[], Store]) -> None:
+async def test_a_refused_append_wakes_nobody(connect: Callable[[], StorePort]) -> None:
     watching, writing = connect(), connect()
     await writing.append("c1", [said(1, "hello")], expected_seq=0)
     async with watching.watch("c1") as changes:
@@ -662,7 +664,7 @@ async def test_a_watch_ends_when_its_store_closes(url: str) -> None:
 
 
 async def test_postgres_wakes_a_watch_of_every_conversation_from_any_connection(
-    pg_schema_url: str, keep: Callable[[Store], Store]
+    pg_schema_url: str, keep: Callable[[StorePort], StorePort]
 ) -> None:
     watching, writing = keep(open_store(pg_schema_url)), keep(open_store(pg_schema_url))
     async with watching.watch() as changes:

@@ -15,7 +15,16 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from dial_runtime import Accept, Conversation, Dismiss, LogEntry, Store, open_store, policy_human, scripted_human
+from dial_runtime import (
+    Accept,
+    Conversation,
+    Dismiss,
+    LogEntry,
+    StorePort,
+    open_store,
+    policy_human,
+    scripted_human,
+)
 
 from .fakes import Agent, Notes, StreamingAgent, envelope, suggest
 
@@ -39,7 +48,7 @@ def anyio_backend(real_clocks: str) -> str:
 class Witness:
     """A store that remembers what it acknowledged, so a test can tell whether an event was shown first."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StorePort) -> None:
         self.store = store
         self.acknowledged: list[LogEntry] = []
 

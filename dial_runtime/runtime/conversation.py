@@ -54,7 +54,12 @@ from .flow import FlowRules
 from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
 
 if TYPE_CHECKING:
-    from ..ports import Agent, DecisionLike, Domain, Human, Store, StreamingAgent
+    from ..ports import AgentPort as Agent
+    from ..ports import DecisionLike
+    from ..ports import DomainPort as Domain
+    from ..ports import HumanPort as Human
+    from ..ports import StorePort as Store
+    from ..ports import StreamingAgentPort as StreamingAgent
 
 __all__ = ["HANDLED_ELEMENTS", "Conversation", "accepts_message_id"]
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
 from ..errors import StoreClosed, StoreConflict, StoreError
-from .base import Store, redact_url
+from .base import StorePort, redact_url
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
@@ -22,10 +22,10 @@ __all__ = [
     "MemoryStore",
     "PostgresStore",
     "SQLiteStore",
-    "Store",
     "StoreClosed",
     "StoreConflict",
     "StoreError",
+    "StorePort",
     "open_store",
     "redact_url",
 ]
@@ -33,7 +33,7 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(__name__, {"PostgresStore": ".postgres"}, globals())
 
 
-def open_store(url: str, *, create: bool = True) -> Store:
+def open_store(url: str, *, create: bool = True) -> StorePort:
     """The store a URL names: ``memory:`` (or ``memory``), ``sqlite:relative/path.db`` or
     ``sqlite:///absolute/path.db`` (``?synchronous=full``: every commit synced to disk, see
     :class:`SQLiteStore`), ``postgresql://...`` or ``postgres://...`` (libpq's URI form).

@@ -1,5 +1,5 @@
-"""What the durable event-log stores share (the protocol a store satisfies is :class:`dial_runtime.ports.Store`,
-re-exported here).
+"""What the durable event-log stores share (the protocol a store satisfies is
+:class:`dial_runtime.ports.StorePort`, re-exported here).
 
 A conversation's state is a fold over its log, so persisting the log is persisting the conversation. A store keeps
 the logs of many conversations, keyed by conversation id; appends are optimistic (each names the sequence number it
@@ -20,16 +20,16 @@ import anyio.lowlevel
 import msgspec
 
 from ..errors import LogError, StoreClosed, StoreConflict, StoreError
-from ..ports import Store
+from ..ports import StorePort
 from ..runtime.events import LogEntry, entry_from_dict
 
 __all__ = [
     "ChangeFeed",
     "Changes",
-    "Store",
     "StoreClosed",
     "StoreConflict",
     "StoreError",
+    "StorePort",
     "check_entries",
     "decode",
     "encode",
@@ -38,9 +38,9 @@ __all__ = [
 
 
 class Changes:
-    """What :meth:`Store.watch` yields: an async iterator of the ids of conversations appended to since the watch
-    began (``None``: any conversation may have changed, re-read them all). Appends made while the consumer is
-    busy come once per conversation, in the order they first came."""
+    """What :meth:`StorePort.watch` yields: an async iterator of the ids of conversations appended to since the
+    watch began (``None``: any conversation may have changed, re-read them all). Appends made while the consumer
+    is busy come once per conversation, in the order they first came."""
 
     def __init__(self, wanted: str | None, probe: Callable[[], object] | None, interval: float) -> None:
         self.wanted = wanted

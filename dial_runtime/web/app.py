@@ -52,11 +52,11 @@ from .. import (
     LogEntry,
     PayloadChanged,
     Say,
-    Store,
     Suggestion,
     TurnResult,
     open_store,
 )
+from .. import StorePort as Store
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import Projection, project
 from .mapping import EventMapper, interrupt_for, interrupt_id, messages_of
