@@ -287,29 +287,27 @@ def _log(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .replay import ReplayReport, replay
+    from .replay import replay
 
     if args.file is not None:
-        _, entries = _read_file(args.file)
+        conversation_id, entries = _read_file(args.file)
     elif args.id is None:
         _usage("replaying from a store needs the conversation's ID")
     else:
-        entries = _read_log(args.store, args.id)
-    domain = load_domain(args.domain)
-
-    async def run() -> ReplayReport:
-        return await replay(
-            entries,
-            domain=domain,
-            max_turns=args.max_turns,
-            timeout=args.timeout,
-            reply_timeout=args.reply_timeout,
-            idle_timeout=args.idle_timeout,
-            decide_timeout=args.decide_timeout,
-            run_actions=args.run_actions,
-        )
-
-    report = trio.run(run, clock=trio.testing.MockClock(autojump_threshold=0))
+        conversation_id, entries = args.id, _read_log(args.store, args.id)
+    if args.recheck and args.domain is None:
+        _usage("replay --recheck asks the domain again: name it with --domain")
+    report = replay(
+        entries,
+        domain=None if args.domain is None else load_domain(args.domain),
+        recheck=args.recheck,
+        conversation_id=conversation_id,
+        max_turns=args.max_turns,
+        timeout=args.timeout,
+        reply_timeout=args.reply_timeout,
+        idle_timeout=args.idle_timeout,
+        decide_timeout=args.decide_timeout,
+    )
     print(report)
     return 0 if report.ok else 1
 
@@ -592,7 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     log.set_defaults(run=_log)
 
     replaying = commands.add_parser(
-        "replay", help="replay a recorded conversation against this runtime and a domain; exit 1 when it diverges"
+        "replay", help="replay a recorded conversation through this runtime; exit 1 when it diverges"
     )
     replaying.add_argument("id", nargs="?", help="the conversation's id (with --store)")
     source = replaying.add_mutually_exclusive_group(required=True)
@@ -600,8 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--file", metavar="FILE", help="a JSON Lines log (what export writes) instead of a store")
     replaying.add_argument(
         "--domain",
-        required=True,
-        help="module:factory; factory() returns the domain (dial_runtime.demo:NotesDomain)",
+        help="module:factory; factory() returns the domain (its flow; with --recheck its verdicts)",
     )
     replaying.add_argument("--max-turns", type=int, default=8, metavar="N", help="as recorded (default: 8)")
     replaying.add_argument(
@@ -612,9 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--decide-timeout", type=float, metavar="S", help="seconds per decision, as recorded (default: none)"
     )
     replaying.add_argument(
-        "--run-actions",
+        "--recheck",
         action="store_true",
-        help="run the domain's actions for real (by default the recorded results and errors stand in for them)",
+        help="ask the domain again for actions, validate and preview (by default the log answers; nothing runs)",
     )
     replaying.set_defaults(run=_replay)
 

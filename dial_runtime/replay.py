@@ -1,47 +1,61 @@
-"""Replay a recorded conversation against the current runtime and a domain, and report where it diverges.
+"""Replay a recorded conversation through the conversation core, and report where it diverges.
 
 A recording is a conversation's log. Each call it holds (``say``, ``decide``, ``answer``, ``resume``, ``end``) is
-made again on a fresh :class:`~dial_runtime.runtime.conversation.Conversation`; nothing is sent to any agent. A
-recorded agent answers each message with what the recording holds next for it (the reply, streamed when it was
-streamed; a wait that outlasts the deadline for a ``no-reply``; the recorded error for a ``send-failed``), and a
-recorded person makes the recorded decisions and answers, each for the suggestion or ask it was made for. The
-events every call produces are compared, turn by turn, with the recorded ones (without ``seq`` and ``time``), so a
-change in the runtime or the domain shows up as a list of :class:`Divergence`.
+made again on a fresh :class:`~dial_runtime.runtime.core.ConversationCore`, with no event loop and no clock: the
+loop below answers every effect the core yields with what the recording holds for it, as inputs of the effect
+protocol (the reply, or the streamed reply as far as it arrived; the person's decisions and answers, with who
+gave them; the actions' results and errors; a deadline that passed; a cancellation, in the words it was logged
+in; a process that died). What the core records is compared, call by call and turn by turn, with what the
+recording holds, so a change in the runtime shows up as a list of :class:`Divergence`.
 
-Where the recording's process died (the log shows what :meth:`Conversation.open` recovered, or a call that never
-finished), the replay stops the call at the same point and recovers from the log as it stood, as ``open`` does;
-an action the dead process was running is not run again.
+A replay is dry, and nothing in it runs: the recording answers for the domain too (whether an action exists and
+how it is declared, each ``validate`` verdict, each preview, each result), so an untouched log replays
+identical, whatever state the domain is in now. ``recheck=True`` asks the domain instead of the log for
+``actions``, ``validate`` and ``preview`` (never ``run``): a verdict that depends on the domain's state may then
+differ, and the divergence says the domain answered otherwise. An action the core would start where the
+recording ran nothing like it is not run either: it fails with code ``not-run-in-replay``, and the report lists
+it under ``not_run``.
 
-A replay is dry unless ``run_actions=True``: no action of the domain runs. Where the runtime starts an action,
-the recorded outcome of that action (the same suggestion, action and payload) stands in for it: its result, or
-its error raised again as an :class:`~dial_runtime.runtime.records.ActionError` with the recorded code, field and
-hint. An action the recording never ran is not run either: it fails with code ``not-run-in-replay``, and the
-report lists it under ``not_run``, the places where the new code would have run something the recording did not.
-Since nothing ran, the domain's own state stays where it was: the ``context`` its messages carry is therefore
-the recorded one (each message is compared with its recorded context in place). ``validate`` and ``preview`` are
-called as usual: they are meant to have no effects.
-
-Nothing in a replay depends on the clock: the recorded agent and person either answer at once or never, so a
-deadline passes exactly where it passed in the recording, however fast the clock runs.
+Where the recording's process died (what follows is what :meth:`ConversationCore.recover` records, or nothing),
+the replayed call is closed at the same point and the next call recovers, as ``Conversation.open`` does.
 """
 
 from __future__ import annotations
 
 import difflib
-import inspect
-import itertools
 import json
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Any, NoReturn, cast
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-import anyio
-import anyio.lowlevel
-import attrs
 import msgspec
 
-from .runtime.conversation import Conversation
-from .runtime.core import CUT, IDLE_DEADLINE, OVERTAKEN, PROCESS_STOPPED, REPLY_DEADLINE
+from .errors import ActionError
+from .runtime.core import CUT, PROCESS_STOPPED, Call, ConversationCore, deadline_words
+from .runtime.effects import (
+    Answer,
+    AwaitPerson,
+    AwaitStream,
+    Consult,
+    DeadlinePassed,
+    Effect,
+    EndStream,
+    Expired,
+    GetContext,
+    Interruption,
+    LookUp,
+    NoReply,
+    Ran,
+    RecordedError,
+    Replied,
+    Review,
+    Reviewed,
+    RunAction,
+    RunFailed,
+    Send,
+    Show,
+    Streamed,
+    Thinking,
+)
 from .runtime.events import (
     ActionStartedEvent,
     AnsweredEvent,
@@ -51,6 +65,7 @@ from .runtime.events import (
     InterruptedEvent,
     LogEntry,
     OutcomeEvent,
+    RefusedEvent,
     ReplyEvent,
     ReplyProgressEvent,
     ReplyRefusedEvent,
@@ -58,60 +73,22 @@ from .runtime.events import (
     SaidEvent,
     SendFailedEvent,
     SentEvent,
+    SuggestionEvent,
     event_to_dict,
 )
-from .runtime.records import Accept, ActionError, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion
+from .runtime.flow import FlowRules
+from .runtime.records import Accept, ActionSpec, Ask, Defer, Dismiss, Edit, Issue, Say, as_action_spec, as_issue
 
-#: The ``decide_timeout`` a replay uses when the recording has an expired decision and none is given.
-EXPIRE_TIMEOUT = 0.01
+__all__ = ["NOT_RUN", "Divergence", "NotRun", "ReplayReport", "replay"]
 
-#: How many times a replayed stream cut off by a cancellation lets the call's own task run before it gives up
-#: waiting for the call to reach the point where the recording's was cancelled.
-_CATCH_UP = 64
-
-#: The reason the runtime records for a call a dead process left open; such a call raised nothing.
-_PROCESS_STOPPED = PROCESS_STOPPED
-
-#: What can follow a message to the agent.
-_AGENT_ANSWERS = frozenset({"reply", "no-reply", "send-failed"})
-
-#: The code of the outcome of an action a dry replay did not run, because the recording never ran it.
+#: The code of the outcome of an action a replay did not run, because the recording never ran it.
 NOT_RUN = "not-run-in-replay"
-
-#: Where a dry replay's message holds the domain's context: the recorded message's context takes its place.
-_CONTEXT = "\ue000the recorded context\ue000"
-
-#: The events a call cancelled from outside records after the point where it was cancelled.
-_CANCELLING = frozenset({"reply-progress", "proposed", "outcome", "answered", "interrupted", "finished"})
-
-#: How the runtime words a call that was cancelled; a replay words one so too, and reads the older form (the
-#: exception's text, which names a cancel scope or a task that existed only in that process) as it.
-_CANCELLED = "the call was cancelled"
 
 #: The events recovering from a dead process records.
 _RECOVERY = frozenset({"outcome", "deferred", "handled", "interrupted", "finished"})
 
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _contrast(recorded: Any, replayed: Any) -> tuple[str, str]:
-    """Two differing values, shortened; two long texts from a little before where they first differ."""
-    if not (isinstance(recorded, str) and isinstance(replayed, str)) or max(len(recorded), len(replayed)) < 70:
-        return _short(recorded), _short(replayed)
-    same, shorter = 0, min(len(recorded), len(replayed))
-    while same < shorter and recorded[same] == replayed[same]:
-        same += 1
-    start = max(same - 20, 0)
-    mark = "…" if start else ""
-    return mark + _short(recorded[start:]), mark + _short(replayed[start:])
-
-
-def _summary(event: dict[str, Any]) -> str:
-    rest = {key: value for key, value in event.items() if key != "type"}
-    return f"{event.get('type')} {_short(rest, 160)}"
+#: The events a call cancelled from outside records after the point where it was cancelled.
+_CANCELLING = frozenset({"reply-progress", "proposed", "outcome", "answered", "interrupted", "finished"})
 
 
 class Divergence(msgspec.Struct, frozen=True, kw_only=True):
@@ -152,8 +129,8 @@ class Divergence(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class NotRun(msgspec.Struct, frozen=True, kw_only=True):
-    """An action a dry replay would have run where the recording ran nothing like it: the 1-based ``call``, the
-    suggestion, the action and its payload."""
+    """An action the replay would have started where the recording ran nothing like it: the 1-based ``call``,
+    the suggestion, the action and its payload."""
 
     call: int
     suggestion_id: str
@@ -169,12 +146,14 @@ class NotRun(msgspec.Struct, frozen=True, kw_only=True):
 
 class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
     """What a replay came to: the calls made, the turns run (messages the recorded agent answered or not), every
-    divergence from the recording, in order, and (a dry replay) the actions it did not run."""
+    divergence from the recording, in order, and the actions it did not run; ``rechecked``: whether the domain
+    answered for the log (then a divergence may be the domain's, not the runtime's)."""
 
     calls: int
     turns: int
     divergences: tuple[Divergence, ...] = ()
     not_run: tuple[NotRun, ...] = ()
+    rechecked: bool = False
 
     @property
     def ok(self) -> bool:
@@ -186,432 +165,489 @@ class ReplayReport(msgspec.Struct, frozen=True, kw_only=True):
         if self.ok:
             return f"{head}: identical to the recording"
         lines = [f"{head}: {len(self.divergences)} divergence(s)"]
+        if self.rechecked:
+            lines.append("  (the domain was asked again: a verdict that differs is the domain's)")
         lines.extend(f"  {divergence}" for divergence in self.divergences)
         lines.extend(f"  {skipped}" for skipped in self.not_run)
         return "\n".join(lines)
 
 
-class _RecordedSendError(Exception):
-    """A recorded failed send, raised again; :func:`_send_error` names its class like the original's, because
-    the runtime logs a failure as ``"TypeName: message"``."""
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _send_error(error: str) -> _RecordedSendError:
-    name, colon, message = error.partition(": ")
-    if not name.isidentifier():
-        return _RecordedSendError(error)
-    cls = cast("type[_RecordedSendError]", type(name, (_RecordedSendError,), {"__module__": __name__}))
-    return cls(message if colon else "")
+def _contrast(recorded: Any, replayed: Any) -> tuple[str, str]:
+    """Two differing values, shortened; two long texts from a little before where they first differ."""
+    if not (isinstance(recorded, str) and isinstance(replayed, str)) or max(len(recorded), len(replayed)) < 70:
+        return _short(recorded), _short(replayed)
+    same, shorter = 0, min(len(recorded), len(replayed))
+    while same < shorter and recorded[same] == replayed[same]:
+        same += 1
+    start = max(same - 20, 0)
+    mark = "…" if start else ""
+    return mark + _short(recorded[start:]), mark + _short(replayed[start:])
 
 
-def _describe(error: BaseException) -> str:
-    """An exception as the runtime logs it (``"TypeName: message"``, or the bare name)."""
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+def _summary(event: dict[str, Any]) -> str:
+    rest = {key: value for key, value in event.items() if key != "type"}
+    return f"{event.get('type')} {_short(rest, 160)}"
 
 
-async def _forever() -> NoReturn:
-    """Wait until cancelled: a recorded silence, which the deadline around the wait ends as it did then."""
-    await anyio.sleep_forever()
-    raise AssertionError("sleep_forever returned")
+class _Cancelled(BaseException):
+    """A cancellation of the recording's call, as the replay throws it in (wrapped in an Interruption that
+    carries the words the recording logged)."""
 
 
-class _RecordedAgent:
-    """Answers each message the way the recording's agent answered the same message of the call; ``stop_point``
-    is awaited first (where the recording's call was cancelled, it cancels this one)."""
+class _Died(Exception):
+    """The recording's process died here: the replayed call is closed without another event."""
 
-    def __init__(self, events: Sequence[Event], stop_point: Callable[[], Awaitable[None]]) -> None:
-        self._stop_point = stop_point
-        self._answers: deque[Event | None] = deque()
-        self._partial: deque[str | None] = deque()
-        self._past_deadline: deque[bool] = deque()
-        for index, event in enumerate(events):
-            if event.type == "sent":
-                later = list(itertools.takewhile(lambda e: e.type != "sent", events[index + 1 :]))
-                answer = next((e for e in later if e.type in _AGENT_ANSWERS), None)
-                self._answers.append(answer)
-                cut = answer is None and any(e.type == "reply-started" for e in later)
-                progress = "".join(e.text for e in later if isinstance(e, ReplyProgressEvent))
-                self._partial.append(progress if cut else None)
-                self._past_deadline.append(_deadline_cut(later) is not None)
 
-    async def send(self, message: str) -> str:
-        await self._stop_point()
-        answer = self._answers.popleft() if self._answers else None
-        if self._partial:
-            self._partial.popleft()
-            self._past_deadline.popleft()
+class _Recording:
+    """The recorded events, and the answers the replay reads from them for the call being made."""
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        self.events = events
+        self.call_start = 0
+        self.call_end = len(events)
+        self._taken: set[int] = set()
+
+    def after(self, position: int, *kinds: str) -> Event | None:
+        """The first event of the call being made, at or after ``position``, of one of ``kinds``."""
+        for event in self.events[position : self.call_end]:
+            if event.type in kinds:
+                return event
+        return None
+
+    def rest(self, position: int) -> Sequence[Event]:
+        """The events of the call being made from ``position`` on (what recovering it recorded included)."""
+        return self.events[position : self.call_end]
+
+    def about(self, subject: str, *kinds: str) -> Event | None:
+        """The first recorded event of the call being made (or later) of one of ``kinds`` that concerns
+        ``subject`` and was not taken yet (see :meth:`take`): ids are unique in a conversation, so where the
+        replay is from the recording's position does not matter."""
+        for index in range(self.call_start, len(self.events)):
+            event = self.events[index]
+            if index not in self._taken and event.type in kinds and subject in _subjects(event):
+                return event
+        return None
+
+    def take(self, event: Event) -> None:
+        """Mark an answer given once (a decision, an answer, a refusal) used: the next look-up finds the next."""
+        for index in range(self.call_start, len(self.events)):
+            if self.events[index] is event:
+                self._taken.add(index)
+                return
+
+    def at(self, position: int) -> Event | None:
+        return self.events[position] if position < len(self.events) else None
+
+
+class _Replayer:
+    """Makes the recorded calls on a core and answers its effects from the recording (or, for what ``recheck``
+    names, from the domain)."""
+
+    def __init__(
+        self,
+        recorded: Sequence[Event],
+        times: Sequence[float],
+        *,
+        domain: Any,
+        recheck: bool,
+        options: Mapping[str, Any],
+    ) -> None:
+        self.recording = _Recording(recorded)
+        self.times = times
+        self.domain = domain
+        self.recheck = recheck
+        self.options = options
+        self.not_run: list[NotRun] = []
+        self.calls = 0
+        self.core = self._core(())
+        self._waiting: Any = None  # the person's answer a Thinking deferred to the AwaitPerson that follows
+        self._pieces: list[Streamed] = []  # the rest of a streamed reply, as it arrived
+        self._words = ""
+
+    def _core(self, entries: Iterable[LogEntry]) -> ConversationCore:
+        rules = getattr(self.domain, "flow_rules", None)
+        return ConversationCore(
+            entries,
+            max_turns=self.options["max_turns"],
+            decide_timeout=self.options["decide_timeout"],
+            answers=self.options["answers"],
+            flow=rules if isinstance(rules, FlowRules) else None,
+            conversation_id=self.options["conversation_id"],
+            clock=self._time,
+        )
+
+    def _time(self) -> float:
+        position = len(self.core.log)
+        return self.times[position] if position < len(self.times) else (self.times[-1] if self.times else 0.0)
+
+    @property
+    def position(self) -> int:
+        return len(self.core.log)
+
+    # --- making a call -----------------------------------------------------------------------------------------
+
+    def make(self, start: Event) -> str | None:
+        """Make the call that ``start`` (its first recorded event) begins; what it raised, as the runtime words
+        it, or ``None``."""
+        self.calls += 1
+        self.core.recover()  # a call a dead process left open is closed by the next, as Conversation does
+        try:
+            call = self._call(start)
+        except Exception as refused:  # the call is refused at once (a decision on what no longer waits)
+            return _described(refused)
+        return self._drive(call)
+
+    def _call(self, start: Event) -> Call | None:
+        """The call ``start`` begins, made on the core (``None``: an ``end()``, done at once)."""
+        core = self.core
+        call: Call | None
+        self._words = ""
+        if isinstance(start, SaidEvent):
+            self._words = start.text
+            call = core.say(start.text)
+        elif isinstance(start, ResumedEvent) and start.call == "say":
+            said = self.recording.after(self.position + 1, "said")
+            self._words = said.text if isinstance(said, SaidEvent) else ""
+            call = core.say(self._words)
+        elif isinstance(start, ResumedEvent) and start.call == "decide":
+            given = self.recording.after(self.position + 1, "decided", "deferred", "refused")
+            call = self._decide(given)
+        elif isinstance(start, ResumedEvent) and start.call == "answer":
+            given = self.recording.after(self.position + 1, "answered")
+            assert isinstance(given, AnsweredEvent), "an answer call records its answer"
+            call = core.answer(given.ask_id, given.text, given.by)
+        elif isinstance(start, ResumedEvent):
+            call = core.resume()
+        else:
+            core.end(getattr(start, "reason", "end() was called"))
+            call = None
+        return call
+
+    def _decide(self, given: Event | None) -> Call:
+        core = self.core
+        if isinstance(given, DecidedEvent):
+            return core.decide(given.suggestion_id, _decision(given), given.by)
+        if isinstance(given, DeferredEvent):
+            return core.decide(given.subject_id, Defer(), None)
+        if isinstance(given, RefusedEvent):  # an edit refused before it was taken (a payload too large to keep)
+            waiting = core.state.open_suggestions.get(given.suggestion_id)
+            return core.decide(given.suggestion_id, Edit(waiting.payload if waiting else None), None)
+        raise ValueError("replay: a decide call records the decision it was given")
+
+    def _drive(self, call: Call | None) -> str | None:
+        """Drive ``call`` to its end, answering each effect; what it raised, in the runtime's words."""
+        if call is None:
+            return None
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = call.send(value) if error is None else call.throw(error)
+            except StopIteration:
+                return None
+            except Interruption as stopped:
+                return stopped.why
+            except Exception as raised:
+                return _described(raised)
+            value, error = None, None
+            try:
+                value = self._answer(effect)
+            except _Died:
+                call.close()
+                return None
+            except (Interruption, RecordedError) as thrown:
+                error = thrown
+
+    # --- answering the effects ---------------------------------------------------------------------------------
+
+    def _answer(self, effect: Effect) -> Any:
+        """The input the recording (or, with ``recheck``, the domain) gives for ``effect``."""
+        if isinstance(effect, GetContext):
+            return self._context()
+        if isinstance(effect, Send):
+            return self._reply(effect)
+        if isinstance(effect, AwaitStream):
+            return self._more()
+        if isinstance(effect, LookUp):
+            return self._spec(effect)
+        if isinstance(effect, Review):
+            return self._review(effect)
+        if isinstance(effect, Consult):
+            return self._consult(effect)
+        if isinstance(effect, AwaitPerson):
+            self._stopped_here()
+            waiting, self._waiting = self._waiting, None
+            return waiting
+        if isinstance(effect, RunAction):
+            return self._run(effect)
+        if isinstance(effect, (Show, EndStream)):
+            return None
+        raise TypeError(f"replay: no answer for {type(effect).__name__}")
+
+    def _stopped_here(self) -> None:
+        """Raise what stopped the recording's call at this wait, if it stopped here (see :meth:`_stop`)."""
+        stop = self._stop()
+        if stop is not None:
+            raise stop
+
+    def _stop(self) -> BaseException | None:
+        """What stopped the recording's call at the current point, if it stopped here: a cancellation, thrown in
+        with the words it was logged in (what follows is what a cancellation records), or the process's death
+        (what follows is what recovering records, or nothing)."""
+        position = self.position
+        rest = self.recording.rest(position)
+        cancelled = next((e for e in rest if isinstance(e, InterruptedEvent)), None)
+        if (
+            cancelled is not None
+            and cancelled.reason != PROCESS_STOPPED
+            and all(e.type in _CANCELLING for e in rest)
+            and rest[-1].type == "finished"
+        ):
+            progress = rest[0] if isinstance(rest[0], ReplyProgressEvent) else None
+            if progress is None or progress.text == self._progress_now():
+                return Interruption(cancelled.reason, _Cancelled())
+        if self._dies_here(position, rest):
+            return _Died()
+        return None
+
+    def _progress_now(self) -> str:
+        stream = self.core.stream
+        return "" if stream is None else stream.parser.text[stream.logged :]
+
+    def _finished(self) -> bool:
+        """Whether the recording's call got to its end (else its process died, and nothing recovered it)."""
+        recording = self.recording
+        return any(e.type == "finished" for e in recording.events[recording.call_start : recording.call_end])
+
+    def _dies_here(self, position: int, rest: Sequence[Event]) -> bool:
+        """Whether the recording's process died at this point: its call holds no more and never finished, or
+        what follows is exactly what recovering from the log so far records."""
+        if not rest:
+            return position >= self.recording.call_end and not self._finished()
+        if not all(event.type in _RECOVERY for event in rest):
+            return False
+        probe = self._core(self.core.log.entries())
+        before = len(probe.log)
+        probe.recover()
+        return list(probe.log.events[before:]) == list(rest[: len(probe.log) - before])
+
+    def _context(self) -> object:
+        """The domain's context, as the recorded message holds it."""
+        sent = self.recording.at(self.position)
+        words, self._words = self._words, ""
+        return self.core.context_in(sent.message, words) if isinstance(sent, SentEvent) else None
+
+    def _reply(self, effect: Send) -> object:
+        """What the recording's agent answered to this message."""
+        self._stopped_here()
+        answer = self.recording.after(
+            self.position, "reply", "reply-started", "no-reply", "send-failed", "interrupted"
+        )
         if isinstance(answer, ReplyEvent):
-            return answer.text
-        if isinstance(answer, SendFailedEvent):
-            raise _send_error(answer.error)
+            return Replied(answer.text)
         if answer is None:
-            raise LookupError("the recording holds no answer to this message")
-        return await _forever()
+            if self._finished():  # the recording's call ended before this message: nothing answered it
+                raise RecordedError("LookupError: the recording holds no answer to this message")
+            raise _Died
+        if answer.type == "no-reply":
+            return NoReply(self.options["timeout"] or 0.0)
+        if isinstance(answer, SendFailedEvent):
+            raise RecordedError(answer.error)
+        if isinstance(answer, InterruptedEvent):
+            raise Interruption(answer.reason, _Cancelled())
+        return self._streamed(effect.turn)
+
+    def _streamed(self, turn: int) -> Streamed:
+        """A streamed reply, arriving as the recording shows it arrived: as far as each ``reply-progress`` (what
+        had arrived when the call waited for the person), then the rest with its end (and the deadline that cut
+        it, if one did); a reply whose call stopped before its end arrives as far as the progress holds it."""
+        events = self.recording.rest(self.position)
+        progress = [e.text for e in events if isinstance(e, ReplyProgressEvent) and e.turn == turn]
+        reply = next((e for e in events if isinstance(e, ReplyEvent) and e.turn == turn), None)
+        pieces = [Streamed(chunks=(text,)) for text in progress if text]
+        if reply is not None:
+            rest = reply.text[sum(map(len, progress)) :]
+            cut = next((e for e in events if isinstance(e, ReplyRefusedEvent) and e.reason.startswith(CUT)), None)
+            pieces.append(Streamed(chunks=(rest,) if rest else (), ended=True, passed=self._deadline(cut)))
+        self._pieces = pieces[1:]
+        return pieces[0] if pieces else Streamed()
+
+    def _more(self) -> Streamed:
+        """The next piece of the streamed reply, or what stopped its call here."""
+        if self._pieces:
+            return self._pieces.pop(0)
+        self._stopped_here()
+        raise _Died  # the recording holds no more of it, and its call did not stop here: it went no further
+
+    def _deadline(self, cut: ReplyRefusedEvent | None) -> DeadlinePassed | None:
+        """The deadline that cut the recorded reply: the one, of the replay's reply and idle deadlines, that the
+        core words as the recording does."""
+        if cut is None:
+            return None
+        candidates = [
+            DeadlinePassed(deadline="reply", seconds=self.options["reply_timeout"] or 0.0),
+            DeadlinePassed(deadline="idle", seconds=self.options["idle_timeout"] or 0.0),
+        ]
+        for passed in candidates:
+            if cut.reason.startswith(CUT + deadline_words(passed)):
+                return passed
+        return candidates[0]
+
+    def _spec(self, effect: LookUp) -> ActionSpec | None:
+        if self.recheck:
+            actions = getattr(self.domain, "actions", None)
+            declared = actions.get(effect.action) if isinstance(actions, Mapping) else None
+            return None if declared is None else as_action_spec(declared)
+        ident = effect.suggestion_id
+        shown = self.recording.about(ident, "suggestion")
+        if isinstance(shown, SuggestionEvent):
+            return ActionSpec(mutates=shown.mutates, destructive=shown.destructive, handoff=shown.handoff)
+        ended = self.recording.about(ident, "outcome")
+        if isinstance(ended, OutcomeEvent) and ended.code == "unknown-action":
+            return None
+        return ActionSpec(mutates=True)  # never shown: its review ended it, and the spec said nothing more
+
+    def _review(self, effect: Review) -> Reviewed:
+        """The recorded verdict on the payload: the review that ended the suggestion ``invalid`` or showed it
+        (with its preview), or, for a decision, the refusal or the start that followed it."""
+        if self.recheck:
+            return self._domain_review(effect)
+        ident = effect.suggestion_id
+        opened = self.core.state.open_suggestions.get(ident)
+        if opened is not None and opened.state == "proposed":
+            verdict = self.recording.about(ident, "suggestion", "outcome")
+            if isinstance(verdict, OutcomeEvent) and verdict.status == "invalid":
+                return Reviewed(Issue(code=verdict.code or "", field=verdict.field, hint=verdict.hint))
+            return Reviewed(None, verdict.preview if isinstance(verdict, (SuggestionEvent, OutcomeEvent)) else "")
+        verdict = self.recording.about(ident, "refused", "action-started")
+        if isinstance(verdict, RefusedEvent):
+            self.recording.take(verdict)
+            issue = Issue(code=verdict.code, field=verdict.field, hint=verdict.hint)
+            return Reviewed(issue, verdict.preview or "")
+        return Reviewed(None, verdict.preview if isinstance(verdict, ActionStartedEvent) else "")
+
+    def _domain_review(self, effect: Review) -> Reviewed:
+        validate = getattr(self.domain, "validate", None)
+        issue = None if validate is None else as_issue(validate(effect.action, effect.payload))
+        if not effect.preview or (issue is not None and not effect.refused_too):
+            return Reviewed(issue)
+        preview = getattr(self.domain, "preview", None)
+        text = preview(effect.action, effect.payload) if preview is not None else ""
+        return Reviewed(issue, str(text) if text else effect.action)
+
+    def _consult(self, effect: Consult) -> object:
+        """The person's recorded answer: at once, or (when the recording shows the call waited for it: a
+        ``reply-progress``, a deadline, a stop) through the :class:`AwaitPerson` that follows."""
+        question = effect.question
+        position = self.position
+        if isinstance(question, Ask):
+            given = self.recording.about(question.id, "answered", "deferred")
+            if given is not None:
+                self.recording.take(given)
+            if isinstance(given, AnsweredEvent):
+                answer: object = Expired() if given.expired else Answer(given.text, by=given.by)
+            elif isinstance(given, DeferredEvent):
+                answer = Answer(Defer())
+            else:
+                answer = Answer("")
+        else:
+            given = self.recording.about(question.id, "decided", "deferred", "outcome")
+            if isinstance(given, (DecidedEvent, DeferredEvent)):
+                self.recording.take(given)
+            if isinstance(given, DecidedEvent):
+                answer = Expired() if given.decision == "expire" else Answer(_decision(given), by=given.by)
+            elif isinstance(given, DeferredEvent):
+                answer = Answer(Defer())
+            else:
+                answer = Answer(Dismiss())
+        waited = self.recording.at(position)
+        if isinstance(answer, Expired) or (waited is not None and waited.type == "reply-progress") or self._stop():
+            self._waiting = answer  # the call waited for it (a stop at that wait is raised there)
+            return Thinking()
+        return answer
+
+    def _run(self, effect: RunAction) -> object:
+        """What the recording's run of this action came to (never run here)."""
+        self._stopped_here()
+        started = self.core.log.events[-1]
+        ident = started.suggestion_id if isinstance(started, ActionStartedEvent) else ""
+        outcome = self.recording.about(ident, "outcome")
+        recorded_start = self.recording.about(ident, "action-started")
+        same = isinstance(recorded_start, ActionStartedEvent) and (
+            recorded_start.action,
+            recorded_start.payload,
+        ) == (
+            effect.action,
+            effect.payload,
+        )
+        if not isinstance(outcome, OutcomeEvent) or not same:
+            self.not_run.append(
+                NotRun(call=self.calls, suggestion_id=ident, action=effect.action, payload=effect.payload)
+            )
+            return RunFailed(ActionError("not run: the recording holds no result for it", code=NOT_RUN))
+        if outcome.status == "failed":
+            return RunFailed(
+                ActionError(outcome.error or "", code=outcome.code, field=outcome.field, hint=outcome.hint)
+            )
+        return Ran(outcome.result)
 
 
-class _RecordedStreamingAgent(_RecordedAgent):
-    """The recorded agent of a call whose replies were streamed: each reply arrives whole, as one chunk (the
-    runtime handles speech acts in document order however the text is cut); a reply whose stream was cut off
-    (the call was cancelled while it arrived) arrives as far as the log holds it, and the call is cancelled there,
-    once it has handled what arrived as the recording's had (or, where the replay no longer matches the
-    recording, the stream breaks off)."""
-
-    async def stream(self, message: str) -> AsyncIterator[str]:
-        partial = self._partial[0] if self._partial else None
-        if self._past_deadline and self._past_deadline[0]:
-            yield await self.send(message)  # what arrived before the deadline, then nothing: it passes again
-            await _forever()
-        if partial is None:
-            yield await self.send(message)
-            return
-        self._partial.popleft()
-        self._past_deadline.popleft()
-        self._answers.popleft()
-        yield partial
-        for _ in range(_CATCH_UP):  # the call handles what arrived (prose shown, elements handled) in its task
-            await self._stop_point()
-            await anyio.lowlevel.checkpoint()
-        raise LookupError("the recording holds no more of this reply")
+def _subjects(event: Event) -> tuple[object, ...]:
+    """The ids an event is about (a suggestion's or an ask's)."""
+    return (
+        getattr(event, "id", None),
+        getattr(event, "suggestion_id", None),
+        getattr(event, "subject_id", None),
+        getattr(event, "ask_id", None),
+    )
 
 
-def _deadline_cut(events: Iterable[Event]) -> str | None:
-    """Why a recorded streamed reply among ``events`` was cut by a deadline, in the log's words, if one was."""
-    return next((e.reason for e in events if isinstance(e, ReplyRefusedEvent) and e.reason.startswith(CUT)), None)
-
-
-class _RecordedPerson:
-    """Makes the recorded decisions and answers, in order, for the suggestion or ask each was made for.
-
-    A suggestion the recording never put to the person is dismissed (nothing unrecorded runs); an ask it never put
-    gets an empty answer (the question stands).
-    """
-
-    def __init__(self, events: Iterable[Event], stop_point: Callable[[], Awaitable[None]]) -> None:
-        self._stop_point = stop_point
-        self._decisions: dict[str, deque[DecidedEvent | DeferredEvent]] = {}
-        self._answers: dict[str, deque[AnsweredEvent | DeferredEvent]] = {}
-        for event in events:
-            if isinstance(event, DecidedEvent):
-                self._decisions.setdefault(event.suggestion_id, deque()).append(event)
-            elif isinstance(event, AnsweredEvent):
-                self._answers.setdefault(event.ask_id, deque()).append(event)
-            elif isinstance(event, DeferredEvent):
-                queues: dict[str, Any] = self._decisions if event.kind == "suggestion" else self._answers
-                queues.setdefault(event.subject_id, deque()).append(event)
-
-    async def decide(self, suggestion: Suggestion) -> Decision | Defer:
-        await self._stop_point()
-        queue = self._decisions.get(suggestion.id)
-        if not queue:
-            return Dismiss()
-        event = queue.popleft()
-        if isinstance(event, DeferredEvent):
-            return Defer()
-        if event.decision == "expire":
-            return await _forever()
-        return _decision(event)
-
-    async def answer(self, ask: Ask) -> str | Defer:
-        await self._stop_point()
-        queue = self._answers.get(ask.id)
-        if not queue:
-            return ""
-        event = queue.popleft()
-        if isinstance(event, DeferredEvent):
-            return Defer()
-        if event.expired and ask.timeout is not None:
-            return await _forever()
-        return event.text
-
-
-def _decision(event: DecidedEvent) -> Decision:
-    """The decision a ``decided`` event records (not ``expire``: that one is a silence)."""
-    if event.decision == "accept":
-        return Accept()
+def _decision(event: DecidedEvent) -> Accept | Dismiss | Edit | Say:
+    """The decision a ``decided`` event records (``expire`` is a deadline: the replay answers it so)."""
     if event.decision == "dismiss":
         return Dismiss()
     if event.decision == "edit":
         return Edit(event.payload)
     if event.decision == "say":
         return Say(event.text or "")
-    raise ValueError(f"replay: unknown decision {event.decision!r} on {event.suggestion_id!r}")
+    return Accept()
 
 
-@attrs.frozen
-class _Call:
-    """One recorded call: its kind, its events, and the index of the first event its person made (after the
-    call's own input: the ``said`` words, or the decision or answer given to ``decide`` or ``answer``)."""
-
-    kind: str
-    events: tuple[Event, ...]
-    made_from: int
-
-    @property
-    def input(self) -> Event | None:
-        return self.events[self.made_from - 1] if self.made_from else None
-
-    @property
-    def finished(self) -> bool:
-        """Whether the call got to its end (else its process died, and nothing recovered it yet)."""
-        return any(event.type == "finished" for event in self.events)
-
-    def raised(self) -> str | None:
-        """What the recorded call raised: a failed send's error, or why it was interrupted."""
-        for event in self.events:
-            if isinstance(event, SendFailedEvent):
-                return event.error
-            if isinstance(event, InterruptedEvent) and event.reason not in (_PROCESS_STOPPED, OVERTAKEN):
-                return event.reason
-        return None
+def _described(error: BaseException) -> str:
+    """An exception as the runtime logs it (``"TypeName: message"``, or the bare name; a recorded one as
+    recorded)."""
+    if isinstance(error, RecordedError):
+        return str(error)
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
-def _calls(events: Sequence[Event]) -> list[_Call]:
-    """Split a log into its calls: each begins at a ``said`` or a ``resumed`` event (a ``say`` that takes up an
-    awaiting conversation logs ``resumed`` first and its ``said`` after closing what waited), and an ``ended``
-    between calls is an ``end()``."""
-    groups: list[tuple[str, list[Event]]] = []
-    for event in events:
-        current = groups[-1] if groups else None
-        closed = current is None or current[1][-1].type == "finished"
-        waiting_for_words = (
-            current is not None and current[0] == "say" and not any(e.type == "said" for e in current[1])
-        )
+def _starts(events: Sequence[Event]) -> list[int]:
+    """Where each call begins: at a ``said`` or a ``resumed`` event (a ``say`` that takes up an awaiting
+    conversation logs ``resumed`` first and its ``said`` after closing what waited), and at an ``ended`` between
+    calls (an ``end()``)."""
+    starts: list[int] = []
+    in_call = False
+    waiting_for_words = False
+    for index, event in enumerate(events):
         if event.type == "resumed":
-            groups.append((event.call if isinstance(event, ResumedEvent) else "", [event]))
-        elif event.type == "said" and not waiting_for_words:
-            groups.append(("say", [event]))
-        elif event.type == "ended" and closed and not waiting_for_words:
-            groups.append(("end", [event]))
-        elif current is None:
+            starts.append(index)
+            in_call, waiting_for_words = True, isinstance(event, ResumedEvent) and event.call == "say"
+        elif event.type == "said":
+            if not waiting_for_words:
+                starts.append(index)
+            in_call, waiting_for_words = True, False
+        elif event.type == "ended" and not in_call:
+            starts.append(index)
+        elif event.type == "finished" and not waiting_for_words:
+            in_call = False
+        elif not starts:
             raise ValueError(f"replay: the log begins with a {event.type!r} event, not with a call")
-        else:
-            current[1].append(event)
-    calls = []
-    for kind, group in groups:
-        made_from = 0
-        if kind == "say":
-            made_from = next((index + 1 for index, event in enumerate(group) if event.type == "said"), 0)
-        elif kind in ("decide", "answer"):
-            made_from = min(2, len(group))
-        calls.append(_Call(kind=kind, events=tuple(group), made_from=made_from))
-    return calls
-
-
-class _Crash(BaseException):
-    """Where the recording's process died: the call logged ``logged`` (recovery included, when the recording
-    holds one) and the replay goes on with ``recovered``, the conversation rebuilt from the log as it stood. A
-    ``BaseException``, so that no ``except Exception`` of the runtime's turns it into a failed action or send."""
-
-    def __init__(self, recovered: Conversation, logged: tuple[LogEntry, ...]) -> None:
-        super().__init__()
-        self.recovered = recovered
-        self.logged = logged
-
-
-def _crash_in(error: BaseException) -> _Crash | None:
-    """The :class:`_Crash` that ``error`` is, or holds (a task group groups what its tasks raise)."""
-    if isinstance(error, _Crash):
-        return error
-    for inner in getattr(error, "exceptions", ()):
-        found = _crash_in(inner)
-        if found is not None:
-            return found
-    return None
-
-
-class _Domain:
-    """The domain, unchanged but for the hook that stops an action the recording's process died in, and (a dry
-    replay) ``stand_in``, which answers for the action instead of the domain."""
-
-    def __init__(
-        self, domain: Any, stop_point: Callable[[], Awaitable[None]], stand_in: Callable[[str, Any], Any] | None
-    ) -> None:
-        self._domain = domain
-        self._stop_point = stop_point
-        self._stand_in = stand_in
-
-    def __getattr__(self, name: str) -> Any:
-        found = getattr(self._domain, name)
-        if name == "context" and self._stand_in is not None and callable(found):
-            return lambda: _CONTEXT
-        return found
-
-    async def run(self, action: str, payload: Any) -> Any:
-        await self._stop_point()
-        if self._stand_in is not None:
-            return self._stand_in(action, payload)
-        result = self._domain.run(action, payload)
-        return await result if inspect.isawaitable(result) else result
-
-
-class _RecordedActions:
-    """What the recording's actions came to, by suggestion, in order: each ``action-started`` and the outcome
-    that followed it (``None`` where the process died first)."""
-
-    def __init__(self, events: Sequence[Event]) -> None:
-        self._runs: dict[str, deque[tuple[ActionStartedEvent, OutcomeEvent | None]]] = {}
-        for index, event in enumerate(events):
-            if isinstance(event, ActionStartedEvent):
-                outcome = next(
-                    (
-                        e
-                        for e in events[index + 1 :]
-                        if isinstance(e, OutcomeEvent) and e.id == event.suggestion_id
-                    ),
-                    None,
-                )
-                self._runs.setdefault(event.suggestion_id, deque()).append((event, outcome))
-
-    def take(self, started: ActionStartedEvent) -> OutcomeEvent | None:
-        """The recorded outcome of the same run (suggestion, action, payload), used up; ``None`` when there is
-        none."""
-        runs = self._runs.get(started.suggestion_id)
-        if not runs:
-            return None
-        recorded, outcome = runs[0]
-        if (recorded.action, recorded.payload) != (started.action, started.payload) or outcome is None:
-            return None
-        runs.popleft()
-        return outcome
-
-
-class _Replay:
-    """A replay in progress: the conversation the recorded calls are made on, and the call being made."""
-
-    def __init__(
-        self, domain: Any, options: dict[str, Any], recorded: Sequence[Event], *, run_actions: bool
-    ) -> None:
-        self._domain = _Domain(domain, self._stop_point, None if run_actions else self._stand_in)
-        self._scope = anyio.CancelScope()
-        self._options = options
-        self._call = _Call(kind="", events=(), made_from=0)
-        self._start = 0
-        self._actions = _RecordedActions(recorded)
-        self.calls = 0
-        self.not_run: list[NotRun] = []
-        self.conversation = self._rebuilt(())
-
-    def _stand_in(self, action: str, payload: Any) -> Any:
-        """What the recording's run of this action came to, instead of running it: its result, or its error."""
-        started = self.conversation.log[-1].event  # the runtime logs the start just before it runs the action
-        outcome = self._actions.take(started) if isinstance(started, ActionStartedEvent) else None
-        if outcome is None:
-            suggestion_id = started.suggestion_id if isinstance(started, ActionStartedEvent) else "?"
-            self.not_run.append(
-                NotRun(call=self.calls, suggestion_id=suggestion_id, action=action, payload=payload)
-            )
-            raise ActionError("not run: a dry replay runs no action the recording did not run", code=NOT_RUN)
-        if outcome.status == "failed":
-            raise ActionError(outcome.error or "", code=outcome.code, field=outcome.field, hint=outcome.hint)
-        return outcome.result
-
-    def _rebuilt(self, log: Iterable[LogEntry]) -> Conversation:
-        """A conversation folded from ``log``; one that a dead process left in a call recovers as it would (with
-        the hook set only afterwards: recovering is not a point where the process can die)."""
-        conversation = Conversation(
-            agent=_RecordedAgent((), self._stop_point),
-            domain=self._domain,
-            human=_RecordedPerson((), self._stop_point),
-            log=log,
-            **self._options,
-        )
-        conversation.recover()
-        conversation.on_event = lambda event: self._crash_point()
-        return conversation
-
-    def _crash_point(self) -> None:
-        """Stop the call as a crash would where the recording's process died: the call so far matches the
-        recording, and what the recording holds next is exactly what recovering from this log records, or,
-        in a call that never finished, nothing."""
-        log = self.conversation.log
-        events, done = self._call.events, len(log) - self._start
-        rest = events[done:]
-        died_here = all(event.type in _RECOVERY for event in rest) if rest else not self._call.finished
-        so_far = [entry.event for entry in log[self._start :]]
-        if not died_here or done > len(events) or not all(map(_same, events[:done], so_far)):
-            return
-        recovered = self._rebuilt(log)
-        if not rest:
-            raise _Crash(recovered, log)
-        if tuple(entry.event for entry in recovered.log[len(log) :]) == rest:
-            raise _Crash(recovered, recovered.log)
-
-    async def _stop_point(self) -> None:
-        """Where the call waits (for the agent, the person, an action): stop it as a crash would (see
-        :meth:`_crash_point`), or cancel it here if the recording's call was cancelled here, that is when the
-        call so far matches the recording and all it holds next is what a cancellation records."""
-        self._crash_point()
-        events, log = self._call.events, self.conversation.log
-        done = len(log) - self._start
-        rest = events[done:]
-        cancelled = next(
-            (
-                event.reason
-                for event in rest
-                if isinstance(event, InterruptedEvent) and event.reason not in (_PROCESS_STOPPED, OVERTAKEN)
-            ),
-            None,
-        )
-        if (
-            cancelled is not None
-            and all(event.type in _CANCELLING for event in rest)
-            and all(map(_same, events[:done], [entry.event for entry in log[self._start :]]))
-        ):
-            self.conversation.cancelling(_stop_reason(cancelled))  # in the recording's words (a surface's own)
-            self._scope.cancel()
-            await anyio.lowlevel.checkpoint()
-
-    async def make(self, call: _Call) -> tuple[list[Event], str | None]:
-        """Make the recorded call; return the events it logged and what it raised (as the runtime words errors)."""
-        conversation = self.conversation
-        self._call, self._start = call, len(conversation.log)
-        self.calls += 1
-        streamed = any(event.type == "reply-started" for event in call.events)
-        conversation.agent = (_RecordedStreamingAgent if streamed else _RecordedAgent)(
-            call.events, self._stop_point
-        )
-        conversation.human = _RecordedPerson(call.events[call.made_from :], self._stop_point)
-        # A reply the recording cut by a deadline is cut by the same one: the replayed stream holds what arrived,
-        # then nothing, so only the deadline that passed then may pass now.
-        cut, options = _deadline_cut(call.events) or "", self._options
-        conversation.reply_timeout = None if cut.startswith(CUT + IDLE_DEADLINE) else options["reply_timeout"]
-        conversation.idle_timeout = None if cut.startswith(CUT + REPLY_DEADLINE) else options["idle_timeout"]
-        given = call.input
-        raised = None
-        self._scope = anyio.CancelScope()
-        try:
-            with self._scope:
-                await self._make(call, given)
-        except BaseException as error:
-            crash = _crash_in(error)
-            if crash is not None:
-                self.conversation = crash.recovered
-                return [entry.event for entry in crash.logged[self._start :]], None
-            if not isinstance(error, Exception):
-                raise
-            raised = _describe(error)
-        events = [entry.event for entry in self.conversation.log[self._start :]]
-        if self._scope.cancelled_caught:  # as the runtime words it: the interruption the replayed call recorded
-            raised = next((e.reason for e in reversed(events) if isinstance(e, InterruptedEvent)), _CANCELLED)
-        return events, raised
-
-    async def _make(self, call: _Call, given: Event | None) -> None:
-        """Make the call ``call`` records, with its input ``given``."""
-        conversation = self.conversation
-        if call.kind == "say":
-            await conversation.say(given.text if isinstance(given, SaidEvent) else "")
-        elif call.kind == "decide" and isinstance(given, DecidedEvent):
-            await conversation.decide(given.suggestion_id, _decision(given), by=given.by)
-        elif call.kind == "decide" and isinstance(given, DeferredEvent):
-            await conversation.decide(given.subject_id, Defer())
-        elif call.kind == "answer" and isinstance(given, AnsweredEvent):
-            await conversation.answer(given.ask_id, given.text, by=given.by)
-        elif call.kind == "resume":
-            await conversation.resume()
-        elif call.kind == "end":
-            conversation.end()
-        else:
-            raise ValueError(f"replay: cannot make a {call.kind!r} call of {[e.type for e in call.events]}")
+    return starts
 
 
 class _Turns:
@@ -636,9 +672,9 @@ class _Turns:
 
 
 def _streamed_reply(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A streamed turn's events without its ``reply``, and the ``reply``: a streamed reply is recorded when its
-    last chunk is in, which may fall anywhere among the events its elements cause. ``reply-progress`` is left
-    out: how much of a reply had arrived when the person was asked depends on timing, not on the code."""
+    """A streamed turn's events without its ``reply``, and the ``reply``: a streamed reply is recorded once its
+    end is taken, which may fall anywhere among the events its elements cause. ``reply-progress`` is left out:
+    how much of a reply had arrived when the person was asked depends on timing, not on the code."""
     if not any(event["type"] == "reply-started" for event in events):
         return events, []
     kept = [e for e in events if e["type"] not in ("reply", "reply-progress")]
@@ -680,110 +716,95 @@ def _compare(
     return found
 
 
-def _with_context(replayed: str, recorded: str) -> str:
-    """A dry replay's message with the recorded context in place of :data:`_CONTEXT`: the recorded message when
-    the two agree around it (the context may have been empty, and left out with its separator), else the message
-    with a visible placeholder, so that the difference shows."""
-    if _CONTEXT not in replayed:
-        return replayed
-    without = {replayed.replace(f"\n\n{_CONTEXT}", ""), replayed.replace(f"{_CONTEXT}\n\n", "")}
-    before, _, after = replayed.partition(_CONTEXT)
-    around = len(recorded) >= len(before) + len(after) and recorded.startswith(before) and recorded.endswith(after)
-    if around or recorded in without or (replayed == _CONTEXT and not recorded):
-        return recorded
-    return replayed.replace(_CONTEXT, "<the domain's context>")
+def _compared(event: Event, *, with_ids: bool) -> dict[str, Any]:
+    """An event as compared: a message without its id when the replay was not given the conversation's id."""
+    shown = event_to_dict(event)
+    if not with_ids and shown["type"] == "sent":
+        shown.pop("message_id", None)
+    return shown
 
 
-def _same(recorded: Event, replayed: Event) -> bool:
-    """Whether a replayed event is the recorded one (a message compared with its recorded context in place, a
-    cancellation with a cancellation)."""
-    if isinstance(recorded, SentEvent) and isinstance(replayed, SentEvent) and recorded.turn == replayed.turn:
-        return _with_context(replayed.message, recorded.message) == recorded.message
-    return recorded == replayed or _plain(event_to_dict(recorded)) == _plain(event_to_dict(replayed))
+def _recorded_raise(events: Sequence[Event]) -> str | None:
+    """What the recorded call raised: a failed send's error, or the words of what cancelled it."""
+    for event in events:
+        if isinstance(event, SendFailedEvent):
+            return event.error
+        if isinstance(event, InterruptedEvent) and event.reason not in (
+            PROCESS_STOPPED,
+            "the person said something else",
+        ):
+            return event.reason
+    return None
 
 
-def _stop_reason(reason: str) -> str:
-    """A reason the runtime recorded, with a cancellation's process-specific text dropped."""
-    kind = reason.partition(":")[0]
-    return _CANCELLED if kind in ("Cancelled", "CancelledError") else reason
-
-
-def _plain(event: dict[str, Any]) -> dict[str, Any]:
-    """An event as compared: the reason of an interruption, and the error of an action it cut short, in
-    :func:`_stop_reason`'s words; a message without its id (the replayed conversation has none: the id follows
-    from the conversation's id and the log)."""
-    if event["type"] == "sent":
-        return {key: value for key, value in event.items() if key != "message_id"}
-    if event["type"] == "interrupted":
-        return {**event, "reason": _stop_reason(event["reason"])}
-    if (
-        event["type"] in ("outcome", "raised")
-        and event.get("error")
-        and event.get("code", "interrupted") == "interrupted"
-    ):
-        return {**event, "error": _stop_reason(event["error"])}
-    return event
-
-
-def _fill_contexts(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> None:
-    """Put each recorded message's context into the replayed message of the same turn (a dry replay's)."""
-    recorded = {event["turn"]: event["message"] for event in theirs if event["type"] == "sent"}
-    for event in ours:
-        if event["type"] == "sent" and _CONTEXT in event["message"]:
-            event["message"] = _with_context(event["message"], recorded.get(event["turn"], ""))
-
-
-def _event(item: LogEntry | Event) -> Event:
-    return item.event if isinstance(item, LogEntry) else item
-
-
-async def replay(
-    events: Iterable[LogEntry | Event],
+def replay(
+    entries: Iterable[LogEntry | Event],
     *,
-    domain: Any,
+    domain: Any = None,
+    recheck: bool = False,
+    conversation_id: str | None = None,
     max_turns: int = 8,
     timeout: float | None = 90.0,
     decide_timeout: float | None = None,
     reply_timeout: float | None = 300.0,
     idle_timeout: float | None = 30.0,
-    run_actions: bool = False,
 ) -> ReplayReport:
-    """Make the recorded calls again with the current runtime and ``domain``, and compare what they log.
+    """Make the recorded calls again through the conversation core and compare what it records with the log.
 
-    Dry unless ``run_actions``: the recorded results and errors stand in for the domain's actions (see the
-    module's description).
-
-    The options are the :class:`Conversation`'s and should be the recording's (a ``no-reply`` names its
-    timeout, a streamed reply cut by a deadline the deadline's length: the replay waits it out, as a no-reply
-    its timeout). When the recording has an expired decision and ``decide_timeout`` is ``None``,
-    :data:`EXPIRE_TIMEOUT` is used. ``ValueError`` for a log that does not begin with a call, or a recording with
-    a ``no-reply`` replayed without a timeout.
+    The recording answers every effect (see the module's description); ``domain`` gives the flow (a domain with
+    one), and with ``recheck`` answers for ``actions``, ``validate`` and ``preview``. The options are the
+    conversation's and should be the recording's: a ``no-reply`` names its ``timeout``, a reply cut by a deadline
+    the deadline's length, and ``conversation_id`` each message's id (without it, messages are compared without
+    their ids). ``max_turns`` bounds each call as it did. ``ValueError`` for a log that does not begin with a
+    call.
     """
-    recorded = [_event(item) for item in events]
-    calls = _calls(recorded)
+    items = list(entries)
+    recorded = [item.event if isinstance(item, LogEntry) else item for item in items]
+    times = [item.time if isinstance(item, LogEntry) else 0.0 for item in items]
+    starts = _starts(recorded)
     if timeout is None and any(event.type == "no-reply" for event in recorded):
         raise ValueError("replay: the recording has a no-reply; replay it with the timeout it was recorded with")
-    if decide_timeout is None and any(isinstance(e, DecidedEvent) and e.decision == "expire" for e in recorded):
-        decide_timeout = EXPIRE_TIMEOUT
+    asks = [event for event in recorded if event.type == "ask"]
     options = {
         "timeout": timeout,
         "reply_timeout": reply_timeout,
         "idle_timeout": idle_timeout,
         "max_turns": max_turns,
         "decide_timeout": decide_timeout,
+        "answers": not asks or any(getattr(event, "asked", True) for event in asks),
+        "conversation_id": conversation_id if any(getattr(e, "message_id", None) for e in recorded) else None,
     }
-    run = _Replay(domain, options, recorded, run_actions=run_actions)
+    replayer = _Replayer(recorded, times, domain=domain, recheck=recheck, options=options)
     recorded_turns, replayed_turns = _Turns(), _Turns()
     divergences: list[Divergence] = []
-    for number, call in enumerate(calls, start=1):
-        events, raised = await run.make(call)
-        theirs = [event_to_dict(event) for event in call.events]
-        ours = [event_to_dict(event) for event in events]
-        _fill_contexts(ours, theirs)
-        for side, error in ((theirs, call.raised()), (ours, raised)):
+    with_ids = conversation_id is not None and any(getattr(e, "message_id", None) for e in recorded)
+    for number, start in enumerate(starts, start=1):
+        end = starts[number] if number < len(starts) else len(recorded)
+        began = replayer.position
+        replayer.recording.call_start, replayer.recording.call_end = start, end
+        raised = replayer.make(recorded[start])
+        if replayer.core.state.in_call and replayer.position < end:  # it died: what recovering it records
+            replayer.core.recover()
+        theirs = [_compared(event, with_ids=with_ids) for event in recorded[start:end]]
+        ours = [_compared(event, with_ids=with_ids) for event in replayer.core.log.events[began:]]
+        for side, error in ((theirs, _recorded_raise(recorded[start:end])), (ours, raised)):
             if error is not None:
                 side.append({"type": "raised", "error": error})
-        theirs, ours = [_plain(event) for event in theirs], [_plain(event) for event in ours]
         divergences.extend(_compare(number, recorded_turns.number(theirs), replayed_turns.number(ours)))
-    turns = sum(1 for entry in run.conversation.log if entry.event.type == "sent")
-    return ReplayReport(calls=len(calls), turns=turns, divergences=tuple(divergences), not_run=tuple(run.not_run))
+        if replayer.position != end:  # re-align on the recording, so one divergence does not cascade
+            replayer.core = replayer._core(_entries(recorded[:end], times[:end]))
+    turns = sum(1 for event in replayer.core.log.events if event.type == "sent")
+    return ReplayReport(
+        calls=len(starts),
+        turns=turns,
+        divergences=tuple(divergences),
+        not_run=tuple(replayer.not_run),
+        rechecked=recheck,
+    )
+
+
+def _entries(events: Sequence[Event], times: Sequence[float]) -> list[LogEntry]:
+    return [
+        LogEntry(seq=seq, time=when, event=event)
+        for seq, (event, when) in enumerate(zip(events, times, strict=True), 1)
+    ]

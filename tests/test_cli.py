@@ -376,7 +376,6 @@ def test_a_domain_is_found_in_the_current_directory_first(tmp_path: Path) -> Non
             str(RECORDINGS / "demo.jsonl"),
             "--domain",
             "todo_app:make",
-            "--run-actions",
         ],
         cwd=tmp_path,
         capture_output=True,

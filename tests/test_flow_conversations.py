@@ -465,7 +465,7 @@ async def test_a_flow_conversation_replays_without_divergence() -> None:
     assert (await conversation.decide("sg-2", Accept())).status == "idle"
     assert (await conversation.say("cancel it")).status == "ended"
     assert (conversation.flow_state, conversation.result) == ("cancelled", "cancelled")
-    report = await replay(conversation.log, domain=orders)
+    report = replay(conversation.log, domain=orders)
     assert report.divergences == ()
     assert report.calls == 3
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -272,7 +273,7 @@ def test_the_recordings_hold_what_they_are_for() -> None:
 async def test_every_recording_replays_without_a_difference(name: str) -> None:
     entries = recording(name)
     # the demo's domain checks a note exists before removing it: its state must move as it did, so it runs
-    report = await replay(entries, domain=NotesDomain(), run_actions=True, **OPTIONS[name])
+    report = replay(entries, domain=NotesDomain(), **OPTIONS[name])
     assert report.divergences == ()
     assert report.ok
     assert report.calls == CALLS[name]
@@ -283,16 +284,16 @@ async def test_every_recording_replays_without_a_difference(name: str) -> None:
 @pytest.mark.anyio
 async def test_replay_takes_bare_events_too() -> None:
     entries = recording("deferred")
-    report = await replay([entry.event for entry in entries], domain=NotesDomain(), run_actions=True)
+    report = replay([entry.event for entry in entries], domain=NotesDomain())
     assert report.ok and report.calls == 6
 
 
 @pytest.mark.anyio
 async def test_a_crash_is_replayed_as_a_crash() -> None:
     notes = NotesDomain()
-    report = await replay(recording("crashes"), domain=notes, run_actions=True)
-    assert report.ok
-    assert notes.notes == ["fast"], "the action the dead process was running is not run again"
+    report = replay(recording("crashes"), domain=notes)
+    assert report.ok, str(report)
+    assert notes.notes == [], "a replay runs nothing: the recorded results stand in"
 
 
 @pytest.mark.anyio
@@ -306,7 +307,7 @@ async def test_a_streamed_conversation_replays_streamed(size: int) -> None:
         await conversation.say(words)
     log = list(conversation.log)
     assert types(log).count("reply-started") == 5
-    report = await replay(log, domain=NotesDomain(), run_actions=True)
+    report = replay(log, domain=NotesDomain())
     assert report.ok, str(report)
 
 
@@ -320,8 +321,8 @@ async def test_a_conversation_stored_while_the_person_decides_replays_to_where_i
     log = await (await crash(store, lambda: conversation.say("go"))).read("crashes")
     assert types(log)[-3:] == ["outcome", "proposed", "suggestion"]
     notes = NotesDomain()
-    report = await replay(log, domain=notes, run_actions=True)
-    assert report.ok and notes.notes == ["fast"]
+    report = replay(log, domain=notes)
+    assert report.ok and notes.notes == [], str(report)
 
 
 async def hold(domain: NotesDomain, reply: str, steps: list[Any]) -> list[LogEntry]:
@@ -344,7 +345,8 @@ async def test_what_the_recording_never_asked_is_dismissed_and_what_it_never_sen
     refused = await hold(NotesDomain(), long, [])
     assert "sent" in types(refused[4:]), "an invalid suggestion makes a turn follow"
     lenient = Lenient()
-    report = await replay(refused, domain=lenient)
+    assert replay(refused, domain=lenient).ok, "dry, the recorded verdict stands"
+    report = replay(refused, domain=lenient, recheck=True)
     assert lenient.notes == []
     decided, missing = report.divergences[1], report.divergences[-1]
     assert decided.replayed is not None and decided.recorded is None
@@ -353,7 +355,7 @@ async def test_what_the_recording_never_asked_is_dismissed_and_what_it_never_sen
 
     dismissed = await hold(Lenient(), long, ["dismiss"])
     assert types(dismissed).count("sent") == 1
-    report = await replay(dismissed, domain=NotesDomain())
+    report = replay(dismissed, domain=NotesDomain(), recheck=True)
     error = "LookupError: the recording holds no answer to this message"
     extra = [d.replayed for d in report.divergences if d.turn == 2]
     assert extra[1] == {"type": "send-failed", "turn": 2, "error": error}
@@ -365,8 +367,9 @@ async def test_what_the_recording_never_asked_is_dismissed_and_what_it_never_sen
 
 @pytest.mark.anyio
 async def test_a_domain_that_now_refuses_diverges_where_it_refuses() -> None:
-    report = await replay(recording("demo"), domain=StrictNotes(), run_actions=True)
-    assert not report.ok
+    assert replay(recording("demo"), domain=StrictNotes()).ok, "dry, the recorded verdicts stand"
+    report = replay(recording("demo"), domain=StrictNotes(), recheck=True)
+    assert not report.ok and report.rechecked
     first = report.divergences[0]
     assert (first.call, first.turn) == (2, 1)
     assert first.recorded is not None and first.replayed is not None
@@ -389,7 +392,7 @@ async def test_a_domain_that_now_refuses_diverges_where_it_refuses() -> None:
 
 @pytest.mark.anyio
 async def test_a_changed_preview_diverges_in_each_event_that_shows_it() -> None:
-    report = await replay(recording("demo"), domain=LabelledNotes())
+    report = replay(recording("demo"), domain=LabelledNotes(), recheck=True)
     in_call_1 = [
         (d.turn, d.position, d.recorded and d.recorded["type"]) for d in report.divergences if d.call == 1
     ]
@@ -398,12 +401,15 @@ async def test_a_changed_preview_diverges_in_each_event_that_shows_it() -> None:
         "call 1, turn 1, event 4: suggestion sg-1: "
         'preview recorded "Add the note \'buy milk\'", replayed "New note: buy milk"'
     )
-    assert str(report).startswith(f"replayed 2 call(s), 5 turn(s): {len(report.divergences)} divergence(s)\n  ")
+    assert str(report).startswith(
+        f"replayed 2 call(s), 5 turn(s): {len(report.divergences)} divergence(s)\n"
+        "  (the domain was asked again: a verdict that differs is the domain's)\n  "
+    )
 
 
 @pytest.mark.anyio
 async def test_a_refused_deferred_decision_that_now_passes_diverges_in_its_own_call() -> None:
-    report = await replay(recording("deferred"), domain=Lenient())
+    report = replay(recording("deferred"), domain=Lenient(), recheck=True)
     first = report.divergences[0]
     assert (first.call, first.turn, first.position) == (3, 1, 2)
     assert first.recorded is not None and first.recorded["type"] == "refused"
@@ -426,17 +432,18 @@ async def test_a_refused_deferred_decision_that_now_passes_diverges_in_its_own_c
 
 @pytest.mark.anyio
 async def test_a_different_runtime_result_is_found_at_its_position() -> None:
-    """Stands in for a runtime change: the recording says the action failed, this runtime runs it."""
+    """Stands in for a runtime change: the recording's outcome reports what this runtime words otherwise."""
     entries = recording("demo")
-    index, started = next((i, e) for i, e in enumerate(entries) if e.event.type == "outcome")
-    failed = OutcomeEvent(id="sg-1", action="add-note", status="failed", preview="Add the note 'buy milk'")
-    entries[index] = LogEntry(seq=started.seq, time=started.time, event=failed)
-    report = await replay(entries, domain=NotesDomain(), run_actions=True)
+    index, ended = next((i, e) for i, e in enumerate(entries) if e.event.type == "outcome")
+    assert isinstance(ended.event, OutcomeEvent)
+    reworded = msgspec.structs.replace(ended.event, preview="Added 'buy milk'")
+    entries[index] = LogEntry(seq=ended.seq, time=ended.time, event=reworded)
+    report = replay(entries, domain=NotesDomain())
     first = report.divergences[0]
     assert (first.call, first.turn, first.position) == (1, 1, 7)
     assert str(first) == (
-        'call 1, turn 1, event 7: outcome sg-1: status recorded "failed", replayed "done"; '
-        'result recorded null, replayed {"count": 1}'
+        "call 1, turn 1, event 7: outcome sg-1: preview recorded \"Added 'buy milk'\", "
+        "replayed \"Add the note 'buy milk'\""
     )
 
 
@@ -446,7 +453,7 @@ async def test_failures_are_replayed_as_they_happened() -> None:
     raised = [e.event for e in entries if e.event.type == "send-failed"]
     assert [e.error for e in raised] == ["ConnectionError: the line went dead"]
     # a longer deadline names itself in the no-reply: the replay must use the recording's
-    report = await replay(entries, domain=NotesDomain(), timeout=0.07)
+    report = replay(entries, domain=NotesDomain(), timeout=0.07)
     (only,) = report.divergences
     assert (only.call, only.turn, only.recorded and only.recorded["type"]) == (2, 1, "no-reply")
     assert str(only).endswith(
@@ -474,9 +481,9 @@ def test_a_divergence_reads_as_one_line_per_side() -> None:
 async def test_a_no_reply_needs_a_timeout_and_a_log_must_begin_with_a_call() -> None:
     entries = recording("failures")
     with pytest.raises(ValueError, match="the recording has a no-reply"):
-        await replay(entries, domain=NotesDomain(), timeout=None)
+        replay(entries, domain=NotesDomain(), timeout=None)
     with pytest.raises(ValueError, match="the log begins with a 'sent' event, not with a call"):
-        await replay(entries[1:], domain=NotesDomain())
+        replay(entries[1:], domain=NotesDomain())
 
 
 # --- JSON Lines -------------------------------------------------------------------------------------------------
@@ -582,16 +589,19 @@ def test_replay_exits_0_when_identical_and_1_on_divergence(store: str, capsys: A
     for name in OPTIONS:
         assert run(["import", str(RECORDINGS / f"{name}.jsonl"), "--store", store], capsys)[0] == 0
         timeout = [f"--timeout={OPTIONS[name]['timeout']}"] if OPTIONS[name] else []
-        domain = ["--domain", "dial_runtime.demo:NotesDomain", "--run-actions"]
+        domain = ["--domain", "dial_runtime.demo:NotesDomain"]
         status, out, _ = run(["replay", name, "--store", store, *domain, *timeout], capsys)
         assert (status, out.strip().endswith("identical to the recording")) == (0, True), out
         file = str(RECORDINGS / f"{name}.jsonl")
         assert run(["replay", "--file", file, *domain, *timeout], capsys)[0] == 0
-    status, out, _ = run(["replay", "demo", "--store", store, "--domain", "tests.test_replay:StrictNotes"], capsys)
+    strict = ["--domain", "tests.test_replay:StrictNotes"]
+    assert run(["replay", "demo", "--store", store, *strict], capsys)[0] == 0
+    status, out, _ = run(["replay", "demo", "--store", store, *strict, "--recheck"], capsys)
     assert status == 1
     lines = out.splitlines()
     assert re.fullmatch(r"replayed 2 call\(s\), \d turn\(s\): \d+ divergence\(s\)", lines[0])
-    assert lines[1].startswith("  call 2, turn 1, event ")
+    assert lines[2].startswith("  call 2, turn 1, event ")
+    assert run(["replay", "demo", "--store", store, "--recheck"], capsys)[0] == 2
 
 
 def test_replay_reports_what_it_cannot_read(store: str, tmp_path: Path, capsys: Any) -> None:
@@ -722,7 +732,8 @@ def test_a_conversation_held_on_sqlite_is_logged_and_replayed(store: str, capsys
     assert status == 0 and 'sg-1 edit by cy: {"text": "tea"} → {"text": "green tea"}' in out
     domain = ["--domain", "dial_runtime.demo:NotesDomain"]
     assert run(["replay", "live", "--store", store, *domain], capsys)[0] == 0
-    assert run(["replay", "live", "--store", store, "--domain", "tests.test_replay:LabelledNotes"], capsys)[0] == 1
+    labelled = ["--domain", "tests.test_replay:LabelledNotes", "--recheck"]
+    assert run(["replay", "live", "--store", store, *labelled], capsys)[0] == 1
 
 
 if __name__ == "__main__":

@@ -211,7 +211,7 @@ async def test_every_way_a_call_ends_replays_identical(name: str, streamed: bool
     if name.startswith("cut"):
         (refused,) = [entry.event for entry in log if entry.event.type == "reply-refused"]
         assert refused.reason.startswith(f"the reply was cut: the {name.split('-')[-2]} deadline passed")
-    report = await replay(log, domain=NotesDomain(), timeout=5.0)
+    report = replay(log, domain=NotesDomain(), timeout=5.0)
     assert report.divergences == (), str(report)
 
 
@@ -226,13 +226,10 @@ async def test_a_dry_replay_runs_nothing_and_the_recorded_results_stand_in(tmp_p
     log = list(conversation.log)
 
     notes = FileNotes(path)
-    report = await replay(log, domain=notes)
-    assert report.ok and report.not_run == (), str(report)
-    assert path.read_text() == "milk\nbread\n" and notes.notes == []
-
-    again = await replay(log, domain=FileNotes(path), run_actions=True)
-    assert again.ok
-    assert path.read_text() == "milk\nbread\n" * 2
+    for recheck in (False, True):
+        report = replay(log, domain=notes, recheck=recheck)
+        assert report.ok and report.not_run == (), str(report)
+        assert path.read_text() == "milk\nbread\n" and notes.notes == [], "nothing runs, rechecked or not"
 
 
 class EagerNotes:
@@ -255,7 +252,8 @@ async def test_a_dry_replay_says_where_the_new_code_would_have_run_something() -
     )
     await conversation.say("add milk")
     notes = EagerNotes()
-    report = await replay(conversation.log, domain=notes)
+    assert replay(conversation.log, domain=notes).ok, "dry, the recorded declaration stands"
+    report = replay(conversation.log, domain=notes, recheck=True)
     assert not report.ok and notes.notes == []
     (skipped,) = report.not_run
     assert (skipped.call, skipped.suggestion_id, skipped.action, skipped.payload) == (
@@ -269,7 +267,7 @@ async def test_a_dry_replay_says_where_the_new_code_would_have_run_something() -
     assert 'call 1: would have run add-note {"text": "milk"} (sg-1)' in str(report)
 
 
-def test_the_replay_command_is_dry_unless_told(
+def test_the_replay_command_runs_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, recorded = tmp_path / "notes.txt", tmp_path / "log.jsonl"
@@ -287,7 +285,62 @@ def test_the_replay_command_is_dry_unless_told(
     monkeypatch.setenv("NOTES_FILE", str(path))
     domain = ["--domain", "tests.test_replay_edges:file_notes"]
     assert main(["replay", "--file", str(recorded), *domain]) == 0
+    assert main(["replay", "--file", str(recorded), *domain, "--recheck"]) == 0
+    assert main(["replay", "--file", str(recorded)]) == 0
     assert path.read_text() == "milk\n"
-    assert main(["replay", "--file", str(recorded), *domain, "--run-actions"]) == 0
-    assert path.read_text() == "milk\nmilk\n"
-    assert capsys.readouterr().out.count("identical to the recording") == 2
+    assert capsys.readouterr().out.count("identical to the recording") == 3
+
+
+# --- the replay feeds the core: an untouched log from any surface replays identical, with no event loop ---------
+
+REMOVE_AFTER_ADD = [
+    envelope(suggest("add-note", '{"text":"milk"}')),
+    envelope(suggest("remove-note", '{"text":"milk"}')),
+    DONE,
+]
+
+
+class NamedPerson:
+    """A person who says who they are (``by``), as the terminal's does with ``--as``, and accepts everything."""
+
+    by = "ada"
+
+    def decide(self, suggestion: Suggestion) -> Any:
+        return Accept()
+
+    def answer(self, ask: Ask) -> str:
+        return "at noon"
+
+
+async def test_a_log_whose_decisions_name_their_person_replays_identical_without_an_event_loop() -> None:
+    """The terminal's person says ``by``; the web decides deferred suggestions ``by`` its principal. The replay
+    hands the core those decisions as recorded, so ``by`` replays too, and the domain's state (which moved when
+    the actions ran) is never consulted: the log answers for ``validate``."""
+    live = Conversation(agent=Agent(list(REMOVE_AFTER_ADD), Stopper()), domain=NotesDomain(), human=NamedPerson())
+    await live.say("add milk, then remove it")
+    deferring = Conversation(
+        agent=Agent([ADD, ASK, DONE], Stopper()), domain=NotesDomain(), human=Person(["defer", "defer"], Stopper())
+    )
+    await deferring.say("add milk")
+    await deferring.decide("sg-1", Accept(), by="bob")
+    await deferring.answer("when", "tomorrow", by="cy")
+    for log in (live.log, deferring.log):
+        assert {entry.event.by for entry in log if entry.event.type in ("decided", "answered")} - {None}
+        report = await anyio.to_thread.run_sync(lambda log=log: replay(log, domain=NotesDomain()))
+        assert report.ok, str(report)
+
+
+async def test_a_state_dependent_check_diverges_only_when_the_domain_is_asked_again() -> None:
+    """remove-note is valid only while its note exists: the recording added it first. A fresh domain has no
+    notes, so asking it again refuses the removal, and the report says the domain was asked."""
+    conversation = Conversation(
+        agent=Agent(list(REMOVE_AFTER_ADD), Stopper()), domain=NotesDomain(), human=NamedPerson()
+    )
+    await conversation.say("add milk, then remove it")
+    assert replay(conversation.log, domain=NotesDomain()).ok
+    rechecked = replay(conversation.log, domain=NotesDomain(), recheck=True)
+    assert not rechecked.ok and rechecked.rechecked
+    first = rechecked.divergences[0]
+    assert first.replayed is not None and first.replayed["type"] == "outcome"
+    assert first.replayed["status"] == "invalid"
+    assert "the domain was asked again" in str(rechecked)

@@ -34,12 +34,14 @@ from .effects import (
     GET_CONTEXT,
     AwaitPerson,
     Consult,
+    DeadlinePassed,
     Effect,
     Expired,
     Interruption,
     LookUp,
     NoReply,
     Ran,
+    RecordedError,
     Replied,
     Review,
     Reviewed,
@@ -110,6 +112,9 @@ TURNING = frozenset(
 )
 STARTING = TURN_LOOP.sources("start_turn")
 
+#: Where :meth:`ConversationCore.context_in` finds the context in a composed message (a private-use character).
+_SLOT = "\ue000"
+
 #: The phatic signal with which an agent ends the conversation.
 SESSION_COMPLETE = "session-complete"
 
@@ -132,7 +137,10 @@ Call = Generator[Effect, Any, TurnResult]
 
 
 def reason(error: BaseException) -> str:
-    """Why a call stopped, in words a person reads: the error's type and message, or what stopped it."""
+    """Why a call stopped, in words a person reads: the error's type and message (a recorded error's own
+    words), or what stopped it."""
+    if isinstance(error, RecordedError):
+        return str(error)
     if isinstance(error, Exception):
         return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     if isinstance(error, KeyboardInterrupt):
@@ -161,6 +169,13 @@ def _not_kept(payload: Any, kept: Any) -> Issue | None:
             "levels of nesting, or too much in all); send a smaller one."
         ),
     )
+
+
+def deadline_words(passed: DeadlinePassed) -> str:
+    """How the log words a deadline that cut a streamed reply (after :data:`CUT`)."""
+    if passed.deadline == "reply":
+        return f"{REPLY_DEADLINE} ({passed.seconds:g} s since the message was sent)"
+    return f"{IDLE_DEADLINE} (no text for {passed.seconds:g} s)"
 
 
 def _text_attribute(error: BaseException, name: str) -> str | None:
@@ -476,6 +491,17 @@ class ConversationCore:
             parts.append("\n\n".join(spoken))
         return "\n\n".join(parts)
 
+    def context_in(self, message: str, words: str) -> str | None:
+        """The domain's context that ``message``, composed by this core for the next turn with ``words``, holds
+        (how a replay answers :data:`GET_CONTEXT` from a recorded message); ``None`` when it holds none, or is not
+        a message this core composes now."""
+        if message == self._compose(words, None):
+            return None
+        before, _, after = self._compose(words, _SLOT).partition(_SLOT)
+        if len(message) > len(before) + len(after) and message.startswith(before) and message.endswith(after):
+            return message[len(before) : len(message) - len(after)]
+        return None
+
     # --- a streamed reply --------------------------------------------------------------------------------------
 
     def _streamed(self, turn: int, first: Streamed) -> Generator[Effect, Any, None]:
@@ -551,10 +577,7 @@ class ConversationCore:
         stream.ended = True
         passed, failure = streamed.passed, streamed.failure
         if passed is not None:
-            if passed.deadline == "reply":
-                stream.cut = f"{REPLY_DEADLINE} ({passed.seconds:g} s since the message was sent)"
-            else:
-                stream.cut = f"{IDLE_DEADLINE} (no text for {passed.seconds:g} s)"
+            stream.cut = deadline_words(passed)
         if failure is not None:
             stream.failure = failure
             if not stream.started:
@@ -746,7 +769,7 @@ class ConversationCore:
         payload, problem, after = pair_payload(elements, index)
         opened = self._propose(element, to_json_ready(payload), after - 1)
         unkept = None if problem is not None else _not_kept(payload, opened.payload)
-        spec: ActionSpec | None = yield LookUp(action=opened.action)
+        spec: ActionSpec | None = yield LookUp(action=opened.action, suggestion_id=opened.id)
         issue: Issue | None = None
         preview = ""
         if element.id and opened.id != element.id:
@@ -764,7 +787,9 @@ class ConversationCore:
         elif unkept is not None:
             issue = unkept
         else:
-            reviewed: Reviewed = yield Review(action=opened.action, payload=opened.payload)
+            reviewed: Reviewed = yield Review(
+                action=opened.action, payload=opened.payload, suggestion_id=opened.id
+            )
             issue, preview = reviewed.issue, reviewed.preview
         if issue is not None:
             self._finish(opened, "invalid", code=issue.code, field=issue.field, hint=issue.hint)
@@ -874,7 +899,15 @@ class ConversationCore:
         reviewed: Reviewed = (
             Reviewed(issue=refusal)
             if refusal is not None
-            else (yield Review(action=opened.action, payload=opened.payload, preview=edited, refused_too=edited))
+            else (
+                yield Review(
+                    action=opened.action,
+                    payload=opened.payload,
+                    preview=edited,
+                    refused_too=edited,
+                    suggestion_id=opened.id,
+                )
+            )
         )
         issue = reviewed.issue
         if issue is None:

@@ -69,11 +69,13 @@ class Show(Effect, frozen=True, kw_only=True):
 
 
 class LookUp(Effect, frozen=True, kw_only=True):
-    """The domain's spec of ``action``; input: its :class:`~dial_runtime.ActionSpec`, or ``None`` (unknown)."""
+    """The domain's spec of ``action`` (proposed as ``suggestion_id``); input: its
+    :class:`~dial_runtime.ActionSpec`, or ``None`` (unknown)."""
 
     immediate: ClassVar[bool] = True
 
     action: str
+    suggestion_id: str = ""
 
 
 class Review(Effect, frozen=True, kw_only=True):
@@ -90,6 +92,7 @@ class Review(Effect, frozen=True, kw_only=True):
     payload: Any
     preview: bool = True
     refused_too: bool = False
+    suggestion_id: str = ""
 
 
 class Consult(Effect, frozen=True, kw_only=True):
@@ -161,6 +164,11 @@ class Streamed(msgspec.Struct, frozen=True, kw_only=True):
     passed: DeadlinePassed | None = None
 
 
+class RecordedError(Exception):
+    """An error as a log recorded it (``"TypeName: message"``), thrown into a call by a replay: the core words it
+    exactly so."""
+
+
 class Interruption(BaseException):
     """Thrown into a call instead of a cancellation whose cause someone put in words (``why``: "cancelled by the
     person"): the core logs the interruption in those words, and the driver raises ``cause`` again once the call
@@ -224,6 +232,7 @@ __all__ = [
     "LookUp",
     "NoReply",
     "Ran",
+    "RecordedError",
     "Replied",
     "Review",
     "Reviewed",
