@@ -9,6 +9,7 @@ import types
 from collections import defaultdict
 
 import dial_runtime
+import dial_runtime.language
 import dial_runtime.ports
 
 #: The names the README documents; adding or removing one is a deliberate API change.
@@ -77,3 +78,11 @@ def test_the_ports_are_the_protocols_the_top_level_exports() -> None:
     for name in protocols - {"DescribedDomainPort"}:
         assert getattr(dial_runtime, name) is getattr(dial_runtime.ports, name)
 
+
+def test_the_language_package_exports_the_parse_records() -> None:
+    records = {"Envelope", "RootAttributes", "Inform", "Acknowledge", "AskElement", "Suggest", "Declare", "Phatic"}
+    records |= {"Delegate", "Execute", "Step", "Option", "ParseIssue"}
+    assert records <= set(dial_runtime.language.__all__)
+    for name in dial_runtime.language.__all__:
+        value = getattr(dial_runtime.language, name)
+        assert getattr(dial_runtime, name, value) is value, name
