@@ -37,7 +37,6 @@ from dial_runtime import (
     project,
     scripted_human,
 )
-from dial_runtime.runtime.core import already_decided
 from dial_runtime.runtime.events import SentEvent
 from dial_runtime.runtime.projection import Item
 from dial_runtime.runtime.records import payload_digest
@@ -394,19 +393,6 @@ async def test_what_waits_carries_the_digest_of_the_payload_waiting() -> None:
     await conversation2.say("go")
     ((ask),) = project(conversation2.log).waiting
     assert (ask.id, ask.kind, ask.deferred, ask.digest) == ("ask-1", "ask", True, None)
-
-
-@pytest.mark.parametrize("name", sorted(CONVERSATIONS))
-async def test_how_a_subject_ended_is_what_the_core_says(name: str) -> None:
-    log = (await CONVERSATIONS[name]()).log
-    events = [entry.event for entry in log]
-    projection = project(log)
-    subjects = {getattr(event, "id", None) for event in events} | {"ask-1", "sg-9"}
-    for subject in sorted(each for each in subjects if each):
-        theirs, ours = already_decided(events, subject), projection.already_decided(subject)
-        assert (theirs is None) == (ours is None), subject
-        if theirs is not None and ours is not None:
-            assert (ours.subject_id, ours.by, ours.how) == (theirs.subject_id, theirs.by, theirs.how)
 
 
 async def test_an_outcome_of_a_suggestion_shown_earlier_ends_a_card() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import GeneratorType
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
@@ -114,7 +115,8 @@ class Conversation:
     s: servers send tokens many times a second, so a silence that long is a stalled server or connection); a cut
     reply is handled as far as it got and the agent is told. ``log`` rebuilds a conversation from its entries (a
     log no run of the runtime could have written raises :class:`~dial_runtime.LogError`); ``store`` and
-    ``conversation_id`` make it durable (see :meth:`open`). Constructing one has no side effects: a call a dead
+    ``conversation_id`` make it durable (see :meth:`open`). ``clock`` gives each logged event's time (seconds
+    since the epoch; the core reads no clock of its own). Constructing one has no side effects: a call a dead
     process left open is closed by the next call.
     """
 
@@ -156,6 +158,7 @@ class Conversation:
         log: Iterable[LogEntry] = (),
         store: Store | None = None,
         conversation_id: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         _require(agent, "agent", "send")
         _require(human, "human", "decide")
@@ -179,6 +182,7 @@ class Conversation:
             answers=callable(getattr(human, "answer", None)),
             flow=_flow_rules(domain),
             conversation_id=conversation_id,
+            clock=clock,
         )
         self._store = store
         self._stored = len(self._core.log) if store is None else 0

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import AlreadyDecided, DialError, DialSizeError, LogError, PayloadChanged
+from ..errors import DialError, DialSizeError, LogError, PayloadChanged
 from ..language.outcomes import MAX_DEPTH, MAX_TEXT, Outcome, outcome_reply, refusal_reply, to_json_ready
 from ..language.parser import parse
 from ..language.payloads import declare_value, pair_payload
@@ -88,6 +88,7 @@ from .events import (
 )
 from .flow import FlowRules
 from .log import EventLog
+from .projection import project
 from .records import (
     Accept,
     ActionSpec,
@@ -200,21 +201,6 @@ class _Stream:
         self.failure: Exception | None = None
         self.cut: str | None = None  # why the reply was cut short by a deadline, in words
         self.logged = 0  # how much of the reply's text ``reply-progress`` events hold
-
-
-def already_decided(events: Sequence[Event], subject_id: str) -> AlreadyDecided | None:
-    """How a suggestion or ask that no longer waits ended, from a log's events (the last word on it): who decided
-    and how, ``answered`` for an ask, else its outcome's status; ``None`` when the log shows it never ended."""
-    ended: str | None = None
-    for event in reversed(events):
-        found: Any = event
-        if found.type == "decided" and found.suggestion_id == subject_id:
-            return AlreadyDecided(subject_id, by=found.by, how=found.decision)
-        if found.type == "answered" and found.ask_id == subject_id and found.text:
-            return AlreadyDecided(subject_id, by=found.by, how="answered")
-        if ended is None and found.type == "outcome" and found.id == subject_id:
-            ended = found.status
-    return None if ended is None else AlreadyDecided(subject_id, by=None, how=ended)
 
 
 class ConversationCore:
@@ -379,7 +365,7 @@ class ConversationCore:
     def _not_waiting(self, subject_id: str, kind: str, awaited: str) -> DialError:
         """Why a decision or answer cannot be taken: :class:`AlreadyDecided` when the log shows the suggestion or
         ask ended, else a ``DialError`` (never shown, or not waiting for the person yet)."""
-        ended = already_decided(self.log.events, subject_id)
+        ended = project(self.log.entries()).already_decided(subject_id)  # on this refusal's path only
         return ended or DialError(f"Conversation: {kind} {subject_id!r} is not awaiting {awaited}")
 
     def resume(self) -> Call | None:
