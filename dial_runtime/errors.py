@@ -15,7 +15,13 @@ Every exception the library raises on purpose, and the one a domain raises to fa
     ├── LogError             a log no run of the runtime could have written (names the entry; a ValueError)
     ├── AgentError           an agent's endpoint refused the request, or its retries were used up
     ├── McpConnectionError   an MCP server could not be started, reached or initialised (dial_runtime.mcp)
-    └── ActionError          raised by a domain's ``run`` to fail an action with a code, field and hint
+    ├── ActionError          raised by a domain's ``run`` to fail an action with a code, field and hint
+    └── RecordedError        an error as a log recorded it, thrown into a call by a replay
+
+One is not an error but a cancellation carrying words, so no ``except Exception`` takes it for a failure::
+
+    BaseException
+    └── Interruption         a cancellation someone put in words, thrown into a call in its place
 
 They are importable from here and from ``dial_runtime``; :class:`StoreConflict` also from
 ``dial_runtime.stores``, :class:`AgentError` from ``dial_runtime.agents`` and :class:`ActionError` from
@@ -149,3 +155,19 @@ class ActionError(DialError):
 
 class McpConnectionError(DialError):
     """The MCP server could not be started, reached or initialised, or its tools could not be listed."""
+
+
+class RecordedError(DialError):
+    """An error as a log recorded it (``"TypeName: message"``), thrown into a call by a replay: the core words it
+    exactly so."""
+
+
+class Interruption(BaseException):
+    """Thrown into a call instead of a cancellation whose cause someone put in words (``why``: "cancelled by the
+    person"): the core logs the interruption in those words, and the driver raises ``cause`` again once the call
+    has closed."""
+
+    def __init__(self, why: str, cause: BaseException) -> None:
+        super().__init__(why)
+        self.why = why
+        self.cause = cause

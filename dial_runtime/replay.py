@@ -765,6 +765,7 @@ def replay(
     if timeout is None and any(event.type == "no-reply" for event in recorded):
         raise ValueError("replay: the recording has a no-reply; replay it with the timeout it was recorded with")
     asks = [event for event in recorded if event.type == "ask"]
+    with_ids = conversation_id is not None and any(getattr(e, "message_id", None) for e in recorded)
     options = {
         "timeout": timeout,
         "reply_timeout": reply_timeout,
@@ -772,12 +773,11 @@ def replay(
         "max_turns": max_turns,
         "decide_timeout": decide_timeout,
         "answers": not asks or any(getattr(event, "asked", True) for event in asks),
-        "conversation_id": conversation_id if any(getattr(e, "message_id", None) for e in recorded) else None,
+        "conversation_id": conversation_id if with_ids else None,
     }
     replayer = _Replayer(recorded, times, domain=domain, recheck=recheck, options=options)
     recorded_turns, replayed_turns = _Turns(), _Turns()
     divergences: list[Divergence] = []
-    with_ids = conversation_id is not None and any(getattr(e, "message_id", None) for e in recorded)
     for number, start in enumerate(starts, start=1):
         end = starts[number] if number < len(starts) else len(recorded)
         began = replayer.position

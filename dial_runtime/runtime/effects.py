@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from ..errors import Interruption, RecordedError
 from ..language.parser import DEFAULT_MAX_REPLY_SIZE
 from .events import InformDeltaEvent
 from .records import Ask, Issue, Suggestion
@@ -162,22 +163,6 @@ class Streamed(msgspec.Struct, frozen=True, kw_only=True):
     ended: bool = False
     failure: Exception | None = None
     passed: DeadlinePassed | None = None
-
-
-class RecordedError(Exception):
-    """An error as a log recorded it (``"TypeName: message"``), thrown into a call by a replay: the core words it
-    exactly so."""
-
-
-class Interruption(BaseException):
-    """Thrown into a call instead of a cancellation whose cause someone put in words (``why``: "cancelled by the
-    person"): the core logs the interruption in those words, and the driver raises ``cause`` again once the call
-    has closed."""
-
-    def __init__(self, why: str, cause: BaseException) -> None:
-        super().__init__(why)
-        self.why = why
-        self.cause = cause
 
 
 class Answer(msgspec.Struct, frozen=True):
