@@ -28,6 +28,7 @@ from dial_runtime.runtime.events import (
     DeferredEvent,
     Event,
     FinishedEvent,
+    InformEvent,
     OutcomeEvent,
     ResumedEvent,
     SentEvent,
@@ -221,6 +222,7 @@ WORDED: dict[str, Event] = {
     "deferred": DeferredEvent(subject_id="sg-1", kind="ask"),
     "resumed": ResumedEvent(call="say"),
     "finished": FinishedEvent(status="idle", turns=1),
+    "inform": InformEvent(text="Noted.", act="inform"),
 }
 
 
@@ -231,6 +233,7 @@ def test_the_fixed_vocabularies_are_the_fields_literal_types() -> None:
         "deferred": {"kind"},
         "resumed": {"call"},
         "finished": {"status"},
+        "inform": {"act"},
     }
     assert VOCABULARIES["outcome"]["status"] == set(STATUSES)
     assert VOCABULARIES["finished"]["status"] == set(CALL_STATUS.values())

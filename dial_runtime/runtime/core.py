@@ -66,6 +66,7 @@ from .events import (
     FinishedEvent,
     FlowMovedEvent,
     HandledEvent,
+    InformAct,
     InformDeltaEvent,
     InformEvent,
     InterruptedEvent,
@@ -671,7 +672,7 @@ class ConversationCore:
 
     def _inform(self, element: Any, index: int) -> None:
         if element.text:
-            act = "acknowledge" if element.type == "dial-acknowledge" else "inform"
+            act: InformAct = "acknowledge" if element.type == "dial-acknowledge" else "inform"
             self.record(InformEvent(text=element.text, act=act, element=index))
 
     def _declare(self, element: Declare, index: int) -> None:

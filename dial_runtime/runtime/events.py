@@ -93,12 +93,16 @@ class ReplyProgressEvent(_Logged, frozen=True, kw_only=True, tag="reply-progress
     text: str
 
 
+InformAct = Literal["inform", "acknowledge"]
+"""The speech act an ``inform`` event's text came from (none: prose around the envelope)."""
+
+
 class InformEvent(_Logged, frozen=True, kw_only=True, tag="inform"):
     """Something to show the person; ``act`` is ``inform`` or ``acknowledge`` when it came from an element."""
 
     type: ClassVar[str] = "inform"
     text: str
-    act: str | None = None
+    act: InformAct | None = None
     element: int | None = None
 
 
