@@ -17,7 +17,7 @@ import dial_runtime.agents
 #: Exported classes that do something rather than hold a value: agents, the conversation, the parser, the ports,
 #: the domain toolkit.
 SERVICES = {
-    "AgentPort", "ChatAgent", "Conversation", "Domain", "DomainPort", "HumanPort", "RecordedAgent",
+    "AgentPort", "ChatAgent", "Conversation", "Domain", "DomainPort", "HumanPort", "Projection", "RecordedAgent",
     "ScriptedAgent", "StorePort", "StreamParser", "StreamingAgentPort",
 }  # fmt: skip
 
