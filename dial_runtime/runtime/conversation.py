@@ -192,7 +192,7 @@ class Conversation:
         self._writing: tuple[object, anyio.Lock] | None = None
         self._thinking: Awaitable[Any] | None = None
         self._more_streamed: Callable[[], Awaitable[Streamed]] | None = None
-        self._text: list[InformDeltaEvent] = []  # text of a streamed reply not shown yet (see _show)
+        self._text: tuple[InformDeltaEvent, ...] = ()  # text of a streamed reply not shown yet (see _show)
         self._interrupting: str | None = None  # why the call in progress is being cancelled, when someone says
         self._identified: tuple[object, bool, bool] | None = None  # the agent, and whether send, stream take ids
 
@@ -422,9 +422,9 @@ class Conversation:
         limit = len(events) if self._store is None else max(self._stored, start)
         self._shown = limit
         waiting = limit < len(events) and any(event.type in RENDERED for event in events[limit:])
-        notices: list[InformDeltaEvent] | tuple[()] = ()
+        notices: tuple[InformDeltaEvent, ...] = ()
         if self._text and not waiting:
-            notices, self._text = self._text, []
+            notices, self._text = self._text, ()
         if self._on_event is None or (start == limit and not notices):
             return
         shown = [event for event in events[start:limit] if event.type in RENDERED]
@@ -623,7 +623,7 @@ class Conversation:
     def _show_text(self, effect: Show) -> None:
         """Show the person the text of a reply as it arrives, once what is recorded before it is shown."""
         if self._on_event is not None:
-            self._text.extend(effect.notices)
+            self._text = (*self._text, *effect.notices)
             self._show()
 
     def _look_up(self, effect: LookUp) -> ActionSpec | None:
