@@ -146,7 +146,9 @@ def passes(tree: Path, conversations: int) -> list[str]:
 
 def public(tree: Path, passes: int, conversations: int) -> tuple[list[str], dict[str, str]]:
     """The command, and its environment, of a user's program that takes ``passes`` passes of scenario (a) over
-    ``conversations`` conversations with the package in ``tree`` (first on ``PYTHONPATH``; no hash seed set)."""
+    ``conversations`` conversations with the package in ``tree`` (first on ``PYTHONPATH``; no hash seed set). It
+    must run in ``tree``: ``python -c`` puts the working directory before ``PYTHONPATH``, so from this checkout
+    both sides would import this checkout's package."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONHASHSEED"}
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
     return [sys.executable, "-c", PUBLIC, str(passes), str(conversations)], env
@@ -156,7 +158,9 @@ def public_run(tree: Path, passes: int, conversations: int) -> float:
     """Microseconds per turn of the best of ``passes`` passes, in an interpreter of its own."""
     command, env = public(tree, passes, conversations)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=PASS_TIMEOUT * passes, env=env)
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=PASS_TIMEOUT * passes, env=env, cwd=tree
+        )
     except subprocess.TimeoutExpired:
         raise CompareError(f"a run took over {PASS_TIMEOUT * passes}s") from None
     if done.returncode:
@@ -281,6 +285,7 @@ def count_instructions(tree: Path, conversations: int, scratch: Path, *, as_user
             check=True,
             timeout=1800,
             env={**env, "PYTHONHASHSEED": "0"},
+            cwd=tree,
         )
         summary = next(
             line for line in output.read_text().splitlines() if line.startswith(("summary:", "totals:"))
