@@ -63,25 +63,25 @@ from .runtime import (
     scripted_human,
 )
 from .runtime.events import Event, LogEntry, event_from_dict, event_to_dict
-from .runtime.projection import (
-    AgentText,
-    Aside,
-    Card,
-    Moment,
-    Notice,
-    PersonWords,
-    Projection,
-    Question,
-    RefusedProposal,
-    Told,
-    Waiting,
-    project,
-)
 from .stores import open_store
 
 if _typing.TYPE_CHECKING:
     from .agents.chat import ChatAgent
     from .agents.uri import agent_from_uri
+    from .runtime.projection import (
+        AgentText,
+        Aside,
+        Card,
+        Moment,
+        Notice,
+        PersonWords,
+        Projection,
+        Question,
+        RefusedProposal,
+        Told,
+        Waiting,
+        project,
+    )
 
 __version__ = "0.1.0"
 
@@ -167,7 +167,18 @@ __all__ = [
     "validate",
 ]
 
-# What needs httpx is imported on first use, so ``import dial_runtime`` loads no HTTP library.
+_PROJECTION = (
+    "AgentText Aside Card Moment Notice PersonWords Projection Question RefusedProposal Told Waiting project"
+)
+
+# What needs httpx is imported on first use, so ``import dial_runtime`` loads no HTTP library; the projection,
+# which only a surface reads, is imported when first asked for too.
 __getattr__, __dir__ = _lazy_exports(
-    __name__, {"ChatAgent": ".agents.chat", "agent_from_uri": ".agents.uri"}, globals()
+    __name__,
+    {
+        "ChatAgent": ".agents.chat",
+        "agent_from_uri": ".agents.uri",
+        **dict.fromkeys(_PROJECTION.split(), ".runtime.projection"),
+    },
+    globals(),
 )

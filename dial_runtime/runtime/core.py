@@ -89,7 +89,6 @@ from .events import (
 )
 from .flow import FlowRules
 from .log import EventLog
-from .projection import project
 from .records import (
     Accept,
     ActionSpec,
@@ -366,7 +365,9 @@ class ConversationCore:
     def _not_waiting(self, subject_id: str, kind: str, awaited: str) -> DialError:
         """Why a decision or answer cannot be taken: :class:`AlreadyDecided` when the log shows the suggestion or
         ask ended, else a ``DialError`` (never shown, or not waiting for the person yet)."""
-        ended = project(self.log.entries()).already_decided(subject_id)  # on this refusal's path only
+        from .projection import project  # only on this refusal's path: a call never reads the projection
+
+        ended = project(self.log.entries()).already_decided(subject_id)
         return ended or DialError(f"Conversation: {kind} {subject_id!r} is not awaiting {awaited}")
 
     def resume(self) -> Call | None:
