@@ -4,11 +4,13 @@ URL of each kind."""
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
+from collections.abc import AsyncIterator, Callable, Generator
 from pathlib import Path
 
 import pytest
 import trio.testing
+
+from dial_runtime.stores import StorePort
 
 from .pg import pg_schema_url, postgres_url  # noqa: F401  (a PostgreSQL server, and a fresh schema on it)
 
@@ -65,3 +67,17 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A store URL other processes can reach (``sqlite`` or ``postgres``, given indirectly)."""
     return _store_url(request, tmp_path)
+
+
+@pytest.fixture
+async def keep() -> AsyncIterator[Callable[[StorePort], StorePort]]:
+    """Remembers the stores a test opens, and closes them when it ends, passed or failed."""
+    opened: list[StorePort] = []
+
+    def remember(store: StorePort) -> StorePort:
+        opened.append(store)
+        return store
+
+    yield remember
+    for store in opened:
+        await store.aclose()

@@ -10,7 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,20 +93,6 @@ def anyio_backend(real_clocks: str) -> str:
 @pytest.fixture
 def path(tmp_path: Path) -> Path:
     return tmp_path / "logs.db"
-
-
-@pytest.fixture
-async def keep() -> AsyncIterator[Callable[[StorePort], StorePort]]:
-    """Remembers the stores a test opens, and closes them when it ends, passed or failed."""
-    opened: list[StorePort] = []
-
-    def remember(store: StorePort) -> StorePort:
-        opened.append(store)
-        return store
-
-    yield remember
-    for store in opened:
-        await store.aclose()
 
 
 def synchronous(store: StorePort) -> int:

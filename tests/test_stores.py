@@ -70,20 +70,6 @@ def demo_log() -> tuple[LogEntry, ...]:
 
 
 @pytest.fixture
-async def keep() -> AsyncIterator[Callable[[StorePort], StorePort]]:
-    """Remembers the stores a test opens, and closes them when it ends, passed or failed."""
-    opened: list[StorePort] = []
-
-    def remember(store: StorePort) -> StorePort:
-        opened.append(store)
-        return store
-
-    yield remember
-    for store in opened:
-        await store.aclose()
-
-
-@pytest.fixture
 def connect(url: str, keep: Callable[[StorePort], StorePort]) -> Callable[[], StorePort]:
     """Opens stores on one backend, each with its own connection (one shared store for ``memory:``, which has no
     other way to share a log)."""
