@@ -51,8 +51,7 @@ from bench_runtime import ACKNOWLEDGE_REPLY, SUGGESTION_REPLY, Alternating, Note
 
 from dial_runtime import Accept, Conversation, policy_human, scripted_human
 from dial_runtime.runtime.state import ConversationState
-from dial_runtime.stores import SQLiteStore, open_store
-from dial_runtime.stores import StorePort as Store
+from dial_runtime.stores import SQLiteStore, StorePort, open_store
 
 WORDS = "add a note: buy milk"
 REPLIES = [SUGGESTION_REPLY, ACKNOWLEDGE_REPLY]
@@ -170,7 +169,7 @@ def base_sqlite(revision: str, folder: Path) -> ModuleType:
     return module
 
 
-async def defer_then_decide(store: Store, conversation_id: str) -> int:
+async def defer_then_decide(store: StorePort, conversation_id: str) -> int:
     """One conversation of scenario (d); returns its agent turns."""
     agent = Alternating(REPLIES)
     conversation = await Conversation.open(
@@ -183,7 +182,7 @@ async def defer_then_decide(store: Store, conversation_id: str) -> int:
     return agent.turn
 
 
-def deferred_pass(opened: Callable[[], Store], count: int) -> float:
+def deferred_pass(opened: Callable[[], StorePort], count: int) -> float:
     """Seconds per agent turn over ``count`` scenario (d) conversations on a fresh store."""
 
     async def work() -> float:
@@ -206,7 +205,7 @@ def deferred(count: int, rounds: int, base: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="dial-bench-") as name:
         folder = Path(name)
         passes = itertools.count()
-        stores: dict[str, Callable[[], Store]] = {
+        stores: dict[str, Callable[[], StorePort]] = {
             "memory": lambda: open_store("memory:"),
             "sqlite": lambda: SQLiteStore(folder / f"new-{next(passes)}.db"),
         }

@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import ActionError
+from .errors import ActionError, Interruption, RecordedError
 from .runtime.core import CUT, PROCESS_STOPPED, Call, ConversationCore, deadline_words
 from .runtime.effects import (
     Answer,
@@ -41,11 +41,9 @@ from .runtime.effects import (
     EndStream,
     Expired,
     GetContext,
-    Interruption,
     LookUp,
     NoReply,
     Ran,
-    RecordedError,
     Replied,
     Review,
     Reviewed,

@@ -12,8 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .ports import AnswerLike, DecisionLike
-from .ports import HumanPort as Human
+from .ports import AnswerLike, DecisionLike, HumanPort
 from .runtime.events import Event, InformDeltaEvent, LogEntry
 from .runtime.projection import (
     AgentText,
@@ -160,7 +159,7 @@ class Transcript:
 class NarratedHuman:
     """Wraps a person so their decisions and answers appear in the transcript."""
 
-    def __init__(self, human: Human, transcript: Transcript) -> None:
+    def __init__(self, human: HumanPort, transcript: Transcript) -> None:
         self.human = human
         self.transcript = transcript
 

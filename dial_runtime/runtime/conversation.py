@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard, cast
 import anyio
 import anyio.lowlevel
 
-from ..errors import ConversationBusy, IllegalTransition, LogError
+from ..errors import ConversationBusy, IllegalTransition, Interruption, LogError
 from ..language.outcomes import Outcome
 from ..statemachines import CALL
 from .core import HANDLED_ELEMENTS, Call, ConversationCore
@@ -36,7 +36,6 @@ from .effects import (
     EndStream,
     Expired,
     GetContext,
-    Interruption,
     LookUp,
     NoReply,
     Ran,
@@ -55,12 +54,7 @@ from .flow import FlowRules
 from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
 
 if TYPE_CHECKING:
-    from ..ports import AgentPort as Agent
-    from ..ports import DecisionLike
-    from ..ports import DomainPort as Domain
-    from ..ports import HumanPort as Human
-    from ..ports import StorePort as Store
-    from ..ports import StreamingAgentPort as StreamingAgent
+    from ..ports import AgentPort, DecisionLike, DomainPort, HumanPort, StorePort, StreamingAgentPort
 
 __all__ = ["HANDLED_ELEMENTS", "Conversation", "accepts_message_id"]
 
@@ -146,9 +140,9 @@ class Conversation:
     def __init__(
         self,
         *,
-        agent: Agent,
-        domain: Domain,
-        human: Human,
+        agent: AgentPort,
+        domain: DomainPort,
+        human: HumanPort,
         on_event: Callable[[Event | InformDeltaEvent], object] | None = None,
         timeout: float | None = 90.0,
         reply_timeout: float | None = 300.0,
@@ -156,7 +150,7 @@ class Conversation:
         max_turns: int = 8,
         decide_timeout: float | None = None,
         log: Iterable[LogEntry] = (),
-        store: Store | None = None,
+        store: StorePort | None = None,
         conversation_id: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -197,7 +191,7 @@ class Conversation:
         self._identified: tuple[object, bool, bool] | None = None  # the agent, and whether send, stream take ids
 
     @classmethod
-    async def open(cls, store: Store, conversation_id: str, **options: Any) -> Conversation:
+    async def open(cls, store: StorePort, conversation_id: str, **options: Any) -> Conversation:
         """Open a durable conversation: rebuild its state by folding its stored log (a new id starts a new one).
 
         A call the previous process did not finish is closed the way a crash leaves it: an action that had
@@ -541,7 +535,9 @@ class Conversation:
             failure: Exception | None = None
             passed: DeadlinePassed | None = None
             read = 0
-            chunks = cast("StreamingAgent", self.agent).stream(effect.message, **self._ids(effect, streamed=True))
+            chunks = cast("StreamingAgentPort", self.agent).stream(
+                effect.message, **self._ids(effect, streamed=True)
+            )
             try:
                 pieces = chunks.__aiter__()
                 idle_by = until = math.inf  # the first chunk: the wait for it bounds it

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import DialError, DialSizeError, LogError, PayloadChanged
+from ..errors import DialError, DialSizeError, Interruption, LogError, PayloadChanged, RecordedError
 from ..language.outcomes import MAX_DEPTH, MAX_TEXT, Outcome, outcome_reply, refusal_reply, to_json_ready
 from ..language.parser import parse
 from ..language.payloads import declare_value, pair_payload
@@ -37,11 +37,9 @@ from .effects import (
     DeadlinePassed,
     Effect,
     Expired,
-    Interruption,
     LookUp,
     NoReply,
     Ran,
-    RecordedError,
     Replied,
     Review,
     Reviewed,

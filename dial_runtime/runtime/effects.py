@@ -15,7 +15,6 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from ..errors import Interruption, RecordedError
 from ..language.parser import DEFAULT_MAX_REPLY_SIZE
 from .events import InformDeltaEvent
 from .records import Ask, Issue, Suggestion
@@ -213,11 +212,9 @@ __all__ = [
     "EndStream",
     "Expired",
     "GetContext",
-    "Interruption",
     "LookUp",
     "NoReply",
     "Ran",
-    "RecordedError",
     "Replied",
     "Review",
     "Reviewed",

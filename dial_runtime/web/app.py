@@ -52,11 +52,11 @@ from .. import (
     LogEntry,
     PayloadChanged,
     Say,
+    StorePort,
     Suggestion,
     TurnResult,
     open_store,
 )
-from .. import StorePort as Store
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import Projection, project
 from .mapping import EventMapper, interrupt_for, interrupt_id, messages_of
@@ -139,7 +139,7 @@ class _Step:
 
 @dataclass
 class _Settings:
-    store: Store
+    store: StorePort
     domain: Any
     agent: AgentFactory
     auth: Callable[[Request], Any] | None
@@ -154,7 +154,7 @@ class _Settings:
 
 def create_app(
     *,
-    store: Store | str,
+    store: StorePort | str,
     domain: Any,
     agent: AgentFactory,
     auth: Callable[[Request], Any] | None = None,
@@ -175,16 +175,16 @@ def create_app(
     /conversations/{id}/changes`` (a server-sent event each time a conversation's log grows, in any worker; a
     comment every ``heartbeat`` seconds while it does not), and the panel at ``/``.
 
-    ``store`` is a :class:`Store` or its URL (one store holds every conversation; PostgreSQL when several workers
-    share it). ``domain`` serves every conversation. ``agent(conversation_id, log)`` builds the agent of one run.
-    ``auth(request)`` (plain or ``async``) returns the caller's principal, or ``None`` to refuse the request
-    (401); it is what decisions are logged ``by``, never a value the client sends. Without ``auth`` every caller
-    is ``"local"``: bind such a server to 127.0.0.1. ``can_decide(principal, suggestion_or_ask)`` says who may
-    decide what (default: anyone who may view); ``can_view(principal, conversation_id)`` who may see a
+    ``store`` is a :class:`StorePort` or its URL (one store holds every conversation; PostgreSQL when several
+    workers share it). ``domain`` serves every conversation. ``agent(conversation_id, log)`` builds the agent of
+    one run. ``auth(request)`` (plain or ``async``) returns the caller's principal, or ``None`` to refuse the
+    request (401); it is what decisions are logged ``by``, never a value the client sends. Without ``auth`` every
+    caller is ``"local"``: bind such a server to 127.0.0.1. ``can_decide(principal, suggestion_or_ask)`` says who
+    may decide what (default: anyone who may view); ``can_view(principal, conversation_id)`` who may see a
     conversation (default: everyone). A state-changing request whose ``Origin`` is neither the server's own nor in
     ``allowed_origins`` is refused (403); a body over ``max_body`` bytes (413) and words over ``max_text``
-    characters are refused. ``timeout``, ``reply_timeout``, ``idle_timeout``, ``max_turns`` and
-    ``decide_timeout`` are each conversation's (see :class:`~dial_runtime.Conversation`).
+    characters are refused. ``timeout``, ``reply_timeout``, ``idle_timeout``, ``max_turns`` and ``decide_timeout``
+    are each conversation's (see :class:`~dial_runtime.Conversation`).
     """
     settings = _Settings(
         store=open_store(store) if isinstance(store, str) else store,
@@ -536,7 +536,7 @@ class _ChangeStream:
     idle stream and notices a client that left. The events carry no content: the page reads the conversation
     through ``/agui`` (a snapshot), where ``can_view`` and ``auth`` apply as for any run."""
 
-    def __init__(self, store: Store, thread: str, heartbeat: float) -> None:
+    def __init__(self, store: StorePort, thread: str, heartbeat: float) -> None:
         self._store = store
         self._thread = thread
         self._heartbeat = heartbeat
