@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from xml.sax.saxutils import escape
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dial_runtime import (
@@ -313,9 +314,10 @@ JSON = st.recursive(
 @pytest.mark.anyio
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(payload=JSON)
+@example(payload={"<:": None, "&": "a < b"})  # markup characters, escaped in the reply as XML requires
 async def test_the_payload_validated_is_the_payload_logged_and_run(payload: Any) -> None:
     domain = Witnessing()
-    reply = envelope(suggest("list-notes", json.dumps(payload)))
+    reply = envelope(suggest("list-notes", escape(json.dumps(payload))))  # the payload as XML text holds it
     conversation = Conversation(agent=Agent([reply, ACK]), domain=domain, human=policy_human())
     await conversation.say("list")
     (validated,) = domain.validated
