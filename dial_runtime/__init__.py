@@ -11,6 +11,7 @@ import typing as _typing
 from ._lazy import lazy_exports as _lazy_exports
 from .agents import RecordedAgent, ScriptedAgent, system_prompt
 from .domains import Domain
+from .driver import Conversation, policy_human, scripted_human
 from .errors import (
     ActionError,
     AgentError,
@@ -51,7 +52,6 @@ from .runtime import (
     Accept,
     ActionSpec,
     Ask,
-    Conversation,
     Defer,
     Dismiss,
     Edit,
@@ -59,8 +59,6 @@ from .runtime import (
     Say,
     Suggestion,
     TurnResult,
-    policy_human,
-    scripted_human,
 )
 from .runtime.events import Event, LogEntry, event_from_dict, event_to_dict
 from .stores import open_store

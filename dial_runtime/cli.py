@@ -110,7 +110,7 @@ def _chat(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as error:
         return _without_terminal_extra("chat", error)
     from .agents import agent_from_uri, history_from_log, system_prompt
-    from .runtime import Conversation
+    from .driver import Conversation
 
     domain = load_domain(args.domain) if args.mcp is None else None
     _check_mcp_options(args)
@@ -191,7 +191,7 @@ async def _interactive_demo(surface: TerminalSurface) -> None:
     needs more finds no recorded reply, and that turn stops with the agent's error)."""
     from .agents import ScriptedAgent
     from .demo import SCRIPT, NotesDomain
-    from .runtime import Conversation
+    from .driver import Conversation
 
     conversation = Conversation(
         agent=ScriptedAgent(()), domain=NotesDomain(), human=surface, on_event=surface.on_event

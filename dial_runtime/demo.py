@@ -12,7 +12,8 @@ import msgspec
 
 from .agents import ScriptedAgent
 from .domains import Domain
-from .runtime import ActionError, Conversation, Issue, scripted_human
+from .driver import Conversation, scripted_human
+from .runtime import ActionError, Issue
 from .transcript import NarratedHuman, Transcript
 
 NoteText = Annotated[str, msgspec.Meta(min_length=1, max_length=60, pattern=r"\S")]

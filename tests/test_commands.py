@@ -16,8 +16,8 @@ from dial_runtime import Conversation, LogEntry, agent_from_uri
 from dial_runtime.agents import ScriptedAgent
 from dial_runtime.cli import audit_line, main, stopped_in_words
 from dial_runtime.demo import NotesDomain
+from dial_runtime.driver.humans import scripted_human
 from dial_runtime.runtime.events import InterruptedEvent, OutcomeEvent
-from dial_runtime.runtime.humans import scripted_human
 from dial_runtime.stores import open_store
 
 from .fakes import envelope, suggest

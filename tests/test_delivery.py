@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from dial_runtime import Conversation, open_store, policy_human
-from dial_runtime.runtime import conversation as driver
+from dial_runtime.driver import conversation as driver
 from dial_runtime.runtime.events import SentEvent, event_from_dict, event_to_dict
 
 from .fakes import Notes, envelope, suggest

@@ -21,8 +21,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "_lazy", "_command", "dial_xsd"),
     ("statemachines",),
     ("language",),
-    # sans-IO core and its driver, and the protocols of what the runtime is handed (ports)
+    # the sans-IO core, and the protocols of what the runtime is handed (ports)
     ("runtime", "ports"),
+    # the driver: performs the core's effects under anyio
+    ("driver",),
     # what plugs into the runtime: domains, agents, and the homes of a log (the stores, and a JSON Lines file)
     ("domains", "stores", "agents", "jsonl"),
     # what drives and shows conversations, and the tools built on the public API

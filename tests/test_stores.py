@@ -22,8 +22,8 @@ import pytest
 
 from dial_runtime.agents import ScriptedAgent
 from dial_runtime.demo import NotesDomain, run_demo
+from dial_runtime.driver import Conversation, policy_human
 from dial_runtime.errors import ConversationBusy
-from dial_runtime.runtime import Conversation, policy_human
 from dial_runtime.runtime.events import LogEntry, SaidEvent
 from dial_runtime.stores import (
     MemoryStore,

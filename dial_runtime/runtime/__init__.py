@@ -1,10 +1,9 @@
-"""The conversation runtime: the driver, its event log and state, and ready-made people."""
+"""The sans-IO conversation runtime: the core, its event log, the fold into state, and the values it exchanges."""
 
 from __future__ import annotations
 
 from ..errors import ActionError
-from .conversation import HANDLED_ELEMENTS, Conversation
-from .humans import policy_human, scripted_human
+from .core import HANDLED_ELEMENTS
 from .records import (
     Accept,
     ActionSpec,
@@ -24,7 +23,6 @@ __all__ = [
     "ActionError",
     "ActionSpec",
     "Ask",
-    "Conversation",
     "Defer",
     "Dismiss",
     "Edit",
@@ -32,6 +30,4 @@ __all__ = [
     "Say",
     "Suggestion",
     "TurnResult",
-    "policy_human",
-    "scripted_human",
 ]

@@ -34,9 +34,9 @@ from rich.panel import Panel
 from rich.status import Status
 from rich.text import Text
 
+from ..driver import Conversation
+from ..driver.conversation import accepts_message_id
 from ..errors import AlreadyDecided, ConversationBusy, DialError
-from ..runtime import Conversation
-from ..runtime.conversation import accepts_message_id
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import AgentText, Card, Item, Notice, Question, RefusedProposal, Told, project
 from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, TurnResult

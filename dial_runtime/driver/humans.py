@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, as_decision
+from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, as_decision
 
 
 class PolicyHuman:

@@ -24,9 +24,8 @@ import anyio.lowlevel
 
 from ..errors import ConversationBusy, IllegalTransition, Interruption, LogError
 from ..language.outcomes import Outcome
-from ..statemachines import CALL
-from .core import HANDLED_ELEMENTS, Call, ConversationCore
-from .effects import (
+from ..runtime.core import Call, ConversationCore
+from ..runtime.effects import (
     Answer,
     AwaitPerson,
     AwaitStream,
@@ -49,14 +48,15 @@ from .effects import (
     Streamed,
     Thinking,
 )
-from .events import RENDERED, Event, InformDeltaEvent, LogEntry
-from .flow import FlowRules
-from .records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
+from ..runtime.events import RENDERED, Event, InformDeltaEvent, LogEntry
+from ..runtime.flow import FlowRules
+from ..runtime.records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
+from ..statemachines import CALL
 
 if TYPE_CHECKING:
     from ..ports import AgentPort, DecisionLike, DomainPort, HumanPort, StorePort, StreamingAgentPort
 
-__all__ = ["HANDLED_ELEMENTS", "Conversation", "accepts_message_id"]
+__all__ = ["Conversation", "accepts_message_id"]
 
 logger = logging.getLogger("dial_runtime")
 
@@ -328,8 +328,9 @@ class Conversation:
             self._writing = (token, anyio.Lock(fast_acquire=True))
         return self._writing[1]
 
-    async def say(self, text: str | None = "") -> TurnResult:
-        """Send the person's words (with whatever is owed) and run turns until the agent needs nothing back.
+    async def say(self, text: str | None = "", *, by: str | None = None) -> TurnResult:
+        """Send the person's words (with whatever is owed) and run turns until the agent needs nothing back;
+        ``by`` names who spoke, for the log (``said``) and what it shows.
 
         Returns at once with status ``"ended"`` after the conversation ended (the words are logged, nothing is
         sent), and with ``"idle"`` and no turn when there are no words and nothing is owed. Words said while
@@ -337,7 +338,7 @@ class Conversation:
         drives the conversation, and the original exception of a failed send.
         """
         words = text or ""
-        return await self._hold(lambda: self._core.say(words))
+        return await self._hold(lambda: self._core.say(words, by))
 
     async def decide(
         self, suggestion_id: str, decision: DecisionLike, *, by: str | None = None, shown: str | None = None
