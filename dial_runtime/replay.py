@@ -307,11 +307,11 @@ class _Replayer:
         self._words = ""
         if isinstance(start, SaidEvent):
             self._words = start.text
-            call = core.say(start.text)
+            call = core.say(start.text, start.by)
         elif isinstance(start, ResumedEvent) and start.call == "say":
             said = self.recording.after(self.position + 1, "said")
             self._words = said.text if isinstance(said, SaidEvent) else ""
-            call = core.say(self._words)
+            call = core.say(self._words, said.by if isinstance(said, SaidEvent) else None)
         elif isinstance(start, ResumedEvent) and start.call == "decide":
             given = self.recording.after(self.position + 1, "decided", "deferred", "refused")
             call = self._decide(given)

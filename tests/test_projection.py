@@ -37,7 +37,7 @@ from dial_runtime import (
     project,
     scripted_human,
 )
-from dial_runtime.runtime.events import SentEvent
+from dial_runtime.runtime.events import SaidEvent, SentEvent
 from dial_runtime.runtime.projection import Item
 from dial_runtime.runtime.records import payload_digest
 
@@ -98,7 +98,7 @@ async def destructive() -> Conversation:
 
 async def answered_later() -> Conversation:
     conversation, _, _ = make([ASK, THANKS], Later())
-    await conversation.say("add it")
+    await conversation.say("add it", by="grace")
     await conversation.answer("ask-1", "groceries", by="ada")
     return conversation
 
@@ -266,8 +266,9 @@ def check_destructive(items: tuple[Item, ...], log: tuple[LogEntry, ...]) -> Non
 def check_answered_later(items: tuple[Item, ...], log: tuple[LogEntry, ...]) -> None:
     (question,) = of(Question, items)
     assert (question.status, question.answer, question.answered_by) == ("answered", "groceries", "ada")
+    assert log[0].event == SaidEvent(text="add it", by="grace")
     assert [(w.text, w.how, w.by, w.subject_id) for w in of(PersonWords, items)] == [
-        ("add it", "said", None, None), ("groceries", "answer", "ada", "ask-1"),
+        ("add it", "said", "grace", None), ("groceries", "answer", "ada", "ask-1"),
     ]  # fmt: skip
 
 

@@ -8,7 +8,7 @@ every lifecycle decision is a lookup in a machine's table. What a generator hold
 where it stands in the reply, which the fold keeps too (its cursor and each suggestion's state): a process that
 dies between two effects loses nothing that :meth:`ConversationCore.recover` cannot rebuild from the log.
 
-The driver (:class:`~dial_runtime.runtime.conversation.Conversation`) performs the effects under anyio; tests can
+The driver (:class:`~dial_runtime.driver.conversation.Conversation`) performs the effects under anyio; tests can
 drive a call with a list of inputs and no event loop.
 """
 
@@ -321,15 +321,16 @@ class ConversationCore:
 
     # --- the calls ---------------------------------------------------------------------------------------------
 
-    def say(self, words: str) -> Call:
-        """Send the person's words (with whatever is owed) and run turns until the agent needs nothing back."""
+    def say(self, words: str, by: str | None = None) -> Call:
+        """Send the person's words (``by`` who spoke, when known) with whatever is owed, and run turns until the
+        agent needs nothing back."""
         state = self.state
         if "begin" not in TURN_LOOP.allowed(state.loop):  # new words supersede what waits for the person
             self.record(ResumedEvent(call="say"))
             self._abandon(OVERTAKEN)
             self.record(InterruptedEvent(turn=state.turn, reason=OVERTAKEN))
             self.record(FinishedEvent(status="interrupted", turns=state.turn))
-        self.record(SaidEvent(text=words))
+        self.record(SaidEvent(text=words, by=by))
         if TURN_LOOP.is_final(state.loop):  # nothing to send, or the conversation has ended
             return self._finished_at_once()
         return self._drive(words, None)

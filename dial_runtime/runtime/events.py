@@ -219,11 +219,13 @@ class ExecuteEvent(_Logged, frozen=True, kw_only=True, tag="execute"):
         msgspec.structs.force_setattr(self, "steps", _steps(self.steps))
 
 
-class SaidEvent(_Logged, frozen=True, kw_only=True, tag="said"):
-    """A ``say`` began with these words of the person's (logged even after the conversation ended)."""
+class SaidEvent(_Logged, frozen=True, kw_only=True, tag="said", omit_defaults=True):
+    """A ``say`` began with these words of the person's (logged even after the conversation ended); ``by`` who
+    spoke, when the caller said."""
 
     type: ClassVar[str] = "said"
     text: str
+    by: str | None = None
 
 
 class ProposedEvent(_Logged, frozen=True, kw_only=True, tag="proposed"):

@@ -482,7 +482,7 @@ class Projection:
         self._moment("said", _json_text(event.text))
         if event.text:
             self._set_aside()
-            self._add(PersonWords(text=event.text, how="said", seq=self._seq, time=self._time))
+            self._add(PersonWords(text=event.text, how="said", by=event.by, seq=self._seq, time=self._time))
 
     def _resumed(self, event: ResumedEvent) -> None:
         self._moment("resumed", f"with {event.call}()")
