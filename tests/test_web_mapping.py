@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -42,7 +43,9 @@ def wire(events: list[Any]) -> list[tuple[str, Any]]:
     shown = []
     for event in events:
         data = event.model_dump(by_alias=True)
-        detail = data.get("delta", data.get("toolCallName", data.get("content", data.get("name"))))
+        detail = data.get("activityType") or data.get(
+            "delta", data.get("toolCallName", data.get("content", data.get("name")))
+        )
         shown.append((data["type"].value if hasattr(data["type"], "value") else data["type"], detail))
     return shown
 
@@ -85,14 +88,24 @@ CASES: list[tuple[str, list[Any], list[tuple[str, Any]]]] = [
         ],
     ),
     (
-        "an invalid suggestion was never shown: its outcome is no event",
+        "an invalid suggestion was never shown: it is a refused proposal, an activity and never a tool call",
         [{**OUTCOME, "status": "invalid", "code": "missing-text", "result": None}],
-        [],
+        [("ACTIVITY_SNAPSHOT", "dial.refused")],
     ),
     (
-        "the elements the runtime only shows are custom events",
+        "the elements the runtime only shows are custom events, and activities the person sees",
         [{"type": "declare", "context_key": "k", "value": 1}, {"type": "turn-limit", "turns": 8}],
-        [("CUSTOM", "dial.declare"), ("CUSTOM", "dial.turn-limit")],
+        [
+            ("CUSTOM", "dial.declare"),
+            ("ACTIVITY_SNAPSHOT", "dial.aside"),
+            ("CUSTOM", "dial.turn-limit"),
+            ("ACTIVITY_SNAPSHOT", "dial.notice"),
+        ],
+    ),
+    (
+        "an aside with nothing to say is no activity",
+        [{"type": "phatic", "signal": "greeting"}],
+        [("CUSTOM", "dial.phatic")],
     ),
     (
         "events only the log needs show nothing",
@@ -254,7 +267,8 @@ async def reloadable() -> tuple[LogEntry, ...]:
 
 
 def live_view(log: tuple[LogEntry, ...]) -> tuple[dict[str, Any], list[str]]:
-    """What a live client ends up with: each card's last ``metadata.card``, and the person's words it was sent."""
+    """What a live client ends up with: each card's last ``metadata.card`` (or ``dial.card``), and the person's
+    words it was sent."""
     mapper = EventMapper()
     cards: dict[str, Any] = {}
     words: list[str] = []
@@ -263,9 +277,40 @@ def live_view(log: tuple[LogEntry, ...]) -> tuple[dict[str, Any], list[str]]:
             data = event.model_dump(by_alias=True)
             if data.get("metadata") and "card" in data["metadata"]:
                 cards[data["toolCallId"]] = data["metadata"]["card"]
+            if data["type"] == "CUSTOM" and data["name"] == "dial.card":
+                cards[data["value"]["card"]["id"]] = data["value"]["card"]
             if data["type"] == "TEXT_MESSAGE_CONTENT" and data["messageId"].startswith("said-"):
                 words.append(data["delta"])
     return cards, words
+
+
+def live_items(log: Sequence[LogEntry]) -> list[dict[str, Any]]:
+    """The views a live client ends up with of questions (as last sent), notices, asides and refused proposals,
+    in the order they came."""
+    mapper = EventMapper()
+    views: dict[Any, dict[str, Any]] = {}
+    for entry in log:
+        for event in mapper.map(entry):
+            data = event.model_dump(by_alias=True)
+            if data["type"] == "ACTIVITY_SNAPSHOT":
+                views[data["messageId"]] = data["content"]
+            elif data["type"] == "TEXT_MESSAGE_START" and data.get("metadata") and "question" in data["metadata"]:
+                views[data["metadata"]["question"]["id"]] = data["metadata"]["question"]
+            elif data["type"] == "CUSTOM" and data["name"] == "dial.question":
+                views[data["value"]["question"]["id"]] = data["value"]["question"]
+    return list(views.values())
+
+
+def reload_items(log: Sequence[LogEntry]) -> list[dict[str, Any]]:
+    """The same views, as a snapshot carries them."""
+    views = []
+    for message in messages_from_log(log):
+        data = message.model_dump(by_alias=True)
+        if data["role"] == "activity":
+            views.append(data["content"])
+        elif data["role"] == "assistant" and data.get("metadata") and "question" in data["metadata"]:
+            views.append(data["metadata"]["question"])
+    return views
 
 
 def reload_view(log: tuple[LogEntry, ...]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -284,6 +329,10 @@ async def test_a_reload_shows_the_conversation_as_it_was_shown_live() -> None:
     assert (removed["preview"], removed["destructive"], removed["outcome"]) == ("remove-note", True, "Done")
     assert (milk["status"], milk["outcome"]) == ("superseded", "Superseded: the person said something else")
     assert (tea["status"], tea["payload"], tea["proposed"]) == ("done", {"text": "tea"}, {"text": "milk"})
+    assert (tea["payload_json"], tea["digest"]) == (
+        '{\n  "text": "tea"\n}',
+        payload_digest("add-note", {"text": "tea"}),
+    )
     assert [refusal["payload"] for refusal in tea["refusals"]] == [{"text": ""}]
     assert [(m["content"], m["metadata"]["words"]["how"], m["metadata"]["words"]["by"]) for m in users] == [
         ("tidy up", "said", None),
@@ -310,7 +359,62 @@ async def test_a_resume_shows_only_what_it_adds_to_what_the_client_was_shown() -
     mapper = EventMapper(history=log[: answered - 1])
     shown = wire(mapper.catch_up(log[:answered]))
     assert shown == [
+        ("CUSTOM", "dial.question"),
         ("TEXT_MESSAGE_START", None),
         ("TEXT_MESSAGE_CONTENT", "groceries"),
         ("TEXT_MESSAGE_END", None),
     ]
+
+
+@pytest.mark.anyio
+async def test_refused_proposals_notices_and_questions_are_the_same_live_and_after_a_reload() -> None:
+    """A proposal the runtime refused is shown (never as a card), as is the turn limit, live and in a snapshot."""
+    agent = Agent(
+        [
+            envelope(
+                suggest("add-note", '{"text":"milk"}'),
+                suggest("add-note", '{"text":""}'),
+                '<dial-ask id="ask-1">Which list?</dial-ask>',
+            ),
+            *[envelope(suggest("list-notes", "{}")) for _ in range(3)],
+        ]
+    )
+    conversation = Conversation(agent=agent, domain=Notes(), human=Later(), max_turns=2)
+    await conversation.say("add two")
+    await conversation.answer("ask-1", "home")
+    await conversation.decide("sg-1", Accept())
+    views = reload_items(conversation.log)
+    assert views == live_items(conversation.log)
+    kinds = [(view["kind"], view.get("what"), view.get("status")) for view in views]
+    assert kinds[:2] == [("refused", None, "invalid"), ("question", None, "answered")]
+    assert ("notice", "turn-limit", None) in kinds
+    (refused,) = [view for view in views if view["kind"] == "refused"]
+    assert (refused["hint"], refused["payload_json"]) == ("Give the note's text.", '{\n  "text": ""\n}')
+    messages = [message.model_dump(by_alias=True) for message in messages_from_log(conversation.log)]
+    assert [call["id"] for m in messages for call in m.get("toolCalls") or []] == ["sg-1", "sg-3"]
+
+
+@pytest.mark.anyio
+async def test_a_payload_is_also_its_exact_json_text() -> None:
+    """Past 2**53 a browser's JSON.parse rounds: the card's ``payload_json`` keeps every digit, live and after a
+    reload, and its digest binds that number."""
+    big = 9007199254740993
+    agent = Agent([envelope(suggest("add-note", f'{{"text":"pay","amount_cents":{big}}}'))])
+    conversation = Conversation(agent=agent, domain=Notes(), human=Later())
+    await conversation.say("pay")
+    live, _ = live_view(conversation.log)
+    shown, _ = reload_view_all(conversation.log)
+    for card in (live["sg-1"], shown["sg-1"]):
+        assert f'"amount_cents": {big}' in card["payload_json"]
+        assert card["digest"] == payload_digest("add-note", {"text": "pay", "amount_cents": big})
+
+
+def reload_view_all(log: Sequence[LogEntry]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every card of a snapshot (waiting or ended) by id, and its messages."""
+    messages = [message.model_dump(by_alias=True) for message in messages_from_log(log)]
+    cards = {
+        m["metadata"]["card"]["id"]: m["metadata"]["card"]
+        for m in messages
+        if (m.get("metadata") or {}).get("card")
+    }
+    return cards, messages

@@ -1,9 +1,17 @@
 """From the runtime's events and pending records to AG-UI's events, messages and interrupts (no I/O).
 
 :class:`EventMapper` (a live run) and :func:`messages_of` (the snapshot a reloading page gets) both render the
-conversation's :class:`~dial_runtime.runtime.projection.Projection`, so the two carry the same content: the
-person's words (their answers too), the agent's text, and each card with its preview, destructive mark, status,
-outcome in words and the payload that waits or ran (``metadata.card``). Neither reads an event itself.
+conversation's :class:`~dial_runtime.runtime.projection.Projection`, so the two carry the same content, each item
+as the same JSON view (:func:`item_view`): the person's words (``metadata.words``, their answers too), the agent's
+text, an ask's question (``metadata.question``), each card with its preview, destructive mark, status, outcome in
+words and the payload that waits or ran (``metadata.card``); live, a change to a card or a question already shown
+is a ``CUSTOM`` ``dial.card`` or ``dial.question`` carrying it as it is now; and
+what the person sees beside the chat as AG-UI activity messages: the notices (``dial.notice``: no reply, the turn
+limit, ...), the asides (``dial.aside``) and the proposals that never became cards (``dial.refused``). Neither
+reads an event itself.
+
+Payloads are also given as their JSON text (``payload_json``): a browser's ``JSON.parse`` rounds integers past
+2**53, so a client shows (and edits) the text, never a number it parsed.
 
 Text: an ``inform`` (or an ``ask``'s question) is one complete text message: ``TEXT_MESSAGE_START``, one
 ``TEXT_MESSAGE_CONTENT``, ``TEXT_MESSAGE_END``. The mapper keeps a text message open between events, so an event
@@ -21,6 +29,8 @@ from typing import Any
 
 import msgspec
 from ag_ui.core import (
+    ActivityMessage,
+    ActivitySnapshotEvent,
     AssistantMessage,
     BaseEvent,
     CustomEvent,
@@ -41,13 +51,25 @@ from ag_ui.core import (
 
 from .. import Ask, LogEntry, Suggestion
 from ..runtime.events import Event, InformDeltaEvent
-from ..runtime.projection import AgentText, Aside, Card, Item, Notice, PersonWords, Projection, Question, project
+from ..runtime.projection import (
+    AgentText,
+    Aside,
+    Card,
+    Item,
+    Notice,
+    PersonWords,
+    Projection,
+    Question,
+    RefusedProposal,
+    project,
+)
 from ..runtime.records import payload_digest
 
 __all__ = [
     "EventMapper",
     "interrupt_for",
     "interrupt_id",
+    "item_view",
     "messages_from_log",
     "messages_of",
     "payload_digest",
@@ -72,9 +94,15 @@ def _json(value: Any) -> str:
 
 
 def interrupt_id(subject_id: str, refusals: int) -> str:
-    """The interrupt that puts a suggestion (or ask) to the person: its id, and after each refused edit a new one,
-    so a resume answering what was shown before the refusal names an interrupt that no longer waits."""
-    return subject_id if refusals == 0 else f"{subject_id}~{refusals + 1}"
+    """The interrupt that puts a suggestion (or ask) to the person: its id, and after each refused edit a new one
+    (``sg-1~2``, ``sg-1~3``), so a resume answering what was shown before the refusal names an interrupt that no
+    longer waits.
+
+    Every ``~`` of the id is doubled, so the one ``~`` that marks a refusal's count cannot be read as part of an
+    id: the interrupts of different subjects, or of one subject at different counts, never share an id, whatever
+    ids the agent gave (``n`` after one refusal is ``n~2``, the agent's own ``n~2`` is ``n~~2``)."""
+    escaped = subject_id.replace("~", "~~")
+    return escaped if refusals == 0 else f"{escaped}~{refusals + 1}"
 
 
 def interrupt_for(pending: Suggestion | Ask, *, refusals: int = 0, can_decide: bool = True) -> Interrupt:
@@ -82,7 +110,8 @@ def interrupt_for(pending: Suggestion | Ask, *, refusals: int = 0, can_decide: b
 
     ``metadata`` carries what AG-UI has no field for: a suggestion's action, payload, digest, destructive and
     mutates marks and (after a refused edit) the domain's ``issue``; an ask's response type and options.
-    ``canDecide`` is false when the caller may see but not decide it.
+    ``canDecide`` is false when the caller may see but not decide it. The interrupt's id is
+    :func:`interrupt_id`'s (an ask's never changes: an answer is never refused).
     """
     if isinstance(pending, Suggestion):
         metadata: dict[str, Any] = {
@@ -114,7 +143,7 @@ def interrupt_for(pending: Suggestion | Ask, *, refusals: int = 0, can_decide: b
     if options:
         answer["enum"] = [option["value"] for option in options]
     return Interrupt(
-        id=pending.id,
+        id=interrupt_id(pending.id, 0),
         reason="input_required",
         message=pending.text,
         response_schema={
@@ -150,8 +179,12 @@ class EventMapper:
         self.projection = Projection()
         self.projection.feed_all(history)
         self._called = set(self.projection.shown)  # the cards the client has as tool calls
+        self._cards_shown = {card.id: _as_shown(card) for card in _cards(self.projection)}
         self._reported = {card.id for card in _cards(self.projection) if card.reported is not None}
         self._asked = {item.id for item in self.projection.items if isinstance(item, Question)}
+        self._questions_shown = {
+            item.id: _as_shown(item) for item in self.projection.items if isinstance(item, Question)
+        }
         self._open: tuple[str, int | None] | None = None
         self._streamed: list[str] = []  # the text the open message's deltas carried
 
@@ -191,20 +224,35 @@ class EventMapper:
                 return self._inform(item)
             case Question(id=ident) if ident not in self._asked:
                 self._asked.add(ident)
-                return self._text(item.text, item.element)
+                self._questions_shown[ident] = _as_shown(item)
+                return self._text(item.text, item.element, metadata={"question": item_view(item)})
+            case Question(id=ident) if self._questions_shown.get(ident) != _as_shown(item):
+                self._questions_shown[ident] = _as_shown(item)
+                return [*self.close(), CustomEvent(name="dial.question", value={"question": item_view(item)})]
             case Card():
                 return self._card(item)
             case PersonWords(how="answer"):
                 return self._words(item)
             case Notice(what=what) | Aside(what=what):
-                return [*self.close(), CustomEvent(name=f"dial.{what}", value=_custom(item))]
+                custom = CustomEvent(name=f"dial.{what}", value=_custom(item))
+                return [*self.close(), custom, *self._activity(item)]
+            case RefusedProposal():
+                return [*self.close(), *self._activity(item)]
         return []
 
-    def _start(self, element: int | None) -> tuple[list[BaseEvent], str]:
+    def _activity(self, item: Notice | Aside | RefusedProposal) -> list[BaseEvent]:
+        """What the person sees beside the chat, as an activity message (none for an aside with nothing to say)."""
+        kind = _activity_type(item)
+        if kind is None:
+            return []
+        return [ActivitySnapshotEvent(message_id=self._message_ids(), activity_type=kind, content=item_view(item))]
+
+    def _start(self, element: int | None, metadata: dict[str, Any] | None = None) -> tuple[list[BaseEvent], str]:
         message_id = self._message_ids()
         self._open = (message_id, element)
         self._streamed = []
-        return [TextMessageStartEvent(message_id=message_id, role="assistant")], message_id
+        start = TextMessageStartEvent(message_id=message_id, role="assistant", metadata=metadata)
+        return [start], message_id
 
     def _delta(self, event: InformDeltaEvent) -> list[BaseEvent]:
         element = event.element
@@ -228,11 +276,11 @@ class EventMapper:
             return [*content, *self.close()]
         return self._text(text.text, element)
 
-    def _text(self, text: str, element: int | None) -> list[BaseEvent]:
+    def _text(self, text: str, element: int | None, metadata: dict[str, Any] | None = None) -> list[BaseEvent]:
         events = self.close()
         if not text:
             return events
-        started, message_id = self._start(element)
+        started, message_id = self._start(element, metadata)
         return [*events, *started, TextMessageContentEvent(message_id=message_id, delta=text), *self.close()]
 
     def _words(self, words: PersonWords) -> list[BaseEvent]:
@@ -245,18 +293,22 @@ class EventMapper:
         ]
 
     def _card(self, card: Card) -> list[BaseEvent]:
-        """A card new to the client is a tool call; one that ended, its tool result; both carry the card."""
+        """A card new to the client is a tool call; one that ended, its tool result; any other change to it (a
+        decision, a refused edit, the payload that started running) a ``CUSTOM`` ``dial.card``: all carry the
+        card as it is now."""
+        shown = {"card": item_view(card)}
+        seen, self._cards_shown[card.id] = self._cards_shown.get(card.id), _as_shown(card)
         events: list[BaseEvent] = []
         if card.id not in self._called:
             self._called.add(card.id)
             events += [
                 *self.close(),
-                ToolCallStartEvent(
-                    tool_call_id=card.id, tool_call_name=card.action, metadata={"card": _plain(card)}
-                ),
+                ToolCallStartEvent(tool_call_id=card.id, tool_call_name=card.action, metadata=shown),
                 ToolCallArgsEvent(tool_call_id=card.id, delta=_json(card.proposed)),
                 ToolCallEndEvent(tool_call_id=card.id),
             ]
+        elif card.reported is None and seen != self._cards_shown[card.id]:
+            events += [*self.close(), CustomEvent(name="dial.card", value=shown)]
         if card.reported is not None and card.id not in self._reported:
             self._reported.add(card.id)
             events += [
@@ -265,7 +317,7 @@ class EventMapper:
                     message_id=self._message_ids(),
                     tool_call_id=card.id,
                     content=_json(card.reported.fact()),
-                    metadata={"card": _plain(card)},
+                    metadata=shown,
                 ),
             ]
         return events
@@ -273,6 +325,13 @@ class EventMapper:
 
 def _cards(projection: Projection) -> list[Card]:
     return [item for item in projection.items if isinstance(item, Card)]
+
+
+def _as_shown(item: Card | Question) -> Card | Question:
+    """A card or a question as a client shows it: waiting now or waiting to be decided later look alike."""
+    if isinstance(item, Card):
+        return msgspec.structs.replace(item, status="pending") if item.waiting else item
+    return msgspec.structs.replace(item, status="asked") if item.status == "waiting" else item
 
 
 def _said_id(words: PersonWords) -> str | None:
@@ -284,9 +343,36 @@ def _words_metadata(words: PersonWords) -> dict[str, Any]:
     return {"words": {"how": words.how, "by": words.by, "subject_id": words.subject_id}}
 
 
-def _plain(value: Any) -> Any:
-    """A projection's item as JSON-ready data."""
-    return msgspec.to_builtins(value)
+def item_view(item: Item) -> dict[str, Any]:
+    """A projection's item as JSON-ready data, as every message and event carries it (``kind`` names its type);
+    a card's and a refused proposal's payload also as its JSON text (``payload_json``, exact where a browser's
+    numbers are not), and a card's ``digest`` (of the payload it shows)."""
+    view: dict[str, Any] = msgspec.to_builtins(item)
+    if isinstance(item, Card | RefusedProposal):
+        view["payload_json"] = _pretty_json(item.payload)
+    if isinstance(item, Card):
+        view["digest"] = item.digest
+    return view
+
+
+def _pretty_json(value: Any) -> str:
+    """A payload as the person reads it: indented JSON text, every number as exact as Python holds it."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+#: The activity type of each kind of item shown beside the chat (AG-UI activity messages).
+ACTIVITY_TYPES: dict[type[Any], str] = {
+    Notice: "dial.notice",
+    Aside: "dial.aside",
+    RefusedProposal: "dial.refused",
+}
+
+
+def _activity_type(item: Item) -> str | None:
+    """An item's activity type: an aside with nothing to say has none."""
+    if isinstance(item, Aside) and not item.text:
+        return None
+    return ACTIVITY_TYPES.get(type(item))
 
 
 def _custom(item: Notice | Aside) -> dict[str, Any]:
@@ -301,9 +387,10 @@ def messages_from_log(entries: Sequence[LogEntry]) -> list[Message]:
 
 def messages_of(projection: Projection) -> list[Message]:
     """A projected log as AG-UI messages: the person's words (said, answers, words given instead of deciding,
-    with ``metadata.words``), the agent's text, each card as an assistant tool call and, once it ended, a tool
-    message with its outcome's fact (both with ``metadata.card``: its preview, destructive mark, status, outcome
-    in words, the payload that waits or ran), each where the live stream put it.
+    with ``metadata.words``), the agent's text (an ask's question with ``metadata.question``), each card as an
+    assistant tool call and, once it ended, a tool message with its outcome's fact (both with ``metadata.card``:
+    its preview, destructive mark, status, outcome in words, the payload that waits or ran), and the notices,
+    asides and refused proposals as activity messages, each where the live stream put it.
 
     Ids come from the log's sequence numbers (``said-7``, ``m-12``), so every snapshot of a log names its messages
     alike, and a client sending them back is not taken to say them again.
@@ -316,10 +403,18 @@ def messages_of(projection: Projection) -> list[Message]:
                 placed.append(
                     (seq, UserMessage(id=f"said-{seq}", content=item.text, metadata=_words_metadata(item)))
                 )
-            case AgentText(text=text) | Question(text=text) if text:
+            case Question(text=text) if text:
+                metadata = {"question": item_view(item)}
+                placed.append((seq, AssistantMessage(id=f"m-{seq}", content=text, metadata=metadata)))
+            case AgentText(text=text) if text:
                 placed.append((seq, AssistantMessage(id=f"m-{seq}", content=text)))
+            case Notice() | Aside() | RefusedProposal():
+                kind = _activity_type(item)
+                if kind is not None:
+                    ident = f"{kind.removeprefix('dial.')}-{seq}"
+                    placed.append((seq, ActivityMessage(id=ident, activity_type=kind, content=item_view(item))))
             case Card():
-                metadata = {"card": _plain(item)}
+                metadata = {"card": item_view(item)}
                 call = ToolCall(
                     id=item.id, function=FunctionCall(name=item.action, arguments=_json(item.proposed))
                 )
