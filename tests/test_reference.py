@@ -198,10 +198,10 @@ RUNS = [
         {"status": "failed", "error": "over quota", "code": "quota", "field": "count", "hint": "Try fewer."},
     ),
     (
-        "reference: an empty message gives error ''; here: the exception's class name, so the agent is told "
-        "something",
-        RuntimeError(),
-        {"status": "failed", "error": "RuntimeError"},
+        "reference: the exception's message; here: an exception without a code was not raised on purpose, so its "
+        "text (which may hold a password) stays out of the log, and the agent is told its type",
+        RuntimeError("cannot reach postgresql://app:pw@db"),
+        {"status": "failed", "error": "the action raised RuntimeError", "code": "unexpected-error"},
     ),
 ]
 
@@ -612,9 +612,10 @@ class Failing(Notes):
         return self.value
 
 
+UNEXPECTED = {"status": "failed", "error": "the action raised Broken", "code": "unexpected-error"}
 UNASKED = [
-    ("a read-only action that raises fails", "list-notes", None, {"status": "failed", "error": "service down"}, 2),
-    ("a hand-off that raises fails", "open-poll", None, {"status": "failed", "error": "service down"}, 2),
+    ("a read-only action that raises fails", "list-notes", None, UNEXPECTED, 2),
+    ("a hand-off that raises fails", "open-poll", None, UNEXPECTED, 2),
     ("a hand-off keeps its result", "open-poll", {"poll": 7}, {"status": "handed-off", "result": {"poll": 7}}, 1),
 ]
 

@@ -24,7 +24,7 @@ import anyio.lowlevel
 
 from ..errors import ConversationBusy, IllegalTransition, Interruption, LogError
 from ..language.outcomes import Outcome
-from ..runtime.core import Call, ConversationCore
+from ..runtime.core import Call, ConversationCore, deliberate
 from ..runtime.effects import (
     Answer,
     AwaitPerson,
@@ -679,6 +679,8 @@ class Conversation:
             if _awaitable(result):
                 result = await result
         except Exception as error:
+            if not deliberate(error):  # the log keeps only its type: its text and traceback are the operator's
+                logger.error("domain.run raised for %r", effect.action, exc_info=error)
             return RunFailed(error)
         return Ran(result)
 

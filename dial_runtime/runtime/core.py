@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import DialError, DialSizeError, Interruption, LogError, PayloadChanged, RecordedError
+from ..errors import ActionError, DialError, DialSizeError, Interruption, LogError, PayloadChanged, RecordedError
 from ..language.outcomes import MAX_DEPTH, MAX_TEXT, Outcome, outcome_reply, refusal_reply, to_json_ready
 from ..language.parser import parse
 from ..language.payloads import declare_value, pair_payload
@@ -130,6 +130,8 @@ OVERTAKEN = "the person said something else"
 CUT = "the reply was cut: "
 REPLY_DEADLINE = "the reply deadline passed"
 IDLE_DEADLINE = "the idle deadline passed"
+UNEXPECTED_ERROR = "unexpected-error"
+"""The code of an action that failed by an exception not raised on purpose: its text stays out of the log."""
 
 Call = Generator[Effect, Any, TurnResult]
 """A call in progress: yields effects, is sent their inputs, returns the call's result."""
@@ -175,6 +177,12 @@ def deadline_words(passed: DeadlinePassed) -> str:
     if passed.deadline == "reply":
         return f"{REPLY_DEADLINE} ({passed.seconds:g} s since the message was sent)"
     return f"{IDLE_DEADLINE} (no text for {passed.seconds:g} s)"
+
+
+def deliberate(error: BaseException) -> bool:
+    """Whether ``run`` raised to fail on purpose, with words for the agent and the person: an
+    :class:`ActionError`, or any exception that carries a ``code`` (as the reference reads one)."""
+    return isinstance(error, ActionError) or getattr(error, "code", None) is not None
 
 
 def _text_attribute(error: BaseException, name: str) -> str | None:
@@ -938,6 +946,10 @@ class ConversationCore:
         edited = opened.edited
         if isinstance(ran, RunFailed):
             error = ran.error
+            if not deliberate(error):  # its text may hold anything (a DSN, a path, a key)
+                unexpected = f"the action raised {type(error).__name__}"
+                self._finish(opened, "failed", error=unexpected, code=UNEXPECTED_ERROR, edited=edited)
+                return
             self._finish(
                 opened,
                 "failed",

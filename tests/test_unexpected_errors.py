@@ -1,0 +1,105 @@
+"""An action that fails by an exception not raised on purpose: its text (a DSN with a password, a path, a key)
+reaches no one but the operator's log. The agent, the log, every surface and the web's wire and snapshots are
+told only its type; a failure raised on purpose (an ``ActionError``, or an exception with a ``code``) keeps its
+words."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+
+from dial_runtime import ActionError, Conversation, policy_human, project
+from dial_runtime.transcript import Transcript
+from dial_runtime.web import create_app, scripted_agents
+from dial_runtime.web.mapping import messages_from_log
+
+from .fakes import Agent, Notes, envelope, suggest
+from .web_server import accept, interrupts, run, run_input, serving
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "postgresql://app:hunter2@db.internal/orders"
+ACK = "<dial><dial-acknowledge>Sorry.</dial-acknowledge></dial>"
+ADD = envelope(suggest("add-note", '{"text":"buy milk"}'))
+
+
+class Coded(Exception):
+    """Not an ActionError, but it carries a code: raised on purpose."""
+
+    code = "quota"
+
+
+class Leaky(Notes):
+    """Notes whose ``add-note`` fails by ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    async def run(self, action: str, payload: Any) -> Any:
+        raise self.error
+
+
+FAILURES = [
+    pytest.param(RuntimeError(f"no route to {SECRET}"), "the action raised RuntimeError", id="unexpected"),
+    pytest.param(KeyError(SECRET), "the action raised KeyError", id="unexpected-key"),
+    pytest.param(ActionError("the notebook is full", code="full"), "the notebook is full", id="action-error"),
+    pytest.param(Coded("over quota"), "over quota", id="a-code"),
+]
+
+
+def written(log: Any) -> str:
+    """The transcript of the log, as ``transcript`` writes it."""
+    lines: list[str] = []
+    shown = Transcript(lines.append)
+    for entry in log:
+        shown.show(entry)
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(("error", "told"), FAILURES)
+async def test_only_a_deliberate_failure_keeps_its_words(
+    error: Exception, told: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = Agent([ADD, ACK])
+    conversation = Conversation(agent=agent, domain=Leaky(error), human=policy_human("accept"))
+    with caplog.at_level(logging.ERROR, logger="dial_runtime"):
+        result = await conversation.say("add milk")
+    (outcome,) = result.outcomes
+    assert (outcome.status, outcome.error) == ("failed", told)
+    log = conversation.log
+    everything_read = [
+        msgspec.json.encode(log).decode(),
+        msgspec.json.encode(project(log).items).decode(),
+        json.dumps([message.model_dump(mode="json") for message in messages_from_log(log)]),
+        written(log),
+        agent.sent[-1],
+    ]
+    for text in everything_read:
+        assert SECRET not in text
+    assert told in agent.sent[-1]
+    operator = [record for record in caplog.records if record.exc_info is not None]
+    assert bool(operator) == (told.startswith("the action raised"))
+    if operator:
+        assert SECRET in str(operator[0].exc_info[1])  # type: ignore[index]
+
+
+async def test_the_web_surface_never_sends_an_unexpected_exception_s_text() -> None:
+    app = create_app(
+        store="memory:",
+        domain=Leaky(RuntimeError(f"could not connect to {SECRET}")),
+        agent=scripted_agents([ADD, ACK]),
+    )
+    with serving(app) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10.0) as client:
+            (interrupt,) = interrupts(await run(client, run_input("leaky", words="add milk")))
+            accepted = await run(client, run_input("leaky", resume=[accept(interrupt)]))
+            snapshot = await run(client, run_input("leaky"))
+    wire = json.dumps([accepted, snapshot])
+    assert SECRET not in wire
+    assert "the action raised RuntimeError" in wire
