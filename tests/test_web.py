@@ -223,7 +223,6 @@ async def test_a_choice_is_an_input_required_interrupt_answered_by_a_resume(
         ("digest", "digest-mismatch"),
         ("decided", "already-decided"),
         ("viewer", "forbidden"),
-        ("cancel-alone", "invalid-resume"),
         ("not-an-object", "invalid-resume"),
         ("twice", "invalid-resume"),
     ],
@@ -243,8 +242,6 @@ async def test_a_resume_that_cannot_be_taken_is_a_run_error_and_changes_nothing(
         await run(client, run_input(name, resume=[accept(interrupt)]), **{"x-user": "grace"})
     elif case == "viewer":
         headers = {"x-user": "viewer"}
-    elif case == "cancel-alone":
-        entries = [{"interruptId": interrupt["id"], "status": "cancelled"}]
     elif case == "not-an-object":
         entries = [{"interruptId": interrupt["id"], "status": "resolved", "payload": True}]
     elif case == "twice":
@@ -338,9 +335,10 @@ async def test_an_allowed_origin_may_post(client: httpx.AsyncClient) -> None:
     assert response.status_code == 200
 
 
-async def test_an_agent_with_no_reply_left_is_a_run_error(client: httpx.AsyncClient) -> None:
+async def test_an_agent_with_no_reply_left_is_a_run_error_saying_so(client: httpx.AsyncClient) -> None:
     events = await run(client, run_input(thread(), words="hello?"))
-    assert (events[-1]["type"], events[-1]["code"]) == ("RUN_ERROR", "run-failed")
+    assert (events[-1]["type"], events[-1]["code"]) == ("RUN_ERROR", "no-reply")
+    assert events[-1]["message"].startswith("the message could not be sent:")
 
 
 def test_the_change_stream_names_the_log_s_last_seq_each_time_it_grows(base_url: str) -> None:

@@ -22,10 +22,12 @@ from typing import Any
 import anyio
 from ag_ui.core import (
     BaseEvent,
+    CustomEvent,
     MessagesSnapshotEvent,
     ResumeEntry,
     RunAgentInput,
     RunErrorEvent,
+    RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
@@ -58,7 +60,7 @@ from .. import (
     open_store,
 )
 from ..runtime.events import Event, InformDeltaEvent
-from ..runtime.projection import Projection, project
+from ..runtime.projection import Card, Notice, Projection, Question, project
 from .mapping import EventMapper, interrupt_for, interrupt_id, messages_of
 
 __all__ = ["AgentFactory", "create_app", "scripted_agents"]
@@ -135,6 +137,14 @@ class _Step:
     """One call a run makes on the conversation."""
 
     call: Callable[[Conversation], Awaitable[TurnResult]]
+
+
+@dataclass
+class _Plan:
+    """What a run does: its calls, in order, and the resume entries it leaves out (each with why)."""
+
+    steps: list[_Step] = field(default_factory=list)
+    ignored: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -297,16 +307,25 @@ class _WebSurface:
         words = new_words(run)
         if words is not None and len(words) > self.settings.max_text:
             return _error(413, f"the message is over {self.settings.max_text} characters")
-        return _EventStream(lambda emit: self._run(run, principal, words, emit), run)
+        return _EventStream(lambda emit, stop: self._run(run, principal, words, emit, stop), run, principal)
 
     def _origins(self, request: Request) -> frozenset[str]:
         own = f"{request.url.scheme}://{request.headers.get('host', '')}"
         return self.settings.origins | {own}
 
     async def _run(
-        self, run: RunAgentInput, principal: str, words: str | None, emit: Callable[[BaseEvent], None]
+        self,
+        run: RunAgentInput,
+        principal: str,
+        words: str | None,
+        emit: Callable[[BaseEvent], None],
+        stop: _Stop,
     ) -> None:
-        """Drive the conversation for one run, emitting its AG-UI events (RUN_STARTED is already out)."""
+        """Drive the conversation for one run, emitting its AG-UI events (RUN_STARTED is already out); ``stop``
+        is told the conversation once it is open, so a client that aborts the run stops it in words.
+
+        A run whose agent never answered (no reply in time, or the message could not be sent: refused, 401, ...)
+        ends ``RUN_ERROR`` with code ``no-reply`` and the log's own words for it, which a reload shows too."""
         settings = self.settings
         thread = run.thread_id
         entries = await settings.store.read(thread)
@@ -340,33 +359,49 @@ class _WebSurface:
             return mapper.catch_up(opened[0].log, through=through) if opened else []
 
         agent = _AgentOnFirstUse(settings.agent, thread)
+        opened_at = entries[-1].seq if entries else 0
+        last: TurnResult | None = None
         try:
-            conversation = await Conversation.open(
-                settings.store,
-                thread,
-                agent=agent,
-                domain=settings.domain,
-                human=_DeferringHuman(),
-                on_event=on_event,
-                **settings.options,
-            )
-            agent.conversation = conversation
-            opened.append(conversation)
-            for mapped in catch_up():
-                emit(mapped)
-            steps = self._plan(conversation, mapper.projection, run.resume or [], words, principal)
-            for step in steps:
-                await step.call(conversation)
+            try:
+                conversation = await Conversation.open(
+                    settings.store,
+                    thread,
+                    agent=agent,
+                    domain=settings.domain,
+                    human=_DeferringHuman(),
+                    on_event=on_event,
+                    **settings.options,
+                )
+                agent.conversation = conversation
+                stop.conversation = conversation
+                opened.append(conversation)
+                opened_at = conversation.log[-1].seq if conversation.log else 0
+                for mapped in catch_up():
+                    emit(mapped)
+                plan = self._plan(conversation, mapper.projection, run.resume or [], words, principal)
+                for ignored in plan.ignored:
+                    emit(CustomEvent(name="dial.resume-entry-ignored", value=ignored))
+                for step in plan.steps:
+                    last = await step.call(conversation)
+            finally:
+                for mapped in [*catch_up(), *mapper.close()]:
+                    emit(mapped)
+                with anyio.CancelScope(shield=True):
+                    await agent.aclose()
         except ConversationBusy:
             raise _Refused("busy", "another run is driving this conversation; try again") from None
         except AlreadyDecided as error:  # another tab or worker decided it between this run's check and its call
             raise _already(error) from None
         except PayloadChanged as error:
             raise _Refused("digest-mismatch", f"{error}; reload") from None
-        finally:
-            for mapped in [*catch_up(), *mapper.close()]:
-                emit(mapped)
-            await agent.aclose()
+        except Exception:
+            unsent = _unanswered(mapper.projection, after=opened_at, what="send-failed")
+            if unsent is None:
+                raise
+            raise _Refused("no-reply", unsent.text) from None
+        if last is not None and last.status == "no-reply":
+            late = _unanswered(mapper.projection, after=opened_at, what="no-reply")
+            raise _Refused("no-reply", late.text if late else "the agent did not reply")
         log = conversation.log
         emit(self._finished(run, principal, conversation, mapper.projection, stored=log[-1].seq if log else 0))
 
@@ -410,40 +445,62 @@ class _WebSurface:
         resume: Sequence[ResumeEntry],
         words: str | None,
         principal: str,
-    ) -> list[_Step]:
-        """The calls a run makes, every resume entry checked first: a refusal raises and nothing has changed
-        (``projection``: the projection of the conversation's log as it was opened)."""
-        waiting = {interrupt_id(each.id, projection.refusals(each.id)): each for each in conversation.pending}
-        steps: list[_Step] = []
+    ) -> _Plan:
+        """The calls a run makes, every resume entry checked first against the conversation as it was opened
+        (``projection``: its log's projection then): its shape, who may decide it, the digest of the payload it
+        was shown. A refusal raises before any call, so a resume is taken whole or not at all.
+
+        AG-UI's coverage rule has a resume answer every open interrupt, and a person decides one card of several:
+        a ``cancelled`` entry answers nothing in this run, so what it names stays waiting, in the log, under the
+        same interrupt id (the run ends with it in its interrupt outcome again, and every tab and device shows it
+        still open). With new words, cancelling is saying something else: the words supersede whatever still
+        waits, which someone who may not decide all of it cannot do (``awaiting-reviewer``).
+
+        A ``cancelled`` entry naming an interrupt that no longer waits (decided elsewhere, replaced) is left out
+        with a warning rather than refused: it decides nothing, and a client that kept the interrupts of a run
+        that then failed can move on by cancelling them."""
+        pending = conversation.pending
+        waiting = {interrupt_id(each.id, projection.refusals(each.id)): each for each in pending}
+        plan = _Plan()
         cancelled: list[Suggestion] = []
+        resolved: set[str] = set()
         seen: set[str] = set()
         for entry in resume:
             if entry.interrupt_id in seen:
                 raise _Refused("invalid-resume", f"interrupt {entry.interrupt_id!r} is answered twice")
             seen.add(entry.interrupt_id)
             subject = waiting.get(entry.interrupt_id)
+            if subject is None and entry.status == "cancelled":
+                why = _unknown(entry.interrupt_id, pending, projection)
+                plan.ignored.append({"interruptId": entry.interrupt_id, "code": why.code, "message": str(why)})
+                continue
             if subject is None:
-                raise _unknown(entry.interrupt_id, waiting.values(), projection)
-            if not self._may_decide(principal, subject):
-                raise _Refused("forbidden", f"{principal} may not decide {subject.id!r}")
+                raise _unknown(entry.interrupt_id, pending, projection)
             if entry.status == "cancelled":
-                if words is None:
-                    raise _Refused(
-                        "invalid-resume",
-                        f"interrupt {entry.interrupt_id!r}: cancelling needs a new user message (say something "
-                        "else); to not run a suggestion, resolve it with {approved: false}",
-                    )
                 if isinstance(subject, Suggestion):
                     cancelled.append(subject)
                 continue
-            steps.append(_resolution(entry, subject, principal))
+            if not self._may_decide(principal, subject):
+                raise _Refused("forbidden", f"{principal} may not decide {subject.id!r}")
+            plan.steps.append(_resolution(entry, subject, principal))
+            resolved.add(subject.id)
         if words is not None:
+            barred = [
+                each.id for each in pending if each.id not in resolved and not self._may_decide(principal, each)
+            ]
+            if barred:
+                names = ", ".join(repr(each) for each in barred)
+                raise _Refused(
+                    "awaiting-reviewer",
+                    f"{principal} may not decide {names}, which new words would supersede; "
+                    "say it once that is decided",
+                )
             if cancelled:
                 first = cancelled[0].id
-                steps.append(_Step(lambda conversation: conversation.decide(first, Say(words), by=principal)))
+                plan.steps.append(_Step(lambda conversation: conversation.decide(first, Say(words), by=principal)))
             else:
-                steps.append(_Step(lambda conversation: conversation.say(words)))
-        return steps
+                plan.steps.append(_Step(lambda conversation: conversation.say(words, by=principal)))
+        return plan
 
 
 def _resolution(entry: ResumeEntry, subject: Suggestion | Ask, principal: str) -> _Step:
@@ -470,6 +527,10 @@ def _resolution(entry: ResumeEntry, subject: Suggestion | Ask, principal: str) -
     digest = payload.get("digest")
     if digest is not None and not isinstance(digest, str):
         raise _Refused("invalid-resume", f"interrupt {entry.interrupt_id!r}: the digest must be text")
+    if digest is not None and digest != subject.digest:
+        raise _Refused(
+            "digest-mismatch", f"{PayloadChanged(subject.id, shown=digest, waiting=subject.digest)}; reload"
+        )
     decision: Accept | Edit | Dismiss
     if not approved:
         decision = Dismiss()
@@ -484,13 +545,33 @@ def _resolution(entry: ResumeEntry, subject: Suggestion | Ask, principal: str) -
 def _unknown(interrupt: str, waiting: Iterable[Suggestion | Ask], seen: Projection) -> _Refused:
     """Why a resume names an interrupt that does not wait: replaced after a refused edit, decided elsewhere (by
     whom), ended otherwise, or never asked."""
-    subject = interrupt.rpartition("~")[0] or interrupt
+    subject = _subject_of(interrupt, seen)
     if any(each.id == subject for each in waiting):
         return _Refused("stale-interrupt", f"interrupt {interrupt!r} was replaced after a refused edit; reload")
-    ended = seen.already_decided(subject)
+    ended = None if subject is None else seen.already_decided(subject)
     if ended is not None:
         return _already(ended)
     return _Refused("unknown-interrupt", f"no interrupt {interrupt!r} waits in this conversation")
+
+
+def _subject_of(interrupt: str, seen: Projection) -> str | None:
+    """The suggestion or ask that ``interrupt`` put to the person, now or before one of its edits was refused
+    (:func:`~dial_runtime.web.mapping.interrupt_id` gives no two of them one id); ``None`` for one never asked."""
+    for item in seen.items:
+        if isinstance(item, (Card, Question)) and interrupt in {
+            interrupt_id(item.id, count) for count in range(seen.refusals(item.id) + 1)
+        }:
+            return item.id
+    return None
+
+
+def _unanswered(seen: Projection, *, after: int, what: str) -> Notice | None:
+    """The last notice of kind ``what`` (``no-reply``, ``send-failed``) after seq ``after``: the log's words for
+    an agent that never answered."""
+    for item in reversed(seen.items):
+        if isinstance(item, Notice) and item.what == what and (item.seq or 0) > after:
+            return item
+    return None
 
 
 def _already(error: AlreadyDecided) -> _Refused:
@@ -588,18 +669,39 @@ _ENDED = object()
 RECONNECT_MS = 1000
 
 
+class _Stop:
+    """How a run stops when its client closes the request (AG-UI's abort: ``HttpAgent.abortRun()``, the panel's
+    Stop): the conversation driving it, once open, is told who stopped it, so the log records the interruption in
+    those words, then the run is cancelled. What the run did before stays in the log; the log's writes are never
+    cut short."""
+
+    def __init__(self, principal: str) -> None:
+        self.scope = anyio.CancelScope()
+        self.conversation: Conversation | None = None
+        self.why = f"cancelled by {principal}"
+
+    def __call__(self) -> None:
+        if self.conversation is not None:
+            self.conversation.cancelling(self.why)
+        self.scope.cancel()
+
+
 class _EventStream:
     """An AG-UI event stream: ``RUN_STARTED``, what the run emits, and ``RUN_ERROR`` if it is refused or fails.
 
-    The run is shielded from the client: a page that reloads or loses its connection mid-turn does not cancel the
-    agent's turn; the turn ends as it would have, in the log, and the next snapshot shows it.
+    The run lasts as long as the request: a client that closes it (aborts the run, or goes away) stops the run,
+    which ends ``RUN_FINISHED`` with the cancelled outcome, for whoever still reads.
     """
 
     def __init__(
-        self, run: Callable[[Callable[[BaseEvent], None]], Awaitable[None]], run_input: RunAgentInput
+        self,
+        run: Callable[[Callable[[BaseEvent], None], _Stop], Awaitable[None]],
+        run_input: RunAgentInput,
+        principal: str,
     ) -> None:
         self._drive = run
         self._input = run_input
+        self._principal = principal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [
@@ -609,20 +711,32 @@ class _EventStream:
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         sender, receiver = anyio.create_memory_object_stream[BaseEvent](math.inf)
+        stop = _Stop(self._principal)
+        thread, run_id = self._input.thread_id, self._input.run_id
 
         async def produce() -> None:
-            with anyio.CancelScope(shield=True), sender:
-                try:
-                    await self._drive(sender.send_nowait)
-                except _Refused as refusal:
-                    sender.send_nowait(RunErrorEvent(message=str(refusal), code=refusal.code))
-                except Exception as error:
-                    logger.error("run of %s failed: %s", self._input.thread_id, type(error).__name__)
-                    sender.send_nowait(RunErrorEvent(message=_failure(error), code="run-failed"))
+            with sender:
+                with stop.scope:
+                    try:
+                        await self._drive(sender.send_nowait, stop)
+                    except _Refused as refusal:
+                        sender.send_nowait(RunErrorEvent(message=str(refusal), code=refusal.code))
+                    except Exception as error:
+                        logger.error("run of %s failed: %s", thread, type(error).__name__)
+                        sender.send_nowait(RunErrorEvent(message=_failure(error), code="run-failed"))
+                if stop.scope.cancelled_caught:
+                    cancelled = RunFinishedCancelledOutcome()
+                    sender.send_nowait(RunFinishedEvent(thread_id=thread, run_id=run_id, outcome=cancelled))
 
-        started = RunStartedEvent(thread_id=self._input.thread_id, run_id=self._input.run_id)
+        async def aborted() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            stop()
+
+        started = RunStartedEvent(thread_id=thread, run_id=run_id)
         async with anyio.create_task_group() as group:
             group.start_soon(produce)
+            group.start_soon(aborted)
             await send(
                 {"type": "http.response.body", "body": _ENCODER.encode(started).encode(), "more_body": True}
             )
@@ -630,6 +744,7 @@ class _EventStream:
                 async for event in receiver:
                     chunk = _ENCODER.encode(event).encode()
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            group.cancel_scope.cancel()  # the run has ended: nothing left to stop
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
