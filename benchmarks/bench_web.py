@@ -1,27 +1,44 @@
 """Web surface benchmark: prints one JSON line.
 
-- ``latency_ms``: from a reply chunk leaving the agent to its ``TEXT_MESSAGE_CONTENT`` reaching the client (p50,
-  p99; target p99 <= 10 ms). The server runs in its own process; the agent streams informs 5 ms apart, each chunk
-  stamped with the system-wide monotonic clock, which the client reads on arrival.
-- ``kb_per_open_stream``: the server process's resident memory, per open run, with N conversations streaming at
-  once (each agent has sent its first chunk and waits).
-- ``resumes_per_s``: accepted suggestions per second through ``dial-runtime serve --workers 4`` on PostgreSQL (a
+The server is ``create_app`` under one uvicorn worker, in a process of its own (this script with ``--serve``), on
+the in-process store (``--store sqlite``: a SQLite file in a temporary directory). Its agents stream one inform in
+chunks, each chunk naming its stream, its index and the system-wide monotonic clock (``time.monotonic_ns``:
+CLOCK_MONOTONIC, one clock for every process of the machine) as the agent yields it. The clients are httpx async
+streams in this process, each reading its run's server-sent events as they come.
+
+- ``latency``: ``--streams`` runs at once (100), each streaming ``--chunks`` chunks (100) about ``--interval``
+  seconds apart (0.02: a language model's pace; each gap drawn from 0.5 to 1.5 times it, the first from 0 to 1
+  times, so that the streams do not tick together). For every chunk, the time from the agent yielding it to the
+  client reading the ``TEXT_MESSAGE_CONTENT`` event that carries it (p50, p95, p99, max; target p99 <= 10 ms),
+  and its two parts: ``server_ms`` to the event's body handed to uvicorn, ``wire_ms`` from there to the client's
+  read. ``cpu_percent``: the CPU each process used over the phase (100 is one core).
+- ``held``: ``--held`` runs open at once (1,000) whose agents stream a chunk every ``--hold-interval`` seconds
+  until told to finish: the server's resident memory (VmRSS) growth per open run once every run has shown its
+  first chunk, its further growth per run while they stream on, and that every run then finishes.
+- ``postgresql``: accepted suggestions per second through ``dial-runtime serve --workers 4`` on PostgreSQL (a
   throwaway cluster, tests/pg.py), with the count of lost and duplicated runs checked in the log afterwards.
 
-``--smoke`` runs a small version of each, for CI.
+A lost run or chunk, a ``RUN_ERROR``, a run not finished in time, or a lost or duplicated resume makes the exit
+status 1 (after the JSON, which lists them under ``problems``); the timings never do. ``--smoke`` runs a small
+version of each, for CI.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import math
+import os
+import random
+import re
 import resource
-import statistics
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,27 +50,72 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from dial_runtime import LogEntry, open_store
 from tests.web_server import free_port, server_process
 
-INFORMS, INTERVAL = 40, 0.005
+#: A chunk's stamp: ``[L|H stream:index:monotonic_ns]`` (L: a latency run, H: a held run).
+STAMP = re.compile(r"\[([LH])(\d+):(\d+):(\d+)\]")
+LATENCY_STAMP_BYTES = re.compile(rb"\[L\d+:\d+:\d+\]")
+#: The longest a held run's agent streams before it ends by itself (the client gives up long before).
+HOLD_LIMIT = 600.0
+#: How long a held run may take to show its first chunk, and to finish once released.
+HELD_WITHIN = 120.0
+#: How long every held run streams on between the two memory readings, in hold intervals.
+GROWTH_INTERVALS = 5
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How the server's agents stream (the server process is given it on its command line)."""
+
+    chunks: int
+    interval: float
+    hold_interval: float
+
+
+def stamp(kind: str, stream: int, index: int) -> str:
+    return f"[{kind}{stream}:{index}:{time.monotonic_ns()}] "
+
+
+class Releases:
+    """The events that tell a batch of held runs to finish, one per batch, made in the server's event loop."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, anyio.Event] = {}
+
+    def of(self, batch: str) -> anyio.Event:
+        return self._events.setdefault(batch, anyio.Event())
 
 
 class StampingAgent:
-    """Streams informs, each stamped with ``time.monotonic_ns()`` as it leaves; ``hold`` conversations stop after
-    the first chunk and wait (a stream kept open)."""
+    """Streams one inform of stamped chunks. Thread ``lat-BATCH-N``: ``pace.chunks`` chunks about
+    ``pace.interval`` apart; ``hold-BATCH-N``: a chunk every ``pace.hold_interval`` until the batch is released."""
 
-    def __init__(self, conversation_id: str) -> None:
-        self.hold = conversation_id.startswith("hold")
+    def __init__(self, conversation_id: str, pace: Pace, releases: Releases) -> None:
+        kind, self.batch, number = conversation_id.split("-")
+        self.held = kind == "hold"
+        self.stream_number = int(number)
+        self.pace = pace
+        self.releases = releases
 
     def send(self, message: str) -> str:
         raise AssertionError("the benchmark streams")
 
     async def stream(self, message: str) -> AsyncIterator[str]:
-        yield "<dial>"
-        for _ in range(1 if self.hold else INFORMS):
-            yield f"<dial-inform>{time.monotonic_ns()}</dial-inform>"
-            await anyio.sleep(INTERVAL)
-        if self.hold:
-            await anyio.sleep(600)
-        yield "</dial>"
+        yield "<dial><dial-inform>"
+        if self.held:
+            released = self.releases.of(self.batch)
+            until = time.monotonic() + HOLD_LIMIT
+            index = 0
+            while not released.is_set() and time.monotonic() < until:  # no cancel scope across a yield
+                yield stamp("H", self.stream_number, index)
+                index += 1
+                with anyio.move_on_after(self.pace.hold_interval):
+                    await released.wait()
+        else:
+            interval = self.pace.interval
+            await anyio.sleep(random.uniform(0, interval))
+            for index in range(self.pace.chunks):
+                yield stamp("L", self.stream_number, index)
+                await anyio.sleep(interval * random.uniform(0.5, 1.5))
+        yield "</dial-inform></dial>"
 
 
 class Quiet:
@@ -65,16 +127,54 @@ class Quiet:
         """Nothing to run."""
 
 
-def serve_stamping(port: int) -> None:
-    """The server process of the latency and memory measurements."""
+def serve(port: int, store: str, pace: Pace) -> None:
+    """The server process: the web surface, and the benchmark's own routes (release a batch of held runs; the
+    time each latency chunk's event was handed to uvicorn, recorded by a wrapper around ``send``)."""
     import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Mount, Route
+    from starlette.types import Message, Receive, Scope, Send
 
     from dial_runtime.web import create_app
 
-    def agent(conversation_id: str, log: Sequence[LogEntry]) -> StampingAgent:
-        return StampingAgent(conversation_id)
+    releases = Releases()
+    handed: dict[str, int] = {}
 
-    app = create_app(store="memory:", domain=Quiet(), agent=agent, timeout=None)
+    def agent(conversation_id: str, log: Sequence[LogEntry]) -> StampingAgent:
+        return StampingAgent(conversation_id, pace, releases)
+
+    web = create_app(store=store, domain=Quiet(), agent=agent, panel=False)
+
+    async def recorded(scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_recorded(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                found = LATENCY_STAMP_BYTES.findall(message.get("body", b""))
+                if found:
+                    now = time.monotonic_ns()
+                    for token in found:
+                        handed[token.decode()] = now
+            await send(message)
+
+        await web(scope, receive, send_recorded)
+
+    async def release(request: Request) -> Response:
+        releases.of(request.path_params["batch"]).set()
+        return Response(status_code=204)
+
+    async def sent(request: Request) -> Response:
+        taken = dict(handed)
+        handed.clear()
+        return JSONResponse(taken)
+
+    app = Starlette(
+        routes=[
+            Route("/bench/release/{batch}", release, methods=["POST"]),
+            Route("/bench/sent", sent, methods=["GET"]),
+            Mount("/", app=recorded),
+        ]
+    )
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", ws="none", lifespan="off", backlog=4096)
 
 
@@ -91,16 +191,93 @@ def body(thread: str, words: str | None = None, resume: list[dict[str, Any]] | N
     return data
 
 
-async def latencies(url: str, runs: int) -> list[float]:
-    found: list[float] = []
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        for run in range(runs):
-            async with client.stream("POST", "/agui", json=body(f"lat-{run}", "go")) as response:
-                async for line in response.aiter_lines():
-                    now = time.monotonic_ns()
-                    if line.startswith("data: ") and '"TEXT_MESSAGE_CONTENT"' in line:
-                        found.append((now - int(json.loads(line[6:])["delta"])) / 1e6)
-    return found
+@dataclass
+class RunRead:
+    """What a client read of one run: when each stamp arrived, the event types, what went wrong."""
+
+    thread: str
+    arrived: dict[str, int] = field(default_factory=dict)
+    kinds: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def problems(self, chunks: int | None) -> list[str]:
+        """What is wrong with the run read: an error event, no ``RUN_FINISHED`` last, a chunk missing (``chunks``:
+        how many it must carry, ``None`` for at least one)."""
+        found = list(self.errors)
+        if not self.kinds or self.kinds[-1] != "RUN_FINISHED":
+            found.append(f"{self.thread}: ended with {self.kinds[-1:] or 'no event'}, not RUN_FINISHED")
+        indexes = sorted(int(STAMP.fullmatch(token)[3]) for token in self.arrived)  # type: ignore[index]
+        expected = "1+" if chunks is None else str(chunks)
+        if indexes != list(range(len(indexes))) or (len(indexes) != chunks if chunks is not None else not indexes):
+            found.append(f"{self.thread}: chunks {indexes[:5]}...{indexes[-5:]} arrived, {expected} expected")
+        return found
+
+
+async def read_run(client: httpx.AsyncClient, thread: str, first_chunk: anyio.Event | None = None) -> RunRead:
+    """POST a run and read its server-sent events to the end, noting when each stamp (in the text the
+    ``TEXT_MESSAGE_CONTENT`` deltas carry) arrived: at the read that completed it. ``first_chunk`` is set when the
+    first stamp has."""
+    read = RunRead(thread)
+    texts: dict[str, str] = {}
+    scanned: dict[str, int] = {}
+    async with client.stream("POST", "/agui", json=body(thread, "go")) as response:
+        if response.status_code != 200:
+            read.errors.append(f"{thread}: HTTP {response.status_code}")
+            return read
+        buffer = b""
+        async for piece in response.aiter_raw():
+            now = time.monotonic_ns()
+            buffer += piece
+            *blocks, buffer = buffer.split(b"\n\n")
+            for block in blocks:
+                if not block.startswith(b"data: "):
+                    continue
+                event = json.loads(block[len(b"data: ") :])
+                read.kinds.append(event["type"])
+                if event["type"] == "RUN_ERROR":
+                    read.errors.append(f"{thread}: RUN_ERROR {event.get('code')}: {event.get('message')}")
+                elif event["type"] == "TEXT_MESSAGE_CONTENT":
+                    message = event["messageId"]
+                    texts[message] = text = texts.get(message, "") + event["delta"]
+                    for match in STAMP.finditer(text, scanned.get(message, 0)):
+                        read.arrived[match[0]] = now
+                        scanned[message] = match.end()
+                    if first_chunk is not None and read.arrived:
+                        first_chunk.set()
+    return read
+
+
+async def read_runs(
+    client: httpx.AsyncClient, threads: Sequence[str], within: float, started: list[anyio.Event] | None = None
+) -> tuple[list[RunRead], list[str]]:
+    """Read the runs of ``threads`` at once, each within ``within`` seconds; what they read, and what failed.
+    ``started[i]`` is set once run ``i`` has shown its first chunk, or has ended."""
+    reads: list[RunRead] = []
+    failures: list[str] = []
+
+    async def one(position: int) -> None:
+        thread = threads[position]
+        shown = started[position] if started else None
+        with anyio.move_on_after(within) as waited:
+            try:
+                reads.append(await read_run(client, thread, shown))
+            except (httpx.HTTPError, OSError) as error:
+                failures.append(f"{thread}: {type(error).__name__}: {error}")
+        if waited.cancelled_caught:
+            failures.append(f"{thread}: not finished within {within:.0f} s")
+        if shown is not None:
+            shown.set()
+
+    async with anyio.create_task_group() as group:
+        for position in range(len(threads)):
+            group.start_soon(one, position)
+    return reads, failures
+
+
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU time process ``pid`` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_kb(pid: int) -> int:
@@ -110,34 +287,110 @@ def rss_kb(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-async def memory_per_stream(url: str, pid: int, streams: int) -> float:
-    before = rss_kb(pid)
-    opened = anyio.Event()
-    count = 0
-    limits = httpx.Limits(max_connections=streams + 10, max_keepalive_connections=streams + 10)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-
-        async def hold(n: int) -> None:
-            nonlocal count
-            async with client.stream("POST", "/agui", json=body(f"hold-{n}", "go")) as response:
-                async for line in response.aiter_lines():
-                    if '"TEXT_MESSAGE_CONTENT"' in line:
-                        count += 1
-                        if count == streams:
-                            opened.set()
-                        await anyio.sleep_forever()
-
-        async with anyio.create_task_group() as group:
-            for n in range(streams):
-                group.start_soon(hold, n)
-            with anyio.fail_after(120):
-                await opened.wait()
-            after = rss_kb(pid)
-            group.cancel_scope.cancel()
-    return (after - before) / streams
+def spread(values: list[float]) -> dict[str, float]:
+    """p50, p95, p99 (nearest rank) and max of ``values``, rounded to microseconds."""
+    ordered = sorted(values)
+    if not ordered:
+        return {}
+    ranks = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
+    found = {name: ordered[max(0, math.ceil(share * len(ordered)) - 1)] for name, share in ranks.items()}
+    return {name: round(value, 3) for name, value in {**found, "max": ordered[-1]}.items()}
 
 
-def resumes_per_second(store_url: str, workers: int, conversations: int) -> dict[str, Any]:
+def load_average() -> list[float]:
+    """The machine's load over 1, 5 and 15 minutes (``uptime``'s figures)."""
+    return [round(figure, 2) for figure in os.getloadavg()]
+
+
+def client_limits(connections: int) -> httpx.Limits:
+    return httpx.Limits(max_connections=connections + 16, max_keepalive_connections=connections + 16)
+
+
+async def latency(url: str, pid: int, streams: int, pace: Pace) -> tuple[dict[str, Any], list[str]]:
+    """The latency phase, after a few warm-up runs (the first runs of a process import and build lazily)."""
+    within = pace.chunks * pace.interval * 2 + 60
+    async with httpx.AsyncClient(base_url=url, timeout=30, limits=client_limits(streams)) as client:
+        await read_runs(client, [f"lat-warm-{n}" for n in range(min(streams, 5))], within)
+        await client.get("/bench/sent")
+        server_cpu, own_cpu, started = cpu_seconds(pid), time.process_time(), time.monotonic()
+        reads, problems = await read_runs(client, [f"lat-run-{n}" for n in range(streams)], within)
+        elapsed = time.monotonic() - started
+        server_cpu, own_cpu = cpu_seconds(pid) - server_cpu, time.process_time() - own_cpu
+        handed: dict[str, int] = (await client.get("/bench/sent")).json()
+    totals, server, wire = [], [], []
+    for read in reads:
+        problems += read.problems(pace.chunks)
+        for token, arrived in read.arrived.items():
+            emitted = int(STAMP.fullmatch(token)[4])  # type: ignore[index]
+            totals.append((arrived - emitted) / 1e6)
+            if token in handed:
+                server.append((handed[token] - emitted) / 1e6)
+                wire.append((arrived - handed[token]) / 1e6)
+    figures = {
+        "streams": streams,
+        "chunks_per_stream": pace.chunks,
+        "interval_ms": pace.interval * 1000,
+        "chunks": len(totals),
+        "chunks_per_s": round(len(totals) / elapsed),
+        "ms": spread(totals),
+        "server_ms": spread(server),
+        "wire_ms": spread(wire),
+        "cpu_percent": {"server": round(100 * server_cpu / elapsed), "clients": round(100 * own_cpu / elapsed)},
+        "target_p99_ms": 10,
+    }
+    return figures, problems
+
+
+async def held(url: str, pid: int, runs: int, pace: Pace) -> tuple[dict[str, Any], list[str]]:
+    """The held phase: memory per open run, after a small warm-up batch opened and released the same way."""
+    async with httpx.AsyncClient(base_url=url, timeout=HELD_WITHIN, limits=client_limits(runs)) as client:
+
+        async def batch(name: str, count: int, stream_on: float) -> tuple[list[RunRead], list[str], list[int]]:
+            """Open ``count`` held runs, read the RSS once all show a chunk and again ``stream_on`` seconds later,
+            release them and read them to their end; the reads, the failures and the RSS before, open, later."""
+            before = rss_kb(pid)
+            started = [anyio.Event() for _ in range(count)]
+            found: list[tuple[list[RunRead], list[str]]] = []
+            threads = [f"hold-{name}-{n}" for n in range(count)]
+            readings = [before]
+
+            async def read_all() -> None:
+                found.append(await read_runs(client, threads, HELD_WITHIN * 2, started))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(read_all)
+                with anyio.move_on_after(HELD_WITHIN):
+                    for event in started:
+                        await event.wait()
+                readings.append(rss_kb(pid))
+                await anyio.sleep(stream_on)
+                readings.append(rss_kb(pid))
+                (await client.post(f"/bench/release/{name}")).raise_for_status()
+            reads, failures = found[0]
+            if not all(event.is_set() for event in started):
+                failures.append(f"held runs neither showed a chunk nor ended within {HELD_WITHIN:.0f} s")
+            return reads, failures, readings
+
+        await batch("warm", min(runs, 20), 0)
+        reads, problems, (before, opened, later) = await batch("run", runs, GROWTH_INTERVALS * pace.hold_interval)
+    for read in reads:
+        problems += read.problems(None)
+    finished = sum(not read.problems(None) for read in reads)
+    figures = {
+        "runs": runs,
+        "hold_interval_s": pace.hold_interval,
+        "finished": finished,
+        "rss_before_mb": round(before / 1024, 1),
+        "rss_open_mb": round(opened / 1024, 1),
+        "kb_per_open_run": round((opened - before) / runs, 1),
+        "kb_per_run_streaming_on": round((later - opened) / runs, 1),
+        "streamed_on_s": GROWTH_INTERVALS * pace.hold_interval,
+        "rss_after_mb": round(rss_kb(pid) / 1024, 1),
+    }
+    return figures, problems
+
+
+def resumes_per_second(store_url: str, workers: int, conversations: int) -> tuple[dict[str, Any], list[str]]:
     folder = Path(tempfile.mkdtemp(prefix="bench-web-"))
     script = folder / "replies.json"
     script.write_text(
@@ -199,7 +452,7 @@ def resumes_per_second(store_url: str, workers: int, conversations: int) -> dict
         return lost, duplicated
 
     lost, duplicated = anyio.run(check)
-    return {
+    figures = {
         "workers": workers,
         "resumes": conversations,
         "resumes_per_s": round(conversations / elapsed, 1),
@@ -207,41 +460,65 @@ def resumes_per_second(store_url: str, workers: int, conversations: int) -> dict
         "lost": lost,
         "duplicated": duplicated,
     }
+    problems = [f"postgresql: {lost} resumes lost, {duplicated} run twice"] if lost or duplicated else []
+    return figures, problems
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="a small run of each measurement, for CI")
-    parser.add_argument("--serve-stamping", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--store", choices=["memory", "sqlite"], default="memory", help="the web server's store")
+    parser.add_argument("--streams", type=int, help="latency: runs at once (100; smoke: 10)")
+    parser.add_argument("--chunks", type=int, help="latency: chunks per run (100; smoke: 20)")
+    parser.add_argument("--interval", type=float, default=0.02, help="latency: mean seconds between chunks")
+    parser.add_argument("--held", type=int, help="held runs open at once (1000; smoke: 50)")
+    parser.add_argument("--hold-interval", type=float, default=1.0, help="seconds between a held run's chunks")
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-store", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
+    smoke = arguments.smoke
+    streams = arguments.streams or (10 if smoke else 100)
+    runs = arguments.held or (50 if smoke else 1000)
+    pace = Pace(arguments.chunks or (20 if smoke else 100), arguments.interval, arguments.hold_interval)
     raise_fd_limit()
-    if arguments.serve_stamping:
-        serve_stamping(arguments.serve_stamping)
+    if arguments.serve:
+        serve(arguments.serve, arguments.serve_store, pace)
         return
-    runs, streams, workers, conversations = (2, 50, 2, 20) if arguments.smoke else (10, 1000, 4, 400)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, __file__, "--serve-stamping", str(port)]
-    with server_process(command, f"{url}/conversations") as server:
-        found = anyio.run(latencies, url, runs)
-        kb = anyio.run(memory_per_stream, url, server.pid, streams)
-    found.sort()
+    load_before = load_average()
     result: dict[str, Any] = {
         "benchmark": "web",
-        "smoke": arguments.smoke,
-        "latency_ms": {
-            "chunks": len(found),
-            "p50": round(statistics.median(found), 3),
-            "p99": round(found[min(len(found) - 1, int(len(found) * 0.99))], 3),
+        "smoke": smoke,
+        "store": arguments.store,
+        "server": {
+            "workers": 1,
+            "http": "httptools" if importlib.util.find_spec("httptools") else "h11",
+            "loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
         },
-        "open_streams": streams,
-        "kb_per_open_stream": round(kb, 1),
+        "cpus": os.cpu_count(),
     }
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-web-") as folder:
+        store = "memory:" if arguments.store == "memory" else f"sqlite:///{folder}/web.db"
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        command = [sys.executable, __file__, "--serve", str(port), "--serve-store", store]
+        command += ["--chunks", str(pace.chunks), "--interval", str(pace.interval)]
+        command += ["--hold-interval", str(pace.hold_interval)]
+        with server_process(command, f"{url}/conversations") as server:
+            result["latency"], found = anyio.run(latency, url, server.pid, streams, pace)
+            problems += found
+            result["held"], found = anyio.run(held, url, server.pid, runs, pace)
+            problems += found
     from tests.pg import server as postgres
 
     with postgres() as store_url:
-        result["postgresql"] = resumes_per_second(store_url, workers, conversations)
+        result["postgresql"], found = resumes_per_second(store_url, *((2, 20) if smoke else (4, 400)))
+        problems += found
+    result["load_average"] = {"before": load_before, "after": load_average()}
+    result["problems"] = problems[:20] + ([f"... {len(problems) - 20} more"] if len(problems) > 20 else [])
     print(json.dumps(result))
+    if problems:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
