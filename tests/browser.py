@@ -1,4 +1,5 @@
-"""Headless Chromium for the panel's tests and screenshots: Debian's ``chromium`` driven by Playwright."""
+"""Headless Chromium for the panel's tests and screenshots (Debian's ``chromium`` driven by Playwright), and what a
+person does and sees there."""
 
 from __future__ import annotations
 
@@ -37,3 +38,19 @@ def say(page: Page, words: str) -> None:
     """Type ``words`` into the panel and send them, as a person does."""
     page.locator(".dial-input").fill(words)
     page.locator(".dial-input").press("Enter")
+
+
+#: Every part of the panel's conversation a person sees, as a list of (kind, data attributes, text, buttons'
+#: accessible names): the same list live, after a reload and in a second tab means they show the same thing.
+SHOWN_JS = """() => [...document.querySelectorAll('dial-chat .dial-log > :not([hidden])')].map((node) => [
+  node.className.replace(/\\s*dial-pending/, ''),
+  JSON.stringify(Object.assign({}, node.dataset)),
+  node.innerText,
+  node.querySelector('.dial-payload') ? node.querySelector('.dial-payload').textContent : null,
+  [...node.querySelectorAll('button')].map((b) => b.getAttribute('aria-label') || b.textContent),
+])"""
+
+
+def shown(page: Page) -> list[list[object]]:
+    """What the panel shows of the conversation, node by node (see ``SHOWN_JS``)."""
+    return list(page.evaluate(SHOWN_JS))

@@ -11,7 +11,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from dial_runtime.web import create_app, scripted_agents
 
-from .browser import chromium, say
+from .browser import chromium, say, shown
 from .fakes import envelope, suggest
 from .web_domains import WebNotes
 from .web_server import serving
@@ -81,7 +81,7 @@ def test_accept_runs_the_suggestion_and_shows_its_outcome(context: BrowserContex
     expect(pending.locator(".dial-payload")).to_contain_text('"text": "buy milk"')
     expect(page.locator(".dial-assistant").first).to_have_text("Here is the note.")
     pending.locator(".dial-accept").click()
-    expect(page.locator('.dial-card[data-outcome="done"] .dial-outcome')).to_contain_text("done")
+    expect(page.locator('.dial-card[data-outcome="done"] .dial-outcome')).to_have_text("Done")
     expect(page.locator(".dial-assistant").last).to_have_text("Added.")
     assert page.errors == []  # type: ignore[attr-defined]
 
@@ -96,9 +96,19 @@ def test_an_edit_refused_then_accepted(context: BrowserContext, base_url: str) -
     page.locator(".dial-json").fill("{not json")
     page.locator(".dial-save").click()
     expect(page.locator(".dial-json-error")).to_contain_text("Not JSON")
+    expect(page.locator(".dial-card .dial-accept")).to_have_count(0)  # a refused payload is never offered as is
     page.locator(".dial-json").fill('{"text": "oat milk"}')
     page.locator(".dial-save").click()
-    expect(page.locator(".dial-card").locator(".dial-outcome")).to_contain_text('done {"edited":true')
+    done = page.locator('.dial-card[data-outcome="done"]')
+    expect(done.locator(".dial-outcome")).to_have_text("Done")
+    # The card shows what ran: the valid edit, its preview, no refusal.
+    expect(done.locator(".dial-payload")).to_have_text('{\n  "text": "oat milk"\n}')
+    expect(done.locator(".dial-preview")).to_have_text("Add the note 'oat milk'")
+    expect(done.locator(".dial-issue")).to_be_hidden()
+    live = shown(page)
+    page.reload()
+    expect(page.locator('.dial-card[data-outcome="done"]')).to_be_visible()
+    assert shown(page) == live
     assert page.errors == []  # type: ignore[attr-defined]
 
 
@@ -107,7 +117,7 @@ def test_dismiss_and_the_destructive_mark(context: BrowserContext, base_url: str
     say(page, "remove old")
     expect(page.locator(".dial-card.dial-is-destructive .dial-destructive")).to_be_visible()
     page.locator(".dial-dismiss").click()
-    expect(page.locator('.dial-card[data-outcome="dismissed"]')).to_be_visible()
+    expect(page.locator('.dial-card[data-outcome="dismissed"] .dial-outcome')).to_have_text("Dismissed")
     expect(page.locator(".dial-accept")).to_have_count(0)
 
 
@@ -118,15 +128,22 @@ def test_typing_instead_of_deciding_says_something_else(context: BrowserContext,
     say(page, "actually, no")
     expect(page.locator('.dial-card[data-outcome="superseded"]')).to_be_visible()
     expect(page.locator(".dial-assistant").last).to_have_text("No milk, then.")
+    live = shown(page)
+    page.reload()
+    expect(page.locator(".dial-assistant").last).to_have_text("No milk, then.")
+    expect(page.locator(".dial-user")).to_have_text(["add milk", "actually, no"])
+    assert shown(page) == live
 
 
 def test_a_choice_is_answered_with_a_button(context: BrowserContext, base_url: str) -> None:
     page = open_panel(context, base_url, CHOICE, "<dial><dial-inform>Work it is.</dial-inform></dial>")
     say(page, "new list")
     expect(page.locator(".dial-ask .dial-question")).to_have_text("Which list?")
+    expect(page.get_by_text("Which list?")).to_have_count(1)  # the question once, not also as agent text
     page.locator(".dial-option", has_text="Work").click()
     expect(page.locator(".dial-assistant").last).to_have_text("Work it is.")
-    expect(page.locator(".dial-ask")).to_have_count(0)
+    expect(page.locator(".dial-ask .dial-option")).to_have_count(0)
+    expect(page.locator(".dial-user").last).to_have_text("work")  # the answer is the person's words
 
 
 def test_a_reload_keeps_the_pending_card_and_it_still_works(context: BrowserContext, base_url: str) -> None:

@@ -1,9 +1,28 @@
 // <dial-chat>: a chat panel speaking AG-UI (POST /agui, server-sent events) to a dial-runtime server.
-// Plain JavaScript, no dependencies, no build step. Every text from the agent or the domain is rendered with
-// textContent, never as HTML: a reply holding markup shows the markup as text.
+// Plain JavaScript, no build step; markdown-it (vendored beside this file, raw HTML off) renders the agent's text.
+//
+// The panel renders the server's projection of the conversation, one renderer per kind of item, fed the same
+// view live (tool calls, dial.card / dial.question, activity events) and after a reload (MESSAGES_SNAPSHOT): so a
+// live page, a reloaded one and a second tab show the same thing. Payloads are shown and edited as JSON text
+// (payload_json), never as numbers a browser parsed: JSON.parse rounds integers past 2**53.
+
+import markdownit from "./markdown-it.min.js";
 
 const BUSY_RETRIES = 8;
 const BUSY_DELAY_MS = 250;
+// A request the server never received (it is restarting, the network is down) is sent again, this long at most.
+const UNREACHABLE_GIVE_UP_MS = 60_000;
+const UNREACHABLE_MAX_DELAY_MS = 4_000;
+const CONTINUE_WORDS = "Please continue.";
+
+const markdown = markdownit({ html: false, linkify: false, breaks: true, typographer: false });
+markdown.disable(["image"]); // an agent's text never makes the page load anything
+const defaultLinkOpen = markdown.renderer.rules.link_open || ((tokens, at, options, env, self) => self.renderToken(tokens, at, options));
+markdown.renderer.rules.link_open = (tokens, at, options, env, self) => {
+  tokens[at].attrSet("target", "_blank");
+  tokens[at].attrSet("rel", "noopener noreferrer nofollow");
+  return defaultLinkOpen(tokens, at, options, env, self);
+};
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -12,24 +31,28 @@ function el(tag, className, text) {
   return node;
 }
 
+function button(label, className, onClick, name) {
+  const node = el("button", `dial-button ${className}`, label);
+  node.type = "button";
+  if (name) node.setAttribute("aria-label", name);
+  node.addEventListener("click", onClick);
+  return node;
+}
+
+// Text from the domain (a hint, a reason) with `code` spans shown as code, everything else as text.
+function withCode(text) {
+  const box = document.createDocumentFragment();
+  String(text)
+    .split(/(`[^`]+`)/)
+    .forEach((part) => {
+      if (/^`[^`]+`$/.test(part)) box.append(el("code", "", part.slice(1, -1)));
+      else if (part) box.append(document.createTextNode(part));
+    });
+  return box;
+}
+
 function uid() {
   return (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random()).replace(/-/g, "");
-}
-
-function pretty(value) {
-  try {
-    return JSON.stringify(value, null, 2);
-  } catch (error) {
-    return String(value);
-  }
-}
-
-function parseJson(text) {
-  try {
-    return JSON.parse(text);
-  } catch (error) {
-    return text;
-  }
 }
 
 // Reads an SSE body (fetch's stream) and calls onEvent with each decoded AG-UI event.
@@ -55,17 +78,23 @@ async function readEvents(response, onEvent) {
   }
 }
 
+class Unreachable extends Error {}
+
 class DialChat extends HTMLElement {
   connectedCallback() {
     this.endpoint = this.getAttribute("endpoint") || "/agui";
+    this.base = this.endpoint.replace(/agui\/?$/, "");
     this.threadId = this.getAttribute("thread") || this.rememberedThread();
-    this.cards = new Map(); // toolCallId -> card record
+    this.cards = new Map(); // suggestion id -> card record
+    this.questions = new Map(); // ask id -> question record
     this.interrupts = new Map(); // interrupt id -> interrupt
-    this.texts = new Map(); // messageId -> bubble
+    this.texts = new Map(); // messageId -> open text record
     this.running = false;
     this.seq = 0; // the stored log's last seq this page shows
     this.latest = 0; // the last seq the change stream named
+    this.stored = Infinity; // in a snapshot: the stored log's last seq (what lies past it, a turn still runs)
     this.render();
+    this.describeDomain();
     this.watch();
     this.sync();
   }
@@ -79,8 +108,7 @@ class DialChat extends HTMLElement {
   // soon as its own run ends (every run's RUN_FINISHED names the seq it shows). EventSource reconnects by itself;
   // the first event of every connection names the seq too, so nothing made while it was away is missed.
   watch() {
-    const base = this.endpoint.replace(/agui\/?$/, "");
-    const url = this.getAttribute("changes") || `${base}conversations/${encodeURIComponent(this.threadId)}/changes`;
+    const url = this.getAttribute("changes") || `${this.base}conversations/${encodeURIComponent(this.threadId)}/changes`;
     this.changes = new EventSource(url);
     this.changes.addEventListener("changed", (message) => {
       this.latest = Math.max(this.latest, JSON.parse(message.data).seq);
@@ -105,22 +133,31 @@ class DialChat extends HTMLElement {
     this.log = el("div", "dial-log");
     this.log.setAttribute("role", "log");
     this.log.setAttribute("aria-live", "polite");
+    this.log.setAttribute("aria-label", "conversation");
+    this.log.tabIndex = 0;
+    this.empty = el("div", "dial-empty");
+    this.empty.append(el("p", "dial-empty-title", "Ask the agent to do something."));
+    this.empty.append(el("p", "dial-empty-hint", "It proposes each action as a card: nothing runs until you accept it."));
+    this.working = el("div", "dial-working", "The agent is working");
+    this.working.hidden = true;
     this.status = el("div", "dial-status");
     this.status.setAttribute("role", "status");
     const form = el("form", "dial-compose");
     this.input = el("textarea", "dial-input");
     this.input.rows = 2;
-    this.input.placeholder = "Write to the agent (while a card waits: say something else)";
-    this.input.setAttribute("aria-label", "message");
+    this.input.placeholder = "Write to the agent";
+    this.input.setAttribute("aria-label", "message to the agent");
     this.input.addEventListener("keydown", (event) => {
       if (event.key === "Enter" && !event.shiftKey) {
         event.preventDefault();
         form.requestSubmit();
       }
     });
-    this.sendButton = el("button", "dial-send", "Send");
+    this.sendButton = el("button", "dial-button dial-send", "Send");
     this.sendButton.type = "submit";
-    form.append(this.input, this.sendButton);
+    this.stopButton = button("Stop", "dial-stop", () => this.stop(), "Stop the agent");
+    this.stopButton.hidden = true;
+    form.append(this.input, this.sendButton, this.stopButton);
     form.addEventListener("submit", (event) => {
       event.preventDefault();
       const words = this.input.value.trim();
@@ -128,24 +165,50 @@ class DialChat extends HTMLElement {
       this.input.value = "";
       this.say(words);
     });
-    this.append(this.log, this.status, form);
+    this.log.append(this.empty);
+    this.append(this.log, this.working, this.status, form);
+  }
+
+  // The empty state names what the domain can do, when the server lists its actions (GET actions).
+  async describeDomain() {
+    let actions = [];
+    try {
+      const response = await fetch(`${this.base}actions`, { headers: { Accept: "application/json" } });
+      if (response.ok) actions = (await response.json()).actions || [];
+    } catch (error) {
+      return;
+    }
+    if (!actions.length) return;
+    const list = el("ul", "dial-capabilities");
+    list.setAttribute("aria-label", "what the agent can propose");
+    for (const action of actions) {
+      const item = el("li", "dial-capability");
+      item.append(el("code", "dial-action", action.name));
+      if (action.description) item.append(" ", withCode(action.description));
+      if (action.destructive) item.append(" ", el("span", "dial-destructive", "destructive"));
+      list.append(item);
+    }
+    this.empty.append(el("p", "dial-empty-hint", "It can propose:"), list);
   }
 
   // ---- talking to the server ----
 
   // One run: its events are handled as they arrive (a snapshot's only once complete, and only when it differs
   // from the last one shown, so a change made elsewhere that this page already shows never disturbs an editor).
-  async post(body, snapshot = false) {
+  // `what` says in words what the request carries, for the person when it cannot be delivered at once.
+  async post(body, { snapshot = false, what = "" } = {}) {
     const held = [];
+    const began = Date.now();
+    let unreachable = 0;
     for (let attempt = 0; ; attempt++) {
       let retry = false;
-      this.setRunning(true);
+      const controller = new AbortController();
+      this.controller = snapshot ? null : controller;
+      this.setRunning(true, !snapshot);
       try {
-        const response = await fetch(this.endpoint, {
-          method: "POST",
-          headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
-          body: JSON.stringify(body),
-        });
+        const response = await this.send(body, controller.signal);
+        if (unreachable) this.showStatus(what ? `Reconnected: ${what} was sent.` : "Reconnected.");
+        unreachable = 0;
         if (!response.ok) {
           let message = response.statusText;
           try {
@@ -153,7 +216,7 @@ class DialChat extends HTMLElement {
           } catch (error) {
             /* not JSON */
           }
-          this.showStatus(`refused (${response.status}): ${message}`, true);
+          this.showStatus(`The server refused this (${response.status}): ${message}`, true);
           return;
         }
         await readEvents(response, (event) => {
@@ -165,22 +228,49 @@ class DialChat extends HTMLElement {
           else this.handle(event);
         });
       } catch (error) {
-        this.showStatus(`connection lost: ${error.message}; reloading the conversation`, true);
-        retry = attempt < BUSY_RETRIES;
-        body = this.runInput();
-        snapshot = true;
+        if (controller.signal.aborted) {
+          this.closeTexts();
+          this.showStatus("You stopped the agent.");
+          snapshot = true;
+          body = this.runInput();
+          retry = true;
+        } else if (error instanceof Unreachable) {
+          // Never received: the same request is sent again once the server answers.
+          unreachable += 1;
+          if (Date.now() - began > UNREACHABLE_GIVE_UP_MS) {
+            this.showStatus(`The server cannot be reached${what ? `: ${what} was not sent` : ""}. Try again later.`, true);
+            return;
+          }
+          this.showStatus(`The server cannot be reached${what ? `: ${what} will be sent when it is back` : "; retrying"}…`, true);
+          retry = true;
+        } else {
+          // Received, then the connection broke: the run goes on in the server; its log is read again.
+          this.closeTexts();
+          this.showStatus("The connection was lost while the agent worked; reconnecting…", true);
+          body = this.runInput();
+          snapshot = true;
+          what = "";
+          retry = Date.now() - began < UNREACHABLE_GIVE_UP_MS;
+        }
       } finally {
+        this.controller = null;
         this.setRunning(false);
       }
       if (!retry) break;
       held.length = 0;
-      await new Promise((resolve) => setTimeout(resolve, BUSY_DELAY_MS * (attempt + 1)));
+      const delay = unreachable
+        ? Math.min(UNREACHABLE_MAX_DELAY_MS, BUSY_DELAY_MS * 2 ** unreachable)
+        : BUSY_DELAY_MS * (attempt + 1);
+      await new Promise((resolve) => setTimeout(resolve, delay));
     }
     if (snapshot) {
       const key = JSON.stringify(held.filter((e) => e.type !== "RUN_STARTED").map((e) => e.messages || e.outcome || e));
       if (key !== this.shown) {
         this.shown = key;
+        const finished = held.find((event) => event.type === "RUN_FINISHED");
+        this.stored = finished && finished.metadata && Number.isInteger(finished.metadata.seq) ? finished.metadata.seq : Infinity;
         held.forEach((event) => this.handle(event));
+        this.stored = Infinity;
       } else {
         held.filter((event) => event.type === "RUN_FINISHED").forEach((event) => this.tookSeq(event));
       }
@@ -189,6 +279,28 @@ class DialChat extends HTMLElement {
     }
     this.shown = null;
     this.caughtUp();
+  }
+
+  // The request, as text: an edited payload is spliced in as the person wrote it (see resolveEdited). Stop
+  // aborts it (the signal): the server takes a closed request as stopping the run.
+  async send(body, signal) {
+    const text = typeof body === "string" ? body : JSON.stringify(body);
+    try {
+      return await fetch(this.endpoint, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+        body: text,
+        signal,
+      });
+    } catch (error) {
+      if (signal.aborted) throw error;
+      throw new Unreachable(error.message);
+    }
+  }
+
+  // Stop: the client closes the run's request (AG-UI's abort); the page then reads what the log holds.
+  stop() {
+    if (this.controller) this.controller.abort();
   }
 
   tookSeq(finished) {
@@ -205,21 +317,31 @@ class DialChat extends HTMLElement {
   }
 
   sync() {
-    return this.post(this.runInput(), true);
+    return this.post(this.runInput(), { snapshot: true });
   }
 
   say(words) {
     const message = { id: uid(), role: "user", content: words };
-    this.addBubble("user", words);
+    this.showWords(words);
     const resume = [...this.interrupts.values()].map((interrupt) => ({
       interruptId: interrupt.id,
       status: "cancelled",
     }));
-    return this.post(this.runInput({ messages: [message], ...(resume.length ? { resume } : {}) }));
+    return this.post(this.runInput({ messages: [message], ...(resume.length ? { resume } : {}) }), {
+      what: "your message",
+    });
   }
 
-  resolve(interrupt, payload) {
-    return this.post(this.runInput({ resume: [{ interruptId: interrupt.id, status: "resolved", payload }] }));
+  resolve(interrupt, payload, what) {
+    return this.post(this.runInput({ resume: [{ interruptId: interrupt.id, status: "resolved", payload }] }), { what });
+  }
+
+  // An edit goes as the JSON text the person wrote (checked to be JSON first), so every digit reaches the server.
+  resolveEdited(interrupt, digest, jsonText, what) {
+    const marker = `"edited-${uid()}"`;
+    const payload = JSON.parse(marker);
+    const body = JSON.stringify(this.runInput({ resume: [{ interruptId: interrupt.id, status: "resolved", payload: { approved: true, editedArgs: payload, digest } }] }));
+    return this.post(body.replace(marker, () => jsonText.trim()), { what });
   }
 
   // ---- events ----
@@ -227,138 +349,264 @@ class DialChat extends HTMLElement {
   handle(event) {
     switch (event.type) {
       case "RUN_STARTED":
-        this.showStatus("");
         break;
       case "MESSAGES_SNAPSHOT":
         this.snapshot(event.messages);
         break;
       case "TEXT_MESSAGE_START":
-        this.texts.set(event.messageId, this.addBubble(event.role === "user" ? "user" : "assistant", ""));
+        this.openText(event.messageId, event.role, event.metadata);
         break;
       case "TEXT_MESSAGE_CONTENT": {
-        const bubble = this.texts.get(event.messageId) || this.addBubble("assistant", "");
-        this.texts.set(event.messageId, bubble);
-        bubble.textContent += event.delta;
+        const text = this.texts.get(event.messageId) || this.openText(event.messageId, "assistant");
+        text.text += event.delta;
+        text.show(text.text);
         this.scroll();
         break;
       }
       case "TEXT_MESSAGE_END":
         this.texts.delete(event.messageId);
+        this.showWorking();
         break;
       case "TOOL_CALL_START":
-        this.shownCard(this.card(event.toolCallId, event.toolCallName), event.metadata);
-        break;
-      case "TOOL_CALL_ARGS": {
-        const card = this.cards.get(event.toolCallId);
-        if (card) {
-          card.args += event.delta;
-          card.payload.textContent = pretty(parseJson(card.args));
-        }
-        break;
-      }
       case "TOOL_CALL_RESULT":
-        this.outcome(event.toolCallId, parseJson(event.content), event.metadata);
+        if (event.metadata && event.metadata.card) this.showCard(event.metadata.card);
+        break;
+      case "ACTIVITY_SNAPSHOT":
+        this.showActivity(event.activityType, event.content);
+        break;
+      case "CUSTOM":
+        if (event.name === "dial.card" && event.value) this.showCard(event.value.card);
+        if (event.name === "dial.question" && event.value) this.showQuestion(event.value.question);
         break;
       case "RUN_FINISHED":
         this.tookSeq(event);
         this.finished(event.outcome);
         break;
       case "RUN_ERROR":
-        this.showStatus(`${event.code || "error"}: ${event.message}`, true);
+        this.showStatus(this.errorWords(event), true);
         if (["already-decided", "stale-interrupt", "unknown-interrupt", "digest-mismatch"].includes(event.code)) {
           setTimeout(() => this.sync(), 0);
         }
-        break;
-      case "CUSTOM":
-        if (event.name === "dial.no-reply") this.showStatus("the agent did not answer in time", true);
-        if (event.name === "dial.turn-limit") this.showStatus("the turn limit was reached", true);
         break;
       default:
         break;
     }
   }
 
+  errorWords(event) {
+    const words = {
+      "already-decided": "Someone decided this already",
+      "stale-interrupt": "This card changed after you saw it",
+      "digest-mismatch": "The payload changed after you saw it",
+      forbidden: "You may not decide this",
+      busy: "The conversation is busy; try again",
+      "run-failed": "The agent failed",
+    };
+    const lead = words[event.code] || "Something went wrong";
+    return event.message ? `${lead}: ${event.message}` : lead;
+  }
+
   snapshot(messages) {
-    this.log.replaceChildren();
+    this.turnRunning = false;
+    this.log.replaceChildren(this.empty);
+    this.empty.hidden = false;
     this.cards.clear();
+    this.questions.clear();
     this.texts.clear();
     for (const message of messages) {
-      if (message.role === "user") this.addBubble("user", typeof message.content === "string" ? message.content : "");
-      else if (message.role === "assistant") {
-        if (message.content) this.addBubble("assistant", message.content);
-        for (const call of message.toolCalls || []) {
-          const card = this.card(call.id, call.function.name);
-          card.args = call.function.arguments;
-          card.payload.textContent = pretty(parseJson(card.args));
-          this.shownCard(card, message.metadata);
-        }
+      const meta = message.metadata || {};
+      if (message.role === "user") {
+        if (this.shows(meta.words)) this.showWords(typeof message.content === "string" ? message.content : "");
+      } else if (message.role === "assistant") {
+        if (meta.question) this.showQuestion(meta.question);
+        else if (message.content) this.showAgentText(message.content);
+        if (meta.card) this.showCard(meta.card);
       } else if (message.role === "tool") {
-        const fact = parseJson(typeof message.content === "string" ? message.content : "");
-        this.outcome(message.toolCallId, fact, message.metadata);
+        if (meta.card) this.showCard(meta.card);
+      } else if (message.role === "activity") {
+        this.showActivity(message.activityType, message.content);
       }
     }
+    this.showWorking();
+  }
+
+  // Whether an item the snapshot holds is in the stored log (past it: what the server would record if the turn
+  // running now had died, shown only once the log says so).
+  shows(view) {
+    const stored = !view || view.seq === null || view.seq === undefined || view.seq <= this.stored;
+    if (!stored) this.turnRunning = true;
+    return stored;
   }
 
   finished(outcome) {
     this.interrupts.clear();
     for (const card of this.cards.values()) this.clearActions(card);
-    this.log.querySelectorAll(".dial-ask").forEach((node) => node.remove());
+    for (const question of this.questions.values()) question.controls.replaceChildren();
     const interrupts = outcome && outcome.type === "interrupt" ? outcome.interrupts : [];
     for (const interrupt of interrupts) {
       this.interrupts.set(interrupt.id, interrupt);
-      if (interrupt.reason === "tool_call") this.pendingCard(interrupt);
-      else this.ask(interrupt);
+      if (interrupt.reason === "tool_call") this.cardInterrupt(interrupt);
+      else this.askInterrupt(interrupt);
     }
-    this.input.placeholder = interrupts.length
-      ? "Or say something else instead"
-      : "Write to the agent";
+    this.input.placeholder = interrupts.length ? "Or say something else instead" : "Write to the agent";
+    this.offerContinue();
     this.scroll();
   }
 
-  // ---- rendering ----
+  // ---- rendering: one function per kind of item, fed the same view live and after a reload ----
 
-  addBubble(role, text) {
-    const bubble = el("div", `dial-message dial-${role}`, text);
-    this.log.append(bubble);
+  place(node) {
+    this.log.append(node);
+    this.empty.hidden = true;
     this.scroll();
-    return bubble;
+    return node;
   }
 
-  card(id, action) {
-    let card = this.cards.get(id);
-    if (card) return card;
-    const root = el("section", "dial-card");
-    root.dataset.suggestion = id;
-    const head = el("header", "dial-card-head");
-    const title = el("span", "dial-action", action);
-    const mark = el("span", "dial-destructive", "destructive");
-    mark.hidden = true;
-    head.append(title, mark);
-    const preview = el("p", "dial-preview");
-    const payload = el("pre", "dial-payload");
-    const issue = el("p", "dial-issue");
-    issue.hidden = true;
-    const actions = el("div", "dial-actions");
-    const result = el("p", "dial-outcome");
-    result.hidden = true;
-    root.append(head, preview, payload, issue, actions, result);
-    this.log.append(root);
-    card = { id, root, mark, preview, payload, issue, actions, result, args: "" };
-    this.cards.set(id, card);
+  openText(messageId, role, metadata) {
+    let text;
+    if (metadata && metadata.question) {
+      const question = this.showQuestion(metadata.question);
+      text = { text: "", show: (value) => question.setText(value) };
+    } else if (role === "user") {
+      const bubble = this.showWords("");
+      text = { text: "", show: (value) => (bubble.textContent = value) };
+    } else {
+      const bubble = this.showAgentText("");
+      text = { text: "", show: (value) => this.renderMarkdown(bubble, value) };
+    }
+    this.texts.set(messageId, text);
+    this.showWorking();
+    return text;
+  }
+
+  closeTexts() {
+    this.texts.clear();
+  }
+
+  showWords(text) {
+    return this.place(el("div", "dial-message dial-user", text));
+  }
+
+  showAgentText(text) {
+    const bubble = el("div", "dial-message dial-assistant");
+    this.renderMarkdown(bubble, text);
+    return this.place(bubble);
+  }
+
+  renderMarkdown(node, text) {
+    node.innerHTML = markdown.render(text); // raw HTML is off: markup in the text is shown as text
+  }
+
+  showQuestion(view) {
+    let question = this.questions.get(view.id);
+    if (!question) {
+      const root = el("section", "dial-ask");
+      root.dataset.ask = view.id;
+      const text = el("div", "dial-question");
+      const controls = el("div", "dial-actions");
+      root.append(text, controls);
+      question = {
+        root,
+        text,
+        controls,
+        setText: (value) => {
+          this.renderMarkdown(text, value);
+          root.setAttribute("aria-label", `question: ${value}`);
+        },
+      };
+      this.questions.set(view.id, question);
+      this.place(root);
+    }
+    question.view = view;
+    if (view.text) question.setText(view.text);
+    question.root.dataset.status = view.status;
+    return question;
+  }
+
+  askInterrupt(interrupt) {
+    const meta = interrupt.metadata || {};
+    const question =
+      this.questions.get(interrupt.id) || this.showQuestion({ id: interrupt.id, text: interrupt.message || "", status: "asked" });
+    const controls = question.controls;
+    controls.replaceChildren();
+    const asked = question.view.text || interrupt.message || "";
+    if (meta.canDecide === false) {
+      controls.append(el("span", "dial-note", "Waiting for someone else's answer"));
+      return;
+    }
+    if ((meta.options || []).length) {
+      for (const option of meta.options) {
+        const label = option.label || option.value;
+        controls.append(
+          button(label, "dial-option", () => this.resolve(interrupt, { answer: option.value }, `your answer “${label}”`), `${label}: answer to “${asked}”`),
+        );
+      }
+      return;
+    }
+    const field = el("input", "dial-answer");
+    field.setAttribute("aria-label", `answer to “${asked}”`);
+    const submit = () => field.value.trim() && this.resolve(interrupt, { answer: field.value.trim() }, "your answer");
+    field.addEventListener("keydown", (event) => event.key === "Enter" && submit());
+    controls.append(field, button("Answer", "dial-reply", submit, `Answer “${asked}”`));
+  }
+
+  // A card: the domain's preview, the action's id, the destructive mark, the payload (collapsed) as its exact
+  // JSON text, the domain's refusal of an edit, and once it ended its outcome in words. Never the agent's own
+  // wording (the preview is the domain's account of what would run).
+  showCard(view) {
+    const ended = Boolean(view.outcome) && this.shows({ seq: view.ended_seq });
+    let card = this.cards.get(view.id);
+    if (!card) card = this.newCard(view);
+    card.view = view;
+    const root = card.root;
+    const label = view.preview || view.action;
+    root.setAttribute("aria-label", `${view.destructive ? "destructive " : ""}proposal: ${label}`);
+    card.action.textContent = view.action;
+    card.preview.textContent = view.preview || "";
+    card.preview.hidden = !view.preview;
+    card.mark.hidden = !view.destructive;
+    root.classList.toggle("dial-is-destructive", Boolean(view.destructive));
+    card.payload.textContent = view.payload_json !== undefined ? view.payload_json : JSON.stringify(view.payload, null, 2);
+    const issue = !ended && view.issue ? view.issue : null;
+    card.issue.hidden = !issue;
+    card.issue.replaceChildren();
+    if (issue) {
+      card.issue.append(`Refused${issue.field ? ` (${issue.field})` : ""}: `, withCode(issue.hint || issue.code || "not valid"));
+    }
+    root.dataset.status = ended ? view.status : view.status === "pending" || view.status === "deferred-waiting" ? "pending" : "running";
+    if (ended) {
+      root.dataset.outcome = view.status;
+      card.result.hidden = false;
+      card.result.replaceChildren(withCode(view.outcome));
+      this.clearActions(card);
+    } else {
+      delete root.dataset.outcome;
+      card.result.hidden = root.dataset.status !== "running";
+      card.result.textContent = root.dataset.status === "running" ? "Running…" : "";
+    }
     return card;
   }
 
-  // The card as the server's projection has it (metadata.card, live and in a snapshot alike): the preview, the
-  // destructive mark, and the payload that waits or ran.
-  shownCard(card, metadata) {
-    const shown = metadata && metadata.card;
-    if (!shown) return;
-    card.preview.textContent = shown.preview || "";
-    card.mark.hidden = !shown.destructive;
-    card.root.classList.toggle("dial-is-destructive", Boolean(shown.destructive));
-    if (shown.payload !== undefined) card.payload.textContent = pretty(shown.payload);
-    if (shown.outcome) card.result.title = shown.outcome;
-    if (shown.decided_by) card.root.dataset.decidedBy = shown.decided_by;
+  newCard(view) {
+    const root = el("section", "dial-card");
+    root.dataset.suggestion = view.id;
+    const head = el("header", "dial-card-head");
+    const action = el("code", "dial-action");
+    const mark = el("span", "dial-destructive", "destructive");
+    head.append(action, mark);
+    const preview = el("p", "dial-preview");
+    const details = el("details", "dial-details");
+    details.append(el("summary", "dial-summary", "Payload"));
+    const payload = el("pre", "dial-payload");
+    details.append(payload);
+    const issue = el("p", "dial-issue");
+    const actions = el("div", "dial-actions");
+    const result = el("p", "dial-outcome");
+    root.append(head, preview, details, issue, actions, result);
+    const card = { id: view.id, root, action, mark, preview, details, payload, issue, actions, result };
+    this.cards.set(view.id, card);
+    this.place(root);
+    return card;
   }
 
   clearActions(card) {
@@ -366,128 +614,147 @@ class DialChat extends HTMLElement {
     card.root.classList.remove("dial-pending");
   }
 
-  pendingCard(interrupt) {
+  cardInterrupt(interrupt) {
     const meta = interrupt.metadata || {};
-    const card = this.card(interrupt.toolCallId, meta.action || "");
-    card.root.classList.add("dial-pending");
-    card.preview.textContent = interrupt.message || "";
-    card.mark.hidden = !meta.destructive;
-    card.root.classList.toggle("dial-is-destructive", Boolean(meta.destructive));
-    card.payload.textContent = pretty(meta.payload);
-    const issue = meta.issue;
-    card.issue.hidden = !issue;
-    card.issue.textContent = issue
-      ? `Refused${issue.field ? ` (${issue.field})` : ""}: ${issue.hint || issue.code || "not valid"}`
-      : "";
+    let card = this.cards.get(interrupt.toolCallId);
+    if (!card) {
+      card = this.showCard({
+        id: interrupt.toolCallId,
+        action: meta.action || "",
+        preview: interrupt.message || "",
+        destructive: meta.destructive,
+        payload: meta.payload,
+        issue: meta.issue,
+        status: "pending",
+      });
+    }
+    const view = card.view;
+    const label = view.preview || view.action;
+    const digest = meta.digest || view.digest;
     this.clearActions(card);
     card.root.classList.add("dial-pending");
     if (meta.canDecide === false) {
-      card.actions.append(el("span", "dial-note", "waiting for a reviewer"));
+      card.actions.append(el("span", "dial-note", "Waiting for a reviewer"));
       return;
     }
-    const button = (label, className, onClick) => {
-      const node = el("button", `dial-button ${className}`, label);
-      node.type = "button";
-      node.addEventListener("click", onClick);
-      card.actions.append(node);
-      return node;
-    };
-    button("Accept", "dial-accept", () => this.resolve(interrupt, { approved: true, digest: meta.digest }));
-    button("Edit", "dial-edit", () => this.editor(card, interrupt));
-    button("Dismiss", "dial-dismiss", () => this.resolve(interrupt, { approved: false, digest: meta.digest }));
-    button("Say something else", "dial-instead", () => {
-      this.input.focus();
-      this.showStatus("Type what you want instead and send it: this suggestion will be set aside.");
-    });
-    if (issue) this.editor(card, interrupt);
+    const what = (verb) => `your ${verb} of “${label}”`;
+    const accept = () => this.resolve(interrupt, { approved: true, digest }, what("Accept"));
+    // A payload the domain refused is not offered as it is: edit it, dismiss it, or say something else.
+    if (!view.issue) {
+      card.actions.append(
+        button("Accept", "dial-accept", () => (view.destructive ? this.confirm(card, label, accept) : accept()), `Accept: ${label}`),
+      );
+    }
+    card.actions.append(
+      button("Edit", "dial-edit", () => this.editor(card, interrupt, digest, label), `Edit: ${label}`),
+      button("Dismiss", "dial-dismiss", () => this.resolve(interrupt, { approved: false, digest }, what("Dismiss")), `Dismiss: ${label}`),
+      button("Say something else", "dial-instead", () => {
+        this.input.focus();
+        this.showStatus("Type what you want instead and send it: this proposal will be set aside.");
+      }, `Say something else instead of: ${label}`),
+    );
+    if (view.issue) this.editor(card, interrupt, digest, label);
   }
 
-  editor(card, interrupt) {
-    const meta = interrupt.metadata || {};
+  // A destructive action runs only after a second, explicit yes.
+  confirm(card, label, run) {
+    card.actions.querySelectorAll(".dial-confirm-box").forEach((node) => node.remove());
+    const box = el("div", "dial-confirm-box");
+    box.setAttribute("role", "alertdialog");
+    box.setAttribute("aria-label", `confirm: ${label}`);
+    box.append(el("p", "dial-confirm-text", `This is destructive and may not be undone: ${label}?`));
+    const cancel = button("Cancel", "dial-cancel", () => box.remove(), `Cancel: ${label}`);
+    box.append(button("Yes, run it", "dial-confirm", run, `Yes, run it: ${label}`), cancel);
+    card.actions.append(box);
+    cancel.focus();
+  }
+
+  editor(card, interrupt, digest, label) {
     card.actions.querySelectorAll(".dial-editor").forEach((node) => node.remove());
     const box = el("div", "dial-editor");
     const area = el("textarea", "dial-json");
-    area.rows = 6;
+    area.rows = Math.min(12, Math.max(3, card.payload.textContent.split("\n").length));
     area.spellcheck = false;
-    area.setAttribute("aria-label", "payload as JSON");
-    area.value = pretty(meta.payload);
+    area.setAttribute("aria-label", `payload of ${label}, as JSON`);
+    area.value = card.payload.textContent;
     const error = el("p", "dial-json-error");
     error.hidden = true;
-    const save = el("button", "dial-button dial-save", "Run edited");
-    save.type = "button";
-    save.addEventListener("click", () => {
-      let edited;
+    error.setAttribute("role", "alert");
+    const save = button("Run edited", "dial-save", () => {
       try {
-        edited = JSON.parse(area.value);
+        JSON.parse(area.value);
       } catch (problem) {
         error.hidden = false;
         error.textContent = `Not JSON: ${problem.message}`;
         return;
       }
-      this.resolve(interrupt, { approved: true, editedArgs: edited, digest: meta.digest });
-    });
+      this.resolveEdited(interrupt, digest, area.value, `your edit of “${label}”`);
+    }, `Run edited: ${label}`);
     box.append(area, error, save);
     card.actions.append(box);
     area.focus();
   }
 
-  outcome(id, fact, metadata) {
-    const card = this.cards.get(id);
-    if (!card) return;
-    this.shownCard(card, metadata);
-    this.clearActions(card);
-    const status = fact && typeof fact === "object" ? fact.status : String(fact);
-    card.root.dataset.outcome = status || "";
-    card.result.hidden = false;
-    const details = fact && typeof fact === "object" ? { ...fact } : {};
-    delete details.status;
-    delete details.action;
-    const extra = Object.keys(details).length ? ` ${JSON.stringify(details)}` : "";
-    card.result.textContent = `${status}${extra}`;
-    card.issue.hidden = true;
-  }
-
-  ask(interrupt) {
-    const meta = interrupt.metadata || {};
-    const box = el("section", "dial-ask");
-    box.dataset.ask = interrupt.id;
-    box.append(el("p", "dial-question", interrupt.message || ""));
-    const controls = el("div", "dial-actions");
-    if (meta.canDecide === false) {
-      controls.append(el("span", "dial-note", "waiting for someone else's answer"));
-    } else if ((meta.options || []).length) {
-      for (const option of meta.options) {
-        const node = el("button", "dial-button dial-option", option.label || option.value);
-        node.type = "button";
-        node.addEventListener("click", () => this.resolve(interrupt, { answer: option.value }));
-        controls.append(node);
-      }
+  // A notice (no reply, the turn limit, a deadline, ...), an aside or a proposal that never became a card: a
+  // muted line in the conversation.
+  showActivity(type, view) {
+    if (!view || !this.shows(view)) return;
+    let node;
+    if (type === "dial.refused") {
+      node = el("p", "dial-refused");
+      const why = view.hint || view.error || view.code;
+      const lead = view.status === "invalid" ? "A proposal was refused and not shown" : "A proposal was set aside before it was shown";
+      node.append(`${lead}: `, el("code", "dial-action", view.action), why ? " — " : "");
+      if (why) node.append(withCode(why));
     } else {
-      const field = el("input", "dial-answer");
-      field.setAttribute("aria-label", "answer");
-      const reply = el("button", "dial-button dial-reply", "Answer");
-      reply.type = "button";
-      const submit = () => field.value.trim() && this.resolve(interrupt, { answer: field.value.trim() });
-      reply.addEventListener("click", submit);
-      field.addEventListener("keydown", (event) => event.key === "Enter" && submit());
-      controls.append(field, reply);
+      node = el("p", `dial-notice${type === "dial.aside" ? " dial-aside" : ""}`);
+      node.dataset.what = view.what;
+      node.textContent = this.noticeWords(view);
     }
-    box.append(controls);
-    this.log.append(box);
+    node.dataset.seq = view.seq === null || view.seq === undefined ? "" : String(view.seq);
+    this.place(node);
   }
 
-  setRunning(running) {
+  noticeWords(view) {
+    if (view.what === "turn-limit") return `The agent stopped after ${view.data && view.data.turns} turns without finishing.`;
+    if (view.what === "no-reply") return `The agent did not answer: ${(view.data && view.data.error) || view.text}`;
+    return view.text ? view.text.charAt(0).toUpperCase() + view.text.slice(1) : "";
+  }
+
+  // The way on after the turn limit: while it is the last thing said, a button asks the agent to go on.
+  offerContinue() {
+    this.log.querySelectorAll(".dial-continue").forEach((node) => node.remove());
+    const last = this.log.lastElementChild;
+    if (last && last.matches('.dial-notice[data-what="turn-limit"]') && !this.interrupts.size) {
+      last.append(" ", button("Continue", "dial-continue", () => this.running || this.say(CONTINUE_WORDS), "Continue: ask the agent to go on"));
+    }
+  }
+
+  setRunning(running, ownRun = false) {
     this.running = running;
     this.classList.toggle("dial-running", running);
     this.sendButton.disabled = running;
-    this.querySelectorAll(".dial-actions button").forEach((node) => {
+    this.stopButton.hidden = !(running && ownRun);
+    this.querySelectorAll(".dial-log button").forEach((node) => {
       node.disabled = running;
     });
+    if (running && ownRun) this.showStatus("");
+    this.ownRun = running && ownRun;
+    this.showWorking();
+  }
+
+  // The working state: from Send until text streams in, and whenever the agent is busy between messages.
+  // After a reload mid-turn (the snapshot holds what the server would record were the turn dead), until the
+  // change stream says the turn ended.
+  showWorking() {
+    this.working.hidden = !((this.ownRun && this.texts.size === 0) || (this.turnRunning && !this.running));
   }
 
   showStatus(text, error = false) {
     this.status.textContent = text;
     this.status.classList.toggle("dial-error", error);
+    if (error) this.status.setAttribute("role", "alert");
+    else this.status.setAttribute("role", "status");
   }
 
   scroll() {
