@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -22,6 +25,8 @@ from .web_server import decode, free_port, run_input, server_process
 
 COMMAND = [sys.executable, "-m", "dial_runtime.cli", "serve"]
 DOMAIN = "tests.web_domains:WebNotes"
+#: The scripted agent the README serves.
+SCRIPT = Path(__file__).parents[1] / "examples" / "notes-replies.json"
 
 
 @contextlib.contextmanager
@@ -149,3 +154,134 @@ def stored_types(database: Path, conversation: str) -> list[str]:
             await store.aclose()
 
     return anyio.run(read)
+
+
+# --- the store is checked at start ------------------------------------------------------------------------------
+
+NOT_A_DATABASE = {
+    "random bytes": bytes(range(256)) * 16,
+    "a text file": b"these are my notes, not a database\n",
+    "a truncated SQLite header": b"SQLite format 3\x00" + b"\x00" * 10,
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_A_DATABASE))
+def test_a_store_that_cannot_be_used_is_one_line_and_nothing_serves(tmp_path: Path, name: str) -> None:
+    database = tmp_path / "chat.db"
+    database.write_bytes(NOT_A_DATABASE[name])
+    options = ["--agent", f"script:{SCRIPT}", "--domain", DOMAIN, "--store", f"sqlite:{database}"]
+    done = subprocess.run(
+        [*COMMAND, *options, "--port", str(free_port())], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("dial-runtime serve: SQLite store ") and "not a SQLite database" in done.stderr
+
+
+def test_a_store_in_a_folder_that_does_not_exist_is_refused_at_start(tmp_path: Path) -> None:
+    store = f"sqlite:{tmp_path / 'no' / 'such' / 'chat.db'}"
+    options = ["--agent", f"script:{SCRIPT}", "--domain", DOMAIN, "--store", store]
+    done = subprocess.run([*COMMAND, *options], capture_output=True, text=True, timeout=30, check=False)
+    assert (done.returncode, done.stderr.count("\n")) == (1, 1)
+    assert "does not exist" in done.stderr
+
+
+# --- Ctrl-C -----------------------------------------------------------------------------------------------------
+
+#: How long ``serve`` may take to exit after Ctrl-C, with a page's stream held open.
+STOP_WITHIN = 2.0
+
+
+@contextlib.contextmanager
+def serving_in_a_terminal(
+    *options: str, output: Path, workers: int = 1
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``dial-runtime serve`` in a session of its own, as a terminal runs it (Ctrl-C signals the whole process
+    group, workers included), writing to ``output``; its base URL and the process, once it answers and each of
+    its ``workers`` has started."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with output.open("wb") as written:
+        process = subprocess.Popen(
+            [*COMMAND, *options, "--port", str(port), "--workers", str(workers)],
+            stdout=written,
+            stderr=written,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{url}/conversations", timeout=1)
+                if output.read_text().count("Started server process") >= workers:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, output.read_text()
+            time.sleep(0.05)
+        yield url, process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def ctrl_c(process: subprocess.Popen[bytes]) -> float:
+    """Press Ctrl-C at the terminal ``process`` runs in; the seconds it took to exit (at most ``STOP_WITHIN``)."""
+    pressed = time.monotonic()
+    os.killpg(process.pid, signal.SIGINT)
+    process.wait(timeout=STOP_WITHIN + 10)
+    return time.monotonic() - pressed
+
+
+def stream_opened(client: httpx.Client, method: str, url: str, until: str, **options: Any) -> httpx.Response:
+    """A server-sent event stream, held open once ``until`` arrived on it."""
+    response = client.send(client.build_request(method, url, **options), stream=True)
+    assert response.status_code == 200
+    arrived = ""
+    for chunk in response.iter_text():
+        arrived += chunk
+        if until in arrived:
+            return response
+    raise AssertionError(f"the stream ended before {until!r}: {arrived}")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_with_a_page_listening_for_changes_stops_at_once(tmp_path: Path, workers: int) -> None:
+    options = ["--agent", f"script:{SCRIPT}", "--domain", DOMAIN, "--store", f"sqlite:{tmp_path / 'c.db'}"]
+    output = tmp_path / "serve.log"
+    with (
+        serving_in_a_terminal(*options, output=output, workers=workers) as (url, process),
+        httpx.Client(timeout=10) as client,
+    ):
+        listening = stream_opened(client, "GET", f"{url}/conversations/k/changes", until="event: changed")
+        took = ctrl_c(process)
+        listening.close()
+    assert took < STOP_WITHIN
+    assert process.returncode == 0
+    assert_no_traceback(output)
+
+
+def test_ctrl_c_while_a_reply_streams_stops_at_once(tmp_path: Path) -> None:
+    """An AG-UI run's stream is open, the model holding the rest of its reply: Ctrl-C does not wait for it."""
+    with OpenAIServer() as model:
+        story = envelope("<dial-inform>Once upon a time there was a keeper of a lighthouse.</dial-inform>")
+        model.add(Reply(story, chunks=8, hold_after=5))
+        options = ["--agent", f"{model.base_url}#m", "--domain", DOMAIN, "--store", f"sqlite:{tmp_path / 'c.db'}"]
+        output = tmp_path / "serve.log"
+        with (
+            serving_in_a_terminal(*options, output=output) as (url, process),
+            httpx.Client(timeout=10) as client,
+        ):
+            body = run_input("s", words="a story")
+            running = stream_opened(client, "POST", f"{url}/agui", until="TEXT_MESSAGE_CONTENT", json=body)
+            took = ctrl_c(process)
+            running.close()
+    assert took < STOP_WITHIN
+    assert process.returncode == 0
+    assert_no_traceback(output)
+
+
+def assert_no_traceback(output: Path) -> None:
+    written = output.read_text()
+    assert "Traceback" not in written and "CancelledError" not in written, written
