@@ -401,6 +401,8 @@ class DialChat extends HTMLElement {
       forbidden: "You may not decide this",
       busy: "The conversation is busy; try again",
       "run-failed": "The agent failed",
+      "no-reply": "The agent did not answer",
+      "awaiting-reviewer": "A reviewer decides this card first",
     };
     const lead = words[event.code] || "Something went wrong";
     return event.message ? `${lead}: ${event.message}` : lead;
