@@ -36,11 +36,14 @@ from ag_ui.core import (
 from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import (
     Accept,
@@ -63,13 +66,17 @@ from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import Card, Notice, Projection, Question, project
 from .mapping import EventMapper, interrupt_for, interrupt_id, messages_of
 
-__all__ = ["AgentFactory", "create_app", "scripted_agents"]
+__all__ = ["LOOPBACK_HOSTS", "AgentFactory", "create_app", "scripted_agents"]
 
 logger = logging.getLogger("dial_runtime.web")
 
 #: Builds the agent for one run of a conversation from its id and its stored log (each run gets its own agent,
 #: rebuilt from the log: a chat agent's history, a scripted agent's position).
 AgentFactory = Callable[[str, Sequence[LogEntry]], Any]
+
+#: The names a server on this machine is reached by, which ``create_app``'s ``allowed_hosts`` defaults to.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+
 
 _THREAD_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 _STATIC = resources.files("dial_runtime.web") / "static"
@@ -171,6 +178,7 @@ def create_app(
     can_decide: Callable[[str, Suggestion | Ask], bool] | None = None,
     can_view: Callable[[str, str], bool] | None = None,
     allowed_origins: Iterable[str] = (),
+    allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
     max_body: int = 1 << 20,
     max_text: int = 64 << 10,
     panel: bool = True,
@@ -191,10 +199,18 @@ def create_app(
     request (401); it is what decisions are logged ``by``, never a value the client sends. Without ``auth`` every
     caller is ``"local"``: bind such a server to 127.0.0.1. ``can_decide(principal, suggestion_or_ask)`` says who
     may decide what (default: anyone who may view); ``can_view(principal, conversation_id)`` who may see a
-    conversation (default: everyone). A state-changing request whose ``Origin`` is neither the server's own nor in
-    ``allowed_origins`` is refused (403); a body over ``max_body`` bytes (413) and words over ``max_text``
-    characters are refused. ``timeout``, ``reply_timeout``, ``idle_timeout``, ``max_turns`` and ``decide_timeout``
-    are each conversation's (see :class:`~dial_runtime.Conversation`).
+    conversation (default: everyone).
+
+    Every request (the panel and its files too) must name in its ``Host`` one of ``allowed_hosts``, the names the
+    server is reached by: ``name`` (any port), ``name:port``, ``*.domain`` (its subdomains, any port) or ``*``
+    (any host: only behind a proxy that checks it). The default is the loopback names, ``localhost``,
+    ``127.0.0.1`` and ``[::1]``: a page on another domain that resolves to this machine (DNS rebinding) is refused
+    (400), as it would otherwise count as the server's own origin. A request whose ``Origin`` is neither the
+    server's own nor in ``allowed_origins`` is refused (403); an allowed origin's CORS preflight is answered and
+    its responses carry the CORS headers (credentials allowed). A body over ``max_body`` bytes (413) and words
+    over ``max_text`` characters are refused. Every refusal and error is JSON, ``{"error": "..."}`` (404, 405 and
+    500 too), never a traceback. ``timeout``, ``reply_timeout``, ``idle_timeout``, ``max_turns`` and
+    ``decide_timeout`` are each conversation's (see :class:`~dial_runtime.Conversation`).
     """
     settings = _Settings(
         store=open_store(store) if isinstance(store, str) else store,
@@ -226,7 +242,148 @@ def create_app(
             Route("/", _panel, methods=["GET"]),
             Mount("/static", app=StaticFiles(directory=str(_STATIC)), name="static"),
         ]
-    return Starlette(routes=routes)
+    guard = Middleware(_Guard, hosts=_Hosts(allowed_hosts), origins=settings.origins)
+    return Starlette(
+        routes=routes,
+        middleware=[guard],
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+    )
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    """A route that does not exist (404) or a method it does not take (405), as JSON."""
+    assert isinstance(error, HTTPException)
+    if error.status_code == 404:
+        message = f"nothing at {request.url.path[:200]!r}"
+    elif error.status_code == 405:
+        message = f"{request.method} is not allowed here"
+    else:
+        message = str(error.detail)[:200]
+    return JSONResponse({"error": message}, status_code=error.status_code, headers=error.headers)
+
+
+async def _server_error(request: Request, error: Exception) -> Response:
+    """An exception no handler expected: a 500 whose body names nothing of it (the server's log has it)."""
+    return _error(500, "the server failed on this request; its log has the details")
+
+
+def _host_and_port(value: str) -> tuple[str, str | None] | None:
+    """A ``Host`` header's name (lower case) and port (``None`` when it names none); ``None`` when malformed."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]") + 1
+        if end == 0:
+            return None
+        name, rest = value[:end], value[end:]
+    else:
+        name, colon, port = value.partition(":")
+        rest = colon + port
+    port_ok = rest[1:].isascii() and rest[1:].isdigit()
+    if not _HOST_NAME.fullmatch(name) or (rest and not (rest.startswith(":") and port_ok)):
+        return None
+    return name, rest[1:] or None
+
+
+#: A host's name as a ``Host`` header writes it: a DNS name or IPv4 address, or an IPv6 address in brackets.
+_HOST_NAME = re.compile(r"[a-z0-9_.-]+|\[[0-9a-f:.]+\]")
+
+
+class _Hosts:
+    """The hosts a server answers to (``create_app``'s ``allowed_hosts``)."""
+
+    def __init__(self, allowed: Iterable[str]) -> None:
+        if isinstance(allowed, str):
+            raise TypeError("create_app: allowed_hosts is a list of hosts, not one string")
+        self.any = False
+        self._exact: set[tuple[str, str | None]] = set()
+        self._domains: set[tuple[str, str | None]] = set()
+        for entry in allowed:
+            if entry.strip() == "*":
+                self.any = True
+                continue
+            wildcard = entry.strip().startswith("*.")
+            parsed = _host_and_port(entry.strip()[1:] if wildcard else entry)
+            if parsed is None:
+                raise ValueError(f"create_app: allowed_hosts entry {entry!r} is not a host, host:port or *.domain")
+            (self._domains if wildcard else self._exact).add(parsed)
+
+    def allow(self, host: str) -> bool:
+        """Whether a request whose ``Host`` header is ``host`` is for this server."""
+        if self.any:
+            return True
+        parsed = _host_and_port(host)
+        if parsed is None:
+            return False
+        name, port = parsed
+        if (name, port) in self._exact or (name, None) in self._exact:
+            return True
+        return any(
+            name.endswith(domain) and (wanted is None or wanted == port) for domain, wanted in self._domains
+        )
+
+
+class _Guard:
+    """What every request passes before any route, the panel's included: a ``Host`` the server does not serve is
+    refused (400), an ``Origin`` that is neither the server's own nor allowed is refused (403), and an allowed
+    origin gets CORS: its preflight answered (any method the routes take, the headers it asks for, credentials),
+    its responses marked for it. Starlette's ``CORSMiddleware`` does not fit: its refusal of a preflight is plain
+    text, and its origin rule cannot count the server's own origin, which needs the ``Host`` checked first."""
+
+    def __init__(self, app: ASGIApp, *, hosts: _Hosts, origins: frozenset[str]) -> None:
+        self._app = app
+        self._hosts = hosts
+        self._origins = origins
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        host = headers.get("host")
+        if host is None or not self._hosts.allow(host):
+            named = "no Host header" if host is None else f"the host {host[:200]!r} is not served here"
+            await _error(400, f"{named} (create_app's allowed_hosts)")(scope, receive, send)
+            return
+        origin = headers.get("origin")
+        if origin is None or origin.rstrip("/") == f"{scope['scheme']}://{host}":
+            await self._app(scope, receive, send)
+            return
+        if origin.rstrip("/") not in self._origins:
+            await _error(403, f"origin {origin[:200]!r} may not call here")(scope, receive, send)
+            return
+        if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+            await self._preflight(origin, headers)(scope, receive, send)
+            return
+
+        async def marked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                response = MutableHeaders(scope=message)
+                response.update(_cors(origin))
+                response.add_vary_header("Origin")
+            await send(message)
+
+        await self._app(scope, receive, marked)
+
+    def _preflight(self, origin: str, headers: Headers) -> Response:
+        method = headers["access-control-request-method"]
+        if method not in _CORS_METHODS:
+            return _error(403, f"{method[:20]!r} is not a method this server takes")
+        answer = {**_cors(origin), "Access-Control-Allow-Methods": ", ".join(_CORS_METHODS)}
+        answer["Access-Control-Max-Age"] = "600"
+        answer["Vary"] = "Origin"
+        asked = headers.get("access-control-request-headers")
+        if asked:
+            answer["Access-Control-Allow-Headers"] = asked
+        return Response(status_code=204, headers=answer)
+
+
+#: The methods the routes take, which a preflight may ask for.
+_CORS_METHODS = ("GET", "POST")
+
+
+def _cors(origin: str) -> dict[str, str]:
+    """The CORS headers that let the page at ``origin`` (an allowed one) read a response, with its credentials."""
+    return {"Access-Control-Allow-Origin": origin, "Access-Control-Allow-Credentials": "true"}
 
 
 async def _panel(request: Request) -> Response:
@@ -288,9 +445,6 @@ class _WebSurface:
         principal = await self._principal(request)
         if principal is None:
             return _error(401, "not signed in")
-        origin = request.headers.get("origin")
-        if origin is not None and origin.rstrip("/") not in self._origins(request):
-            return _error(403, f"origin {origin[:200]!r} may not post here")
         body = await _read_body(request, self.settings.max_body)
         if body is None:
             return _error(413, f"the request body is over {self.settings.max_body} bytes")
@@ -308,10 +462,6 @@ class _WebSurface:
         if words is not None and len(words) > self.settings.max_text:
             return _error(413, f"the message is over {self.settings.max_text} characters")
         return _EventStream(lambda emit, stop: self._run(run, principal, words, emit, stop), run, principal)
-
-    def _origins(self, request: Request) -> frozenset[str]:
-        own = f"{request.url.scheme}://{request.headers.get('host', '')}"
-        return self.settings.origins | {own}
 
     async def _run(
         self,
