@@ -194,11 +194,11 @@ STOP_WITHIN = 2.0
 
 @contextlib.contextmanager
 def serving_in_a_terminal(
-    *options: str, output: Path, workers: int = 1
+    *options: str, output: Path, workers: int = 1, cwd: Path | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``dial-runtime serve`` in a session of its own, as a terminal runs it (Ctrl-C signals the whole process
-    group, workers included), writing to ``output``; its base URL and the process, once it answers and each of
-    its ``workers`` has started."""
+    group, workers included), in ``cwd``, writing to ``output``; its base URL and the process, once it answers
+    and each of its ``workers`` has started."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with output.open("wb") as written:
@@ -207,6 +207,7 @@ def serving_in_a_terminal(
             stdout=written,
             stderr=written,
             start_new_session=True,
+            cwd=cwd,
         )
     try:
         deadline = time.monotonic() + 60
