@@ -899,13 +899,8 @@ class _EventStream:
 
 
 def _failure(error: Exception) -> str:
-    """What a failed run tells the client: the agent's own error (which never holds a key), else only its kind."""
-    from ..agents import AgentError
-
-    if isinstance(error, AgentError):
-        return f"the agent failed: {error}"
-    if isinstance(error, LookupError):
-        return f"the agent has no reply: {error}"
+    """What a failed run tells the client: only the error's kind (its text may hold what the client must not see;
+    an agent that failed to answer is ``no-reply``, in the log's words)."""
     return f"the run failed ({type(error).__name__}); the conversation is unchanged beyond what its log shows"
 
 
