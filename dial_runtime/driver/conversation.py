@@ -85,6 +85,10 @@ def accepts_message_id(method: Any) -> bool:
     return parameter is not None and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
 
 
+IDLE = TurnResult(status="idle", turns=0)
+"""The result of a call with nothing to do."""
+
+
 def _flow_rules(domain: object) -> FlowRules | None:
     """The domain's flow, read once: its ``flow_rules`` when it offers a :class:`FlowRules` (a ``Domain`` with a
     flow does), else ``None``."""
@@ -379,12 +383,14 @@ class Conversation:
         try:
             if self._store is None:
                 self._recover()
-                return await self._drive(start())
+                call = start()
+                return IDLE if call is None else await self._perform(call)
             async with self._store.lock(self.id or ""):
                 await self._catch_up()
                 try:
                     self._recover()
-                    return await self._drive(start())
+                    call = start()
+                    return IDLE if call is None else await self._perform(call)
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self.flush()
@@ -428,13 +434,6 @@ class Conversation:
                 self._on_event(event)
             except Exception:
                 logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
-
-    async def _drive(self, call: Call | None) -> TurnResult:
-        """Drive ``call`` to its result (no call: nothing to do, an idle result)."""
-        if call is None:
-            return TurnResult(status="idle", turns=0)
-        result: TurnResult = await self._perform(call)
-        return result
 
     async def _perform(self, call: Call, *, first: object = None, until: type[Effect] | None = None) -> Any:
         """Drive ``call``: send it ``first``, perform each effect it yields and send back what it came to, or

@@ -248,7 +248,7 @@ class ConversationCore:
         self.clock = clock
         self.flow = flow
         self.state = ConversationState(flow=None if flow is None else flow.table)
-        self.log = EventLog(fold_log(entries, self.state))
+        self.log = EventLog(fold_log(entries, self.state)) if entries else EventLog()
         self.max_turns = max_turns
         self.decide_timeout = decide_timeout
         self.answers = answers
