@@ -5,6 +5,11 @@ Every run drives a conversation through the public API only (``Conversation.open
 ``answer``, ``pending``, ``log``): the person is a human that defers every decision and answer, so a run that needs
 the person ends ``awaiting`` and its pending suggestions and asks become AG-UI interrupts; the next run's
 ``resume`` entries become ``decide`` and ``answer`` calls, decided by the principal ``auth`` returned.
+
+A resume is checked whole before any call. Under AG-UI's coverage rule it answers every open interrupt; a card the
+person does not decide in this run is ``cancelled``, which leaves it waiting in the log (and so on every tab and
+device) under the same interrupt id; with new words, cancelled cards are superseded. A run lasts as long as its
+request: a client that closes it (AG-UI's abort) stops the run, and the log says who stopped it.
 """
 
 from __future__ import annotations
@@ -209,8 +214,12 @@ def create_app(
     server's own nor in ``allowed_origins`` is refused (403); an allowed origin's CORS preflight is answered and
     its responses carry the CORS headers (credentials allowed). A body over ``max_body`` bytes (413) and words
     over ``max_text`` characters are refused. Every refusal and error is JSON, ``{"error": "..."}`` (404, 405 and
-    500 too), never a traceback. ``timeout``, ``reply_timeout``, ``idle_timeout``, ``max_turns`` and
-    ``decide_timeout`` are each conversation's (see :class:`~dial_runtime.Conversation`).
+    500 too), never a traceback.
+
+    A run lasts as long as its request: closing it (``HttpAgent.abortRun()``, the panel's Stop, a page that goes
+    away) stops the run, logged as ``cancelled by <principal>``. ``timeout``, ``reply_timeout``,
+    ``idle_timeout``, ``max_turns`` and ``decide_timeout`` are each conversation's (see
+    :class:`~dial_runtime.Conversation`).
     """
     settings = _Settings(
         store=open_store(store) if isinstance(store, str) else store,
@@ -551,7 +560,8 @@ class _WebSurface:
             raise _Refused("no-reply", unsent.text) from None
         if last is not None and last.status == "no-reply":
             late = _unanswered(mapper.projection, after=opened_at, what="no-reply")
-            raise _Refused("no-reply", late.text if late else "the agent did not reply")
+            assert late is not None, "a call that ends no-reply logs why"
+            raise _Refused("no-reply", late.text)
         log = conversation.log
         emit(self._finished(run, principal, conversation, mapper.projection, stored=log[-1].seq if log else 0))
 
