@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from dial_runtime import ActionSpec, parse, validate
 from dial_runtime.agents.grammar import (
+    MAX_SCHEMA_DEPTH,
     Chars,
     Choice,
     Grammar,
@@ -267,3 +268,49 @@ def test_a_schema_alone_gives_a_json_grammar() -> None:
 def test_the_bounds_are_checked() -> None:
     with pytest.raises(ValueError, match="1 or more"):
         domain_grammar(SchemaDomain(None), max_elements=0)
+
+
+# ---------------------------------------------------------------------------------------------- deep schemas
+
+
+def nested(depth: int) -> tuple[dict[str, Any], int]:
+    """An object whose property ``inner`` is an object ... ``depth`` objects deep, a string at the bottom; and how
+    many schemas down that string is."""
+    schema: dict[str, Any] = {"type": "string", "maxLength": 3}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"inner": schema}, "required": ["inner"]}
+    return schema, depth
+
+
+def chained(depth: int) -> tuple[dict[str, Any], int]:
+    """The same shape through ``depth`` definitions, each referring to the next (as a generated schema does):
+    a reference and its definition are two levels."""
+    definitions: dict[str, Any] = {
+        f"level{n}": {"type": "object", "properties": {"inner": {"$ref": f"#/$defs/level{n + 1}"}}}
+        for n in range(depth)
+    }
+    definitions[f"level{depth}"] = {"type": "string", "maxLength": 3}
+    return {"$ref": "#/$defs/level0", "$defs": definitions}, 2 * depth + 1
+
+
+def arrays(depth: int) -> tuple[dict[str, Any], int]:
+    """Arrays of arrays ``depth`` deep, each item the one branch of an ``anyOf`` (two levels)."""
+    schema: dict[str, Any] = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "array", "items": {"anyOf": [schema]}, "maxItems": 1}
+    return schema, 2 * depth
+
+
+@pytest.mark.parametrize("depth", [1, MAX_SCHEMA_DEPTH // 2 - 1, MAX_SCHEMA_DEPTH, 170, 300, 2000])
+@pytest.mark.parametrize("shape", [nested, chained, arrays])
+def test_a_schema_of_any_depth_gives_a_grammar(shape: Any, depth: int) -> None:
+    """Past ``MAX_SCHEMA_DEPTH`` levels the grammar admits any JSON value and says where; the replies it admits
+    are DIAL still, and within the limit their payloads are valid."""
+    schema, bottom = shape(depth)
+    grammar = domain_grammar(SchemaDomain(schema), max_text=8, max_string=6)
+    assert grammar.gbnf.startswith("root ::= ")
+    deep = [where for where in grammar.approximations if f"nested deeper than {MAX_SCHEMA_DEPTH}" in where]
+    assert len(deep) == (bottom >= MAX_SCHEMA_DEPTH)
+    rng = random.Random(depth)
+    for _ in range(3):
+        check_reply(sample(grammar, rng), {"do-it": None if deep else schema, "look": None})

@@ -14,8 +14,10 @@ JSON Schema is translated for the subset payload schemas use: ``type`` (one or a
 ``boolean``, ``null``, ``array`` with ``items``/``minItems``/``maxItems``, ``anyOf``/``oneOf`` (``oneOf``
 branches are not made exclusive), ``nullable: true`` and local ``$ref`` into ``$defs``/``definitions``. Anything
 else (``pattern``, ``format``, numeric bounds, ``allOf``, ``not``, ...) makes that part of the schema accept any
-JSON value of its type, or any JSON value at all; :attr:`Grammar.approximations` lists each such place, and the
-domain's own validation still refuses what does not fit. Text is bounded (``max_text`` characters per element)
+JSON value of its type, or any JSON value at all; so does a part nested deeper than :data:`MAX_SCHEMA_DEPTH`
+schemas (through properties, items, branches and references alike), which keeps the translation and the rendered
+rules within Python's stack for any schema. :attr:`Grammar.approximations` lists each such place, and the domain's
+own validation still refuses what does not fit. Text is bounded (``max_text`` characters per element)
 so a small model cannot ramble forever inside one.
 
 The grammar is built as a small tree of rules (:class:`Literal`, :class:`Chars`, :class:`Sequence`,
@@ -37,6 +39,7 @@ from ..language import schema as language_schema
 from ..language.outcomes import escape_attribute
 
 __all__ = [
+    "MAX_SCHEMA_DEPTH",
     "Chars",
     "Choice",
     "Grammar",
@@ -244,6 +247,10 @@ _JSON_WS = Repeat(Literal(" "), 0, 1)
 
 # ---------------------------------------------------------------------------------------------- JSON Schema
 
+#: How deep schemas nest inside one another (an object's property, an array's items, an ``anyOf`` branch, a
+#: ``$ref``'s definition: each one level) before the grammar stops following them and admits any JSON value there.
+MAX_SCHEMA_DEPTH = 32
+
 
 class _SchemaRules:
     """Translates JSON Schemas into rules of one grammar, sharing the rules for common JSON pieces."""
@@ -311,14 +318,19 @@ class _SchemaRules:
         self.approximations.append(f"{where}: {why}")
         return fallback
 
-    def node(self, schema: Any, where: str, root: Mapping[str, Any]) -> Node:
-        """The rule for values valid against ``schema`` (found at ``where``; ``root`` holds its ``$defs``)."""
+    def node(self, schema: Any, where: str, root: Mapping[str, Any], depth: int = 0) -> Node:
+        """The rule for values valid against ``schema`` (found at ``where``, ``depth`` schemas down; ``root``
+        holds its ``$defs``)."""
         if schema is True or schema == {}:
             return Ref("json-value")
         if not isinstance(schema, Mapping):
             return self._loose(where, "not a schema object", Ref("json-value"))
+        if depth >= MAX_SCHEMA_DEPTH:
+            return self._loose(
+                where, f"nested deeper than {MAX_SCHEMA_DEPTH} schemas, not enforced", Ref("json-value")
+            )
         if "$ref" in schema:
-            return self._reference(schema["$ref"], where, root)
+            return self._reference(schema["$ref"], where, root, depth)
         if "const" in schema:
             return Literal(_compact(schema["const"]))
         if "enum" in schema:
@@ -332,7 +344,8 @@ class _SchemaRules:
                 if not isinstance(branches, list) or not branches:
                     return self._loose(where, f"a malformed {keyword}", Ref("json-value"))
                 options = [
-                    self.node(branch, f"{where}/{keyword}/{index}", root) for index, branch in enumerate(branches)
+                    self.node(branch, f"{where}/{keyword}/{index}", root, depth + 1)
+                    for index, branch in enumerate(branches)
                 ]
                 return self._nullable(schema, _any_of(*options))
         unsupported = sorted(set(schema) & _UNSUPPORTED)
@@ -342,7 +355,7 @@ class _SchemaRules:
             kinds = ["object"] if "properties" in schema else ["array"] if "items" in schema else None
         if kinds is None:
             return self._loose(where, "no type", Ref("json-value"))
-        options = [self._typed(kind, schema, where, root) for kind in kinds]
+        options = [self._typed(kind, schema, where, root, depth) for kind in kinds]
         if unsupported:
             self.approximations.append(f"{where}: {', '.join(unsupported)} not enforced")
         return self._nullable(schema, _any_of(*options))
@@ -350,7 +363,7 @@ class _SchemaRules:
     def _nullable(self, schema: Mapping[str, Any], node: Node) -> Node:
         return Choice((node, Ref("json-null"))) if schema.get("nullable") is True else node
 
-    def _reference(self, reference: Any, where: str, root: Mapping[str, Any]) -> Node:
+    def _reference(self, reference: Any, where: str, root: Mapping[str, Any], depth: int) -> Node:
         if not isinstance(reference, str) or not reference.startswith(("#/$defs/", "#/definitions/")):
             return self._loose(where, f"$ref {reference!r} is not a local definition", Ref("json-value"))
         section, _, name = reference[2:].partition("/")
@@ -361,10 +374,12 @@ class _SchemaRules:
         key = (reference, json.dumps(definitions, sort_keys=True, default=str))
         if key not in self._defs:
             rule = self._defs[key] = f"def-{len(self._defs) + 1}"
-            self.rules[rule] = self.node(target, reference, root)
+            self.rules[rule] = self.node(target, reference, root, depth + 1)
         return Ref(self._defs[key])
 
-    def _typed(self, kind: Any, schema: Mapping[str, Any], where: str, root: Mapping[str, Any]) -> Node:
+    def _typed(
+        self, kind: Any, schema: Mapping[str, Any], where: str, root: Mapping[str, Any], depth: int
+    ) -> Node:
         if kind == "string":
             return self._string(schema, where)
         if kind in ("integer", "number", "boolean", "null"):
@@ -373,9 +388,9 @@ class _SchemaRules:
                 self.approximations.append(f"{where}: {', '.join(bounds)} not enforced")
             return Ref(f"json-{kind}")
         if kind == "array":
-            return self._array(schema, where, root)
+            return self._array(schema, where, root, depth)
         if kind == "object":
-            return self._object(schema, where, root)
+            return self._object(schema, where, root, depth)
         return self._loose(where, f"unknown type {kind!r}", Ref("json-value"))
 
     def _string(self, schema: Mapping[str, Any], where: str) -> Node:
@@ -389,9 +404,9 @@ class _SchemaRules:
             return Ref("json-string")
         return _seq(Literal('"'), Repeat(Ref("json-char"), least, most), Literal('"'))
 
-    def _array(self, schema: Mapping[str, Any], where: str, root: Mapping[str, Any]) -> Node:
+    def _array(self, schema: Mapping[str, Any], where: str, root: Mapping[str, Any], depth: int) -> Node:
         items = schema.get("items", True)
-        item = self.node(items, f"{where}/items", root)
+        item = self.node(items, f"{where}/items", root, depth + 1)
         least = schema.get("minItems", 0)
         most = schema.get("maxItems")
         least = least if isinstance(least, int) and least >= 0 else 0
@@ -401,7 +416,7 @@ class _SchemaRules:
         body = listed if least >= 1 else Repeat(listed, 0, 1) if most != 0 else _seq()
         return _seq(Literal("["), body, Literal("]"))
 
-    def _object(self, schema: Mapping[str, Any], where: str, root: Mapping[str, Any]) -> Node:
+    def _object(self, schema: Mapping[str, Any], where: str, root: Mapping[str, Any], depth: int) -> Node:
         properties = schema.get("properties") or {}
         if not isinstance(properties, Mapping):
             return self._loose(where, "malformed properties", Ref("json-object"))
@@ -417,7 +432,7 @@ class _SchemaRules:
             name: _seq(
                 Literal(_compact(name) + ":"),
                 _JSON_WS,
-                self.node(properties[name], f"{where}/properties/{name}", root),
+                self.node(properties[name], f"{where}/properties/{name}", root, depth + 1),
             )
             for name in [*required, *optional]
         }
