@@ -1,4 +1,5 @@
-"""Payload decoding and suggest/declare pairing (language/payloads.py), read from parsed envelopes."""
+"""Payload decoding and suggest/declare pairing (language/payloads.py), read from parsed envelopes; and how deep a
+typed action's JSON Schema payload (domains/payloads.py) may nest."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from dial_runtime.domains.payloads import MAX_DEPTH, SchemaPayload
 from dial_runtime.language.parser import parse
 from dial_runtime.language.payloads import (
     PairedSuggest,
@@ -118,3 +120,61 @@ def test_paired_pairs_each_suggestion_and_keeps_every_other_act() -> None:
     assert (second.payload, second.index, second.declare) == (1, 3, acts[4])
     assert paired(acts[:1]) == (acts[0],)
     assert paired(()) == ()
+
+
+# --- a typed action's JSON Schema payload (domains/payloads.py) at any depth ------------------------------------
+
+
+def nested_object(depth: int, leaf: Any) -> Any:
+    """``leaf`` inside ``depth`` objects, each holding the next as ``inner``."""
+    for _ in range(depth):
+        leaf = {"inner": leaf}
+    return leaf
+
+
+def nested_schema(depth: int) -> dict[str, Any]:
+    """The schema of ``nested_object(depth, "x")``: each object two levels (the schema and its properties)."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"inner": schema}}
+    return schema
+
+
+#: A schema of any depth of payload: a node whose ``inner`` is a node.
+RECURSIVE = {
+    "$ref": "#/$defs/node",
+    "$defs": {"node": {"type": ["object", "string"], "properties": {"inner": {"$ref": "#/$defs/node"}}}},
+}
+
+
+@pytest.mark.parametrize("depth", [1, MAX_DEPTH // 2 - 1, MAX_DEPTH // 2, 150, 300, 5000])
+def test_a_schema_nested_past_the_limit_is_one_line_naming_it(depth: int) -> None:
+    if 2 * depth + 1 <= MAX_DEPTH:  # the schema and its properties: two levels each, and the string's schema
+        assert SchemaPayload(nested_schema(depth)).issue(nested_object(depth, "x")) is None
+        return
+    with pytest.raises(
+        ValueError, match=f"^the JSON Schema nests objects and arrays more than {MAX_DEPTH} deep"
+    ) as raised:
+        SchemaPayload(nested_schema(depth))
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("depth", [0, MAX_DEPTH, MAX_DEPTH + 1, 300, 5000])
+@pytest.mark.parametrize("container", ["object", "array"])
+def test_a_payload_nested_past_the_limit_is_refused_with_an_issue(depth: int, container: str) -> None:
+    payload: Any = "x"
+    for _ in range(depth):
+        payload = {"inner": payload} if container == "object" else [payload]
+    schema = (
+        RECURSIVE
+        if container == "object"
+        else {
+            "$ref": "#/$defs/list",
+            "$defs": {"list": {"type": ["array", "string"], "items": {"$ref": "#/$defs/list"}}},
+        }
+    )
+    issue = SchemaPayload(schema).issue(payload)
+    if depth <= MAX_DEPTH:
+        assert issue is None
+    else:
+        assert issue is not None and issue.code == "too-deep" and str(MAX_DEPTH) in (issue.hint or "")

@@ -12,7 +12,8 @@ An action's payload takes one of four forms, chosen once when the action is decl
 msgspec validates in strict mode (no ``"1"`` for an ``int``), pydantic in strict JSON mode; both reject unknown
 fields at the top level unless a pydantic model's ``model_config`` says otherwise (a nested ``Struct`` follows
 its own ``forbid_unknown_fields``). A JSON Schema is honoured as written: add ``"additionalProperties": false``
-to reject unknown fields.
+to reject unknown fields. A JSON Schema and the payloads it validates nest at most :data:`MAX_DEPTH` objects and
+arrays deep: ``jsonschema`` recurses once per level, so deeper ones would exhaust Python's stack.
 """
 
 from __future__ import annotations
@@ -28,7 +29,18 @@ import msgspec
 from ..runtime.records import Issue
 from .issues import json_schema_issue, msgspec_issue, pydantic_issue
 
-__all__ = ["KeywordPayload", "Payload", "PydanticPayload", "SchemaPayload", "StructPayload", "payload_of"]
+__all__ = [
+    "MAX_DEPTH",
+    "KeywordPayload",
+    "Payload",
+    "PydanticPayload",
+    "SchemaPayload",
+    "StructPayload",
+    "payload_of",
+]
+
+#: How deep a JSON Schema, and a payload validated against one, may nest objects and arrays.
+MAX_DEPTH = 64
 
 
 class Payload(Protocol):
@@ -140,8 +152,31 @@ class PydanticPayload:
             return pydantic_issue(error.errors())
 
 
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` (JSON data) nests objects and arrays more than ``limit`` deep; looked at without
+    recursion, so any depth can be asked about."""
+    waiting: list[tuple[Any, int]] = [(value, 0)]
+    while waiting:
+        item, depth = waiting.pop()
+        if isinstance(item, Mapping):
+            inner: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            inner = item
+        else:
+            continue
+        if depth == limit:
+            return True
+        waiting.extend((each, depth + 1) for each in inner)
+    return False
+
+
+_TOO_DEEP = f"the JSON Schema nests objects and arrays more than {MAX_DEPTH} deep (the most supported)"
+
+
 class SchemaPayload:
-    """A JSON Schema, checked when declared and validated with ``jsonschema`` (formats included)."""
+    """A JSON Schema, checked when declared and validated with ``jsonschema`` (formats included); ``ValueError``
+    for a schema that is not valid or nests deeper than :data:`MAX_DEPTH`, and a payload that nests deeper is
+    refused with the issue ``too-deep``."""
 
     def __init__(self, schema: Mapping[str, Any], parameter: str | None = None) -> None:
         try:
@@ -153,11 +188,15 @@ class SchemaPayload:
             ) from None
         self.parameter = parameter
         self._schema = dict(schema)
+        if _deeper_than(self._schema, MAX_DEPTH):
+            raise ValueError(_TOO_DEEP)
         validator_class = validators.validator_for(self._schema)
         try:
             validator_class.check_schema(self._schema)
         except SchemaError as error:
             raise ValueError(f"not a valid JSON Schema: {error.message}") from None
+        except RecursionError:  # within MAX_DEPTH, but called with little of the stack left
+            raise ValueError(_TOO_DEEP) from None
         self._validator = validator_class(self._schema, format_checker=validator_class.FORMAT_CHECKER)
 
     @property
@@ -166,7 +205,13 @@ class SchemaPayload:
 
     def issue(self, payload: Any) -> Issue | None:
         """The issue with ``payload``, or ``None`` when it is valid."""
-        return json_schema_issue(self._validator, payload)
+        too_deep = Issue(code="too-deep", hint=f"Nest the payload's objects and arrays at most {MAX_DEPTH} deep.")
+        if _deeper_than(payload, MAX_DEPTH):
+            return too_deep
+        try:
+            return json_schema_issue(self._validator, payload)
+        except RecursionError:  # a schema whose references recurse, met with little of the stack left
+            return too_deep
 
     def convert(self, payload: Any) -> dict[str, Any] | Issue:
         issue = self.issue(payload)
