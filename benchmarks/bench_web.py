@@ -26,6 +26,8 @@ version of each, for CI.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
 import importlib.util
 import json
 import math
@@ -33,6 +35,7 @@ import os
 import random
 import re
 import resource
+import signal
 import sys
 import tempfile
 import time
@@ -127,14 +130,15 @@ class Quiet:
         """Nothing to run."""
 
 
-def serve(port: int, store: str, pace: Pace) -> None:
+def serve(port: int, store: str, pace: Pace, profile: str | None) -> None:
     """The server process: the web surface, and the benchmark's own routes (release a batch of held runs; the
-    time each latency chunk's event was handed to uvicorn, recorded by a wrapper around ``send``)."""
+    time each latency chunk's event was handed to uvicorn, recorded by a wrapper around ``send``); under cProfile
+    when ``profile`` names the file for its statistics."""
     import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
-    from starlette.routing import Mount, Route
+    from starlette.routing import Route
     from starlette.types import Message, Receive, Scope, Send
 
     from dial_runtime.web import create_app
@@ -147,7 +151,28 @@ def serve(port: int, store: str, pace: Pace) -> None:
 
     web = create_app(store=store, domain=Quiet(), agent=agent, panel=False)
 
-    async def recorded(scope: Scope, receive: Receive, send: Send) -> None:
+    async def release(request: Request) -> Response:
+        releases.of(request.path_params["batch"]).set()
+        return Response(status_code=204)
+
+    async def sent(request: Request) -> Response:
+        taken = dict(handed)
+        handed.clear()
+        return JSONResponse(taken)
+
+    own = Starlette(
+        routes=[
+            Route("/bench/release/{batch}", release, methods=["POST"]),
+            Route("/bench/sent", sent, methods=["GET"]),
+        ]
+    )
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        """The benchmark's routes, else the web surface with ``send`` noting the stamps it is handed."""
+        if scope["path"].startswith("/bench/"):
+            await own(scope, receive, send)
+            return
+
         async def send_recorded(message: Message) -> None:
             if message["type"] == "http.response.body":
                 found = LATENCY_STAMP_BYTES.findall(message.get("body", b""))
@@ -159,23 +184,16 @@ def serve(port: int, store: str, pace: Pace) -> None:
 
         await web(scope, receive, send_recorded)
 
-    async def release(request: Request) -> Response:
-        releases.of(request.path_params["batch"]).set()
-        return Response(status_code=204)
-
-    async def sent(request: Request) -> Response:
-        taken = dict(handed)
-        handed.clear()
-        return JSONResponse(taken)
-
-    app = Starlette(
-        routes=[
-            Route("/bench/release/{batch}", release, methods=["POST"]),
-            Route("/bench/sent", sent, methods=["GET"]),
-            Mount("/", app=recorded),
-        ]
-    )
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", ws="none", lifespan="off", backlog=4096)
+    options = {"host": "127.0.0.1", "port": port, "log_level": "warning", "ws": "none", "lifespan": "off"}
+    if profile is None:
+        uvicorn.run(app, backlog=4096, **options)
+        return
+    signal.signal(signal.SIGTERM, lambda number, frame: None)  # uvicorn raises it again once it has stopped
+    profiler = cProfile.Profile(time.process_time)  # CPU time: the machine's other work is not charged
+    try:
+        profiler.runcall(uvicorn.run, app, backlog=4096, **options)
+    finally:
+        profiler.dump_stats(profile)
 
 
 def raise_fd_limit() -> None:
@@ -274,10 +292,15 @@ async def read_runs(
     return reads, failures
 
 
-def cpu_seconds(pid: int) -> float:
-    """The user and system CPU time process ``pid`` has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def scheduled_seconds(pid: int) -> tuple[float, float]:
+    """The seconds the threads of process ``pid`` have run on a CPU, and waited for one while runnable
+    (``/proc/PID/task/*/schedstat``): the second grows when the machine's other work takes the cores."""
+    ran = waited = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            on_cpu, on_queue, _ = (int(figure) for figure in (task / "schedstat").read_text().split())
+            ran, waited = ran + on_cpu, waited + on_queue
+    return ran / 1e9, waited / 1e9
 
 
 def rss_kb(pid: int) -> int:
@@ -308,14 +331,16 @@ def client_limits(connections: int) -> httpx.Limits:
 
 async def latency(url: str, pid: int, streams: int, pace: Pace) -> tuple[dict[str, Any], list[str]]:
     """The latency phase, after a few warm-up runs (the first runs of a process import and build lazily)."""
-    within = pace.chunks * pace.interval * 2 + 60
+    within = pace.chunks * pace.interval * 5 + 120
     async with httpx.AsyncClient(base_url=url, timeout=30, limits=client_limits(streams)) as client:
         await read_runs(client, [f"lat-warm-{n}" for n in range(min(streams, 5))], within)
         await client.get("/bench/sent")
-        server_cpu, own_cpu, started = cpu_seconds(pid), time.process_time(), time.monotonic()
+        processes = {"server": pid, "clients": os.getpid()}
+        before = {name: scheduled_seconds(each) for name, each in processes.items()}
+        started = time.monotonic()
         reads, problems = await read_runs(client, [f"lat-run-{n}" for n in range(streams)], within)
         elapsed = time.monotonic() - started
-        server_cpu, own_cpu = cpu_seconds(pid) - server_cpu, time.process_time() - own_cpu
+        after = {name: scheduled_seconds(each) for name, each in processes.items()}
         handed: dict[str, int] = (await client.get("/bench/sent")).json()
     totals, server, wire = [], [], []
     for read in reads:
@@ -335,7 +360,12 @@ async def latency(url: str, pid: int, streams: int, pace: Pace) -> tuple[dict[st
         "ms": spread(totals),
         "server_ms": spread(server),
         "wire_ms": spread(wire),
-        "cpu_percent": {"server": round(100 * server_cpu / elapsed), "clients": round(100 * own_cpu / elapsed)},
+        "seconds": round(elapsed, 2),
+        "cpu_percent": {name: round(100 * (after[name][0] - before[name][0]) / elapsed) for name in processes},
+        "waiting_for_cpu_percent": {
+            name: round(100 * (after[name][1] - before[name][1]) / elapsed) for name in processes
+        },
+        "server_cpu_us_per_chunk": round(1e6 * (after["server"][0] - before["server"][0]) / max(1, len(totals))),
         "target_p99_ms": 10,
     }
     return figures, problems
@@ -473,6 +503,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.02, help="latency: mean seconds between chunks")
     parser.add_argument("--held", type=int, help="held runs open at once (1000; smoke: 50)")
     parser.add_argument("--hold-interval", type=float, default=1.0, help="seconds between a held run's chunks")
+    parser.add_argument("--profile", help="run the server under cProfile, its statistics written to this file")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-store", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
@@ -482,7 +513,7 @@ def main() -> None:
     pace = Pace(arguments.chunks or (20 if smoke else 100), arguments.interval, arguments.hold_interval)
     raise_fd_limit()
     if arguments.serve:
-        serve(arguments.serve, arguments.serve_store, pace)
+        serve(arguments.serve, arguments.serve_store, pace, arguments.profile)
         return
     load_before = load_average()
     result: dict[str, Any] = {
@@ -504,6 +535,8 @@ def main() -> None:
         command = [sys.executable, __file__, "--serve", str(port), "--serve-store", store]
         command += ["--chunks", str(pace.chunks), "--interval", str(pace.interval)]
         command += ["--hold-interval", str(pace.hold_interval)]
+        if arguments.profile:
+            command += ["--profile", str(Path(arguments.profile).resolve())]
         with server_process(command, f"{url}/conversations") as server:
             result["latency"], found = anyio.run(latency, url, server.pid, streams, pace)
             problems += found
