@@ -182,11 +182,12 @@ class Conversation:
             conversation_id=conversation_id,
             clock=clock,
         )
+        folded = len(self._core.log.events)
         self._store = store
-        self._stored = len(self._core.log) if store is None else 0
+        self._stored = folded if store is None else 0
         self._stale = store is not None  # a stored conversation reads its log on its first call
         self._gate = CALL.initial
-        self._shown = len(self._core.log)  # the events before this are not shown to on_event
+        self._shown = folded  # the events before this are not shown to on_event
         self._writing: tuple[object, anyio.Lock] | None = None
         self._thinking: Awaitable[Any] | None = None
         self._more_streamed: Callable[[], Awaitable[Streamed]] | None = None
