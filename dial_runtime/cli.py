@@ -169,7 +169,7 @@ def _check_mcp_options(args: argparse.Namespace) -> None:
 async def _served(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> Any:
     """The MCP server ``--mcp`` names, as a domain held open until ``stack`` closes."""
     try:
-        from .mcp import McpConnectionError, mcp_domain
+        from .mcp import McpConnectionError, mcp_domain, sdk_log_to
     except ImportError as error:
         raise _CommandError(f"--mcp needs the mcp extra (pip install 'dial-runtime[mcp]'): {error}") from None
     try:
@@ -179,10 +179,14 @@ async def _served(args: argparse.Namespace, stack: contextlib.AsyncExitStack) ->
         _usage(f"--mcp: {error}")
     except OSError as error:
         raise _CommandError(f"--mcp-log: {_described(error)}") from None
+    stack.enter_context(sdk_log_to(errlog))
     try:
-        return await stack.enter_async_context(served)
+        connected = await stack.enter_async_context(served)
     except (OSError, McpConnectionError) as error:
         raise _CommandError(f"--mcp: {error}") from None
+    for line in connected.refusals():
+        print(f"dial-runtime chat: --mcp: {line}", file=sys.stderr)
+    return connected
 
 
 async def _interactive_demo(surface: TerminalSurface) -> None:

@@ -17,7 +17,10 @@ name:
   server that may not be trusted, so by default every tool waits for the person;
 - the person sees the tool's title (else its name in words) and the arguments;
 - the result is the outcome's ``result``: the structured content when the server gives one, else the text of its
-  content; ``isError`` fails the action with the server's text.
+  content; ``isError`` fails the action with the server's text;
+- a tool that cannot be made an action (its ``inputSchema`` is not a valid JSON Schema, or nests deeper than
+  :data:`~dial_runtime.domains.payloads.MAX_DEPTH`) is refused alone: it is left out of the actions and
+  :attr:`McpDomain.refused` says why, while the server's other tools serve.
 
 Every call has a deadline (``deadline`` seconds, 60 by default). A call that runs past it, a server that dies
 or closes the connection mid-call, a protocol error: each fails the action with an
@@ -29,10 +32,12 @@ asyncio.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Any, TextIO
@@ -52,7 +57,7 @@ try:
 except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError("dial_runtime.mcp needs the mcp SDK: pip install 'dial-runtime[mcp]'") from error
 
-__all__ = ["DEFAULT_DEADLINE", "McpConnectionError", "McpDomain", "McpTool", "mcp_domain"]
+__all__ = ["DEFAULT_DEADLINE", "McpConnectionError", "McpDomain", "McpTool", "mcp_domain", "sdk_log_to"]
 
 DEFAULT_DEADLINE = 60.0
 """Seconds a tool call may take before its action fails with code ``mcp-timeout``."""
@@ -71,25 +76,20 @@ class McpTool:
     spec: ActionSpec
     description: str
     schema: dict[str, Any]
-    payload: SchemaPayload | None
-    schema_problem: str | None
+    payload: SchemaPayload
     example: Any
 
 
 def _tool(tool: mcp_types.Tool, trust_read_only: bool) -> McpTool:
+    """The tool as an action; ``ValueError`` when its ``inputSchema`` cannot validate payloads."""
     hints = tool.annotations
     read_only = bool(hints and hints.read_only_hint)
     # MCP's defaults: destructiveHint is true unless the tool says otherwise, and means nothing when read-only.
     destructive = not read_only and not (hints is not None and hints.destructive_hint is False)
     schema = dict(tool.input_schema or {"type": "object"})
-    payload: SchemaPayload | None = None
-    problem = None
-    try:
-        payload = SchemaPayload(schema)
-    except ValueError as error:
-        problem = str(error)
-    example = example_from_schema(schema) if payload is not None else None
-    if payload is not None and payload.issue(example) is not None:
+    payload = SchemaPayload(schema)
+    example = example_from_schema(schema)
+    if payload.issue(example) is not None:
         example = None
     return McpTool(
         name=tool.name,
@@ -98,7 +98,6 @@ def _tool(tool: mcp_types.Tool, trust_read_only: bool) -> McpTool:
         description=(tool.description or "").strip(),
         schema=schema,
         payload=payload,
-        schema_problem=problem,
         example=example,
     )
 
@@ -140,6 +139,7 @@ class McpDomain:
         self.errlog = errlog
         self.description = ""
         self._tools: dict[str, McpTool] = {}
+        self._refused: dict[str, str] = {}
         self._specs: dict[str, ActionSpec] = {}
         self.actions: Mapping[str, ActionSpec] = MappingProxyType(self._specs)
         """Tool name -> :class:`~dial_runtime.ActionSpec`, as the server listed them (read-only)."""
@@ -244,7 +244,11 @@ class McpDomain:
         for _ in range(_TOOL_PAGES):
             page = await client.list_tools(cursor=cursor)
             for listed in page.tools:
-                tool = _tool(listed, self.trust_read_only)
+                try:
+                    tool = _tool(listed, self.trust_read_only)
+                except Exception as error:  # whatever one tool's listing holds, it refuses that tool alone
+                    self._refused[listed.name] = " ".join(str(error).split()) or type(error).__name__
+                    continue
                 self._tools[tool.name] = tool
                 self._specs[tool.name] = tool.spec
             cursor = page.next_cursor
@@ -257,6 +261,15 @@ class McpDomain:
     def tools(self) -> Mapping[str, McpTool]:
         """Each tool as listed, by name."""
         return MappingProxyType(self._tools)
+
+    @property
+    def refused(self) -> Mapping[str, str]:
+        """Each tool the server listed that could not be made an action, by name: why, in one line."""
+        return MappingProxyType(self._refused)
+
+    def refusals(self) -> list[str]:
+        """A line for each refused tool, naming it and saying why (for a command to show)."""
+        return [f"tool {name!r} refused: {why}" for name, why in self._refused.items()]
 
     @property
     def vocabulary(self) -> dict[str, dict[str, Any]]:
@@ -277,11 +290,10 @@ class McpDomain:
         the path of the value at fault); an unknown tool is ``unknown-action``."""
         tool = self._tools.get(action)
         if tool is None:
-            return Issue(code="unknown-action", hint=f"Use one of the server's tools: {', '.join(self._tools)}.")
-        if tool.payload is None:
-            return Issue(
-                code="invalid-schema", hint=f"The server's schema for this tool is broken: {tool.schema_problem}"
-            )
+            usable = f"Use one of the server's tools: {', '.join(self._tools)}."
+            refused = self._refused.get(action)
+            why = f"The server's tool {action!r} was refused: {refused}. " if refused else ""
+            return Issue(code="unknown-action", hint=why + usable)
         return tool.payload.issue(payload)
 
     def preview(self, action: str, payload: Any) -> str:
@@ -338,6 +350,24 @@ def mcp_domain(server: str, **options: Any) -> McpDomain:
     except ValueError as error:
         raise ValueError(f"cannot read the command {server!r}: {error}") from None
     return McpDomain.stdio(command, **options)
+
+
+@contextlib.contextmanager
+def sdk_log_to(errlog: TextIO) -> Iterator[None]:
+    """Write what the ``mcp`` SDK logs (a line from the server it cannot read, with its traceback) to ``errlog``
+    rather than this process's standard error, for the block's length: for a command whose standard error is the
+    person's, where only its own one-line errors belong."""
+    sdk = logging.getLogger("mcp")
+    handler = logging.StreamHandler(errlog)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+    propagates = sdk.propagate
+    sdk.addHandler(handler)
+    sdk.propagate = False
+    try:
+        yield
+    finally:
+        sdk.removeHandler(handler)
+        sdk.propagate = propagates
 
 
 def _reason(error: BaseException) -> str:

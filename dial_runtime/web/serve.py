@@ -19,6 +19,7 @@ import contextlib
 import gc
 import json
 import os
+import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -73,14 +74,14 @@ class McpServer:
     @contextlib.asynccontextmanager
     async def connected(self) -> AsyncIterator[Any]:
         """The domain, connected until the block ends; ``ValueError`` when the log or the server cannot be
-        opened."""
-        from ..mcp import McpConnectionError
+        opened. What the SDK logs goes to the log too (a line from the server it cannot read, with a traceback)."""
+        from ..mcp import McpConnectionError, sdk_log_to
 
         try:
             errlog = open(self.log or os.devnull, "a", encoding="utf-8")  # noqa: SIM115 - closed below
         except OSError as error:
             raise ValueError(f"--mcp-log: {error.strerror or error}: {self.log}") from None
-        with errlog:
+        with errlog, sdk_log_to(errlog):
             try:
                 async with self.domain(errlog) as served:
                     yield served
@@ -224,8 +225,10 @@ async def check_store(url: str) -> None:
 
 
 async def _probe(server: McpServer) -> None:
-    async with server.connected():
-        pass
+    """Connect to the server once, and say which of its tools are refused (one line each)."""
+    async with server.connected() as served:
+        for line in served.refusals():
+            print(f"dial-runtime serve: --mcp: {line}", file=sys.stderr)
 
 
 def serve(
