@@ -64,6 +64,7 @@ from .runtime.events import (
     LogEntry,
     OutcomeEvent,
     RefusedEvent,
+    ReplyCutEvent,
     ReplyEvent,
     ReplyProgressEvent,
     ReplyRefusedEvent,
@@ -195,6 +196,30 @@ def _summary(event: dict[str, Any]) -> str:
 class _Cancelled(BaseException):
     """A cancellation of the recording's call, as the replay throws it in (wrapped in an Interruption that
     carries the words the recording logged)."""
+
+
+class _CutShort(RecordedError):
+    """A stream's failure as a ``reply-cut`` recorded it: its words, and whether the token limit cut it."""
+
+    def __init__(self, error: str, cut: str) -> None:
+        super().__init__(error)
+        self.cut = cut
+
+
+def _passed(cut: ReplyCutEvent) -> DeadlinePassed | None:
+    """The deadline that cut a recorded reply, as the driver reported it."""
+    if cut.cause == "reply-deadline":
+        return DeadlinePassed(deadline="reply", seconds=cut.seconds or 0.0)
+    if cut.cause == "idle-deadline":
+        return DeadlinePassed(deadline="idle", seconds=cut.seconds or 0.0)
+    return None
+
+
+def _failure(cut: ReplyCutEvent) -> Exception | None:
+    """The failure of a recorded stream that broke off or reached the token limit, as the agent raised it."""
+    if cut.cause in ("reply-deadline", "idle-deadline"):
+        return None
+    return _CutShort(cut.error or "", cut.cause)
 
 
 class _Died(Exception):
@@ -470,8 +495,16 @@ class _Replayer:
         pieces = [Streamed(chunks=(text,)) for text in progress if text]
         if reply is not None:
             rest = reply.text[sum(map(len, progress)) :]
-            cut = next((e for e in events if isinstance(e, ReplyRefusedEvent) and e.reason.startswith(CUT)), None)
-            pieces.append(Streamed(chunks=(rest,) if rest else (), ended=True, passed=self._deadline(cut)))
+            following = events.index(reply) + 1
+            cut = events[following] if following < len(events) else None
+            chunks = (rest,) if rest else ()
+            if isinstance(cut, ReplyCutEvent):
+                pieces.append(Streamed(chunks=chunks, ended=True, passed=_passed(cut), failure=_failure(cut)))
+            else:  # a log written before reply-cut: a deadline's cut is in the refusal's words
+                refusal = next(
+                    (e for e in events if isinstance(e, ReplyRefusedEvent) and e.reason.startswith(CUT)), None
+                )
+                pieces.append(Streamed(chunks=chunks, ended=True, passed=self._deadline(refusal)))
         self._pieces = pieces[1:]
         return pieces[0] if pieces else Streamed()
 
@@ -670,13 +703,13 @@ class _Turns:
 
 
 def _streamed_reply(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A streamed turn's events without its ``reply``, and the ``reply``: a streamed reply is recorded once its
-    end is taken, which may fall anywhere among the events its elements cause. ``reply-progress`` is left out:
-    how much of a reply had arrived when the person was asked depends on timing, not on the code."""
+    """A streamed turn's events without its ``reply`` (and ``reply-cut``), and those: a streamed reply is recorded
+    once its end is taken, which may fall anywhere among the events its elements cause. ``reply-progress`` is
+    left out: how much of a reply had arrived when the person was asked depends on timing, not on the code."""
     if not any(event["type"] == "reply-started" for event in events):
         return events, []
-    kept = [e for e in events if e["type"] not in ("reply", "reply-progress")]
-    return kept, [e for e in events if e["type"] == "reply"]
+    kept = [e for e in events if e["type"] not in ("reply", "reply-cut", "reply-progress")]
+    return kept, [e for e in events if e["type"] in ("reply", "reply-cut")]
 
 
 def _compare(

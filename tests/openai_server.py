@@ -12,7 +12,8 @@ completion::
 
 Steps, taken in order:
 
-- ``Reply(text, chunks=1, interval=0.0, delay=0.0, drop_after=None, hold_after=None)``: answer ``text``.
+- ``Reply(text, chunks=1, interval=0.0, delay=0.0, drop_after=None, hold_after=None, finish_reason="stop")``:
+  answer ``text`` (streamed, its last chunk carries ``finish_reason``: ``"length"`` as a model at its token limit).
   Streamed, it is split into ``chunks`` pieces of near-equal length sent ``interval`` seconds apart;
   ``drop_after=N`` closes the connection after N content pieces, mid-body (``0``: right after the headers and the
   role chunk); ``hold_after=N`` sends N pieces and holds the rest until the server closes (a reply whose end is
@@ -95,6 +96,7 @@ class Reply:
     delay: float = attrs.field(default=0.0, kw_only=True)
     drop_after: int | None = attrs.field(default=None, kw_only=True)
     hold_after: int | None = attrs.field(default=None, kw_only=True)
+    finish_reason: str = attrs.field(default="stop", kw_only=True)
 
 
 @attrs.frozen
@@ -359,7 +361,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             self._send_event(_chunk(request, number, {"content": piece}))
-        self._send_event(_chunk(request, number, {}, finish_reason="stop"))
+        self._send_event(_chunk(request, number, {}, finish_reason=reply.finish_reason))
         self._send_chunk(b"data: [DONE]\n\n")
         self._send_chunk(b"")
 

@@ -30,6 +30,7 @@ from dial_runtime.runtime.events import (
     FinishedEvent,
     InformEvent,
     OutcomeEvent,
+    ReplyCutEvent,
     ResumedEvent,
     SentEvent,
     entry_from_dict,
@@ -74,7 +75,8 @@ async def rich_conversation() -> tuple[Conversation, Agent]:
 async def test_every_event_round_trips_through_json() -> None:
     conversation, _ = await rich_conversation()
     seen = {entry.event.type for entry in conversation.log}
-    unseen = {"send-failed", "interrupted", "ended", "turn-limit", "reply-started", "reply-progress", "flow-moved"}
+    unseen = {"send-failed", "interrupted", "ended", "turn-limit", "flow-moved"}
+    unseen |= {"reply-started", "reply-progress", "reply-cut"}  # a streamed reply's
     assert seen >= set(EVENT_TYPES) - unseen
     for entry in conversation.log:
         data = json.loads(json.dumps(entry_to_dict(entry)))
@@ -223,6 +225,7 @@ WORDED: dict[str, Event] = {
     "resumed": ResumedEvent(call="say"),
     "finished": FinishedEvent(status="idle", turns=1),
     "inform": InformEvent(text="Noted.", act="inform"),
+    "reply-cut": ReplyCutEvent(turn=1, cause="broken"),
 }
 
 
@@ -234,6 +237,7 @@ def test_the_fixed_vocabularies_are_the_fields_literal_types() -> None:
         "resumed": {"call"},
         "finished": {"status"},
         "inform": {"act"},
+        "reply-cut": {"cause"},
     }
     assert VOCABULARIES["outcome"]["status"] == set(STATUSES)
     assert VOCABULARIES["finished"]["status"] == set(CALL_STATUS.values())

@@ -13,7 +13,7 @@ from dial_runtime import Accept, Conversation, policy_human, scripted_human
 from dial_runtime.agents import ChatMessage
 from dial_runtime.agents.chat import history_from_log
 from dial_runtime.language.stream import StreamParser
-from dial_runtime.runtime.events import LogEntry, ReplyProgressEvent, entry_from_dict, entry_to_dict
+from dial_runtime.runtime.events import LogEntry, entry_from_dict, entry_to_dict
 
 from .fakes import Agent, Notes, Stall, StreamingAgent, envelope, suggest
 from .test_runtime import LIFECYCLE
@@ -200,14 +200,12 @@ async def test_an_empty_stream_is_an_empty_reply() -> None:
     assert (result.status, result.turns) == ("idle", 1)
 
 
-async def test_a_reply_still_arriving_is_logged_as_far_as_it_got_before_the_person_is_asked() -> None:
-    """While the person decides on an element of a reply that is still streaming, the log holds the reply's words
-    so far (each ``reply-progress`` what arrived since the last one): a process that dies then leaves them in the
-    history the agent is taken up with."""
+async def test_a_suggestion_is_put_to_the_person_only_once_its_reply_has_ended() -> None:
+    """A later envelope would void the whole reply, so nothing in a reply still arriving is proposed: the person
+    decides once the reply is on the log whole, with no words of it left to keep (no ``reply-progress``)."""
     first = '<dial><dial-suggest action="add-note"><dial-payload>{"text":"milk"}</dial-payload></dial-suggest>'
     second = '<dial-suggest action="add-note"><dial-payload>{"text":"oats"}</dial-payload></dial-suggest>'
     rest = "<dial-inform>more</dial-inform></dial>"
-    decisions = [anyio.Event(), anyio.Event()]
     turns: list[str] = []
 
     class Slow:
@@ -219,36 +217,24 @@ async def test_a_reply_still_arriving_is_logged_as_far_as_it_got_before_the_pers
             if len(turns) > 1:
                 yield "ok"
                 return
-            for chunk, decided in zip((first, second), decisions, strict=True):
+            for chunk in (first, second, rest):
                 yield chunk
-                with anyio.fail_after(5):
-                    await decided.wait()
-            yield rest
+                await anyio.sleep(0.01)
 
     at_decisions: list[list[LogEntry]] = []
 
     class Person:
         async def decide(self, suggestion: Any) -> Accept:
             at_decisions.append(list(conversation.log))
-            decisions[len(at_decisions) - 1].set()
             return Accept()
 
     conversation = Conversation(agent=Slow(), domain=Notes(), human=Person())
     result = await conversation.say("go")
     assert [outcome.status for outcome in result.outcomes] == ["done", "done"]
-    logged = [entry.event for entry in at_decisions[1]]
-    assert [event for event in logged if event.type == "reply-progress"] == [
-        ReplyProgressEvent(turn=1, text=first),
-        ReplyProgressEvent(turn=1, text=second),
-    ]
-    assert "reply" not in {event.type for event in logged}
-    assert history_from_log(at_decisions[0]) == [
-        ChatMessage(role="user", content=turns[0]),
-        ChatMessage(role="assistant", content=first),
-    ]
-    assert history_from_log(at_decisions[1])[-1] == ChatMessage(role="assistant", content=first + second)
-    whole = [entry.event for entry in conversation.log if entry.event.type == "reply"]
-    assert [event.text for event in whole] == [first + second + rest, "ok"]
+    for logged in at_decisions:
+        replies = [entry.event for entry in logged if entry.event.type == "reply"]
+        assert [event.text for event in replies] == [first + second + rest]
+        assert "reply-progress" not in {entry.event.type for entry in logged}
     assert history_from_log(conversation.log)[1] == ChatMessage(role="assistant", content=first + second + rest)
     assert [entry_from_dict(entry_to_dict(entry)) for entry in conversation.log] == list(conversation.log)
 
@@ -445,12 +431,16 @@ async def test_text_is_shown_as_it_arrives_in_reading_order_and_completed_once(s
     )
     await conversation.say("go")
     shown = shown_texts(events)
-    # Each text's deltas come right before its complete inform, and add up to it; the suggestion between them.
+    # The text before the suggestion streams: its deltas come right before its complete inform, and add up to it
+    # (a reply in one chunk shows its elements whole, but for its prose). The suggestion waits for the reply's
+    # end, and what follows it shows whole after it.
     texts = [(-1, "Here is my plan."), (0, "First, milk & bread."), (2, "Then we see."), (-2, "That is all.")]
     for element, text in texts:
         at = shown.index((element, "inform", text))
-        if size < len(LIVE) or element == -1:  # a reply in one chunk shows its elements whole, but for its prose
+        if element == -1 or (element == 0 and size < len(LIVE)):
             assert shown[at - 1] == (element, "delta", text), shown
+        elif element != 0:
+            assert shown[at - 1][1] != "delta", shown
     kinds = ["inform", "inform", "suggestion", "inform", "inform", "inform"]  # the last one: the next reply's
     assert [kind for _, kind, _ in shown if kind != "delta"] == kinds
     assert "inform-delta" not in {entry.event.type for entry in conversation.log}  # not on the log
@@ -458,9 +448,9 @@ async def test_text_is_shown_as_it_arrives_in_reading_order_and_completed_once(s
     assert logged == [*texts, (-1, "ok")]
 
 
-async def test_text_shows_before_the_reply_ends_and_waits_behind_a_pending_decision() -> None:
-    """An inform after a suggestion the person is deciding on shows only after the decision (reading order); the
-    text of an inform the call waits for shows while its reply is still arriving."""
+async def test_text_after_a_suggestion_shows_once_the_reply_ended_and_the_person_decided() -> None:
+    """An inform after a suggestion shows only after the decision (reading order), and the decision comes only
+    once the reply has ended: the text before the suggestion shows while the reply is still arriving."""
     events: list[Any] = []
     release = anyio.Event()
 
@@ -476,23 +466,22 @@ async def test_text_shows_before_the_reply_ends_and_waits_behind_a_pending_decis
             if len(self.sent) > 1:
                 yield "<dial><dial-inform>ok</dial-inform></dial>"
                 return
-            yield '<dial><dial-suggest action="add-note"><dial-payload>{"text":"a"}</dial-payload></dial-suggest>'
-            yield "<dial-inform>after the "
-            yield "decision"
+            yield "<dial><dial-inform>before the "
+            yield "suggestion"
             with anyio.fail_after(5):
                 await release.wait()
-            yield " and more</dial-inform></dial>"
+            yield '</dial-inform><dial-suggest action="add-note"><dial-payload>{"text":"a"}</dial-payload>'
+            yield "</dial-suggest><dial-inform>after the decision</dial-inform></dial>"
 
     class Person:
         async def decide(self, suggestion: Any) -> Accept:
-            await anyio.sleep(0)  # the stream goes on meanwhile: its text waits for the decision
-            assert not [e for e in events if e.type == "inform-delta"]
+            assert "reply" in {entry.event.type for entry in conversation.log}
             return Accept()
 
     def on_event(event: Any) -> None:
         events.append(event)
         if event.type == "inform-delta" and "".join(e.text for e in events if e.type == "inform-delta").endswith(
-            "decision"
+            "suggestion"
         ):
             release.set()  # seen before the reply's end
 
@@ -500,5 +489,5 @@ async def test_text_shows_before_the_reply_ends_and_waits_behind_a_pending_decis
     with anyio.fail_after(5):
         await conversation.say("go")
     kinds = [event.type for event in events if event.type in ("outcome", "inform-delta", "inform")]
-    assert kinds[0] == "outcome" and kinds[1] == "inform-delta" and kinds[-1] == "inform"
-    assert "".join(e.text for e in events if e.type == "inform-delta").startswith("after the decision")
+    assert kinds[:4] == ["inform-delta", "inform", "outcome", "inform"]
+    assert "".join(e.text for e in events if e.type == "inform-delta") == "before the suggestion"

@@ -131,6 +131,13 @@ class GenerationSettings(msgspec.Struct, frozen=True, kw_only=True):
         return fields
 
 
+class _TokenLimit(AgentError):
+    """A streamed answer the model stopped at its token limit (``finish_reason`` ``length``): ``cut`` says so to
+    the conversation, which handles the reply as cut, never as whole."""
+
+    cut = "token-limit"
+
+
 @attrs.frozen(kw_only=True)
 class _Failure:
     """A transient failure of one attempt: why, the HTTP status if any, and the wait the server asked for."""
@@ -541,7 +548,11 @@ class ChatAgent:
     async def _stream_contents(self, response: httpx.Response) -> AsyncGenerator[str, None]:
         """The non-empty ``choices[0].delta.content`` pieces of a server-sent event stream, up to ``[DONE]``.
 
-        A server that answers a streamed request with a plain JSON completion gives its content as one piece.
+        A server that answers a streamed request with a plain JSON completion gives its content as one piece. A
+        stream is whole when it says it ended (``[DONE]``, or a chunk's ``finish_reason``): one whose body ends
+        without saying so (a server that died, a proxy that gave up) raises ``AgentError`` after its pieces, and
+        one that ended at the token limit (``finish_reason`` ``length``) raises an ``AgentError`` whose ``cut`` is
+        ``"token-limit"``, so the conversation never takes either for a whole reply.
         """
         if response.headers.get("content-type", "").startswith("application/json"):
             await response.aread()
@@ -550,6 +561,8 @@ class ChatAgent:
                 yield content
             return
         data: list[str] = []
+        finish_reason: str | None = None
+        status = response.status_code
         async with _lines(response) as lines:
             async for line in lines:
                 if line:
@@ -561,12 +574,29 @@ class ChatAgent:
                     continue
                 event, data = "\n".join(data), []
                 if event == "[DONE]":
-                    return
+                    break
                 try:
                     chunk = json.loads(event)
                 except ValueError:
                     reason = f"{self._url}: a streamed event is not JSON: {event[:_QUOTE_LIMIT]!r}"
-                    raise AgentError(self._redact(reason), status=response.status_code) from None
-                piece = self._content(chunk, "delta", response.status_code)
+                    raise AgentError(self._redact(reason), status=status) from None
+                piece = self._content(chunk, "delta", status)
                 if piece:
                     yield piece
+                finish_reason = _finish_reason(chunk) or finish_reason
+            else:
+                if finish_reason is None:
+                    reason = f"{self._url}: the streamed answer ended without [DONE] or a finish_reason"
+                    raise AgentError(reason, status=status)
+        if finish_reason == "length":
+            raise _TokenLimit(
+                f"{self._url}: the answer reached the token limit (finish_reason length)", status=status
+            )
+
+
+def _finish_reason(chunk: Any) -> str | None:
+    """``choices[0].finish_reason`` of a stream chunk, when it has one."""
+    choices = chunk.get("choices") if isinstance(chunk, Mapping) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    reason = first.get("finish_reason") if isinstance(first, Mapping) else None
+    return reason if isinstance(reason, str) else None

@@ -17,7 +17,8 @@ ever expanded, fetched or read. The tree is then checked against the lenient XSD
 
 Other issue codes: ``"unknown-element"``, ``"misplaced-element"``, ``"nested-element"`` (a speech act inside
 another one: ignored, not promoted), ``"extra-payload"``, ``"extra-context"``, ``"invalid-json"``,
-``"invalid-attribute"``, ``"extra-envelope"`` (a later envelope, left unparsed and in the prose),
+``"invalid-attribute"``, ``"extra-envelope"`` (a later envelope, left in the prose; one that carries content
+counts in ``Envelope.candidates``, which the runtime refuses above one),
 ``"quoted-envelope"`` (a candidate without content read as prose, a later one having content) and
 ``"empty-envelope"`` (elements, none of which carries content).
 Lines are 1-based in the whole reply. At most :data:`MAX_ISSUES_PER_CODE` issues are listed per code, plus one
@@ -69,6 +70,7 @@ __all__ = [
     "DEFAULT_MAX_SIZE",
     "HARDENED_OPTIONS",
     "MAX_ISSUES_PER_CODE",
+    "envelope_candidates",
     "extract_prose",
     "parse",
 ]
@@ -984,18 +986,27 @@ def _check(schema: etree.XMLSchema, tree: etree._Element, issues: _Issues, base:
             issues.add("schema", describe_lxml_error(entry, root=tree), line)
 
 
-def _extra_envelopes(text: str, pos: int, line: int, line_pos: int, issues: _Issues) -> None:
-    """Report every later envelope with its line; they are not parsed and stay in the prose."""
+def _extra_envelopes(
+    text: str, pos: int, line: int, line_pos: int, issues: _Issues, max_size: int, budget: int
+) -> int:
+    """Report every later envelope with its line (they stay in the prose); return how many of them carry content,
+    reading at most ``budget`` of them (the rest are counted as carrying none)."""
     code = _inline_code(text)
+    with_content = 0
     while (found := _locate(text, pos, code)) is not None:
         start, _, pos, _ = found
         line += text.count("\n", line_pos, start)
         line_pos = start
         issues.add(
             "extra-envelope",
-            "a later <dial> envelope is not parsed: only the first one of a reply counts; it stays in the prose",
+            "a later <dial> envelope: a reply holds one envelope; it stays in the prose",
             line,
         )
+        if budget > 0:
+            budget -= 1
+            with contextlib.suppress(DialSizeError):
+                with_content += _read(text, found, max_size, schema=False).usable
+    return with_content
 
 
 class _Read(msgspec.Struct, frozen=True):
@@ -1095,7 +1106,9 @@ def parse(
     on one line; a fenced code block is no inline code, so an envelope written in one counts) whose elements
     carry content (``Envelope.usable``); a ``<dial>`` passed over for that is reported (``"quoted-envelope"``) and
     stays in the prose. When none of the first :data:`MAX_CANDIDATES` carries content, the first is the envelope,
-    and ``"empty-envelope"`` says so when it has elements.
+    and ``"empty-envelope"`` says so when it has elements. Later envelopes stay in the prose
+    (``"extra-envelope"``); ``Envelope.candidates`` counts those that carry content with the envelope, since a
+    reply with two of them (an example of the format, then the real one) cannot say which it means.
 
     ``max_size`` limits the envelope (not the prose around it) in bytes of UTF-8; it is checked before any XML
     parsing, and a larger envelope raises :class:`~dial_runtime.errors.DialSizeError`; ``max_reply_size`` limits
@@ -1131,12 +1144,30 @@ def parse(
             )
     start, _, end, _ = candidate.found
     issues = candidate.issues
+    candidates = 1
     if _START.search(text, end) is not None:
-        _extra_envelopes(text, end, candidate.base + 1, start, issues)
+        later = _extra_envelopes(text, end, candidate.base + 1, start, issues, max_size, MAX_CANDIDATES - 1)
+        candidates += later if candidate.usable else 0
     return Envelope(
         attributes=candidate.attributes,
         elements=candidate.elements,
         raw=candidate.raw,
         issues=issues.result(),
         prose=(text[:start] + text[end:]).strip(),
+        candidates=candidates,
     )
+
+
+def envelope_candidates(text: str) -> int:
+    """How many envelopes whose elements carry content ``text`` holds (``Envelope.candidates``; 0 or 1 when it
+    holds at most one, which a single ``<dial`` start tag tells without parsing)."""
+    first = _START.search(text)
+    if first is None:
+        return 0
+    if _START.search(text, first.end()) is None:
+        return 1
+    try:
+        envelope = parse(text, schema=False)
+    except DialSizeError:
+        return 1
+    return 0 if envelope is None else envelope.candidates

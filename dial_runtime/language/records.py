@@ -183,13 +183,15 @@ Element = Inform | AskElement | Suggest | Execute | Acknowledge | Declare | Dele
 class Envelope(msgspec.Struct, frozen=True, kw_only=True):
     """A parsed ``<dial>`` envelope: root attributes, speech acts in document order, the raw text, repairs, and
     the reply's prose (its text outside the envelope, ends trimmed: what :func:`~dial_runtime.extract_prose`
-    returns)."""
+    returns), and ``candidates``: how many envelopes whose elements carry content the reply holds, this one
+    included (more than one: the reply is ambiguous, an example of the format beside the real envelope, say)."""
 
     attributes: RootAttributes = RootAttributes()
     elements: tuple[Element, ...] = ()
     raw: str = ""
     issues: tuple[ParseIssue, ...] = ()
     prose: str = ""
+    candidates: int = 1
 
     @property
     def usable(self) -> bool:

@@ -17,15 +17,25 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from ..errors import ActionError, DialError, DialSizeError, Interruption, LogError, PayloadChanged, RecordedError
 from ..language.outcomes import MAX_DEPTH, MAX_TEXT, Outcome, outcome_reply, refusal_reply, to_json_ready
-from ..language.parser import parse
+from ..language.parser import envelope_candidates, parse
 from ..language.payloads import declare_value, pair_payload
-from ..language.records import AskElement, Declare, Delegate, Element, Execute, Phatic, Suggest
+from ..language.records import (
+    Acknowledge,
+    AskElement,
+    Declare,
+    Delegate,
+    Element,
+    Execute,
+    Inform,
+    Phatic,
+    Suggest,
+)
 from ..language.stream import StreamParser, TextDelta
 from ..statemachines import CALL_STATUS, MOVES_FLOW, RUNNING, SUCCEEDED, SUGGESTION, TURN_LOOP, OutcomeStatus
 from .effects import (
@@ -54,6 +64,7 @@ from .events import (
     ActionStartedEvent,
     AnsweredEvent,
     AskEvent,
+    CutCause,
     DecidedEvent,
     DeclareEvent,
     DeferredEvent,
@@ -74,6 +85,7 @@ from .events import (
     PhaticEvent,
     ProposedEvent,
     RefusedEvent,
+    ReplyCutEvent,
     ReplyEvent,
     ReplyProgressEvent,
     ReplyRefusedEvent,
@@ -130,6 +142,8 @@ OVERTAKEN = "the person said something else"
 CUT = "the reply was cut: "
 REPLY_DEADLINE = "the reply deadline passed"
 IDLE_DEADLINE = "the idle deadline passed"
+BROKEN = "the stream broke off"
+TOKEN_LIMIT = "the model reached its token limit (max_tokens)"
 UNEXPECTED_ERROR = "unexpected-error"
 """The code of an action that failed by an exception not raised on purpose: its text stays out of the log."""
 
@@ -179,6 +193,30 @@ def deadline_words(passed: DeadlinePassed) -> str:
     return f"{IDLE_DEADLINE} (no text for {passed.seconds:g} s)"
 
 
+def several_envelopes(count: int) -> str:
+    """Why a reply holding ``count`` envelopes with content is refused whole, in words the agent reads."""
+    return (
+        f"it holds {count} <dial> envelopes, so nothing in it was shown or run (an example of the format counts "
+        "as one); send exactly one envelope"
+    )
+
+
+def cut_cause(failure: BaseException) -> CutCause:
+    """Why a stream that had begun failed: ``token-limit`` when the agent's error says so (its ``cut`` attribute,
+    as :class:`~dial_runtime.agents.ChatAgent` sets it for a ``finish_reason`` of ``length``), else ``broken``."""
+    return "token-limit" if getattr(failure, "cut", None) == "token-limit" else "broken"
+
+
+def cut_words(cut: ReplyCutEvent) -> str:
+    """How the log words a cut reply (after :data:`CUT`)."""
+    if cut.cause == "token-limit":
+        return TOKEN_LIMIT
+    if cut.cause == "broken":
+        return f"{BROKEN} ({cut.error})" if cut.error else BROKEN
+    deadline: Literal["reply", "idle"] = "reply" if cut.cause == "reply-deadline" else "idle"
+    return deadline_words(DeadlinePassed(deadline=deadline, seconds=cut.seconds or 0.0))
+
+
 def deliberate(error: BaseException) -> bool:
     """Whether ``run`` raised to fail on purpose, with words for the agent and the person: an
     :class:`ActionError`, or any exception that carries a ``code`` (as the reference reads one)."""
@@ -193,7 +231,7 @@ def _text_attribute(error: BaseException, name: str) -> str | None:
 class _Stream:
     """A streamed reply as it arrives: its parser, the elements complete so far, and how it went."""
 
-    __slots__ = ("at", "cut", "elements", "ended", "failure", "held", "logged", "parser", "started")
+    __slots__ = ("at", "cut", "elements", "ended", "failure", "held", "logged", "parser", "several", "started")
 
     def __init__(self) -> None:
         self.parser = StreamParser()
@@ -205,7 +243,8 @@ class _Stream:
         self.started = False
         self.ended = False
         self.failure: Exception | None = None
-        self.cut: str | None = None  # why the reply was cut short by a deadline, in words
+        self.cut: ReplyCutEvent | None = None  # why the reply stopped before its end
+        self.several = 0  # the envelopes with content of a reply that holds more than one
         self.logged = 0  # how much of the reply's text ``reply-progress`` events hold
 
 
@@ -503,9 +542,12 @@ class ConversationCore:
         """Handle a streamed reply: its chunks arrive as the inputs of :class:`Streamed` (``first``, then each
         :data:`AWAIT_STREAM`'s); its elements are handled as they complete, then what only the whole reply shows.
 
-        Past the reply's or its envelope's size limit the core reads no more: the reply is unusable, as a whole
-        one would be. A reply cut by a deadline is handled as far as it got: the elements complete by then as
-        usual, the rest not; the agent is told with the next message, which follows at once.
+        An inform or acknowledge is handled as it completes; anything else (a suggestion, an ask, a fact) waits
+        for the reply's end, since a later envelope would make the whole reply ambiguous (see
+        :func:`several_envelopes`). Past the reply's or its envelope's size limit the core reads no more: the reply
+        is unusable, as a whole one would be. A reply that stopped before its end (a deadline, a stream that broke
+        off, the model's token limit: ``reply-cut``) is handled as far as it got: the elements complete by then
+        as usual, never one still open; the agent is told with the next message, which follows at once.
         """
         stream = self.stream = _Stream()
         yield from self._take(stream, first)
@@ -516,6 +558,10 @@ class ConversationCore:
             self.stream = None
             self.record(SendFailedEvent(turn=turn, error=reason(stream.failure)))
             raise stream.failure
+        if stream.several:
+            self.stream = None
+            self._refuse(several_envelopes(stream.several))
+            return
         if stream.cut is not None:
             self.stream = None
             self._cut(stream)
@@ -571,26 +617,38 @@ class ConversationCore:
         before its first chunk."""
         stream.ended = True
         passed, failure = streamed.passed, streamed.failure
+        turn = self.state.turn
         if passed is not None:
-            stream.cut = deadline_words(passed)
+            cause: CutCause = "reply-deadline" if passed.deadline == "reply" else "idle-deadline"
+            stream.cut = ReplyCutEvent(turn=turn, cause=cause, seconds=passed.seconds)
         if failure is not None:
             stream.failure = failure
             if not stream.started:
                 return
+            cause = cut_cause(failure)
+            error = reason(failure) if cause == "broken" else None
+            stream.cut = ReplyCutEvent(turn=turn, cause=cause, error=error)
         elif not stream.started:
             stream.started = True
-            self.record(ReplyStartedEvent(turn=self.state.turn))
-        self.record(ReplyEvent(turn=self.state.turn, text=stream.parser.text))
+            self.record(ReplyStartedEvent(turn=turn))
+        self.record(ReplyEvent(turn=turn, text=stream.parser.text))
+        if stream.cut is not None:
+            self.record(stream.cut)
 
     def _cut(self, stream: _Stream) -> None:
-        """What a reply cut by a deadline comes to once its complete elements are handled: its prose so far shown
-        when no envelope began (the person saw it arrive), and the agent told why the rest was not read."""
+        """What a cut reply comes to once its complete elements are handled: its prose so far shown when no
+        envelope began (the person saw it arrive), and the agent told why the rest was not read."""
         parser = stream.parser
+        cut = stream.cut
+        assert cut is not None
         if not parser.started:
             prose = parser.text.strip()
             if prose:
                 self.record(InformEvent(text=prose, element=-1))
-        self._refuse(f"{CUT}{stream.cut}; the elements complete by then were handled, the rest was not read")
+        advice = "; send a shorter reply" if cut.cause == "token-limit" else ""
+        self._refuse(
+            f"{CUT}{cut_words(cut)}; the elements complete by then were handled, the rest was not read{advice}"
+        )
 
     def _consume(self, stream: _Stream) -> Generator[Effect, Any, None]:
         """Handle streamed elements in order; a suggest without its own payload waits for what follows it."""
@@ -605,9 +663,13 @@ class ConversationCore:
                     self.record(InformEvent(text=parser.prose_before.strip(), element=-1))
             arrived = stream.elements
             ready = len(arrived)
-            last = arrived[-1] if arrived else None
-            if isinstance(last, Suggest) and last.payload_text is None and not stream.ended:
-                ready -= 1  # its payload may be the element that arrives next
+            if not stream.ended:  # only text is handled before the end: a later envelope would void the rest
+                ready = index
+                while ready < len(arrived) and isinstance(arrived[ready], (Inform, Acknowledge)):
+                    ready += 1
+            elif not stream.several and (several := envelope_candidates(parser.text)) > 1:
+                stream.several = several
+                break
             if index < ready:
                 index = yield from self._handle(arrived, index, ready)
                 continue
@@ -619,6 +681,8 @@ class ConversationCore:
             yield from self._take(stream, streamed)  # the text for the element waited on is shown as it comes
             stream.at = None
         stream.at, stream.held = None, []
+        if stream.several:  # the prose after the envelope holds another one: nothing of it is shown
+            return
         trailing = parser.prose_after()
         if prose_shown and trailing:
             self.record(InformEvent(text=trailing, element=-2))
@@ -641,6 +705,8 @@ class ConversationCore:
             if text and state.cursor < -1:
                 self.record(InformEvent(text=text, element=-1))
             return ()
+        if envelope.candidates > 1:
+            return self._refuse(several_envelopes(envelope.candidates))
         if not envelope.elements:
             checked = parse(reply)  # with the schema's findings, which may be all there is to say about it
             if checked is not None and checked.issues:

@@ -4,8 +4,9 @@
 ``outcome``, ``no-reply``, ``turn-limit``, and ``declare``, ``phatic``, ``delegate``, ``execute`` for the elements
 the seed contract ignores). The log also holds the events the conversation's state depends on but no surface
 renders (``said``, ``resumed``, ``reply-started``, ``proposed``, ``answered``, ``decided``, ``deferred``,
-``refused``, ``action-started``, ``flow-moved``, ``handled``, ``send-failed``, ``reply-refused``, ``interrupted``,
-``ended``, ``finished``), and ``reply-progress``, which keeps a streamed reply's words for the agent's history.
+``refused``, ``action-started``, ``flow-moved``, ``handled``, ``send-failed``, ``reply-refused``, ``reply-cut``,
+``interrupted``, ``ended``, ``finished``), and ``reply-progress``, which keeps a streamed reply's words for the
+agent's history.
 ``on_event`` also sees :class:`InformDeltaEvent` (``inform-delta``) while a reply streams in: its text as it
 arrives, a notice for the person that is not on the log.
 Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with :func:`event_from_dict`,
@@ -91,6 +92,22 @@ class ReplyProgressEvent(_Logged, frozen=True, kw_only=True, tag="reply-progress
     type: ClassVar[str] = "reply-progress"
     turn: int
     text: str
+
+
+CutCause = Literal["reply-deadline", "idle-deadline", "broken", "token-limit"]
+"""Why a streamed reply stopped before its end (``ReplyCutEvent.cause``)."""
+
+
+class ReplyCutEvent(_Logged, frozen=True, kw_only=True, tag="reply-cut", omit_defaults=True):
+    """The turn's reply stopped before its end (logged right after its ``reply``, which holds what arrived): a
+    deadline passed (``seconds``: the deadline's), the stream broke off (``error``: how, as the agent raised
+    it), or the model reached its token limit. Only its complete elements are handled; the agent is told."""
+
+    type: ClassVar[str] = "reply-cut"
+    turn: int
+    cause: CutCause
+    seconds: float | None = None
+    error: str | None = None
 
 
 InformAct = Literal["inform", "acknowledge"]
@@ -400,6 +417,7 @@ Event = (
     | HandledEvent
     | SendFailedEvent
     | ReplyRefusedEvent
+    | ReplyCutEvent
     | InterruptedEvent
     | EndedEvent
     | FinishedEvent

@@ -51,6 +51,7 @@ from .events import (
     PhaticEvent,
     ProposedEvent,
     RefusedEvent,
+    ReplyCutEvent,
     ReplyEvent,
     ReplyRefusedEvent,
     ReplyStartedEvent,
@@ -734,6 +735,15 @@ class Projection:
         self._moment("reply refused", f"{event.reply_id} (turn {event.turn}): {event.reason}")
         self._notice(event, "reply-refused", f"the agent's reply was not usable: {event.reason}", turn=event.turn)
 
+    def _reply_cut(self, event: ReplyCutEvent) -> None:
+        how = {
+            "reply-deadline": f"the reply deadline passed ({event.seconds:g} s)" if event.seconds else "",
+            "idle-deadline": f"the idle deadline passed ({event.seconds:g} s)" if event.seconds else "",
+            "broken": f"the stream broke off ({event.error})" if event.error else "the stream broke off",
+            "token-limit": "the model reached its token limit",
+        }[event.cause]
+        self._moment("reply cut", f"turn {event.turn}: {how or event.cause}")
+
     def _turn_limit(self, event: TurnLimitEvent) -> None:
         self._moment("turn limit", f"{event.turns} turn(s) used")
         self._notice(event, "turn-limit", f"stopped after {event.turns} turns", turn=None)
@@ -787,6 +797,7 @@ _HANDLERS: dict[type[Any], Callable[[Projection, Any], None]] = {
     NoReplyEvent: Projection._no_reply,
     SendFailedEvent: Projection._send_failed,
     ReplyRefusedEvent: Projection._reply_refused,
+    ReplyCutEvent: Projection._reply_cut,
     TurnLimitEvent: Projection._turn_limit,
     DeclareEvent: Projection._declare,
     PhaticEvent: Projection._phatic,

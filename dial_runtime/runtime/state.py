@@ -62,6 +62,7 @@ from .events import (
     OutcomeEvent,
     ProposedEvent,
     RefusedEvent,
+    ReplyCutEvent,
     ReplyEvent,
     ReplyRefusedEvent,
     ReplyStartedEvent,
@@ -378,6 +379,10 @@ class ConversationState:
             raise _Refusal("a reply is refused only while it is handled")
         self.owed_refusals = (*self.owed_refusals, event)
 
+    def _reply_cut(self, event: ReplyCutEvent) -> None:
+        if self.loop != "handling" or self.reply is None or event.turn != self.turn:
+            raise _Refusal(f"a reply is cut only right after it arrived (turn {event.turn})")
+
     def _ask(self, event: AskEvent) -> None:
         self._use_id(
             event.id, "ask", _NUMBERED.fullmatch(event.id) is not None and event.id == self.next_id("ask")
@@ -511,6 +516,7 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
     "handled": ConversationState._handled,
     "outcome": ConversationState._outcome,
     "reply-refused": ConversationState._refused_reply,
+    "reply-cut": ConversationState._reply_cut,
     "ask": ConversationState._ask,
     "answered": ConversationState._answered,
     "deferred": ConversationState._deferred,

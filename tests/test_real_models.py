@@ -1,0 +1,104 @@
+"""What real models do to the guarantees: replies small models were seen to write, and what each must come to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dial_runtime import Accept, Conversation, policy_human
+from dial_runtime.language.parser import envelope_candidates
+
+from .fakes import Agent, Notes, StreamingAgent, envelope, suggest
+
+pytestmark = pytest.mark.anyio
+
+REMOVE = envelope(suggest("remove-note", '{"text":"call mom"}'))
+ADD = envelope(suggest("add-note", '{"text":"buy milk"}'))
+OK = "<dial><dial-inform>ok</dial-inform></dial>"
+
+
+class Accepting:
+    """A person who accepts every suggestion, and keeps what they were shown."""
+
+    def __init__(self) -> None:
+        self.shown: list[Any] = []
+
+    def decide(self, suggestion: Any) -> Accept:
+        self.shown.append(suggestion)
+        return Accept()
+
+
+def agent(streamed: bool, replies: list[str]) -> Agent:
+    return StreamingAgent(replies, size=7) if streamed else Agent(replies)
+
+
+# --- 1. an example becomes the envelope -------------------------------------------------------------------------
+
+SEVERAL = {
+    "a-fenced-example-then-the-real-one": (
+        "Replies use this format, for example:\n```xml\n" + REMOVE + "\n```\nSo here is mine:\n" + ADD
+    ),
+    "an-example-quoted-in-prose": "An envelope looks like " + REMOVE.replace("\n", "") + ". Mine: " + ADD,
+    "the-real-one-then-an-example": ADD + "\n\nNext time you could write " + REMOVE,
+}
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("reply", list(SEVERAL.values()), ids=list(SEVERAL))
+async def test_a_reply_with_several_envelopes_proposes_nothing_and_asks_for_one(
+    reply: str, streamed: bool
+) -> None:
+    domain, person = Notes(), Accepting()
+    talker = agent(streamed, [reply, OK])
+    conversation = Conversation(agent=talker, domain=domain, human=person)
+    result = await conversation.say("tidy my notes")
+    assert domain.ran == [] and person.shown == []
+    kinds = {entry.event.type for entry in conversation.log}
+    assert not kinds & {"proposed", "suggestion", "action-started"}
+    (refused,) = [entry.event for entry in conversation.log if entry.event.type == "reply-refused"]
+    assert "holds 2 <dial> envelopes" in refused.reason and "send exactly one envelope" in refused.reason
+    assert "holds 2 &lt;dial&gt; envelopes" in talker.sent[1] and 'yield="reply-1:invalid"' in talker.sent[1]
+    shown = [entry.event.text for entry in conversation.log if entry.event.type == "inform"]
+    assert not any("<dial" in text for text in shown), "raw XML reached the person"
+    assert result.status == "idle"
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Here:\n```xml\n" + ADD + "\n```",
+        ADD,
+        "Write one `<dial>` envelope; " + ADD,
+        "One <dial> envelope:\n" + ADD,
+    ],
+    ids=["fenced", "bare", "named-in-inline-code", "named-in-prose"],
+)
+async def test_one_envelope_fenced_or_not_is_proposed(reply: str, streamed: bool) -> None:
+    domain = Notes()
+    conversation = Conversation(agent=agent(streamed, [reply, OK]), domain=domain, human=policy_human())
+    await conversation.say("add milk")
+    assert domain.ran == [("add-note", {"text": "buy milk"})]
+
+
+PROSE = st.text(alphabet=st.sampled_from("ab \n.:`"), max_size=12)
+ACTS = st.sampled_from([REMOVE, ADD, envelope("<dial-inform>hi</dial-inform>")])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    pieces=st.lists(st.tuples(PROSE, ACTS, st.booleans()), min_size=1, max_size=4),
+    tail=PROSE,
+)
+def test_every_envelope_with_content_anywhere_in_prose_is_counted(
+    pieces: list[tuple[str, str, bool]], tail: str
+) -> None:
+    reply = ""
+    for prose, act, fenced in pieces:
+        # A fence opens on a line of its own; prose never leaves an inline code span open across an envelope.
+        prose = prose.replace("`", "")
+        reply += prose + ("\n```xml\n" + act + "\n```\n" if fenced else act)
+    assert envelope_candidates(reply + tail.replace("`", "")) == len(pieces)
