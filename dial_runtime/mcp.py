@@ -147,6 +147,7 @@ class McpDomain:
         self._group: anyio.abc.TaskGroup | None = None
         self._closing = anyio.Event()
         self._ended: str | None = None
+        self._unreadable: str | None = None
 
     @classmethod
     def stdio(
@@ -198,8 +199,9 @@ class McpDomain:
             group.cancel_scope.cancel()
             await group.__aexit__(None, None, None)
             if isinstance(error, TimeoutError):
+                unread = f"; what it wrote last could not be read: {self._unreadable}" if self._unreadable else ""
                 raise McpConnectionError(
-                    f"MCP server {self.where}: no answer within {self.connect_timeout} s while connecting"
+                    f"MCP server {self.where}: no answer within {self.connect_timeout} s while connecting{unread}"
                 ) from None
             raise
         self._group = group
@@ -221,7 +223,7 @@ class McpDomain:
         transport: Any = server if isinstance(server, str) else stdio_client(server, errlog=self.errlog)
         started = False
         try:
-            async with Client(transport) as client:
+            async with Client(transport, message_handler=self._heard) as client:
                 await self._list_tools(client)
                 self._client = client
                 started = True
@@ -235,6 +237,12 @@ class McpDomain:
             self._client = None
             if self._ended is None:
                 self._ended = "the domain was closed"
+
+    async def _heard(self, message: Any) -> None:
+        """What the SDK hands on besides responses: a line from the server it could not read comes as an
+        exception, kept to say why a connection that waits for an answer got none (the SDK drops the line)."""
+        if isinstance(message, Exception):
+            self._unreadable = _first_line(message)
 
     async def _list_tools(self, client: Client) -> None:
         instructions = client.instructions
@@ -368,6 +376,18 @@ def sdk_log_to(errlog: TextIO) -> Iterator[None]:
     finally:
         sdk.removeHandler(handler)
         sdk.propagate = propagates
+
+
+def _first_line(error: Exception) -> str:
+    """A pydantic error's first problem (``Invalid JSON: recursion limit exceeded at line 1 column 4303``), else
+    the error's first line."""
+    problems = getattr(error, "errors", None)
+    if callable(problems):
+        with contextlib.suppress(Exception):
+            first = problems()[0]
+            return f"{first['msg']}" + (f" [{first['type']}]" if first.get("type") else "")
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _reason(error: BaseException) -> str:

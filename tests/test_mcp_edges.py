@@ -16,7 +16,7 @@ import pytest
 
 from dial_runtime import Conversation, ScriptedAgent, policy_human
 from dial_runtime.domains.payloads import MAX_DEPTH
-from dial_runtime.mcp import McpDomain
+from dial_runtime.mcp import McpConnectionError, McpDomain
 
 from .fakes import envelope, suggest
 from .test_mcp import DONE, FAULTY, anyio_backend, errlog
@@ -100,3 +100,13 @@ def test_garbage_before_the_protocol_goes_to_the_mcp_log_and_the_server_serves(t
     assert json.loads(result["content"])["status"] == "done"
     assert "Traceback" not in output.read_text() and "Failed to parse" not in output.read_text()
     assert "Failed to parse JSONRPC message from server" in log.read_text()
+
+
+@pytest.mark.anyio
+async def test_a_listing_too_deep_for_the_sdk_to_read_says_so_when_the_connection_gives_up(errlog: TextIO) -> None:
+    """Past about 100 levels the SDK's JSON parser cannot read the server's answer at all (it drops the line), so
+    no tool can be refused alone: connecting waits for an answer that never comes, and the error says why."""
+    server = McpDomain.stdio([*FAULTY, "--nested-schema", "110"], errlog=errlog, connect_timeout=15)
+    with pytest.raises(McpConnectionError, match=r"what it wrote last could not be read: .*recursion limit"):
+        async with server:
+            pass
