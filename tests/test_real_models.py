@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dial_runtime import Accept, Conversation, policy_human
-from dial_runtime.language.parser import envelope_candidates
+from dial_runtime.language.parser import envelope_candidates, parse
 
 from .fakes import Agent, Notes, StreamingAgent, envelope, suggest
 
@@ -102,3 +102,34 @@ def test_every_envelope_with_content_anywhere_in_prose_is_counted(
         prose = prose.replace("`", "")
         reply += prose + ("\n```xml\n" + act + "\n```\n" if fenced else act)
     assert envelope_candidates(reply + tail.replace("`", "")) == len(pieces)
+
+
+# --- 5. text after inline markup --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        ("Buy <b>milk</b> today", "Buy milk today"),
+        ("<em>Now</em>: <code>ls -l</code> lists <i>all <b>the</b></i> files", "Now: ls -l lists all the files"),
+        ("Keep <br/>going", "Keep going"),
+        ('Total <span class="n">3</span>', "Total 3"),
+    ],
+    ids=["bold", "nested", "empty", "attributes"],
+)
+async def test_inline_markup_is_read_as_its_text(body: str, text: str, streamed: bool) -> None:
+    events: list[Any] = []
+    reply = f"<dial><dial-inform>{body}</dial-inform></dial>"
+    conversation = Conversation(
+        agent=agent(streamed, [reply]), domain=Notes(), human=policy_human(), on_event=events.append
+    )
+    await conversation.say("what now?")
+    assert [entry.event.text for entry in conversation.log if entry.event.type == "inform"] == [text]
+    deltas = "".join(event.text for event in events if event.type == "inform-delta")
+    assert text.startswith(deltas), "the text shown as it arrived is not the start of the inform"
+
+
+def test_a_speech_act_inside_text_is_not_read_as_text() -> None:
+    found = parse("<dial><dial-inform>a <b><dial-ask>no?</dial-ask></b> c</dial-inform></dial>")
+    assert found is not None and found.elements[0].text == "a  c"

@@ -646,16 +646,29 @@ def _line(element: etree._Element, base: int) -> int:
     return base + line if isinstance(line, int) else base + 1
 
 
-def _stray(child: etree._Element, parent: str, issues: _Issues, base: int) -> None:
-    """Report a child the parent does not hold (a misplaced, nested or unknown element); it is not read."""
+def _stray(child: etree._Element, parent: str, issues: _Issues, base: int, *, as_text: bool = False) -> None:
+    """Report a child the parent does not hold (a misplaced, nested or unknown element); it is not read, but for
+    an unknown one inside text (``as_text``: inline markup, whose text is kept)."""
     tag = child.tag
     if tag in ELEMENT_TYPES:
         code, message = "nested-element", f"<{tag}> inside <{parent}> is ignored: speech acts are not nested"
     elif tag in _KNOWN_NON_ACTS:
         code, message = "misplaced-element", f"<{tag}> is not allowed inside <{parent}>; it is ignored"
+    elif as_text:
+        code, message = "unknown-element", f"<{tag}> inside <{parent}> is not a DIAL element; its text is kept"
     else:
         code, message = "unknown-element", f"<{tag}> inside <{parent}> is not a DIAL element; it is ignored"
     issues.add(code, message, _line(child, base))
+
+
+def _inline(child: etree._Element) -> bool:
+    """Whether a child is inline markup (``<b>``, ``<em>``, ``<code>``: no DIAL element, none inside it), whose
+    text is read as part of its parent's."""
+    if not isinstance(child.tag, str) or child.tag in ELEMENT_TYPES or child.tag in _KNOWN_NON_ACTS:
+        return False
+    return all(
+        inner.tag not in ELEMENT_TYPES and inner.tag not in _KNOWN_NON_ACTS for inner in child.iterdescendants()
+    )
 
 
 _NO_CHILDREN: Final[tuple[etree._Element, ...]] = ()
@@ -666,7 +679,8 @@ def _content(
 ) -> tuple[str | None, Sequence[etree._Element]]:
     """The element's own text and its children's tails, trimmed (``None`` if empty), and its ``allowed`` children.
 
-    The content of every child is left out of the text; children other than ``allowed`` are reported.
+    The content of a DIAL child is left out of the text; inline markup (see :func:`_inline`) is read as its text,
+    so ``Buy <b>milk</b> today`` reads ``Buy milk today``; children other than ``allowed`` are reported.
     """
     text = element.text
     count = len(element)
@@ -680,6 +694,9 @@ def _content(
     for child in element:
         if child.tag == allowed:
             found.append(child)
+        elif _inline(child):
+            _stray(child, tag, issues, base, as_text=True)
+            parts.append("".join(child.itertext()))
         else:
             _stray(child, tag, issues, base)
         if child.tail:
