@@ -11,7 +11,10 @@ streams in this process, each reading its run's server-sent events as they come.
   times, so that the streams do not tick together). For every chunk, the time from the agent yielding it to the
   client reading the ``TEXT_MESSAGE_CONTENT`` event that carries it (p50, p95, p99, max; target p99 <= 10 ms),
   and its two parts: ``server_ms`` to the event's body handed to uvicorn, ``wire_ms`` from there to the client's
-  read. ``cpu_percent``: the CPU each process used over the phase (100 is one core).
+  read. ``cpu_percent`` and ``waiting_for_cpu_percent``: the share of the phase each process ran on a CPU and
+  waited, runnable, for one (its threads' schedstat; the second is the machine's other work taking the cores);
+  ``server_cpu_us_per_chunk``: the server's CPU time over the chunks it carried. ``--profile FILE``: the server
+  runs under cProfile (CPU time) and writes its statistics there; its timings are then not the server's.
 - ``held``: ``--held`` runs open at once (1,000) whose agents stream a chunk every ``--hold-interval`` seconds
   until told to finish: the server's resident memory (VmRSS) growth per open run once every run has shown its
   first chunk, its further growth per run while they stream on, and that every run then finishes.
