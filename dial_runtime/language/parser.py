@@ -696,7 +696,7 @@ def _content(
             found.append(child)
         elif _inline(child):
             _stray(child, tag, issues, base, as_text=True)
-            parts.append("".join(child.itertext()))
+            parts.append("".join(str(piece) for piece in child.itertext()))
         else:
             _stray(child, tag, issues, base)
         if child.tail:
