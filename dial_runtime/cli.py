@@ -19,13 +19,13 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 import trio
 import trio.testing
 
-from ._command import _CommandError, _described, _usage
+from ._command import USAGE, _CommandError, _described, _usage
 from .errors import DialError, LogError
 from .language.schema import validate
 from .loading import load_domain, load_flow
@@ -437,6 +437,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers < 1 or not 0 <= args.port <= 65535:
         print("dial-runtime serve: --workers must be at least 1 and --port within 0-65535", file=sys.stderr)
         return 2
+    if args.max_turns < 1 or (args.decide_timeout is not None and not args.decide_timeout > 0):
+        print("dial-runtime serve: --max-turns must be at least 1 and --decide-timeout above 0", file=sys.stderr)
+        return 2
     _check_mcp_options(args)
     try:
         serve(
@@ -448,10 +451,12 @@ def _serve(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             workers=args.workers,
-            deadlines={
+            conversation={
                 "timeout": args.timeout,
                 "reply_timeout": args.reply_timeout,
                 "idle_timeout": args.idle_timeout,
+                "max_turns": args.max_turns,
+                "decide_timeout": args.decide_timeout,
             },
         )
     except ValueError as error:
@@ -518,12 +523,26 @@ def _add_serve(commands: Any) -> None:
         "--timeout", type=float, default=90.0, metavar="S", help="seconds to wait for each reply (default: 90)"
     )
     _add_stream_deadlines(serving, "")
+    serving.add_argument(
+        "--max-turns", type=int, default=8, metavar="N", help="turns one run may take at most (default: 8)"
+    )
+    serving.add_argument(
+        "--decide-timeout", type=float, metavar="S", help="seconds each decision may take (default: none)"
+    )
     serving.set_defaults(run=_serve)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, refusing a command line in one line (``dial-runtime serve: argument --port: invalid int
+    value: 'x'``) and exit status 2, like every other failure, rather than its usage text; ``--help`` has that."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE, f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line's argument parser."""
-    parser = argparse.ArgumentParser(prog="dial-runtime", description=__doc__)
+    parser = _OneLineParser(prog="dial-runtime", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     check = commands.add_parser("validate", help="check a DIAL envelope against the schema")

@@ -384,3 +384,25 @@ def test_a_domain_is_found_in_the_current_directory_first(tmp_path: Path) -> Non
     )
     assert done.returncode == 0, done.stderr
     assert "identical to the recording" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "--agent", "a", "--domain", "m:f", "--store", "memory:", "--port", "x"], "argument --port"),
+        (["serve", "--agent", "a", "--domain", "m:f", "--store", "memory:", "--max-turns", "2.5"], "--max-turns"),
+        (["replay", "--file", "f.jsonl", "--decide-timeout", "soon"], "argument --decide-timeout"),
+        (["log", "--store", "memory:"], "the following arguments are required: id"),
+        (["chat", "--agent", "a"], "one of the arguments --domain --mcp is required"),
+        (["nope"], "invalid choice: 'nope'"),
+    ],
+)
+def test_a_command_line_argparse_refuses_is_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith("dial-runtime") and message in error, error
+    assert error.rstrip().endswith("--help)")

@@ -83,6 +83,17 @@ def test_the_deadlines_given_to_serve_reach_every_worker(tmp_path: Path) -> None
         assert "the idle deadline passed" in model.requests[1].messages[-1]["content"]
 
 
+def test_max_turns_given_to_serve_reaches_every_worker(tmp_path: Path) -> None:
+    """A read-only suggestion runs at once and needs a turn after it: with ``--max-turns 1`` the run stops at the
+    turn limit, whichever worker runs it."""
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([envelope(suggest("list-notes", "{}")), "<dial/>"]))
+    options = ["--agent", f"script:{script}", "--domain", DOMAIN, "--store", f"sqlite:{tmp_path / 'c.db'}"]
+    with serve(*options, "--workers", "2", "--max-turns", "1") as url:
+        events = decode(httpx.post(f"{url}/agui", json=run_input("m", words="list"), timeout=20).text)
+    assert [event["name"] for event in events if event["type"] == "CUSTOM"] == ["dial.turn-limit"]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -92,6 +103,9 @@ def test_the_deadlines_given_to_serve_reach_every_worker(tmp_path: Path) -> None
         (["--agent", "weird", "--domain", DOMAIN, "--store", "memory:"], "is not one of"),
         (["--agent", "ollama:m", "--domain", DOMAIN, "--store", "ftp://x"], "store URL"),
         (["--agent", "ollama:m", "--domain", DOMAIN, "--store", "memory:", "--workers", "0"], "--workers"),
+        (["--agent", "ollama:m", "--domain", DOMAIN, "--store", "memory:", "--max-turns", "0"], "--max-turns"),
+        (["--agent", "ollama:m", "--domain", DOMAIN, "--store", "memory:", "--decide-timeout", "0"], "above 0"),
+        (["--agent", "ollama:m", "--domain", DOMAIN, "--store", "memory:", "--max-turns", "x"], "invalid int"),
     ],
 )
 def test_bad_settings_are_one_line_and_exit_2(options: list[str], message: str) -> None:

@@ -43,11 +43,12 @@ _ENV = {
     "mcp": "DIAL_SERVE_MCP",
     "trust_read_only": "DIAL_SERVE_TRUST_READ_ONLY",
     "mcp_log": "DIAL_SERVE_MCP_LOG",
-    "deadlines": "DIAL_SERVE_DEADLINES",
+    "conversation": "DIAL_SERVE_CONVERSATION",
 }
 
-#: The deadlines ``serve`` sets on each conversation (seconds; see :class:`~dial_runtime.Conversation`).
-DEADLINES = ("timeout", "reply_timeout", "idle_timeout")
+#: What ``serve`` sets on each conversation (see :class:`~dial_runtime.Conversation`): the deadlines in seconds,
+#: the turns of one call, each decision's deadline.
+CONVERSATION_OPTIONS = ("timeout", "reply_timeout", "idle_timeout", "max_turns", "decide_timeout")
 
 
 @attrs.frozen(kw_only=True)
@@ -115,15 +116,18 @@ def agent_factory(uri: str, domain: Any) -> AgentFactory:
 
 
 def build_app(
-    agent: str, domain: str | McpServer, store: str, deadlines: Mapping[str, float | None] | None = None
+    agent: str, domain: str | McpServer, store: str, conversation: Mapping[str, float | None] | None = None
 ) -> Starlette:
-    """The application ``serve`` runs; ``ValueError`` naming what is wrong with a setting. ``deadlines`` holds
-    any of :data:`DEADLINES` for every conversation (the others keep :func:`create_app`'s defaults).
+    """The application ``serve`` runs; ``ValueError`` naming what is wrong with a setting. ``conversation``
+    holds any of :data:`CONVERSATION_OPTIONS` for every conversation (the others keep :func:`create_app`'s
+    defaults).
 
     Over an MCP server, the application connects to it when the ASGI server starts it (its lifespan) and builds
     the web surface then, once the tools are listed (the system prompt is written from them).
     """
-    options: dict[str, Any] = {name: value for name, value in (deadlines or {}).items() if name in DEADLINES}
+    options: dict[str, Any] = {
+        name: value for name, value in (conversation or {}).items() if name in CONVERSATION_OPTIONS
+    }
     if isinstance(domain, str):
         served = load_domain(domain)
         return create_app(store=store, domain=served, agent=agent_factory(agent, served), **options)
@@ -154,8 +158,8 @@ def _settings_from_environment() -> tuple[str, str | McpServer, str, dict[str, f
             log=environ.get(_ENV["mcp_log"]) or None,
         )
     )
-    deadlines = json.loads(environ.get(_ENV["deadlines"]) or "{}")
-    return environ[_ENV["agent"]], domain, environ[_ENV["store"]], deadlines
+    conversation = json.loads(environ.get(_ENV["conversation"]) or "{}")
+    return environ[_ENV["agent"]], domain, environ[_ENV["store"]], conversation
 
 
 def app_from_environment() -> _EndedQuietlyAtShutdown:
@@ -239,7 +243,7 @@ def serve(
     host: str,
     port: int,
     workers: int,
-    deadlines: Mapping[str, float | None] | None = None,
+    conversation: Mapping[str, float | None] | None = None,
 ) -> None:
     """Run the web surface with uvicorn until interrupted; ``ValueError`` for a bad setting (checked first: an
     MCP server is started and its tools listed once before uvicorn starts, so that one it cannot reach is a
@@ -247,7 +251,7 @@ def serve(
     import uvicorn
 
     open_store(store)
-    app = build_app(agent, domain, store, deadlines)
+    app = build_app(agent, domain, store, conversation)
     anyio.run(check_store, store)
     lifespan: Literal["on", "off"] = "off"
     if isinstance(domain, McpServer):
@@ -265,7 +269,11 @@ def serve(
             timeout_graceful_shutdown=SHUTDOWN_GRACE,
         )
         return
-    settings = {_ENV["agent"]: agent, _ENV["store"]: store, _ENV["deadlines"]: json.dumps(dict(deadlines or {}))}
+    settings = {
+        _ENV["agent"]: agent,
+        _ENV["store"]: store,
+        _ENV["conversation"]: json.dumps(dict(conversation or {})),
+    }
     if isinstance(domain, McpServer):
         settings.update(
             {
