@@ -11,8 +11,9 @@ streams in this process, each reading its run's server-sent events as they come.
   times, so that the streams do not tick together). For every chunk, the time from the agent yielding it to the
   client reading the ``TEXT_MESSAGE_CONTENT`` event that carries it (p50, p95, p99, max; target p99 <= 10 ms),
   and its two parts: ``server_ms`` to the event's body handed to uvicorn, ``wire_ms`` from there to the client's
-  read. ``cpu_percent`` and ``waiting_for_cpu_percent``: the share of the phase each process ran on a CPU and
-  waited, runnable, for one (its threads' schedstat; the second is the machine's other work taking the cores);
+  read; ``first_chunk_ms``: the first chunk of each run alone (it meets the other runs starting).
+  ``cpu_percent`` and ``waiting_for_cpu_percent``: the share of the phase each process ran on a CPU and waited,
+  runnable, for one (its threads' schedstat; the second is the machine's other work taking the cores);
   ``server_cpu_us_per_chunk``: the server's CPU time over the chunks it carried. ``--profile FILE``: the server
   runs under cProfile (CPU time) and writes its statistics there; its timings are then not the server's.
 - ``held``: ``--held`` runs open at once (1,000) whose agents stream a chunk every ``--hold-interval`` seconds
@@ -345,12 +346,16 @@ async def latency(url: str, pid: int, streams: int, pace: Pace) -> tuple[dict[st
         elapsed = time.monotonic() - started
         after = {name: scheduled_seconds(each) for name, each in processes.items()}
         handed: dict[str, int] = (await client.get("/bench/sent")).json()
-    totals, server, wire = [], [], []
+    totals, firsts, server, wire = [], [], [], []
     for read in reads:
         problems += read.problems(pace.chunks)
         for token, arrived in read.arrived.items():
-            emitted = int(STAMP.fullmatch(token)[4])  # type: ignore[index]
+            stamped = STAMP.fullmatch(token)
+            assert stamped is not None
+            emitted = int(stamped[4])
             totals.append((arrived - emitted) / 1e6)
+            if stamped[3] == "0":
+                firsts.append(totals[-1])
             if token in handed:
                 server.append((handed[token] - emitted) / 1e6)
                 wire.append((arrived - handed[token]) / 1e6)
@@ -361,6 +366,7 @@ async def latency(url: str, pid: int, streams: int, pace: Pace) -> tuple[dict[st
         "chunks": len(totals),
         "chunks_per_s": round(len(totals) / elapsed),
         "ms": spread(totals),
+        "first_chunk_ms": spread(firsts),
         "server_ms": spread(server),
         "wire_ms": spread(wire),
         "seconds": round(elapsed, 2),
