@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any
 
 import msgspec
@@ -14,6 +14,7 @@ from .agents import ScriptedAgent
 from .domains import Domain
 from .driver import Conversation, scripted_human
 from .runtime import ActionError, Issue
+from .runtime.events import ActionStartedEvent, LogEntry, OutcomeEvent
 from .transcript import NarratedHuman, Transcript
 
 NoteText = Annotated[str, msgspec.Meta(min_length=1, max_length=60, pattern=r"\S")]
@@ -21,11 +22,12 @@ NoteText = Annotated[str, msgspec.Meta(min_length=1, max_length=60, pattern=r"\S
 
 
 class NotesDomain(Domain):
-    """A small notebook: add, remove, list and share notes. Each call makes a new, empty notebook."""
+    """A small notebook: add, remove, list and share notes. Each call makes a new notebook holding ``notes``
+    (none by default); :meth:`from_log` makes one conversation's, as its log left it."""
 
-    def __init__(self) -> None:
+    def __init__(self, notes: Iterable[str] = ()) -> None:
         super().__init__("notes", description="A small notebook: the person keeps short notes in it.")
-        self.notes: list[str] = []
+        self.notes: list[str] = list(notes)
         notes = self.notes
 
         @self.action(preview="Add the note '{text}'")
@@ -60,6 +62,31 @@ class NotesDomain(Domain):
         @self.context
         def count() -> str:
             return f'<context notes="{len(notes)}"/>'
+
+    @classmethod
+    def from_log(cls, conversation_id: str, log: Sequence[LogEntry]) -> NotesDomain:
+        """The notebook of one conversation: the notes its log says were added and not removed since (see
+        :func:`notes_in`). So each conversation has notes of its own, and they outlive the process that held
+        them wherever the log does (a SQLite or PostgreSQL store): the log is their only record."""
+        return cls(notes_in(log))
+
+
+def notes_in(log: Sequence[LogEntry]) -> list[str]:
+    """The notes a conversation's log leaves: each ``add-note`` and ``remove-note`` that ended ``done``, applied
+    in order with the payload that ran (an edited one included)."""
+    ran: dict[str, Any] = {}
+    notes: list[str] = []
+    for entry in log:
+        event = entry.event
+        if isinstance(event, ActionStartedEvent):
+            ran[event.suggestion_id] = event.payload
+        elif isinstance(event, OutcomeEvent) and event.status == "done" and event.id in ran:
+            text = ran[event.id].get("text") if isinstance(ran[event.id], dict) else None
+            if event.action == "add-note" and isinstance(text, str):
+                notes.append(text)
+            elif event.action == "remove-note" and text in notes:
+                notes.remove(text)
+    return notes
 
 
 #: What the person says, and what the recorded agent replied to each turn.
