@@ -458,6 +458,7 @@ def _serve(args: argparse.Namespace) -> int:
                 "max_turns": args.max_turns,
                 "decide_timeout": args.decide_timeout,
             },
+            allowed_hosts=args.allowed_hosts,
         )
     except ValueError as error:
         print(f"dial-runtime serve: {error}", file=sys.stderr)
@@ -517,6 +518,15 @@ def _add_serve(commands: Any) -> None:
         "--store", required=True, metavar="URL", help="sqlite:PATH, or postgresql://... for --workers"
     )
     serving.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
+    serving.add_argument(
+        "--allowed-host",
+        dest="allowed_hosts",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name the server is reached by besides localhost, 127.0.0.1 and [::1] (NAME, NAME:PORT or "
+        "*.DOMAIN; repeat for more): a request naming another Host is refused",
+    )
     serving.add_argument("--port", type=int, default=8000, help="the port (default: 8000)")
     serving.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default: 1)")
     serving.add_argument(

@@ -94,9 +94,27 @@ def test_max_turns_given_to_serve_reaches_every_worker(tmp_path: Path) -> None:
     assert [event["name"] for event in events if event["type"] == "CUSTOM"] == ["dial.turn-limit"]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_answers_to_the_hosts_it_is_allowed_and_to_no_other(tmp_path: Path, workers: int) -> None:
+    options = ["--agent", f"script:{SCRIPT}", "--domain", DOMAIN, "--store", f"sqlite:{tmp_path / 'c.db'}"]
+    hosts = ["--allowed-host", "chat.example", "--allowed-host", "*.internal.example"]
+    with serve(*options, *hosts, "--workers", str(workers)) as url:
+        port = url.rpartition(":")[2]
+        for host, status in [
+            (f"chat.example:{port}", 200),
+            (f"panel.internal.example:{port}", 200),
+            (f"localhost:{port}", 200),
+            (f"rebound.example:{port}", 400),
+        ]:
+            for _ in range(workers):
+                answered = httpx.get(f"{url}/conversations", headers={"host": host}, timeout=10)
+                assert answered.status_code == status, (host, answered.text)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
+        (["--agent", "ollama:m", "--domain", DOMAIN, "--store", "memory:", "--allowed-host", "a b"], "'a b'"),
         (["--agent", "script:/no/such.json", "--domain", DOMAIN, "--store", "memory:"], "cannot read"),
         (["--agent", "script:/dev/null", "--domain", "nope", "--store", "memory:"], "expected module:factory"),
         (["--agent", "openai:x", "--domain", "no_such_module:X", "--store", "memory:"], "cannot import"),

@@ -32,7 +32,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .. import LogEntry, open_store
 from ..loading import load_domain
-from .app import AgentFactory, create_app, scripted_agents
+from .app import LOOPBACK_HOSTS, AgentFactory, create_app, scripted_agents
 
 __all__ = ["McpServer", "agent_factory", "app_from_environment", "serve"]
 
@@ -44,6 +44,7 @@ _ENV = {
     "trust_read_only": "DIAL_SERVE_TRUST_READ_ONLY",
     "mcp_log": "DIAL_SERVE_MCP_LOG",
     "conversation": "DIAL_SERVE_CONVERSATION",
+    "allowed_hosts": "DIAL_SERVE_ALLOWED_HOSTS",
 }
 
 #: What ``serve`` sets on each conversation (see :class:`~dial_runtime.Conversation`): the deadlines in seconds,
@@ -116,11 +117,15 @@ def agent_factory(uri: str, domain: Any) -> AgentFactory:
 
 
 def build_app(
-    agent: str, domain: str | McpServer, store: str, conversation: Mapping[str, float | None] | None = None
+    agent: str,
+    domain: str | McpServer,
+    store: str,
+    conversation: Mapping[str, float | None] | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> Starlette:
     """The application ``serve`` runs; ``ValueError`` naming what is wrong with a setting. ``conversation``
     holds any of :data:`CONVERSATION_OPTIONS` for every conversation (the others keep :func:`create_app`'s
-    defaults).
+    defaults); the server answers to the loopback names and ``allowed_hosts`` (:func:`create_app`'s).
 
     Over an MCP server, the application connects to it when the ASGI server starts it (its lifespan) and builds
     the web surface then, once the tools are listed (the system prompt is written from them).
@@ -128,6 +133,7 @@ def build_app(
     options: dict[str, Any] = {
         name: value for name, value in (conversation or {}).items() if name in CONVERSATION_OPTIONS
     }
+    options["allowed_hosts"] = (*LOOPBACK_HOSTS, *allowed_hosts)
     if isinstance(domain, str):
         served = load_domain(domain)
         return create_app(store=store, domain=served, agent=agent_factory(agent, served), **options)
@@ -146,7 +152,7 @@ def build_app(
     return Starlette(routes=[Mount("/", app=forward)], lifespan=lifespan)
 
 
-def _settings_from_environment() -> tuple[str, str | McpServer, str, dict[str, float | None]]:
+def _settings_from_environment() -> tuple[str, str | McpServer, str, dict[str, float | None], list[str]]:
     environ = os.environ
     mcp = environ.get(_ENV["mcp"])
     domain: str | McpServer = (
@@ -159,7 +165,8 @@ def _settings_from_environment() -> tuple[str, str | McpServer, str, dict[str, f
         )
     )
     conversation = json.loads(environ.get(_ENV["conversation"]) or "{}")
-    return environ[_ENV["agent"]], domain, environ[_ENV["store"]], conversation
+    allowed_hosts = json.loads(environ.get(_ENV["allowed_hosts"]) or "[]")
+    return environ[_ENV["agent"]], domain, environ[_ENV["store"]], conversation, allowed_hosts
 
 
 def app_from_environment() -> _EndedQuietlyAtShutdown:
@@ -244,6 +251,7 @@ def serve(
     port: int,
     workers: int,
     conversation: Mapping[str, float | None] | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
     """Run the web surface with uvicorn until interrupted; ``ValueError`` for a bad setting (checked first: an
     MCP server is started and its tools listed once before uvicorn starts, so that one it cannot reach is a
@@ -251,7 +259,7 @@ def serve(
     import uvicorn
 
     open_store(store)
-    app = build_app(agent, domain, store, conversation)
+    app = build_app(agent, domain, store, conversation, allowed_hosts)
     anyio.run(check_store, store)
     lifespan: Literal["on", "off"] = "off"
     if isinstance(domain, McpServer):
@@ -273,6 +281,7 @@ def serve(
         _ENV["agent"]: agent,
         _ENV["store"]: store,
         _ENV["conversation"]: json.dumps(dict(conversation or {})),
+        _ENV["allowed_hosts"]: json.dumps(list(allowed_hosts)),
     }
     if isinstance(domain, McpServer):
         settings.update(
