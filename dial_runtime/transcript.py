@@ -100,6 +100,8 @@ class Transcript:
         """Write the lines of one item of the projection as it is now (a card: its proposal the first time, its
         outcome once it ended)."""
         match item:
+            case AgentText(text=text, unconfirmed=str() as why):
+                self.write(f"agent (not confirmed by the runtime: {why}): {text}")
             case AgentText(text=text):
                 self.write(f"agent: {text}")
             case Question():

@@ -55,6 +55,7 @@ RICH_REPLY = envelope(
     "</dial-context></dial-delegate>",
     '<dial-execute id="x"><step id="s1" env="python" yield="s1:ok">print(1)</step></dial-execute>',
     '<dial-phatic signal="typing"/>',
+    '<dial-acknowledge of="sg-9" yield="sg-9:done">Done before you asked.</dial-acknowledge>',
     prose="Hello.",
 )
 

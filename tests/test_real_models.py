@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from dial_runtime import Accept, Conversation, policy_human
 from dial_runtime.language.parser import envelope_candidates, parse
+from dial_runtime.runtime.projection import AgentText, project
+from dial_runtime.transcript import Transcript
 
 from .fakes import Agent, Notes, StreamingAgent, envelope, suggest
 
@@ -133,3 +135,48 @@ async def test_inline_markup_is_read_as_its_text(body: str, text: str, streamed:
 def test_a_speech_act_inside_text_is_not_read_as_text() -> None:
     found = parse("<dial><dial-inform>a <b><dial-ask>no?</dial-ask></b> c</dial-inform></dial>")
     assert found is not None and found.elements[0].text == "a  c"
+
+
+# --- 4. invented outcomes ---------------------------------------------------------------------------------------
+
+
+def acknowledge(of: str, claim: str, text: str = "Done: the note is gone.") -> str:
+    return f'<dial><dial-acknowledge of="{of}" yield="{claim}">{text}</dial-acknowledge></dial>'
+
+
+@pytest.mark.parametrize(
+    ("first", "claim", "why"),
+    [
+        (None, acknowledge("sg-3", "sg-3:done"), "this conversation has no 'sg-3'"),
+        (ADD, acknowledge("sg-1", "sg-1:done"), None),
+        (ADD, acknowledge("sg-1", "sg-1:failed"), "sg-1 ended done, not failed"),
+        (ADD, acknowledge("reply-1", "sg-7:done"), "this conversation has no suggestion 'sg-7'"),
+    ],
+    ids=["unknown-id", "true", "another-status", "unknown-claim"],
+)
+async def test_an_acknowledgement_that_contradicts_the_log_is_marked_and_the_agent_told(
+    first: str | None, claim: str, why: str | None
+) -> None:
+    replies = [first, claim, OK] if first is not None else [claim, OK]
+    talker = Agent(replies)
+    conversation = Conversation(agent=talker, domain=Notes(), human=policy_human())
+    await conversation.say("remove 'call mom'")
+    if why is not None:
+        await conversation.say("and?")
+    (text,) = [
+        item
+        for item in project(conversation.log).items
+        if isinstance(item, AgentText) and item.act == "acknowledge"
+    ]
+    assert text.unconfirmed == why
+    lines: list[str] = []
+    transcript = Transcript(write=lines.append)
+    for entry in conversation.log:
+        transcript.show(entry.event)
+    (shown,) = [line for line in lines if "the note is gone" in line]
+    if why is None:
+        assert shown == "agent: Done: the note is gone."
+    else:
+        assert shown == f"agent (not confirmed by the runtime: {why}): Done: the note is gone."
+        told = talker.sent[-1]
+        assert "not confirmed" in told and why.replace("'", "&apos;") in told.replace("'", "&apos;")

@@ -355,8 +355,8 @@ def test_a_stored_chat_is_taken_up_where_a_killed_session_left_it(
     server.add(
         dial(suggest("add-note", "Add milk", '{"text": "buy milk"}')),
         dial("<dial-inform>Added.</dial-inform>"),
-        # The envelope's end is held back, so that the process is killed while the reply is still on its way.
-        Reply(dial(suggest("add-note", "Add bread", '{"text": "buy bread"}')), chunks=16, hold_after=15),
+        # A suggestion is put to the person once its reply has ended: the process is killed while they decide.
+        dial(suggest("add-note", "Add bread", '{"text": "buy bread"}')),
         dial("<dial-inform>Both are in.</dial-inform>"),
     )
     store = f"sqlite:{tmp_path / 'chats.db'}"
@@ -383,7 +383,7 @@ def test_a_stored_chat_is_taken_up_where_a_killed_session_left_it(
     spoken = [message["content"] for message in last.messages if message["role"] == "user"]
     assert spoken[0].endswith("add milk") and spoken[2].endswith("and bread")
     assert [message["role"] for message in last.messages[1:]] == ["user", "assistant"] * 3 + ["user"]
-    assert "buy bread" in last.messages[6]["content"]  # the reply as far as it had come when the process died
+    assert "buy bread" in last.messages[6]["content"]  # the reply the person was deciding on when the process died
 
 
 def _milk_chat(tmp_path: Path, conversation_id: str) -> tuple[str, tuple[str, ...]]:

@@ -338,3 +338,15 @@ def refusal_reply(reply_id: str, reason: str) -> str:
         f"{escape_text(f'Your reply could not be used: {reason}')}</dial-acknowledge>\n"
         "</dial>"
     )
+
+
+def correction_reply(reply_id: str, reason: str) -> str:
+    """Tell the agent that an acknowledgement of its reply ``reply_id`` contradicts what the runtime reported,
+    and why: the person saw it marked as not confirmed."""
+    ident = escape_attribute(reply_id)
+    words = f"Your acknowledgement was shown as not confirmed: {reason}. Report only the outcomes you were sent."
+    return (
+        "<dial>\n"
+        f'  <dial-acknowledge of="{ident}" yield="{ident}:unconfirmed">{escape_text(words)}</dial-acknowledge>\n'
+        "</dial>"
+    )

@@ -22,7 +22,16 @@ from typing import Any, Literal
 import msgspec
 
 from ..errors import ActionError, DialError, DialSizeError, Interruption, LogError, PayloadChanged, RecordedError
-from ..language.outcomes import MAX_DEPTH, MAX_TEXT, Outcome, outcome_reply, refusal_reply, to_json_ready
+from ..language.outcomes import (
+    MAX_DEPTH,
+    MAX_TEXT,
+    STATUSES,
+    Outcome,
+    correction_reply,
+    outcome_reply,
+    refusal_reply,
+    to_json_ready,
+)
 from ..language.parser import envelope_candidates, parse
 from ..language.payloads import declare_value, pair_payload
 from ..language.records import (
@@ -96,6 +105,7 @@ from .events import (
     SentEvent,
     SuggestionEvent,
     TurnLimitEvent,
+    UnconfirmedEvent,
 )
 from .flow import FlowRules
 from .log import EventLog
@@ -516,6 +526,8 @@ class ConversationCore:
             parts.append(outcome_reply(state.owed_outcomes))
         for refusal in state.owed_refusals:
             parts.append(refusal_reply(refusal.reply_id, refusal.reason))
+        for correction in state.owed_corrections:
+            parts.append(correction_reply(f"reply-{state.replies}", correction))
         if context:
             parts.append(str(context))
         if self.flow is not None:
@@ -746,8 +758,35 @@ class ConversationCore:
 
     def _inform(self, element: Any, index: int) -> None:
         if element.text:
-            act: InformAct = "acknowledge" if element.type == "dial-acknowledge" else "inform"
+            act: InformAct = "inform"
+            if isinstance(element, Acknowledge):
+                act = "acknowledge"
+                contradiction = self._contradiction(element)
+                if contradiction is not None:
+                    self.record(UnconfirmedEvent(reason=contradiction, element=index))
             self.record(InformEvent(text=element.text, act=act, element=index))
+
+    def _contradiction(self, element: Acknowledge) -> str | None:
+        """How an acknowledgement contradicts the log: it names (``of``) an id no suggestion, ask or reply of the
+        conversation had, or claims (``yield="sg-3:done"``) an outcome other than the one recorded; ``None``
+        when it does not."""
+        state = self.state
+        of = element.of
+        if of and not (state.used(of) or _reply_number(of) in range(1, state.replies + 1)):
+            return f"this conversation has no {of!r}"
+        for claim in element.yields:
+            subject, _, status = claim.rpartition(":")
+            if not subject or status not in STATUSES:
+                continue
+            recorded = state.ended_suggestions.get(subject)
+            if recorded == status:
+                continue
+            if recorded is not None:
+                return f"{subject} ended {recorded}, not {status}"
+            if subject in state.open_suggestions:
+                return f"{subject} has no outcome yet"
+            return f"this conversation has no suggestion {subject!r}"
+        return None
 
     def _declare(self, element: Declare, index: int) -> None:
         if element.context_key is not None:
@@ -1129,6 +1168,12 @@ class ConversationCore:
                 index = after
             else:
                 index += 1
+
+
+def _reply_number(ident: str) -> int:
+    """The number of a reply id (``reply-3``), or 0 for an id that is none."""
+    number = ident.removeprefix("reply-")
+    return int(number) if number != ident and number.isdigit() else 0
 
 
 _HANDLERS: dict[str, Any] = {

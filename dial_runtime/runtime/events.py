@@ -5,8 +5,8 @@
 the seed contract ignores). The log also holds the events the conversation's state depends on but no surface
 renders (``said``, ``resumed``, ``reply-started``, ``proposed``, ``answered``, ``decided``, ``deferred``,
 ``refused``, ``action-started``, ``flow-moved``, ``handled``, ``send-failed``, ``reply-refused``, ``reply-cut``,
-``interrupted``, ``ended``, ``finished``), and ``reply-progress``, which keeps a streamed reply's words for the
-agent's history.
+``unconfirmed``, ``interrupted``, ``ended``, ``finished``), and ``reply-progress``, which keeps a streamed
+reply's words for the agent's history.
 ``on_event`` also sees :class:`InformDeltaEvent` (``inform-delta``) while a reply streams in: its text as it
 arrives, a notice for the person that is not on the log.
 Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with :func:`event_from_dict`,
@@ -121,6 +121,16 @@ class InformEvent(_Logged, frozen=True, kw_only=True, tag="inform"):
     text: str
     act: InformAct | None = None
     element: int | None = None
+
+
+class UnconfirmedEvent(_Logged, frozen=True, kw_only=True, tag="unconfirmed"):
+    """The acknowledgement at ``element`` of the reply contradicts the log (an id the conversation never had, an
+    outcome other than the one recorded): its ``inform`` follows, shown as the agent's own words, not confirmed,
+    and the next message tells the agent ``reason``."""
+
+    type: ClassVar[str] = "unconfirmed"
+    reason: str
+    element: int
 
 
 class AskEvent(_Logged, frozen=True, kw_only=True, tag="ask"):
@@ -418,6 +428,7 @@ Event = (
     | SendFailedEvent
     | ReplyRefusedEvent
     | ReplyCutEvent
+    | UnconfirmedEvent
     | InterruptedEvent
     | EndedEvent
     | FinishedEvent

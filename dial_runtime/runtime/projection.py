@@ -61,6 +61,7 @@ from .events import (
     SentEvent,
     SuggestionEvent,
     TurnLimitEvent,
+    UnconfirmedEvent,
 )
 from .records import Issue, payload_digest
 
@@ -113,11 +114,13 @@ class PersonWords(_Item, frozen=True, kw_only=True, tag="words"):
 
 class AgentText(_Item, frozen=True, kw_only=True, tag="text"):
     """The agent's text: prose (``act`` ``None``), an ``inform`` or an ``acknowledge``; ``element`` as the
-    ``inform`` event's."""
+    ``inform`` event's. ``unconfirmed`` says why an acknowledgement contradicts the log: a surface shows it as the
+    agent's own claim, marked as not confirmed, never as an outcome."""
 
     text: str
     act: str | None = None
     element: int | None = None
+    unconfirmed: str | None = None
 
 
 class Question(_Item, frozen=True, kw_only=True, tag="question"):
@@ -350,6 +353,7 @@ class Projection:
         self._said_else: set[str] = set()  # suggestions the person's words overtook
         self._open: set[str] = set()  # suggestions without an outcome yet
         self._instead = False
+        self._unconfirmed: UnconfirmedEvent | None = None  # the contradiction the next inform is marked with
         self._changed: dict[int, None] = {}  # the indices of the items the entry being fed added or changed
         self._last: dict[int, None] = {}
         self._seq: int | None = None
@@ -492,7 +496,23 @@ class Projection:
         self._instead = False
 
     def _inform(self, event: InformEvent) -> None:
-        self._add(AgentText(text=event.text, act=event.act, element=event.element, seq=self._seq, time=self._time))
+        unconfirmed, self._unconfirmed = self._unconfirmed, None
+        if unconfirmed is not None and unconfirmed.element != event.element:
+            unconfirmed = None
+        self._add(
+            AgentText(
+                text=event.text,
+                act=event.act,
+                element=event.element,
+                unconfirmed=None if unconfirmed is None else unconfirmed.reason,
+                seq=self._seq,
+                time=self._time,
+            )
+        )
+
+    def _unconfirmed_event(self, event: UnconfirmedEvent) -> None:
+        self._moment("not confirmed", f"the agent's acknowledgement: {event.reason}")
+        self._unconfirmed = event
 
     def _ask(self, event: AskEvent) -> None:
         options = ", ".join(option.value for option in event.options)
@@ -798,6 +818,7 @@ _HANDLERS: dict[type[Any], Callable[[Projection, Any], None]] = {
     SendFailedEvent: Projection._send_failed,
     ReplyRefusedEvent: Projection._reply_refused,
     ReplyCutEvent: Projection._reply_cut,
+    UnconfirmedEvent: Projection._unconfirmed_event,
     TurnLimitEvent: Projection._turn_limit,
     DeclareEvent: Projection._declare,
     PhaticEvent: Projection._phatic,

@@ -71,6 +71,7 @@ from .events import (
     SentEvent,
     SuggestionEvent,
     TurnLimitEvent,
+    UnconfirmedEvent,
     vocabulary_refusal,
 )
 from .records import Ask, Issue, Suggestion
@@ -143,6 +144,8 @@ class ConversationState:
     owed_outcomes: list[Outcome] = attrs.Factory(list)
     owed_refusals: tuple[ReplyRefusedEvent, ...] = ()  # tuples: rarely owed, and an empty one costs nothing
     owed_words: tuple[str, ...] = ()
+    owed_corrections: tuple[str, ...] = ()
+    ended_suggestions: dict[str, str] = attrs.Factory(dict)  # every suggestion with an outcome: its status
     suggestions_numbered: int = 0
     asks_numbered: int = 0
     replies: int = 0
@@ -180,7 +183,7 @@ class ConversationState:
 
     def owes(self) -> bool:
         """Whether anything is owed to the agent."""
-        return bool(self.owed_outcomes or self.owed_refusals or self.owed_words)
+        return bool(self.owed_outcomes or self.owed_refusals or self.owed_words or self.owed_corrections)
 
     def pending(self) -> tuple[Suggestion | Ask, ...]:
         """The suggestions and asks waiting for a decision or an answer that was deferred."""
@@ -307,6 +310,7 @@ class ConversationState:
         self.owed_outcomes.clear()
         self.owed_refusals = ()
         self.owed_words = ()
+        self.owed_corrections = ()
 
     def _no_reply(self, event: Any) -> None:
         self.loop = TURN_LOOP.fire(self.loop, "time_out")
@@ -351,6 +355,7 @@ class ConversationState:
         if opened.state != final:
             raise _Refusal(f"suggestion {event.id!r} cannot end {event.status!r} from {before!r}")
         del self.open_suggestions[event.id]
+        self.ended_suggestions[event.id] = event.status
         if not self.open_suggestions:  # a dict keeps its size once emptied; a fresh one is a third of it
             self.open_suggestions = {}
         self.owed_outcomes.append(event.outcome)
@@ -378,6 +383,11 @@ class ConversationState:
         if self.loop != "handling":
             raise _Refusal("a reply is refused only while it is handled")
         self.owed_refusals = (*self.owed_refusals, event)
+
+    def _unconfirmed(self, event: UnconfirmedEvent) -> None:
+        if self.loop != "handling":
+            raise _Refusal("an acknowledgement is found unconfirmed only while its reply is handled")
+        self.owed_corrections = (*self.owed_corrections, event.reason)
 
     def _reply_cut(self, event: ReplyCutEvent) -> None:
         if self.loop != "handling" or self.reply is None or event.turn != self.turn:
@@ -517,6 +527,7 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
     "outcome": ConversationState._outcome,
     "reply-refused": ConversationState._refused_reply,
     "reply-cut": ConversationState._reply_cut,
+    "unconfirmed": ConversationState._unconfirmed,
     "ask": ConversationState._ask,
     "answered": ConversationState._answered,
     "deferred": ConversationState._deferred,

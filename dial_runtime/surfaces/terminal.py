@@ -62,7 +62,7 @@ def _style(item: Item) -> str:
     """How an item of the projection is shown: the agent's text plain, questions bold, notices yellow, outcomes
     by their status, the rest dim."""
     if isinstance(item, AgentText):
-        return ""
+        return "yellow" if item.unconfirmed is not None else ""
     if isinstance(item, Question):
         return "bold"
     if isinstance(item, Notice):
@@ -183,7 +183,7 @@ class TerminalSurface:
             self._live = None
             start = len(self.lines)
             self.transcript.render(item)
-            if item.text.startswith(printed):
+            if item.text.startswith(printed) and item.unconfirmed is None:
                 self.console.print(Text(item.text[len(printed) :]), soft_wrap=True)
                 return
             self.console.print()
