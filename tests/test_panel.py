@@ -11,7 +11,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,9 @@ LISTING = envelope(suggest("list-notes", "{}"))
 SCRIPTS: dict[str, list[str]] = {}
 #: Threads whose agent waits this long (seconds) before each reply.
 SLOW: dict[str, float] = {}
+#: Threads whose agent streams each reply in pieces, this long (seconds) before each.
+TRICKLING: dict[str, float] = {}
+TRICKLE_PIECES = 12
 _COUNT = itertools.count()
 MAX_TURNS = 8
 REPLY_WITHIN = 3.0  # seconds: a slower agent is one that never answered
@@ -75,8 +78,28 @@ class SlowAgent:
         return self._agent.send(message)
 
 
+class TricklingAgent:
+    """A scripted agent that streams each reply in ``TRICKLE_PIECES`` pieces, pausing before each."""
+
+    def __init__(self, agent: ScriptedAgent, pause: float) -> None:
+        self._agent = agent
+        self._pause = pause
+
+    def send(self, message: str) -> str:
+        return self._agent.send(message)
+
+    async def stream(self, message: str) -> AsyncIterator[str]:
+        reply = self._agent.send(message)
+        size = -(-len(reply) // TRICKLE_PIECES)
+        for start in range(0, len(reply), size):
+            await anyio.sleep(self._pause)
+            yield reply[start : start + size]
+
+
 def agents(conversation_id: str, log: Sequence[LogEntry]) -> Any:
     scripted = scripted_agents(SCRIPTS)(conversation_id, log)
+    if conversation_id in TRICKLING:
+        return TricklingAgent(scripted, TRICKLING[conversation_id])
     wait = SLOW.get(conversation_id)
     return scripted if wait is None else SlowAgent(scripted, wait)
 
@@ -276,6 +299,14 @@ def in_a_thread(function: Any, *args: Any) -> Any:
     return box[0]
 
 
+async def stored_types(store_url: str, thread: str) -> list[str]:
+    store = open_store(store_url)
+    try:
+        return [entry.event.type for entry in await store.read(thread)]
+    finally:
+        await store.aclose()
+
+
 async def started_payloads(store_url: str, thread: str) -> list[Any]:
     store = open_store(store_url)
     try:
@@ -362,15 +393,26 @@ def test_a_tab_opened_during_a_turn_shows_it_working_not_stopped(context: Browse
     expect(second.locator(".dial-working")).to_be_hidden()
 
 
-def test_a_reload_during_a_turn_says_the_turn_stopped(context: BrowserContext, base_url: str) -> None:
-    """Closing a run's request stops it (a reload too): the reloaded page says so, as every tab does."""
-    thread = new_thread("<dial><dial-inform>Too late.</dial-inform></dial>", wait=30)
+def test_a_reload_during_a_turn_shows_it_working_then_as_it_ended(
+    context: BrowserContext, base_url: str, store_url: str
+) -> None:
+    """A page that goes away mid-turn tells the server its run goes on without it: the reloaded page shows the
+    turn working, then the turn as it ended, and the log holds no interruption."""
+    told = "Here is a long answer, told slowly, piece by piece."
+    thread = new_thread(f"<dial><dial-inform>{told}</dial-inform></dial>")
+    TRICKLING[thread] = 0.3
     page = open_page(context, base_url, thread)
     say(page, "take your time")
-    expect(page.locator(".dial-working")).to_be_visible()
+    expect(page.locator(".dial-assistant")).not_to_have_text("")  # the reply has begun to stream in
     page.reload()
-    expect(page.locator('.dial-notice[data-what="interrupted"]')).to_contain_text("stopped", timeout=15_000)
+    expect(page.locator(".dial-user")).to_have_text("take your time")
+    expect(page.locator(".dial-working")).to_be_visible()
+    expect(page.locator(".dial-notice")).to_have_count(0)
+    expect(page.locator(".dial-assistant")).to_have_text(told, timeout=15_000)
     expect(page.locator(".dial-working")).to_be_hidden()
+    expect(page.locator(".dial-notice")).to_have_count(0)
+    assert "interrupted" not in in_a_thread(stored_types, store_url, thread)
+    assert page.errors == []  # type: ignore[attr-defined]
 
 
 def test_a_click_while_the_server_restarts_is_sent_when_it_is_back(

@@ -8,18 +8,20 @@ the person ends ``awaiting`` and its pending suggestions and asks become AG-UI i
 
 A resume is checked whole before any call. Under AG-UI's coverage rule it answers every open interrupt; a card the
 person does not decide in this run is ``cancelled``, which leaves it waiting in the log (and so on every tab and
-device) under the same interrupt id; with new words, cancelled cards are superseded. A run lasts as long as its
-request: a client that closes it (AG-UI's abort) stops the run, and the log says who stopped it.
+device) under the same interrupt id; with new words, cancelled cards are superseded. A client that closes a run's
+request (AG-UI's abort) stops the run after a short grace, and the log says who stopped it; a page that goes away
+(a reload) says first that its run should go on without it (``POST /agui/detach``), and the run ends in the log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -171,6 +173,7 @@ class _Settings:
     max_body: int
     max_text: int
     heartbeat: float
+    abort_grace: float
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -193,8 +196,9 @@ def create_app(
     max_turns: int = 8,
     decide_timeout: float | None = None,
     heartbeat: float = 15.0,
+    abort_grace: float = 1.5,
 ) -> Starlette:
-    """The ASGI application: ``POST /agui`` (AG-UI runs), ``GET /conversations``, ``GET
+    """The ASGI application: ``POST /agui`` (AG-UI runs), ``POST /agui/detach``, ``GET /conversations``, ``GET
     /conversations/{id}/changes`` (a server-sent event each time a conversation's log grows, in any worker; a
     comment every ``heartbeat`` seconds while it does not), and the panel at ``/``.
 
@@ -216,8 +220,12 @@ def create_app(
     over ``max_text`` characters are refused. Every refusal and error is JSON, ``{"error": "..."}`` (404, 405 and
     500 too), never a traceback.
 
-    A run lasts as long as its request: closing it (``HttpAgent.abortRun()``, the panel's Stop, a page that goes
-    away) stops the run, logged as ``cancelled by <principal>``. ``timeout``, ``reply_timeout``,
+    A client that closes a run's request (``HttpAgent.abortRun()``, the panel's Stop) stops the run
+    ``abort_grace`` seconds later, logged as ``cancelled by <principal>``, unless ``POST /agui/detach`` (JSON
+    ``{"threadId", "runId"}``, from the principal who started the run, as the panel sends it with
+    ``navigator.sendBeacon`` when its page goes away) said the run should go on without its client: it then ends
+    in the log, and a snapshot taken meanwhile says a turn is running. A worker knows only its own runs: a detach
+    that reaches another worker is answered 404 and changes nothing. ``timeout``, ``reply_timeout``,
     ``idle_timeout``, ``max_turns`` and ``decide_timeout`` are each conversation's (see
     :class:`~dial_runtime.Conversation`).
     """
@@ -232,6 +240,7 @@ def create_app(
         max_body=max_body,
         max_text=max_text,
         heartbeat=heartbeat,
+        abort_grace=abort_grace,
         options={
             "timeout": timeout,
             "reply_timeout": reply_timeout,
@@ -243,6 +252,7 @@ def create_app(
     surface = _WebSurface(settings)
     routes: list[Route | Mount] = [
         Route("/agui", surface.agui, methods=["POST"]),
+        Route("/agui/detach", surface.detach, methods=["POST"]),
         Route("/conversations", surface.conversations, methods=["GET"]),
         Route("/conversations/{thread}/changes", surface.changes, methods=["GET"]),
     ]
@@ -408,6 +418,7 @@ class _WebSurface:
 
     def __init__(self, settings: _Settings) -> None:
         self.settings = settings
+        self.runs = _Runs()
 
     async def _principal(self, request: Request) -> str | None:
         auth = self.settings.auth
@@ -470,7 +481,43 @@ class _WebSurface:
         words = new_words(run)
         if words is not None and len(words) > self.settings.max_text:
             return _error(413, f"the message is over {self.settings.max_text} characters")
-        return _EventStream(lambda emit, stop: self._run(run, principal, words, emit, stop), run, principal)
+        return _EventStream(
+            lambda emit, stop: self._run(run, principal, words, emit, stop),
+            run,
+            principal,
+            runs=self.runs,
+            grace=self.settings.abort_grace,
+        )
+
+    async def detach(self, request: Request) -> Response:
+        """``POST /agui/detach`` (JSON ``{"threadId", "runId"}``): the run goes on without its client, whose
+        request closing then stops nothing. Only the principal who started the run may say so, for a run of this
+        worker that has not ended: anything else is refused (404 for a run unknown here, or another's) and
+        changes nothing."""
+        principal = await self._principal(request)
+        if principal is None:
+            return _error(401, "not signed in")
+        body = await _read_body(request, _DETACH_MAX_BODY)
+        if body is None:
+            return _error(413, f"the request body is over {_DETACH_MAX_BODY} bytes")
+        try:
+            named = json.loads(body)
+        except ValueError:
+            named = None
+        thread = named.get("threadId") if isinstance(named, dict) else None
+        run_id = named.get("runId") if isinstance(named, dict) else None
+        if not isinstance(thread, str) or not isinstance(run_id, str):
+            return _error(422, 'give {"threadId": ..., "runId": ...} as JSON')
+        if not _THREAD_ID.fullmatch(thread):
+            return _error(400, "threadId must be 1 to 128 letters, digits or ._:@-")
+        if not self._may_view(principal, thread):
+            return _error(403, "you may not see this conversation")
+        stop = self.runs.find(thread, run_id)
+        if stop is None or stop.principal != principal:
+            return _error(404, "no run of yours by that id is running here")
+        stop.detached.set()
+        logger.info("run %s of %s goes on without its client", run_id[:64], thread)
+        return JSONResponse({"detached": True}, status_code=202)
 
     async def _run(
         self,
@@ -489,13 +536,7 @@ class _WebSurface:
         thread = run.thread_id
         entries = await settings.store.read(thread)
         if words is None and not run.resume:
-            # Rebuilt in memory, not opened: a snapshot takes no lock, and shows a call that a dead worker left
-            # open as the next run will find it (a started action failed, what waited waiting).
-            held = Conversation(agent=_NoAgent(), domain=settings.domain, human=_DeferringHuman(), log=entries)
-            held.recover()
-            seen = project(held.log)
-            emit(MessagesSnapshotEvent(messages=messages_of(seen)))
-            emit(self._finished(run, principal, held, seen, stored=entries[-1].seq if entries else 0))
+            await self._snapshot(run, principal, entries, emit)
             return
         count = 0
 
@@ -565,6 +606,37 @@ class _WebSurface:
         log = conversation.log
         emit(self._finished(run, principal, conversation, mapper.projection, stored=log[-1].seq if log else 0))
 
+    async def _snapshot(
+        self, run: RunAgentInput, principal: str, entries: Sequence[LogEntry], emit: Callable[[BaseEvent], None]
+    ) -> None:
+        """A run with no words and no resume: ``MESSAGES_SNAPSHOT`` and ``RUN_FINISHED`` with what waits, read
+        from the stored log, in memory (nothing is written).
+
+        A call the log leaves open is either running (a run of this worker has the conversation open, or another
+        worker holds its lock) or was left by a worker that died. A running one is shown as the store has it,
+        and ``RUN_FINISHED.metadata.running`` is ``true``: nothing can be decided until it ends, and the change
+        stream says when it does. A dead worker's is shown as the next run will find it (a started action
+        failed ``interrupted``, what waited waiting). Telling the two apart takes the lock for a moment, only when
+        no run of this worker drives the conversation, so a run that starts in that moment is refused ``busy``."""
+        settings = self.settings
+        held = Conversation(agent=_NoAgent(), domain=settings.domain, human=_DeferringHuman(), log=entries)
+        held.recover()
+        running = len(held.log) > len(entries) and await self._driven(run.thread_id)
+        shown = project(entries if running else held.log)
+        emit(MessagesSnapshotEvent(messages=messages_of(shown)))
+        stored = entries[-1].seq if entries else 0
+        emit(self._finished(run, principal, held, shown, stored=stored, running=running))
+
+    async def _driven(self, thread: str) -> bool:
+        """Whether a run, in this worker or another, drives the conversation now."""
+        if self.runs.driving(thread):
+            return True
+        try:
+            async with self.settings.store.lock(thread):
+                return False
+        except ConversationBusy:
+            return True
+
     def _finished(
         self,
         run: RunAgentInput,
@@ -573,11 +645,19 @@ class _WebSurface:
         seen: Projection,
         *,
         stored: int,
+        running: bool = False,
     ) -> RunFinishedEvent:
         """The run's last event; ``metadata.seq`` is the stored log's last seq the run saw (or wrote), which the
         change stream's events are compared with: a page that has shown seq N needs no snapshot for a change at
-        N. ``result`` is the conversation's result once its flow reached a final state (``None`` before)."""
-        marks = {"seq": stored}
+        N. ``result`` is the conversation's result once its flow reached a final state (``None`` before). A
+        snapshot of a conversation whose turn is running says so (``metadata.running``), and offers nothing to
+        decide until the turn ends."""
+        marks: dict[str, Any] = {"seq": stored}
+        if running:
+            marks["running"] = True
+            return RunFinishedEvent(
+                thread_id=run.thread_id, run_id=run.run_id, outcome=RunFinishedSuccessOutcome(), metadata=marks
+            )
         pending = conversation.pending
         if not pending:
             return RunFinishedEvent(
@@ -829,16 +909,22 @@ _ENDED = object()
 RECONNECT_MS = 1000
 
 
+#: The most bytes a detach's body may hold (two ids).
+_DETACH_MAX_BODY = 4096
+
+
 class _Stop:
     """How a run stops when its client closes the request (AG-UI's abort: ``HttpAgent.abortRun()``, the panel's
     Stop): the conversation driving it, once open, is told who stopped it, so the log records the interruption in
     those words, then the run is cancelled. What the run did before stays in the log; the log's writes are never
-    cut short."""
+    cut short. ``detached`` is set when the run should go on without its client (a page that went away)."""
 
     def __init__(self, principal: str) -> None:
         self.scope = anyio.CancelScope()
         self.conversation: Conversation | None = None
+        self.principal = principal
         self.why = f"cancelled by {principal}"
+        self.detached = anyio.Event()
 
     def __call__(self) -> None:
         if self.conversation is not None:
@@ -846,11 +932,39 @@ class _Stop:
         self.scope.cancel()
 
 
+class _Runs:
+    """The runs this worker is serving, by conversation and run id: what a detach names, and what tells a
+    snapshot that a conversation is driven here."""
+
+    def __init__(self) -> None:
+        self._by_thread: dict[str, dict[str, _Stop]] = {}
+
+    @contextlib.contextmanager
+    def serving(self, thread: str, run_id: str, stop: _Stop) -> Iterator[None]:
+        runs = self._by_thread.setdefault(thread, {})
+        runs[run_id] = stop
+        try:
+            yield
+        finally:
+            if runs.get(run_id) is stop:
+                del runs[run_id]
+            if not runs:
+                self._by_thread.pop(thread, None)
+
+    def find(self, thread: str, run_id: str) -> _Stop | None:
+        return self._by_thread.get(thread, {}).get(run_id)
+
+    def driving(self, thread: str) -> bool:
+        """Whether a run of this worker has the conversation open (and so holds its lock)."""
+        return any(stop.conversation is not None for stop in self._by_thread.get(thread, {}).values())
+
+
 class _EventStream:
     """An AG-UI event stream: ``RUN_STARTED``, what the run emits, and ``RUN_ERROR`` if it is refused or fails.
 
-    The run lasts as long as the request: a client that closes it (aborts the run, or goes away) stops the run,
-    which ends ``RUN_FINISHED`` with the cancelled outcome, for whoever still reads.
+    A client that closes the request aborts the run: ``grace`` seconds later, unless it was detached meanwhile,
+    the run is stopped, and ends ``RUN_FINISHED`` with the cancelled outcome. A detached run goes on to its end,
+    its events sent nowhere: the log keeps what it does.
     """
 
     def __init__(
@@ -858,10 +972,15 @@ class _EventStream:
         run: Callable[[Callable[[BaseEvent], None], _Stop], Awaitable[None]],
         run_input: RunAgentInput,
         principal: str,
+        *,
+        runs: _Runs,
+        grace: float,
     ) -> None:
         self._drive = run
         self._input = run_input
         self._principal = principal
+        self._runs = runs
+        self._grace = grace
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [
@@ -873,6 +992,7 @@ class _EventStream:
         sender, receiver = anyio.create_memory_object_stream[BaseEvent](math.inf)
         stop = _Stop(self._principal)
         thread, run_id = self._input.thread_id, self._input.run_id
+        client_gone = False
 
         async def produce() -> None:
             with sender:
@@ -889,23 +1009,31 @@ class _EventStream:
                     sender.send_nowait(RunFinishedEvent(thread_id=thread, run_id=run_id, outcome=cancelled))
 
         async def aborted() -> None:
+            nonlocal client_gone
             while (await receive())["type"] != "http.disconnect":
                 pass
-            stop()
+            client_gone = True
+            with anyio.move_on_after(self._grace):
+                await stop.detached.wait()
+            if not stop.detached.is_set():
+                stop()
 
         started = RunStartedEvent(thread_id=thread, run_id=run_id)
-        async with anyio.create_task_group() as group:
-            group.start_soon(produce)
-            group.start_soon(aborted)
-            await send(
-                {"type": "http.response.body", "body": _ENCODER.encode(started).encode(), "more_body": True}
-            )
-            async with receiver:
-                async for event in receiver:
-                    chunk = _ENCODER.encode(event).encode()
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            group.cancel_scope.cancel()  # the run has ended: nothing left to stop
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        with self._runs.serving(thread, run_id, stop):
+            async with anyio.create_task_group() as group:
+                group.start_soon(produce)
+                group.start_soon(aborted)
+                await send(
+                    {"type": "http.response.body", "body": _ENCODER.encode(started).encode(), "more_body": True}
+                )
+                async with receiver:
+                    async for event in receiver:
+                        if not client_gone:
+                            chunk = _ENCODER.encode(event).encode()
+                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                group.cancel_scope.cancel()  # the run has ended: nothing left to stop
+        if not client_gone:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _failure(error: Exception) -> str:

@@ -92,15 +92,26 @@ class DialChat extends HTMLElement {
     this.running = false;
     this.seq = 0; // the stored log's last seq this page shows
     this.latest = 0; // the last seq the change stream named
-    this.stored = Infinity; // in a snapshot: the stored log's last seq (what lies past it, a turn still runs)
+    this.turnRunning = false; // the last snapshot said a turn runs that this page does not drive
     this.render();
     this.describeDomain();
     this.watch();
     this.sync();
+    this.leaving = () => this.detach();
+    window.addEventListener("pagehide", this.leaving);
   }
 
   disconnectedCallback() {
     if (this.changes) this.changes.close();
+    window.removeEventListener("pagehide", this.leaving);
+  }
+
+  // A page that goes away (a reload, a closed tab) while its run goes on tells the server the run should go on
+  // without it: the request's closing is then no Stop, and the turn ends in the log, where the next page reads it.
+  detach() {
+    if (!this.inFlight) return;
+    const detachUrl = `${this.endpoint.replace(/\/$/, "")}/detach`;
+    navigator.sendBeacon(detachUrl, JSON.stringify(this.inFlight));
   }
 
   // The server says when the conversation's log grows, whoever made it grow (this tab, another tab, another
@@ -204,6 +215,7 @@ class DialChat extends HTMLElement {
       let retry = false;
       const controller = new AbortController();
       this.controller = snapshot ? null : controller;
+      this.inFlight = snapshot ? null : this.idsOf(body);
       this.setRunning(true, !snapshot);
       try {
         const response = await this.send(body, controller.signal);
@@ -254,6 +266,7 @@ class DialChat extends HTMLElement {
         }
       } finally {
         this.controller = null;
+        this.inFlight = null;
         this.setRunning(false);
       }
       if (!retry) break;
@@ -264,13 +277,12 @@ class DialChat extends HTMLElement {
       await new Promise((resolve) => setTimeout(resolve, delay));
     }
     if (snapshot) {
-      const key = JSON.stringify(held.filter((e) => e.type !== "RUN_STARTED").map((e) => e.messages || e.outcome || e));
+      const key = JSON.stringify(
+        held.filter((e) => e.type !== "RUN_STARTED").map((e) => e.messages || [e.outcome, Boolean(e.metadata && e.metadata.running)]),
+      );
       if (key !== this.shown) {
         this.shown = key;
-        const finished = held.find((event) => event.type === "RUN_FINISHED");
-        this.stored = finished && finished.metadata && Number.isInteger(finished.metadata.seq) ? finished.metadata.seq : Infinity;
         held.forEach((event) => this.handle(event));
-        this.stored = Infinity;
       } else {
         held.filter((event) => event.type === "RUN_FINISHED").forEach((event) => this.tookSeq(event));
       }
@@ -296,6 +308,12 @@ class DialChat extends HTMLElement {
       if (signal.aborted) throw error;
       throw new Unreachable(error.message);
     }
+  }
+
+  // The conversation and run a request names (an edit's body is text: see resolveEdited).
+  idsOf(body) {
+    const named = typeof body === "string" ? JSON.parse(body) : body;
+    return { threadId: named.threadId, runId: named.runId };
   }
 
   // Stop: the client closes the run's request (AG-UI's abort); the page then reads what the log holds.
@@ -380,7 +398,9 @@ class DialChat extends HTMLElement {
         break;
       case "RUN_FINISHED":
         this.tookSeq(event);
+        this.turnRunning = Boolean(event.metadata && event.metadata.running);
         this.finished(event.outcome);
+        this.showWorking();
         break;
       case "RUN_ERROR":
         this.showStatus(this.errorWords(event), true);
@@ -409,7 +429,6 @@ class DialChat extends HTMLElement {
   }
 
   snapshot(messages) {
-    this.turnRunning = false;
     this.log.replaceChildren(this.empty);
     this.empty.hidden = false;
     this.cards.clear();
@@ -418,7 +437,7 @@ class DialChat extends HTMLElement {
     for (const message of messages) {
       const meta = message.metadata || {};
       if (message.role === "user") {
-        if (this.shows(meta.words)) this.showWords(typeof message.content === "string" ? message.content : "");
+        this.showWords(typeof message.content === "string" ? message.content : "");
       } else if (message.role === "assistant") {
         if (meta.question) this.showQuestion(meta.question);
         else if (message.content) this.showAgentText(message.content);
@@ -430,14 +449,6 @@ class DialChat extends HTMLElement {
       }
     }
     this.showWorking();
-  }
-
-  // Whether an item the snapshot holds is in the stored log (past it: what the server would record if the turn
-  // running now had died, shown only once the log says so).
-  shows(view) {
-    const stored = !view || view.seq === null || view.seq === undefined || view.seq <= this.stored;
-    if (!stored) this.turnRunning = true;
-    return stored;
   }
 
   finished(outcome) {
@@ -556,7 +567,7 @@ class DialChat extends HTMLElement {
   // JSON text, the domain's refusal of an edit, and once it ended its outcome in words. Never the agent's own
   // wording (the preview is the domain's account of what would run).
   showCard(view) {
-    const ended = Boolean(view.outcome) && this.shows({ seq: view.ended_seq });
+    const ended = Boolean(view.outcome);
     let card = this.cards.get(view.id);
     if (!card) card = this.newCard(view);
     card.view = view;
@@ -700,7 +711,7 @@ class DialChat extends HTMLElement {
   // A notice (no reply, the turn limit, a deadline, ...), an aside or a proposal that never became a card: a
   // muted line in the conversation.
   showActivity(type, view) {
-    if (!view || !this.shows(view)) return;
+    if (!view) return;
     let node;
     if (type === "dial.refused") {
       node = el("p", "dial-refused");
@@ -745,9 +756,9 @@ class DialChat extends HTMLElement {
     this.showWorking();
   }
 
-  // The working state: from Send until text streams in, and whenever the agent is busy between messages.
-  // After a reload mid-turn (the snapshot holds what the server would record were the turn dead), until the
-  // change stream says the turn ended.
+  // The working state: from Send until text streams in, and whenever the agent is busy between messages; and
+  // while a snapshot says a turn runs that this page does not drive (after a reload mid-turn, in a second tab),
+  // until the change stream brings its end.
   showWorking() {
     this.working.hidden = !((this.ownRun && this.texts.size === 0) || (this.turnRunning && !this.running));
   }
