@@ -20,9 +20,6 @@ import pytest
 import uvicorn
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Mount, Route
 
 from dial_runtime import LogEntry, ScriptedAgent, open_store
 from dial_runtime.web import create_app, scripted_agents
@@ -104,18 +101,18 @@ def agents(conversation_id: str, log: Sequence[LogEntry]) -> Any:
     return scripted if wait is None else SlowAgent(scripted, wait)
 
 
+class DescribedNotes(WebNotes):
+    """The notes domain, each action described (as the agent's system prompt and the panel's empty state read)."""
+
+    def describe(self, action: str) -> str:
+        return f"the `{action}` action"
+
+
 def domain_app(store: str) -> Starlette:
-    """The web surface, and beside it the list of the domain's actions the panel's empty state reads."""
-
-    async def actions(request: Request) -> JSONResponse:
-        listed = [
-            {"name": name, "description": f"the `{name}` action", "destructive": spec.destructive}
-            for name, spec in WebNotes.actions.items()
-        ]
-        return JSONResponse({"actions": listed})
-
-    chat = create_app(store=store, domain=WebNotes(), agent=agents, timeout=REPLY_WITHIN, max_turns=MAX_TURNS)
-    return Starlette(routes=[Route("/actions", actions), Mount("", app=chat)])
+    """The web surface on the described notes domain."""
+    return create_app(
+        store=store, domain=DescribedNotes(), agent=agents, timeout=REPLY_WITHIN, max_turns=MAX_TURNS
+    )
 
 
 @contextlib.contextmanager

@@ -327,6 +327,27 @@ async def test_requests_refused_before_any_run(
     assert set(response.json()) == {"error"}
 
 
+async def test_actions_lists_the_domain_s_actions_to_whoever_the_other_routes_serve(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.get("/actions")
+    assert response.status_code == 200
+    assert response.json() == {
+        "actions": [
+            {"name": "add-note"},
+            {"name": "remove-note", "destructive": True},
+            {"name": "list-notes"},
+            {"name": "share-note"},
+        ]
+    }
+    refused = [
+        await client.get("/actions", headers={"x-user": "nobody"}),
+        await client.get("/actions", headers={"origin": "https://evil.example"}),
+        await client.get("/actions", headers={"host": "rebound.example"}),
+    ]
+    assert [each.status_code for each in refused] == [401, 403, 400]
+
+
 async def test_an_allowed_origin_may_post(client: httpx.AsyncClient) -> None:
     name = thread(ADD)
     response = await client.post(

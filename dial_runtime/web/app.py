@@ -69,6 +69,7 @@ from .. import (
     TurnResult,
     open_store,
 )
+from ..agents.prompt import vocabulary
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import Card, Notice, Projection, Question, project
 from .mapping import EventMapper, interrupt_for, interrupt_id, messages_of
@@ -198,7 +199,8 @@ def create_app(
     heartbeat: float = 15.0,
     abort_grace: float = 1.5,
 ) -> Starlette:
-    """The ASGI application: ``POST /agui`` (AG-UI runs), ``POST /agui/detach``, ``GET /conversations``, ``GET
+    """The ASGI application: ``POST /agui`` (AG-UI runs), ``POST /agui/detach``, ``GET /actions`` (the domain's
+    actions, which the panel's empty state names), ``GET /conversations``, ``GET
     /conversations/{id}/changes`` (a server-sent event each time a conversation's log grows, in any worker; a
     comment every ``heartbeat`` seconds while it does not), and the panel at ``/``.
 
@@ -253,6 +255,7 @@ def create_app(
     routes: list[Route | Mount] = [
         Route("/agui", surface.agui, methods=["POST"]),
         Route("/agui/detach", surface.detach, methods=["POST"]),
+        Route("/actions", surface.actions, methods=["GET"]),
         Route("/conversations", surface.conversations, methods=["GET"]),
         Route("/conversations/{thread}/changes", surface.changes, methods=["GET"]),
     ]
@@ -436,6 +439,22 @@ class _WebSurface:
     def _may_decide(self, principal: str, subject: Suggestion | Ask) -> bool:
         can_decide = self.settings.can_decide
         return can_decide is None or bool(can_decide(principal, subject))
+
+    async def actions(self, request: Request) -> Response:
+        """``GET /actions``: ``{"actions": [{"name", "description"?, "destructive"?}]}``, the domain's actions in
+        its order, described as the agent's system prompt describes them (the domain's ``vocabulary``,
+        ``describe(action)`` or the spec's ``description``); ``destructive`` only when true."""
+        if await self._principal(request) is None:
+            return _error(401, "not signed in")
+        listed: list[dict[str, Any]] = []
+        for entry in vocabulary(self.settings.domain):
+            described: dict[str, Any] = {"name": entry.name}
+            if entry.description:
+                described["description"] = entry.description
+            if entry.spec.destructive:
+                described["destructive"] = True
+            listed.append(described)
+        return JSONResponse({"actions": listed})
 
     async def conversations(self, request: Request) -> Response:
         """``GET /conversations``: the ids of the conversations the caller may see."""
