@@ -14,6 +14,9 @@ const BUSY_DELAY_MS = 250;
 const UNREACHABLE_GIVE_UP_MS = 60_000;
 const UNREACHABLE_MAX_DELAY_MS = 4_000;
 const CONTINUE_WORDS = "Please continue.";
+// While a snapshot says a turn runs that another run drives, the conversation is read again this often: a turn
+// ends with a change to the log, unless its worker dies first, which changes nothing.
+const RUNNING_RECHECK_MS = 5_000;
 
 const markdown = markdownit({ html: false, linkify: false, breaks: true, typographer: false });
 markdown.disable(["image"]); // an agent's text never makes the page load anything
@@ -104,6 +107,7 @@ class DialChat extends HTMLElement {
   disconnectedCallback() {
     if (this.changes) this.changes.close();
     window.removeEventListener("pagehide", this.leaving);
+    clearTimeout(this.recheck);
   }
 
   // A page that goes away (a reload, a closed tab) while its run goes on tells the server the run should go on
@@ -211,6 +215,7 @@ class DialChat extends HTMLElement {
     const held = [];
     const began = Date.now();
     let unreachable = 0;
+    let lost = false; // the connection broke after the server received the request
     for (let attempt = 0; ; attempt++) {
       let retry = false;
       const controller = new AbortController();
@@ -219,8 +224,9 @@ class DialChat extends HTMLElement {
       this.setRunning(true, !snapshot);
       try {
         const response = await this.send(body, controller.signal);
-        if (unreachable) this.showStatus(what ? `Reconnected: ${what} was sent.` : "Reconnected.");
+        if (unreachable || lost) this.showStatus(what ? `Reconnected: ${what} was sent.` : "Reconnected.");
         unreachable = 0;
+        lost = false;
         if (!response.ok) {
           let message = response.statusText;
           try {
@@ -259,6 +265,7 @@ class DialChat extends HTMLElement {
           // Received, then the connection broke: the run goes on in the server; its log is read again.
           this.closeTexts();
           this.showStatus("The connection was lost while the agent worked; reconnecting…", true);
+          lost = true;
           body = this.runInput();
           snapshot = true;
           what = "";
@@ -286,6 +293,7 @@ class DialChat extends HTMLElement {
       } else {
         held.filter((event) => event.type === "RUN_FINISHED").forEach((event) => this.tookSeq(event));
       }
+      this.recheckLater();
       this.caughtUp();
       return;
     }
@@ -323,6 +331,12 @@ class DialChat extends HTMLElement {
 
   tookSeq(finished) {
     if (finished.metadata && Number.isInteger(finished.metadata.seq)) this.seq = finished.metadata.seq;
+  }
+
+  recheckLater() {
+    clearTimeout(this.recheck);
+    if (!this.turnRunning) return;
+    this.recheck = setTimeout(() => this.turnRunning && !this.running && this.sync(), RUNNING_RECHECK_MS);
   }
 
   // After a run: a snapshot if the log grew past what the run showed while it ran.
@@ -589,11 +603,15 @@ class DialChat extends HTMLElement {
     root.dataset.status = ended ? view.status : view.status === "pending" || view.status === "deferred-waiting" ? "pending" : "running";
     if (ended) {
       root.dataset.outcome = view.status;
+      const code = view.reported && view.reported.code;
+      if (code) root.dataset.code = code; // why it ended, for the page's own styles and tests (interrupted, ...)
+      else delete root.dataset.code;
       card.result.hidden = false;
       card.result.replaceChildren(withCode(view.outcome));
       this.clearActions(card);
     } else {
       delete root.dataset.outcome;
+      delete root.dataset.code;
       card.result.hidden = root.dataset.status !== "running";
       card.result.textContent = root.dataset.status === "running" ? "Running…" : "";
     }
