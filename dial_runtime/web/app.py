@@ -1013,19 +1013,23 @@ class _EventStream:
         thread, run_id = self._input.thread_id, self._input.run_id
         client_gone = False
 
+        def emit(event: BaseEvent) -> None:
+            with contextlib.suppress(anyio.BrokenResourceError):  # the server cancelled the request: none reads
+                sender.send_nowait(event)
+
         async def produce() -> None:
             with sender:
                 with stop.scope:
                     try:
-                        await self._drive(sender.send_nowait, stop)
+                        await self._drive(emit, stop)
                     except _Refused as refusal:
-                        sender.send_nowait(RunErrorEvent(message=str(refusal), code=refusal.code))
+                        emit(RunErrorEvent(message=str(refusal), code=refusal.code))
                     except Exception as error:
                         logger.error("run of %s failed: %s", thread, type(error).__name__)
-                        sender.send_nowait(RunErrorEvent(message=_failure(error), code="run-failed"))
+                        emit(RunErrorEvent(message=_failure(error), code="run-failed"))
                 if stop.scope.cancelled_caught:
                     cancelled = RunFinishedCancelledOutcome()
-                    sender.send_nowait(RunFinishedEvent(thread_id=thread, run_id=run_id, outcome=cancelled))
+                    emit(RunFinishedEvent(thread_id=thread, run_id=run_id, outcome=cancelled))
 
         async def aborted() -> None:
             nonlocal client_gone
