@@ -15,6 +15,7 @@ ends quietly (no traceback).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import json
@@ -185,7 +186,8 @@ class _EndedQuietlyAtShutdown:
     """The application, with a request that uvicorn cancels as it stops (after :data:`SHUTDOWN_GRACE`, or at a
     second Ctrl-C) ended as a stopping server ends it: a response under way is closed properly (a page's
     ``EventSource`` then reconnects to whichever server answers), one not begun is a 503, and uvicorn logs no
-    traceback, for it is not the application failing. Only the server cancels a request: the application's own
+    traceback, for it is not the application failing, neither the cancellation nor what the application raises
+    while it unwinds from it (a stream closed under it). Only the server cancels a request: the application's own
     cancellations end inside their cancel scopes."""
 
     def __init__(self, app: Starlette) -> None:
@@ -207,11 +209,27 @@ class _EndedQuietlyAtShutdown:
         try:
             await self.app(scope, receive, sending)
         except anyio.get_cancelled_exc_class():
-            if not state["started"]:
-                await send({"type": "http.response.start", "status": 503, "headers": _STOPPING_HEADERS})
-                await send({"type": "http.response.body", "body": b'{"error": "the server is stopping"}'})
-            elif not state["complete"]:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await _end(state, send)
+        except Exception:
+            if not _cancelled_by_the_server():
+                raise
+            await _end(state, send)
+
+
+def _cancelled_by_the_server() -> bool:
+    """Whether the request's task has been cancelled (Python 3.11 and later count it; 3.10 says no)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return callable(cancelling) and cancelling() > 0
+
+
+async def _end(state: Mapping[str, bool], send: Send) -> None:
+    """End a response the server stopped: a 503 when it had not begun, else its last (empty) chunk."""
+    if not state["started"]:
+        await send({"type": "http.response.start", "status": 503, "headers": _STOPPING_HEADERS})
+        await send({"type": "http.response.body", "body": b'{"error": "the server is stopping"}'})
+    elif not state["complete"]:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 _STOPPING_HEADERS = [(b"content-type", b"application/json"), (b"connection", b"close")]
