@@ -537,7 +537,13 @@ class _Replayer:
         ident = effect.suggestion_id
         shown = self.recording.about(ident, "suggestion")
         if isinstance(shown, SuggestionEvent):
-            return ActionSpec(mutates=shown.mutates, destructive=shown.destructive, handoff=shown.handoff)
+            # Marked as done before only where the recording marked it: an action that is not repeatable is.
+            return ActionSpec(
+                mutates=shown.mutates,
+                destructive=shown.destructive,
+                handoff=shown.handoff,
+                repeatable=shown.done_before is None,
+            )
         ended = self.recording.about(ident, "outcome")
         if isinstance(ended, OutcomeEvent) and ended.code == "unknown-action":
             return None

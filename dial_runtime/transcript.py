@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,15 @@ _MARKS = {
     "superseded": "– superseded",
     "handed-off": "→ handed off",
 }
+
+
+def done_before_words(card: Card) -> str | None:
+    """How a card that repeats a suggestion done already is marked (``already done at 10:02 as sg-1``, local
+    time), or ``None`` when it repeats none."""
+    if card.done_before is None:
+        return None
+    at = "" if card.done_at is None else f" at {time.strftime('%H:%M', time.localtime(card.done_at))}"
+    return f"already done{at} as {card.done_before}"
 
 
 def _json(value: Any) -> str:
@@ -132,6 +142,9 @@ class Transcript:
             marks = ["hand-off"] if card.handoff else [] if card.mutates else ["read-only, runs at once"]
             if card.destructive:
                 marks.insert(0, "DESTRUCTIVE")
+            repeated = done_before_words(card)
+            if repeated is not None:
+                marks.append(repeated)
             suffix = f"  [{', '.join(marks)}]" if marks else ""
             self.write(f"agent proposes {card.id}: {card.preview}{suffix}")
             if card.text:

@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from dial_runtime.cli import main
-from dial_runtime.runtime.events import InformDeltaEvent, InformEvent
+from dial_runtime.runtime.events import InformDeltaEvent, InformEvent, event_from_dict
 from dial_runtime.surfaces.terminal import TerminalSurface
 
 from .openai_server import OpenAIServer, Reply, Request
@@ -533,3 +533,16 @@ def test_a_refused_proposal_is_a_note_never_a_card(tmp_path: Path, terminal: Sta
     assert term.finish() == 0
     screen = term.screen
     assert "sg-1 ·" not in screen and "sg-2 ·" not in screen and "✗ invalid" not in screen
+
+
+def test_a_card_that_repeats_one_done_already_is_marked() -> None:
+    output = io.StringIO()
+    surface = TerminalSurface(Console(file=output, width=100, color_system=None))
+    shown = {"type": "suggestion", "action": "add-note", "text": "", "payload": {"text": "buy milk"}}
+    shown |= {"preview": "Add the note 'buy milk'", "destructive": False, "mutates": True}
+    surface.on_event(event_from_dict({**shown, "id": "sg-1"}))
+    surface.on_event(event_from_dict({"type": "outcome", "id": "sg-1", "action": "add-note", "status": "done"}))
+    surface.on_event(event_from_dict({**shown, "id": "sg-2", "done_before": "sg-1"}))
+    cards = output.getvalue().split("sg-2 · add-note")
+    assert len(cards) == 2 and "already done" not in cards[0] and "already done as sg-1" in cards[1]
+    assert "agent proposes sg-2: Add the note 'buy milk'  [already done as sg-1]" in surface.lines

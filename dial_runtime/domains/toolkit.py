@@ -172,6 +172,7 @@ class Domain:
         read_only: bool = False,
         destructive: bool = False,
         handoff: bool = False,
+        repeatable: bool = False,
         check: Callable[..., object] | None = None,
         schema: Mapping[str, Any] | None = None,
         example: Any = None,
@@ -189,6 +190,7 @@ class Domain:
         read_only: bool = False,
         destructive: bool = False,
         handoff: bool = False,
+        repeatable: bool = False,
         check: Callable[..., object] | None = None,
         schema: Mapping[str, Any] | None = None,
         example: Any = None,
@@ -202,7 +204,8 @@ class Domain:
           a callable taking the function's arguments, or by default the action's name in words and its
           arguments (``Add note: text="buy milk"``).
         - ``read_only``: runs without asking the person; ``destructive``: marked for the person; ``handoff``:
-          taken over by the surface (see the suggestion lifecycle).
+          taken over by the surface (see the suggestion lifecycle); ``repeatable``: a proposal that repeats one
+          done already (the same payload) is not marked as done before.
         - ``check``: a domain rule beyond types, called with the function's arguments once they are valid;
           it returns ``None`` or an :class:`~dial_runtime.Issue` (``Issue(code="not-found", ...)``).
         - ``schema``: a JSON Schema for the payload instead of the function's annotations; the function's one
@@ -224,7 +227,9 @@ class Domain:
                 declared,
                 name=name,
                 preview=preview,
-                spec=ActionSpec(mutates=not read_only, destructive=destructive, handoff=handoff),
+                spec=ActionSpec(
+                    mutates=not read_only, destructive=destructive, handoff=handoff, repeatable=repeatable
+                ),
                 check=check,
                 schema=schema,
                 example=example,

@@ -122,7 +122,7 @@ from .records import (
     as_decision,
     payload_digest,
 )
-from .state import ConversationState, OpenSuggestion, fold_log
+from .state import ConversationState, OpenSuggestion, fold_log, proposal_key
 
 #: The loop states in which a call goes on turning (neither ended nor parked for the person), and those that start
 #: a turn: read from the table once.
@@ -144,6 +144,18 @@ UNKNOWN_EFFECT = "The turn stopped while the action ran; its effect is unknown."
 
 #: Why a call that a dead process left open stopped.
 PROCESS_STOPPED = "the process stopped"
+
+#: The code of a dismissal of a suggestion the conversation had done already.
+ALREADY_DONE = "already-done"
+
+
+def already_done(suggestion_id: str) -> str:
+    """The hint of a dismissal of a suggestion the conversation had done already (its ``done_before``)."""
+    return (
+        f"The person dismissed it because it was already done ({suggestion_id}, the same action and payload); "
+        "do not propose it again unless they ask."
+    )
+
 
 #: Why what waited for the person ended when they said something new instead.
 OVERTAKEN = "the person said something else"
@@ -898,6 +910,9 @@ class ConversationCore:
         if self.state.instead is not None:  # the person said something else in this reply: never shown
             self._finish(opened, "superseded", preview=preview)
             return after
+        done_before = None
+        if self.state.done_proposals and spec.mutates and not spec.handoff and not spec.repeatable:
+            done_before = self.state.done_proposals.get(proposal_key(opened.action, opened.payload))
         self.record(
             SuggestionEvent(
                 id=opened.id,
@@ -908,6 +923,7 @@ class ConversationCore:
                 destructive=spec.destructive,
                 mutates=spec.mutates,
                 handoff=spec.handoff,
+                done_before=done_before,
             )
         )
         if opened.deciding:
@@ -968,7 +984,11 @@ class ConversationCore:
         """Apply one decision of the person's: end the suggestion, refuse its payload, or run it."""
         if isinstance(decision, Dismiss):
             self.record(DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by))
-            self._finish(opened, "dismissed")
+            done_before = opened.done_before
+            if done_before is None:
+                self._finish(opened, "dismissed")
+            else:
+                self._finish(opened, "dismissed", code=ALREADY_DONE, hint=already_done(done_before))
             return
         if isinstance(decision, Say):
             self.record(DecidedEvent(suggestion_id=opened.id, decision="say", text=decision.text, by=by))

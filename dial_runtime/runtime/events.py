@@ -149,8 +149,13 @@ class AskEvent(_Logged, frozen=True, kw_only=True, tag="ask"):
         msgspec.structs.force_setattr(self, "options", _options(self.options))
 
 
-class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion"):
-    """A valid suggestion, shown to the person (or run at once when read-only or a hand-off)."""
+class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit_defaults=True):
+    """A valid suggestion, shown to the person (or run at once when read-only or a hand-off).
+
+    ``done_before`` names the suggestion of this conversation that last ran the same action with the same payload
+    and ended ``done``, when the person decides on this one and its action is not ``repeatable``: the person
+    sees that it was done already, and the agent is told so if they dismiss it.
+    """
 
     type: ClassVar[str] = "suggestion"
     id: str
@@ -160,7 +165,9 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion"):
     preview: str
     destructive: bool
     mutates: bool
-    handoff: bool = False
+    # Made by a factory so that it is always written, as it was before the event omitted its defaults.
+    handoff: bool = msgspec.field(default_factory=bool)
+    done_before: str | None = None
 
 
 class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outcome"):

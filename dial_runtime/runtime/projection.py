@@ -158,6 +158,8 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     ``issue``) or, once it ran, the one that ran. ``decision``, ``decided_by`` and ``decided_at`` are the last
     decision on it; ``refusals`` every edit refused. Once it ended, ``outcome`` says how in words, ``result`` is
     the result as JSON text, ``reported`` the outcome the agent was told, and ``ended_seq``/``ended_at`` when.
+    ``done_before`` names the suggestion that already did the same (action and payload) in this conversation, and
+    ``done_at`` is when it was done (``None`` when the log fed does not hold it): a surface marks the card.
     """
 
     id: str
@@ -180,6 +182,8 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     reported: Outcome | None = None
     ended_seq: int | None = None
     ended_at: float | None = None
+    done_before: str | None = None
+    done_at: float | None = None
 
     @property
     def waiting(self) -> bool:
@@ -572,6 +576,9 @@ class Projection:
             marks += " [hand-off: runs without asking]"
         elif not event.mutates:
             marks += " [read-only: runs without asking]"
+        done = None if event.done_before is None else self.card(event.done_before)
+        if event.done_before is not None:
+            marks += f" [already done as {event.done_before}]"
         self._moment("shown", f"{event.id} {_json_text(event.preview)}{marks}")
         self.shown.add(event.id)
         self._open.add(event.id)
@@ -587,6 +594,8 @@ class Projection:
                 proposed=event.payload,
                 payload=event.payload,
                 status="pending" if event.mutates and not event.handoff else "running",
+                done_before=event.done_before,
+                done_at=None if done is None else done.ended_at,
                 seq=self._seq,
                 time=self._time,
             )

@@ -28,11 +28,14 @@ class Issue(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ActionSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """What the domain says of one action: does it change anything, is it destructive, is it a hand-off."""
+    """What the domain says of one action: does it change anything, is it destructive, is it a hand-off, and
+    may it be done again with the same payload (``repeatable``: a proposal that repeats one done already is not
+    marked as done before)."""
 
     mutates: bool
     destructive: bool = False
     handoff: bool = False
+    repeatable: bool = False
 
 
 def payload_digest(action: str, payload: Any) -> str:
@@ -144,7 +147,8 @@ def as_issue(value: object) -> Issue | None:
 
 
 def as_action_spec(value: object) -> ActionSpec:
-    """An :class:`ActionSpec` from a record or the dict form ``{"mutates": ..., "destructive": ...}``."""
+    """An :class:`ActionSpec` from a record or the dict form ``{"mutates": ..., "destructive": ...}``
+    (``handoff`` and ``repeatable`` too)."""
     if isinstance(value, ActionSpec):
         return value
     if isinstance(value, (dict, Mapping)) and "mutates" in value:
@@ -152,5 +156,6 @@ def as_action_spec(value: object) -> ActionSpec:
             mutates=bool(value["mutates"]),
             destructive=bool(value.get("destructive", False)),
             handoff=bool(value.get("handoff", False)),
+            repeatable=bool(value.get("repeatable", False)),
         )
     raise TypeError(f"Conversation: an action must be an ActionSpec or {{'mutates': ...}} — got {value!r}")

@@ -83,6 +83,12 @@ OUTCOME_KEY_PREFIX = "outcome:"
 _NUMBERED = re.compile(r"(?:sg|ask)-([1-9][0-9]*)")
 
 
+def proposal_key(action: str, payload: Any) -> bytes:
+    """What makes two proposals the same: the action and the (JSON-ready) payload, keys sorted (msgspec's
+    encoding, a twentieth of the time ``payload_digest`` takes: the fold keys every action done by it)."""
+    return msgspec.json.encode([action, payload], order="sorted")
+
+
 class _Refusal(Exception):
     """An event the state cannot take where it stands; :func:`fold_log` reports it as a LogError."""
 
@@ -99,6 +105,7 @@ class OpenSuggestion(msgspec.Struct):
     destructive: bool = False
     mutates: bool = False
     handoff: bool = False
+    done_before: str | None = None  # the suggestion that did the same already (``SuggestionEvent.done_before``)
     state: str = SUGGESTION.initial
     issue: Issue | None = None
     edited: bool = False
@@ -146,6 +153,8 @@ class ConversationState:
     owed_words: tuple[str, ...] = ()
     owed_corrections: tuple[str, ...] = ()
     ended_suggestions: dict[str, str] = attrs.Factory(dict)  # every suggestion with an outcome: its status
+    # The last suggestion the person decided on that ran done, by its action and payload (proposal_key).
+    done_proposals: dict[bytes, str] = attrs.Factory(dict)
     suggestions_numbered: int = 0
     asks_numbered: int = 0
     replies: int = 0
@@ -356,6 +365,8 @@ class ConversationState:
             raise _Refusal(f"suggestion {event.id!r} cannot end {event.status!r} from {before!r}")
         del self.open_suggestions[event.id]
         self.ended_suggestions[event.id] = event.status
+        if event.status == "done" and opened.mutates and not opened.handoff:
+            self.done_proposals[proposal_key(opened.action, opened.payload)] = event.id
         if not self.open_suggestions:  # a dict keeps its size once emptied; a fresh one is a third of it
             self.open_suggestions = {}
         self.owed_outcomes.append(event.outcome)
@@ -463,11 +474,26 @@ class ConversationState:
         )
         if target in SUGGESTION.finals:
             raise _Refusal(f"suggestion {event.id!r} is shown, but its review ends it {target!r}")
+        if event.done_before is not None:
+            self._check_done_before(event)
         opened.state = target
         opened.preview = event.preview
         opened.destructive = event.destructive
         opened.mutates = event.mutates
         opened.handoff = event.handoff
+        opened.done_before = event.done_before
+
+    def _check_done_before(self, event: SuggestionEvent) -> None:
+        """Refuse a suggestion marked as done before unless the person decides on it and the suggestion it names
+        is the last one done with the same action and payload."""
+        if not event.mutates or event.handoff:
+            raise _Refusal(f"suggestion {event.id!r} runs without asking: it is never marked as done before")
+        done = self.done_proposals.get(proposal_key(event.action, event.payload))
+        if done != event.done_before:
+            raise _Refusal(
+                f"suggestion {event.id!r} is marked as done before by {event.done_before!r}, which is not the last"
+                " suggestion done with its action and payload"
+            )
 
     def _decided(self, event: DecidedEvent) -> None:
         opened = self._open(event.suggestion_id)

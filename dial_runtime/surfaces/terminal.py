@@ -40,7 +40,7 @@ from ..errors import AlreadyDecided, ConversationBusy, DialError
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import AgentText, Card, Item, Notice, Question, RefusedProposal, Told, project
 from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, TurnResult
-from ..transcript import Transcript
+from ..transcript import Transcript, done_before_words
 
 #: The choices a person has on a suggestion, as typed at the prompt.
 CHOICES = "a accept · d dismiss · e edit · s say something else · l later"
@@ -198,7 +198,16 @@ class TerminalSurface:
                 note = "hand-off: runs at once" if item.handoff else "read-only: runs at once"
             else:
                 note = "waits for your decision"
-            card = self._card(item.id, item.action, item.preview, item.text, item.payload, item.destructive, note)
+            card = self._card(
+                item.id,
+                item.action,
+                item.preview,
+                item.text,
+                item.payload,
+                item.destructive,
+                note,
+                repeated=done_before_words(item),
+            )
             self.console.print(card)
             return
         self._show(_style(item), self.transcript.render, item)
@@ -254,12 +263,16 @@ class TerminalSurface:
         destructive: bool,
         note: str,
         refused: str | None = None,
+        repeated: str | None = None,
     ) -> Panel:
-        """A suggestion as a card: the preview, the agent's wording, the payload; destructive ones in red."""
+        """A suggestion as a card: the preview, the agent's wording, the payload; destructive ones in red, one
+        that repeats a suggestion done already (``repeated``) marked in yellow."""
         title = Text(f" {ident} · {action} ")
         if destructive:
             title.append("· DESTRUCTIVE ", style="bold red")
         body: list[RenderableType] = [Text(preview, style="bold")]
+        if repeated:
+            body.append(Text(repeated, style="bold yellow"))
         if text:
             body.append(Text(f"in the agent's words: {text}", style="italic"))
         if refused:
@@ -558,6 +571,7 @@ class TerminalSurface:
             chosen: Decision | Defer | str
             if isinstance(item, Suggestion):
                 if item.issue is None:
+                    shown = project(conversation.log).card(item.id)
                     self.console.print(
                         self._card(
                             item.id,
@@ -567,6 +581,7 @@ class TerminalSurface:
                             item.payload,
                             item.destructive,
                             "waited for your decision",
+                            repeated=None if shown is None else done_before_words(shown),
                         )
                     )
                 chosen = await self.decide(item)
