@@ -461,6 +461,21 @@ def test_agent_text_is_markdown_rendered_safely(context: BrowserContext, base_ur
     assert page.evaluate("window.__xss") is None
 
 
+def test_an_acknowledgement_the_log_contradicts_is_the_agents_claim_live_and_after_a_reload(
+    context: BrowserContext, base_url: str
+) -> None:
+    invented = '<dial><dial-acknowledge of="sg-9" yield="sg-9:done">Done: I paid the bill.</dial-acknowledge></dial>'
+    thread = new_thread(invented, "<dial><dial-acknowledge>Sorry.</dial-acknowledge></dial>")
+    page = open_page(context, base_url, thread)
+    say(page, "pay it")
+    for shown in (page, open_page(context, base_url, thread)):
+        claim = shown.locator(".dial-assistant.dial-unconfirmed")
+        expect(claim).to_have_text("Done: I paid the bill.")
+        expect(shown.locator(".dial-unconfirmed-note")).to_have_count(1)
+        expect(shown.locator(".dial-unconfirmed-note")).to_contain_text("Not confirmed by the runtime")
+        expect(shown.locator(".dial-card")).to_have_count(0)
+
+
 def test_an_empty_conversation_says_what_the_domain_can_do(context: BrowserContext, base_url: str) -> None:
     page = open_page(context, base_url, new_thread())
     empty = page.locator(".dial-empty")

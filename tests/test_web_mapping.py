@@ -23,7 +23,7 @@ from dial_runtime import (
 from dial_runtime.runtime.events import InformDeltaEvent
 from dial_runtime.web import EventMapper, interrupt_for, messages_from_log, payload_digest
 
-from .fakes import Agent, Notes, envelope, suggest
+from .fakes import Agent, Notes, StreamingAgent, envelope, suggest
 
 SUGGESTION = {
     "type": "suggestion",
@@ -418,3 +418,40 @@ def reload_view_all(log: Sequence[LogEntry]) -> tuple[dict[str, Any], list[dict[
         if (m.get("metadata") or {}).get("card")
     }
     return cards, messages
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+async def test_an_unconfirmed_acknowledgement_is_marked_live_and_after_a_reload(streamed: bool) -> None:
+    """An acknowledgement of a suggestion that never existed reaches the client as the agent's claim, marked, on
+    both paths: the text message's ``metadata.unconfirmed``, or ``CUSTOM dial.unconfirmed`` when its text streamed
+    before the runtime could check it."""
+    invented = '<dial-acknowledge of="sg-9" yield="sg-9:done">Done: I paid the bill.</dial-acknowledge>'
+    replies = [envelope(invented), envelope("<dial-acknowledge>Sorry.</dial-acknowledge>")]
+    mapper = EventMapper()
+    live: list[Any] = []
+    held: list[Conversation] = []
+
+    def on_event(shown: Any) -> None:
+        """As the web surface maps what it is shown: the log up to it, or the text still arriving."""
+        if isinstance(shown, InformDeltaEvent):
+            live.extend(mapper.map(shown))
+        else:
+            live.extend(mapper.catch_up(held[0].log, through=shown))
+
+    agent = StreamingAgent(replies, size=5) if streamed else Agent(replies)
+    held.append(Conversation(agent=agent, domain=Notes(), human=Later(), on_event=on_event))
+    await held[0].say("pay it")
+    marks = []
+    for event in live:
+        data = event.model_dump(by_alias=True)
+        if data["type"] == "TEXT_MESSAGE_START" and (data.get("metadata") or {}).get("unconfirmed"):
+            marks.append(data["metadata"]["unconfirmed"])
+        if data["type"] == "CUSTOM" and data["name"] == "dial.unconfirmed":
+            marks.append(data["value"]["unconfirmed"])
+    snapshot = [message.model_dump(by_alias=True) for message in messages_from_log(held[0].log)]
+    reloaded = [m["metadata"]["unconfirmed"] for m in snapshot if (m.get("metadata") or {}).get("unconfirmed")]
+    assert len(marks) == 1 and marks == reloaded
+    assert "sg-9" in marks[0]
+    (text,) = [m["content"] for m in snapshot if (m.get("metadata") or {}).get("unconfirmed")]
+    assert text == "Done: I paid the bill."

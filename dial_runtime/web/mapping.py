@@ -273,8 +273,9 @@ class EventMapper:
             streamed = "".join(self._streamed)
             rest = text.text[len(streamed) :] if text.text.startswith(streamed) else ""
             content = [TextMessageContentEvent(message_id=self._open[0], delta=rest)] if rest else []
-            return [*content, *self.close()]
-        return self._text(text.text, element)
+            marked = [] if text.unconfirmed is None else [_unconfirmed(self._open[0], text.unconfirmed)]
+            return [*content, *marked, *self.close()]
+        return self._text(text.text, element, _text_metadata(text))
 
     def _text(self, text: str, element: int | None, metadata: dict[str, Any] | None = None) -> list[BaseEvent]:
         events = self.close()
@@ -337,6 +338,17 @@ def _as_shown(item: Card | Question) -> Card | Question:
 def _said_id(words: PersonWords) -> str | None:
     """The id of a message of the person's: ``said-<seq>``, which a client sending it back does not say again."""
     return None if words.seq is None else f"said-{words.seq}"
+
+
+def _text_metadata(text: AgentText) -> dict[str, Any] | None:
+    """An agent's text's ``metadata``: ``unconfirmed`` (why) when it is an acknowledgement the log contradicts,
+    which a client shows as the agent's own claim."""
+    return None if text.unconfirmed is None else {"unconfirmed": text.unconfirmed}
+
+
+def _unconfirmed(message_id: str, why: str) -> CustomEvent:
+    """``CUSTOM dial.unconfirmed``: the text message streaming is an acknowledgement the log contradicts."""
+    return CustomEvent(name="dial.unconfirmed", value={"messageId": message_id, "unconfirmed": why})
 
 
 def _words_metadata(words: PersonWords) -> dict[str, Any]:
@@ -407,7 +419,8 @@ def messages_of(projection: Projection) -> list[Message]:
                 metadata = {"question": item_view(item)}
                 placed.append((seq, AssistantMessage(id=f"m-{seq}", content=text, metadata=metadata)))
             case AgentText(text=text) if text:
-                placed.append((seq, AssistantMessage(id=f"m-{seq}", content=text)))
+                said = AssistantMessage(id=f"m-{seq}", content=text, metadata=_text_metadata(item))
+                placed.append((seq, said))
             case Notice() | Aside() | RefusedProposal():
                 kind = _activity_type(item)
                 if kind is not None:

@@ -409,6 +409,10 @@ class DialChat extends HTMLElement {
       case "CUSTOM":
         if (event.name === "dial.card" && event.value) this.showCard(event.value.card);
         if (event.name === "dial.question" && event.value) this.showQuestion(event.value.question);
+        if (event.name === "dial.unconfirmed" && event.value) {
+          const text = this.texts.get(event.value.messageId);
+          if (text && text.bubble) this.markUnconfirmed(text.bubble, event.value.unconfirmed);
+        }
         break;
       case "RUN_FINISHED":
         this.tookSeq(event);
@@ -454,7 +458,10 @@ class DialChat extends HTMLElement {
         this.showWords(typeof message.content === "string" ? message.content : "");
       } else if (message.role === "assistant") {
         if (meta.question) this.showQuestion(meta.question);
-        else if (message.content) this.showAgentText(message.content);
+        else if (message.content) {
+          const bubble = this.showAgentText(message.content);
+          if (meta.unconfirmed) this.markUnconfirmed(bubble, meta.unconfirmed);
+        }
         if (meta.card) this.showCard(meta.card);
       } else if (message.role === "tool") {
         if (meta.card) this.showCard(meta.card);
@@ -499,7 +506,8 @@ class DialChat extends HTMLElement {
       text = { text: "", show: (value) => (bubble.textContent = value) };
     } else {
       const bubble = this.showAgentText("");
-      text = { text: "", show: (value) => this.renderMarkdown(bubble, value) };
+      if (metadata && metadata.unconfirmed) this.markUnconfirmed(bubble, metadata.unconfirmed);
+      text = { text: "", bubble, show: (value) => this.renderMarkdown(bubble, value) };
     }
     this.texts.set(messageId, text);
     this.showWorking();
@@ -518,6 +526,12 @@ class DialChat extends HTMLElement {
     const bubble = el("div", "dial-message dial-assistant");
     this.renderMarkdown(bubble, text);
     return this.place(bubble);
+  }
+
+  // An acknowledgement the log contradicts: the agent's own claim, never an outcome in the runtime's voice.
+  markUnconfirmed(bubble, why) {
+    bubble.classList.add("dial-unconfirmed");
+    bubble.before(el("p", "dial-unconfirmed-note", `Not confirmed by the runtime: ${why}`));
   }
 
   renderMarkdown(node, text) {
