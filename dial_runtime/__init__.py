@@ -25,6 +25,7 @@ from .errors import (
     StoreClosed,
     StoreConflict,
     StoreError,
+    TokenLimitReached,
 )
 from .jsonl import export_jsonl, import_jsonl
 from .language.outcomes import Outcome, outcome_reply
@@ -144,6 +145,7 @@ __all__ = [
     "StreamingAgentPort",
     "Suggest",
     "Suggestion",
+    "TokenLimitReached",
     "Told",
     "TurnResult",
     "Waiting",

@@ -14,6 +14,7 @@ Every exception the library raises on purpose, and the one a domain raises to fa
     ├── PayloadChanged       a decision on a payload other than the one waiting (the person saw an older one)
     ├── LogError             a log no run of the runtime could have written (names the entry; a ValueError)
     ├── AgentError           an agent's endpoint refused the request, or its retries were used up
+    │   └── TokenLimitReached  a streamed answer the model stopped at its token limit (a cut reply)
     ├── McpConnectionError   an MCP server could not be started, reached or initialised (dial_runtime.mcp)
     ├── ActionError          raised by a domain's ``run`` to fail an action with a code, field and hint
     └── RecordedError        an error as a log recorded it, thrown into a call by a replay
@@ -135,6 +136,14 @@ class AgentError(DialError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class TokenLimitReached(AgentError):
+    """A streamed answer the model stopped at its token limit (an OpenAI-style ``finish_reason`` of ``length``).
+
+    Raise it from an agent's ``stream`` to say so: the conversation handles the reply as cut by the token limit
+    (``reply-cut`` with cause ``token-limit``), never as whole, and asks the agent for a shorter reply.
+    """
 
 
 class ActionError(DialError):

@@ -49,7 +49,7 @@ import attrs
 import httpx
 import msgspec
 
-from ..errors import AgentError
+from ..errors import AgentError, TokenLimitReached
 from ..runtime.events import LogEntry, ReplyEvent, ReplyProgressEvent, ReplyStartedEvent, SentEvent
 from .grammar import Grammar, domain_grammar
 from .prompt import system_prompt as domain_prompt
@@ -129,13 +129,6 @@ class GenerationSettings(msgspec.Struct, frozen=True, kw_only=True):
         if "stop" in fields:
             fields["stop"] = list(fields["stop"])
         return fields
-
-
-class _TokenLimit(AgentError):
-    """A streamed answer the model stopped at its token limit (``finish_reason`` ``length``): ``cut`` says so to
-    the conversation, which handles the reply as cut, never as whole."""
-
-    cut = "token-limit"
 
 
 @attrs.frozen(kw_only=True)
@@ -589,7 +582,7 @@ class ChatAgent:
                     reason = f"{self._url}: the streamed answer ended without [DONE] or a finish_reason"
                     raise AgentError(reason, status=status)
         if finish_reason == "length":
-            raise _TokenLimit(
+            raise TokenLimitReached(
                 f"{self._url}: the answer reached the token limit (finish_reason length)", status=status
             )
 

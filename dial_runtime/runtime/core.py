@@ -21,7 +21,16 @@ from typing import Any, Literal
 
 import msgspec
 
-from ..errors import ActionError, DialError, DialSizeError, Interruption, LogError, PayloadChanged, RecordedError
+from ..errors import (
+    ActionError,
+    DialError,
+    DialSizeError,
+    Interruption,
+    LogError,
+    PayloadChanged,
+    RecordedError,
+    TokenLimitReached,
+)
 from ..language.outcomes import (
     MAX_DEPTH,
     MAX_TEXT,
@@ -164,6 +173,7 @@ OVERTAKEN = "the person said something else"
 CUT = "the reply was cut: "
 REPLY_DEADLINE = "the reply deadline passed"
 IDLE_DEADLINE = "the idle deadline passed"
+CALL_DEADLINE = "the call's deadline passed"
 BROKEN = "the stream broke off"
 TOKEN_LIMIT = "the model reached its token limit (max_tokens)"
 UNEXPECTED_ERROR = "unexpected-error"
@@ -212,6 +222,8 @@ def deadline_words(passed: DeadlinePassed) -> str:
     """How the log words a deadline that cut a streamed reply (after :data:`CUT`)."""
     if passed.deadline == "reply":
         return f"{REPLY_DEADLINE} ({passed.seconds:g} s since the message was sent)"
+    if passed.deadline == "call":
+        return f"{CALL_DEADLINE} ({passed.seconds:g} s of waiting for the agent in this call)"
     return f"{IDLE_DEADLINE} (no text for {passed.seconds:g} s)"
 
 
@@ -224,9 +236,9 @@ def several_envelopes(count: int) -> str:
 
 
 def cut_cause(failure: BaseException) -> CutCause:
-    """Why a stream that had begun failed: ``token-limit`` when the agent's error says so (its ``cut`` attribute,
-    as :class:`~dial_runtime.agents.ChatAgent` sets it for a ``finish_reason`` of ``length``), else ``broken``."""
-    return "token-limit" if getattr(failure, "cut", None) == "token-limit" else "broken"
+    """Why a stream that had begun failed: ``token-limit`` when the agent raised :class:`TokenLimitReached` (as
+    :class:`~dial_runtime.agents.ChatAgent` does for a ``finish_reason`` of ``length``), else ``broken``."""
+    return "token-limit" if isinstance(failure, TokenLimitReached) else "broken"
 
 
 def cut_words(cut: ReplyCutEvent) -> str:
@@ -235,8 +247,28 @@ def cut_words(cut: ReplyCutEvent) -> str:
         return TOKEN_LIMIT
     if cut.cause == "broken":
         return f"{BROKEN} ({cut.error})" if cut.error else BROKEN
-    deadline: Literal["reply", "idle"] = "reply" if cut.cause == "reply-deadline" else "idle"
+    deadline = _CUT_DEADLINES[cut.cause]
     return deadline_words(DeadlinePassed(deadline=deadline, seconds=cut.seconds or 0.0))
+
+
+#: The deadline that cut a reply, by the cause its ``reply-cut`` records, and the other way round.
+_CUT_DEADLINES: dict[str, Literal["reply", "idle", "call"]] = {
+    "reply-deadline": "reply",
+    "idle-deadline": "idle",
+    "call-deadline": "call",
+}
+_DEADLINE_CAUSES: dict[str, CutCause] = {
+    "reply": "reply-deadline",
+    "idle": "idle-deadline",
+    "call": "call-deadline",
+}
+
+
+def no_reply_words(answer: NoReply) -> str:
+    """How the log words a message the agent did not answer in time (``no-reply``)."""
+    if answer.call:
+        return f"The agent didn't reply before {CALL_DEADLINE} ({answer.timeout:g} s of waiting for it)"
+    return f"The agent didn't reply within {answer.timeout:g}s"
 
 
 def deliberate(error: BaseException) -> bool:
@@ -477,8 +509,7 @@ class ConversationCore:
                         raise
                     if isinstance(answer, NoReply):
                         self.stream = None
-                        waited = f"The agent didn't reply within {answer.timeout:g}s"
-                        self.record(NoReplyEvent(turn=send.turn, error=waited))
+                        self.record(NoReplyEvent(turn=send.turn, error=no_reply_words(answer)))
                         break
                     if isinstance(answer, Streamed):
                         yield from self._streamed(send.turn, answer)
@@ -643,13 +674,12 @@ class ConversationCore:
         passed, failure = streamed.passed, streamed.failure
         turn = self.state.turn
         if passed is not None:
-            cause: CutCause = "reply-deadline" if passed.deadline == "reply" else "idle-deadline"
-            stream.cut = ReplyCutEvent(turn=turn, cause=cause, seconds=passed.seconds)
+            stream.cut = ReplyCutEvent(turn=turn, cause=_DEADLINE_CAUSES[passed.deadline], seconds=passed.seconds)
         if failure is not None:
             stream.failure = failure
             if not stream.started:
                 return
-            cause = cut_cause(failure)
+            cause: CutCause = cut_cause(failure)
             error = reason(failure) if cause == "broken" else None
             stream.cut = ReplyCutEvent(turn=turn, cause=cause, error=error)
         elif not stream.started:
