@@ -22,7 +22,7 @@ EXPECTED = {
     "LogEntry", "LogError", "Option", "Outcome", "ParseIssue", "PayloadChanged", "Phatic", "RecordedAgent",
     "ReplayReport",
     "RootAttributes", "Say", "SchemaIssue", "ScriptedAgent", "Step", "StoreClosed", "StoreConflict",
-    "StoreError", "StreamParser", "Suggest", "Suggestion", "TurnResult", "__version__",
+    "StoreError", "StreamParser", "Suggest", "Suggestion", "TokenLimitReached", "TurnResult", "__version__",
     "agent_from_uri", "event_from_dict", "event_to_dict", "export_jsonl", "extract_prose", "import_jsonl",
     "open_store", "outcome_reply", "parse", "policy_human", "replay", "scripted_human", "system_prompt",
     "validate",
