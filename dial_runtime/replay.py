@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from .errors import ActionError, Interruption, RecordedError
-from .runtime.core import CUT, PROCESS_STOPPED, Call, ConversationCore, deadline_words
+from .runtime.core import CUT, PROCESS_STOPPED, Call, ConversationCore, deadline_words, no_reply_words
 from .runtime.effects import (
     Answer,
     AwaitPerson,
@@ -62,6 +62,7 @@ from .runtime.events import (
     Event,
     InterruptedEvent,
     LogEntry,
+    NoReplyEvent,
     OutcomeEvent,
     RefusedEvent,
     ReplyCutEvent,
@@ -212,12 +213,14 @@ def _passed(cut: ReplyCutEvent) -> DeadlinePassed | None:
         return DeadlinePassed(deadline="reply", seconds=cut.seconds or 0.0)
     if cut.cause == "idle-deadline":
         return DeadlinePassed(deadline="idle", seconds=cut.seconds or 0.0)
+    if cut.cause == "call-deadline":
+        return DeadlinePassed(deadline="call", seconds=cut.seconds or 0.0)
     return None
 
 
 def _failure(cut: ReplyCutEvent) -> Exception | None:
     """The failure of a recorded stream that broke off or reached the token limit, as the agent raised it."""
-    if cut.cause in ("reply-deadline", "idle-deadline"):
+    if cut.cause in ("reply-deadline", "idle-deadline", "call-deadline"):
         return None
     return _CutShort(cut.error or "", cut.cause)
 
@@ -477,8 +480,9 @@ class _Replayer:
             if self._finished():  # the recording's call ended before this message: nothing answered it
                 raise RecordedError("LookupError: the recording holds no answer to this message")
             raise _Died
-        if answer.type == "no-reply":
-            return NoReply(self.options["timeout"] or 0.0)
+        if isinstance(answer, NoReplyEvent):
+            budget = NoReply(self.options["call_timeout"] or 0.0, call=True)
+            return budget if answer.error == no_reply_words(budget) else NoReply(self.options["timeout"] or 0.0)
         if isinstance(answer, SendFailedEvent):
             raise RecordedError(answer.error)
         if isinstance(answer, InterruptedEvent):
@@ -785,15 +789,16 @@ def replay(
     decide_timeout: float | None = None,
     reply_timeout: float | None = 300.0,
     idle_timeout: float | None = 30.0,
+    call_timeout: float | None = 120.0,
 ) -> ReplayReport:
     """Make the recorded calls again through the conversation core and compare what it records with the log.
 
     The recording answers every effect (see the module's description); ``domain`` gives the flow (a domain with
     one), and with ``recheck`` answers for ``actions``, ``validate`` and ``preview``. The options are the
-    conversation's and should be the recording's: a ``no-reply`` names its ``timeout``, a reply cut by a deadline
-    the deadline's length, and ``conversation_id`` each message's id (without it, messages are compared without
-    their ids). ``max_turns`` bounds each call as it did. ``ValueError`` for a log that does not begin with a
-    call.
+    conversation's and should be the recording's: a ``no-reply`` names its ``timeout`` (or ``call_timeout``), a
+    reply cut by a deadline the deadline's length, and ``conversation_id`` each message's id (without it, messages
+    are compared without their ids). ``max_turns`` bounds each call as it did. ``ValueError`` for a log that does
+    not begin with a call.
     """
     items = list(entries)
     recorded = [item.event if isinstance(item, LogEntry) else item for item in items]
@@ -807,6 +812,7 @@ def replay(
         "timeout": timeout,
         "reply_timeout": reply_timeout,
         "idle_timeout": idle_timeout,
+        "call_timeout": call_timeout,
         "max_turns": max_turns,
         "decide_timeout": decide_timeout,
         "answers": not asks or any(getattr(event, "asked", True) for event in asks),

@@ -179,8 +179,8 @@ async def hold(name: str, *, streamed: bool, why: str | None = None) -> list[Log
     replies, steps, words = ENDINGS[name]
     stopper = Stopper(why)
     agent = (StreamingAgent if streamed or "streaming" in name else Agent)(list(replies), stopper)
-    conversation = Conversation(
-        agent=agent, domain=SlowNotes(stopper), human=Person(list(steps), stopper), timeout=5.0
+    conversation = Conversation(  # no call budget: the reply's own 300 s deadline is longer than its 120 s
+        agent=agent, domain=SlowNotes(stopper), human=Person(list(steps), stopper), timeout=5.0, call_timeout=None
     )
     stopper.conversation = conversation
     for said in words:

@@ -111,14 +111,17 @@ class Conversation:
     is also cut when ``reply_timeout`` has passed since its message was sent (300 s: a long answer from a slow
     local model fits, a model that writes on without end does not) or ``idle_timeout`` since its last chunk (30
     s: servers send tokens many times a second, so a silence that long is a stalled server or connection); a cut
-    reply is handled as far as it got and the agent is told. ``log`` rebuilds a conversation from its entries (a
-    log no run of the runtime could have written raises :class:`~dial_runtime.LogError`); ``store`` and
-    ``conversation_id`` make it durable (see :meth:`open`). ``clock`` gives each logged event's time (seconds
-    since the epoch; the core reads no clock of its own). Constructing one has no side effects: a call a dead
-    process left open is closed by the next call.
+    reply is handled as far as it got and the agent is told. ``call_timeout`` is each call's budget of time
+    waiting for the agent, over all its turns (120 s; ``None``: none): when it passes, the call stops as a
+    deadline stops a reply, and the agent is told with the next call's message. ``log`` rebuilds a conversation
+    from its entries (a log no run of the runtime could have written raises :class:`~dial_runtime.LogError`);
+    ``store`` and ``conversation_id`` make it durable (see :meth:`open`). ``clock`` gives each logged event's
+    time (seconds since the epoch; the core reads no clock of its own). Constructing one has no side effects: a
+    call a dead process left open is closed by the next call.
     """
 
     __slots__ = (
+        "_budget",
         "_core",
         "_gate",
         "_identified",
@@ -133,6 +136,7 @@ class Conversation:
         "_thinking",
         "_writing",
         "agent",
+        "call_timeout",
         "domain",
         "human",
         "id",
@@ -151,6 +155,7 @@ class Conversation:
         timeout: float | None = 90.0,
         reply_timeout: float | None = 300.0,
         idle_timeout: float | None = 30.0,
+        call_timeout: float | None = 120.0,
         max_turns: int = 8,
         decide_timeout: float | None = None,
         log: Iterable[LogEntry] = (),
@@ -172,6 +177,8 @@ class Conversation:
         self.timeout = timeout
         self.reply_timeout = reply_timeout
         self.idle_timeout = idle_timeout
+        self.call_timeout = call_timeout
+        self._budget: float | None = None  # what is left of the call's time for the agent (None: no bound)
         self.id = conversation_id
         self._core = ConversationCore(
             log if store is None else (),
@@ -381,6 +388,7 @@ class Conversation:
             self._gate = CALL.fire(self._gate, "acquire")
         except IllegalTransition:
             raise ConversationBusy("Conversation: a call is already driving this conversation") from None
+        self._budget = self.call_timeout
         try:
             if self._store is None:
                 self._recover()
@@ -487,20 +495,37 @@ class Conversation:
         return None if context is None else context()
 
     async def _send(self, call: Call, effect: Send) -> object:
-        """The agent's reply (or that its stream began), or :class:`NoReply` when the deadline passed first."""
-        if callable(getattr(self.agent, "stream", None)):
-            return await self._stream(call, effect)
+        """The agent's reply (or that its stream began), or :class:`NoReply` when a deadline passed first: the
+        reply's, or the call's (the time it waits for the agent is taken from the call's budget)."""
+        started = anyio.current_time()
+        try:
+            if callable(getattr(self.agent, "stream", None)):
+                return await self._stream(call, effect)
+            return await self._send_whole(effect)
+        finally:
+            if self._budget is not None:
+                self._budget = max(0.0, self._budget - (anyio.current_time() - started))
+
+    def _no_reply(self, timeout: float | None) -> NoReply:
+        """No reply before ``timeout`` (the reply's deadline) or the call's budget, whichever is shorter."""
+        budget = self._budget
+        if budget is not None and (timeout is None or budget < timeout):
+            return NoReply(self.call_timeout or 0.0, call=True)
+        return NoReply(timeout or 0.0)
+
+    async def _send_whole(self, effect: Send) -> object:
         timeout = self.timeout
+        bound = min(math.inf if each is None else each for each in (timeout, self._budget))
         ids = self._ids(effect, streamed=False)
         reply: object = self.agent.send(effect.message, **ids) if ids else self.agent.send(effect.message)
         if _awaitable(reply):
-            if timeout is None:
+            if bound == math.inf:
                 reply = await reply
             else:
-                with anyio.move_on_after(timeout) as scope:
+                with anyio.move_on_after(bound) as scope:
                     reply = await reply
                 if scope.cancelled_caught:
-                    return NoReply(timeout)
+                    return self._no_reply(timeout)
         return Replied("" if reply is None else str(reply))
 
     def _ids(self, effect: Send, *, streamed: bool) -> dict[str, str]:
@@ -529,8 +554,10 @@ class Conversation:
         over: list[Streamed] = []  # how the stream ended, once it has
         woken: list[anyio.Event] = [anyio.Event()]
         room: list[anyio.Event] = [anyio.Event()]  # set when the call took what arrived
-        reply_timeout, idle_timeout = self.reply_timeout, self.idle_timeout
-        reply_by = math.inf if reply_timeout is None else anyio.current_time() + reply_timeout
+        reply_timeout, idle_timeout, budget = self.reply_timeout, self.idle_timeout, self._budget
+        now = anyio.current_time()
+        reply_by = math.inf if reply_timeout is None else now + reply_timeout
+        call_by = math.inf if budget is None else now + budget
 
         async def produce() -> None:
             failure: Exception | None = None
@@ -542,6 +569,7 @@ class Conversation:
             try:
                 pieces = chunks.__aiter__()
                 idle_by = until = math.inf  # the first chunk: the wait for it bounds it
+                reply_by_or_call = min(reply_by, call_by)
                 while read <= effect.stream_limit:
                     with anyio.CancelScope(deadline=until) as waiting:
                         try:
@@ -549,7 +577,9 @@ class Conversation:
                         except StopAsyncIteration:
                             break
                     if waiting.cancelled_caught:
-                        if reply_by <= idle_by:
+                        if call_by < reply_by and call_by <= idle_by:
+                            passed = DeadlinePassed(deadline="call", seconds=self.call_timeout or 0.0)
+                        elif reply_by <= idle_by:
                             passed = DeadlinePassed(deadline="reply", seconds=reply_timeout or 0.0)
                         else:
                             passed = DeadlinePassed(deadline="idle", seconds=idle_timeout or 0.0)
@@ -562,7 +592,7 @@ class Conversation:
                         room[0] = anyio.Event()
                     if idle_timeout is not None:
                         idle_by = anyio.current_time() + idle_timeout
-                    until = min(reply_by, idle_by)
+                    until = min(reply_by_or_call, idle_by)
             except Exception as error:
                 failure = error
             finally:
@@ -591,7 +621,8 @@ class Conversation:
                 woken[0] = anyio.Event()
             return taken()
 
-        first = min(math.inf if each is None else each for each in (self.timeout, reply_timeout))
+        first_chunk = min(math.inf if each is None else each for each in (self.timeout, reply_timeout))
+        first = first_chunk if budget is None else min(first_chunk, budget)
         handling_error: Exception | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(produce)
@@ -599,7 +630,7 @@ class Conversation:
                 await woken[0].wait()
             if not arrived and not over:
                 group.cancel_scope.cancel()
-                return NoReply(first)
+                return self._no_reply(first_chunk)
             woken[0] = anyio.Event()
             self._more_streamed = more
             try:

@@ -139,17 +139,20 @@ class Replied(msgspec.Struct, frozen=True):
 
 
 class NoReply(msgspec.Struct, frozen=True):
-    """The agent did not answer within ``timeout`` seconds."""
+    """The agent did not answer within ``timeout`` seconds; ``call``: the deadline that passed is the call's
+    budget of time for the agent (``timeout`` its length), not the wait for this reply."""
 
     timeout: float
+    call: bool = False
 
 
 class DeadlinePassed(msgspec.Struct, frozen=True, kw_only=True):
     """A streamed reply's deadline passed while it was still arriving: ``deadline`` is ``"reply"`` (``seconds``
-    since the message was sent) or ``"idle"`` (``seconds`` without a chunk). The driver only measures the time;
+    since the message was sent), ``"idle"`` (``seconds`` without a chunk) or ``"call"`` (the call's budget of
+    ``seconds`` waiting for the agent, over all its turns). The driver only measures the time;
     what the reply then comes to is the core's to decide."""
 
-    deadline: Literal["reply", "idle"]
+    deadline: Literal["reply", "idle", "call"]
     seconds: float
 
 

@@ -94,13 +94,14 @@ class ReplyProgressEvent(_Logged, frozen=True, kw_only=True, tag="reply-progress
     text: str
 
 
-CutCause = Literal["reply-deadline", "idle-deadline", "broken", "token-limit"]
+CutCause = Literal["reply-deadline", "idle-deadline", "call-deadline", "broken", "token-limit"]
 """Why a streamed reply stopped before its end (``ReplyCutEvent.cause``)."""
 
 
 class ReplyCutEvent(_Logged, frozen=True, kw_only=True, tag="reply-cut", omit_defaults=True):
     """The turn's reply stopped before its end (logged right after its ``reply``, which holds what arrived): a
-    deadline passed (``seconds``: the deadline's), the stream broke off (``error``: how, as the agent raised
+    deadline passed (``seconds``: the deadline's; ``call-deadline``: the call's budget of time for the agent,
+    after which the call stops), the stream broke off (``error``: how, as the agent raised
     it), or the model reached its token limit. Only its complete elements are handled; the agent is told."""
 
     type: ClassVar[str] = "reply-cut"

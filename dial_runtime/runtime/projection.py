@@ -768,6 +768,7 @@ class Projection:
         how = {
             "reply-deadline": f"the reply deadline passed ({event.seconds:g} s)" if event.seconds else "",
             "idle-deadline": f"the idle deadline passed ({event.seconds:g} s)" if event.seconds else "",
+            "call-deadline": f"the call's deadline passed ({event.seconds:g} s)" if event.seconds else "",
             "broken": f"the stream broke off ({event.error})" if event.error else "the stream broke off",
             "token-limit": "the model reached its token limit",
         }[event.cause]

@@ -160,6 +160,7 @@ class ConversationState:
     replies: int = 0
     reply: str | None = None
     streaming: bool = False
+    out_of_time: bool = False  # the call's deadline cut the reply being handled: the call stops after it
     cursor: int = -2
     instead: str | None = None
     open_suggestions: dict[str, OpenSuggestion] = attrs.Factory(dict)
@@ -262,6 +263,7 @@ class ConversationState:
         life = LIFE.fire(self.life, "begin")
         self.loop = TURN_LOOP.fire(self.loop, "resume")
         self.life = life
+        self.out_of_time = False  # a call of its own, with its own time
 
     def _finished(self, event: FinishedEvent) -> None:
         if event.status != "interrupted" and CALL_STATUS.get(self.loop) != event.status:
@@ -315,6 +317,7 @@ class ConversationState:
         self.reply = ""
         self.cursor = -2
         self.instead = None
+        self.out_of_time = False
         self.asked.clear()
         self.owed_outcomes.clear()
         self.owed_refusals = ()
@@ -338,6 +341,7 @@ class ConversationState:
             person_pending=self.awaits_person(),
             cut_short=not event.complete,
             ending=self.ended,
+            out_of_time=self.out_of_time,
             words_pending=bool(self.owed_words),
             needs_reply=self._owes_a_reply(),
             unusable_reply=bool(self.owed_refusals),
@@ -403,6 +407,7 @@ class ConversationState:
     def _reply_cut(self, event: ReplyCutEvent) -> None:
         if self.loop != "handling" or self.reply is None or event.turn != self.turn:
             raise _Refusal(f"a reply is cut only right after it arrived (turn {event.turn})")
+        self.out_of_time = event.cause == "call-deadline"
 
     def _ask(self, event: AskEvent) -> None:
         self._use_id(
