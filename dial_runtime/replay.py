@@ -789,7 +789,7 @@ def replay(
     decide_timeout: float | None = None,
     reply_timeout: float | None = 300.0,
     idle_timeout: float | None = 30.0,
-    call_timeout: float | None = 120.0,
+    call_timeout: float | None = 300.0,
 ) -> ReplayReport:
     """Make the recorded calls again through the conversation core and compare what it records with the log.
 

@@ -4,7 +4,8 @@
 outcomes come back and how to react to each status) followed by the domain's actions. Nothing in it is written
 per application: it is read from the domain, where everything but ``actions`` is optional:
 
-- ``domain.actions``: action name -> ``ActionSpec`` or ``{"mutates": ..., "destructive": ..., "handoff": ...}``;
+- ``domain.actions``: action name -> ``ActionSpec`` or ``{"mutates": ..., "destructive": ..., "handoff": ...,
+  "repeatable": ...}``;
 - ``domain.description``: one or two sentences on what the application is for;
 - ``domain.vocabulary``: action name -> a mapping with any of ``"description"`` (text), ``"schema"`` (a JSON
   Schema of the payload) and ``"example"`` (an example payload);
@@ -61,7 +62,7 @@ _PLACEHOLDER_ENTRY = VocabularyEntry(
 #: The keys a ``domain.vocabulary`` entry may hold.
 VOCABULARY_KEYS = ("description", "schema", "example")
 #: The keys a dict action spec may hold: the spec's own, then the documentation the prompt reads from it.
-SPEC_KEYS = ("mutates", "destructive", "handoff", "description", "payload_schema", "payload_example")
+SPEC_KEYS = ("mutates", "destructive", "handoff", "repeatable", "description", "payload_schema", "payload_example")
 
 
 def vocabulary(domain: Any) -> tuple[VocabularyEntry, ...]:

@@ -112,8 +112,9 @@ class Conversation:
     local model fits, a model that writes on without end does not) or ``idle_timeout`` since its last chunk (30
     s: servers send tokens many times a second, so a silence that long is a stalled server or connection); a cut
     reply is handled as far as it got and the agent is told. ``call_timeout`` is each call's budget of time
-    waiting for the agent, over all its turns (120 s; ``None``: none): when it passes, the call stops as a
-    deadline stops a reply, and the agent is told with the next call's message. ``log`` rebuilds a conversation
+    waiting for the agent, over all its turns (300 s, as long as one reply may take, so a slow model's long answer
+    fits once and a loop of replies cut by their deadline stops after the first; ``None``: none): when it passes,
+    the call stops as a deadline stops a reply, and the agent is told with the next call's message. ``log`` rebuilds a conversation
     from its entries (a log no run of the runtime could have written raises :class:`~dial_runtime.LogError`);
     ``store`` and ``conversation_id`` make it durable (see :meth:`open`). ``clock`` gives each logged event's
     time (seconds since the epoch; the core reads no clock of its own). Constructing one has no side effects: a
@@ -155,7 +156,7 @@ class Conversation:
         timeout: float | None = 90.0,
         reply_timeout: float | None = 300.0,
         idle_timeout: float | None = 30.0,
-        call_timeout: float | None = 120.0,
+        call_timeout: float | None = 300.0,
         max_turns: int = 8,
         decide_timeout: float | None = None,
         log: Iterable[LogEntry] = (),
