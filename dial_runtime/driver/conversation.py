@@ -498,14 +498,18 @@ class Conversation:
     async def _send(self, call: Call, effect: Send) -> object:
         """The agent's reply (or that its stream began), or :class:`NoReply` when a deadline passed first: the
         reply's, or the call's (the time it waits for the agent is taken from the call's budget)."""
-        started = anyio.current_time()
-        try:
-            if callable(getattr(self.agent, "stream", None)):
+        if callable(getattr(self.agent, "stream", None)):
+            started = anyio.current_time()
+            try:
                 return await self._stream(call, effect)
-            return await self._send_whole(effect)
-        finally:
-            if self._budget is not None:
-                self._budget = max(0.0, self._budget - (anyio.current_time() - started))
+            finally:
+                self._spend(started)
+        return await self._send_whole(effect)
+
+    def _spend(self, started: float) -> None:
+        """Take the time waited for the agent since ``started`` (the event loop's clock) from the call's budget."""
+        if self._budget is not None:
+            self._budget = max(0.0, self._budget - (anyio.current_time() - started))
 
     def _no_reply(self, timeout: float | None) -> NoReply:
         """No reply before ``timeout`` (the reply's deadline) or the call's budget, whichever is shorter."""
@@ -515,11 +519,16 @@ class Conversation:
         return NoReply(timeout or 0.0)
 
     async def _send_whole(self, effect: Send) -> object:
-        timeout = self.timeout
-        bound = min(math.inf if each is None else each for each in (timeout, self._budget))
         ids = self._ids(effect, streamed=False)
         reply: object = self.agent.send(effect.message, **ids) if ids else self.agent.send(effect.message)
-        if _awaitable(reply):
+        if not _awaitable(reply):  # a plain send answered at once: it cannot be waited for, nor cut
+            return Replied("" if reply is None else str(reply))
+        timeout, budget = self.timeout, self._budget
+        bound = math.inf if timeout is None else timeout
+        if budget is not None and budget < bound:
+            bound = budget
+        started = anyio.current_time()
+        try:
             if bound == math.inf:
                 reply = await reply
             else:
@@ -527,6 +536,8 @@ class Conversation:
                     reply = await reply
                 if scope.cancelled_caught:
                     return self._no_reply(timeout)
+        finally:
+            self._spend(started)
         return Replied("" if reply is None else str(reply))
 
     def _ids(self, effect: Send, *, streamed: bool) -> dict[str, str]:
