@@ -245,6 +245,20 @@ def test_a_card_shows_the_domain_and_the_outcome_in_words_never_raw_json(
     expect(pending).not_to_contain_text('"result"')
 
 
+def test_a_proposal_done_already_is_marked_live_and_after_a_reload(context: BrowserContext, base_url: str) -> None:
+    again = envelope(suggest("add-note", '{"text":"milk"}'))
+    thread = new_thread(again, again)
+    page = open_page(context, base_url, thread)
+    say(page, "add milk")
+    card(page, "sg-1").locator(".dial-accept").click()
+    for shown in (page, open_page(context, base_url, thread)):
+        expect(card(shown, "sg-1").locator(".dial-done-before")).to_be_hidden()
+        repeat = card(shown, "sg-2").locator(".dial-done-before")
+        expect(repeat).to_be_visible()
+        expect(repeat).to_contain_text("Already done at ")
+        expect(repeat).to_contain_text(" as sg-1")
+
+
 def test_a_refused_proposal_is_a_muted_line_with_its_reason_never_a_card(
     context: BrowserContext, base_url: str
 ) -> None:

@@ -34,6 +34,12 @@ function el(tag, className, text) {
   return node;
 }
 
+// " at 10:02" for a time in seconds since the epoch, in the person's own clock; nothing without one.
+function clockTime(seconds) {
+  if (typeof seconds !== "number") return "";
+  return ` at ${new Date(seconds * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}`;
+}
+
 function button(label, className, onClick, name) {
   const node = el("button", `dial-button ${className}`, label);
   node.type = "button";
@@ -607,6 +613,8 @@ class DialChat extends HTMLElement {
     card.preview.hidden = !view.preview;
     card.mark.hidden = !view.destructive;
     root.classList.toggle("dial-is-destructive", Boolean(view.destructive));
+    card.repeat.hidden = !view.done_before;
+    card.repeat.textContent = view.done_before ? `Already done${clockTime(view.done_at)} as ${view.done_before}` : "";
     card.payload.textContent = view.payload_json !== undefined ? view.payload_json : JSON.stringify(view.payload, null, 2);
     const issue = !ended && view.issue ? view.issue : null;
     card.issue.hidden = !issue;
@@ -640,6 +648,7 @@ class DialChat extends HTMLElement {
     const mark = el("span", "dial-destructive", "destructive");
     head.append(action, mark);
     const preview = el("p", "dial-preview");
+    const repeat = el("p", "dial-done-before");
     const details = el("details", "dial-details");
     details.append(el("summary", "dial-summary", "Payload"));
     const payload = el("pre", "dial-payload");
@@ -647,8 +656,8 @@ class DialChat extends HTMLElement {
     const issue = el("p", "dial-issue");
     const actions = el("div", "dial-actions");
     const result = el("p", "dial-outcome");
-    root.append(head, preview, details, issue, actions, result);
-    const card = { id: view.id, root, action, mark, preview, details, payload, issue, actions, result };
+    root.append(head, preview, repeat, details, issue, actions, result);
+    const card = { id: view.id, root, action, mark, preview, repeat, details, payload, issue, actions, result };
     this.cards.set(view.id, card);
     this.place(root);
     return card;
