@@ -24,7 +24,10 @@ streams in this process, each reading its run's server-sent events as they come.
 
 A lost run or chunk, a ``RUN_ERROR``, a run not finished in time, or a lost or duplicated resume makes the exit
 status 1 (after the JSON, which lists them under ``problems``); the timings never do. ``--smoke`` runs a small
-version of each, for CI.
+version of each, for CI. ``--phase`` runs only the phases it names; ``--tree PATH`` imports ``dial_runtime`` from
+the directory ``PATH`` (one holding a copy of the package, such as ``git archive`` writes) in this process and
+the server's, to measure one version of the library beside another (the postgresql phase's ``dial-runtime
+serve`` imports the installed one); the JSON's ``library`` names the package the server imported.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ import anyio
 import httpx
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+if "--tree" in sys.argv:  # before the library is imported, in this process and the server's
+    sys.path.insert(1, str(Path(sys.argv[sys.argv.index("--tree") + 1]).resolve()))
 
 from dial_runtime import LogEntry, open_store
 from tests.web_server import free_port, server_process
@@ -66,6 +71,8 @@ HOLD_LIMIT = 600.0
 HELD_WITHIN = 120.0
 #: How long every held run streams on between the two memory readings, in hold intervals.
 GROWTH_INTERVALS = 5
+#: The benchmark's phases, in the order they run.
+PHASES = ("latency", "held", "postgresql")
 
 
 @dataclass(frozen=True)
@@ -164,10 +171,16 @@ def serve(port: int, store: str, pace: Pace, profile: str | None) -> None:
         handed.clear()
         return JSONResponse(taken)
 
+    async def library(request: Request) -> Response:
+        import dial_runtime
+
+        return JSONResponse({"library": str(Path(dial_runtime.__file__).parent)})
+
     own = Starlette(
         routes=[
             Route("/bench/release/{batch}", release, methods=["POST"]),
             Route("/bench/sent", sent, methods=["GET"]),
+            Route("/bench/library", library, methods=["GET"]),
         ]
     )
 
@@ -513,6 +526,10 @@ def main() -> None:
     parser.add_argument("--held", type=int, help="held runs open at once (1000; smoke: 50)")
     parser.add_argument("--hold-interval", type=float, default=1.0, help="seconds between a held run's chunks")
     parser.add_argument("--profile", help="run the server under cProfile, its statistics written to this file")
+    parser.add_argument(
+        "--phase", action="append", choices=PHASES, help="run only this phase (repeatable; default: all)"
+    )
+    parser.add_argument("--tree", help="import dial_runtime from this directory (its package's parent)")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-store", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
@@ -536,6 +553,7 @@ def main() -> None:
         },
         "cpus": os.cpu_count(),
     }
+    phases = arguments.phase or PHASES
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-web-") as folder:
         store = "memory:" if arguments.store == "memory" else f"sqlite:///{folder}/web.db"
@@ -546,16 +564,22 @@ def main() -> None:
         command += ["--hold-interval", str(pace.hold_interval)]
         if arguments.profile:
             command += ["--profile", str(Path(arguments.profile).resolve())]
+        if arguments.tree:
+            command += ["--tree", arguments.tree]
         with server_process(command, f"{url}/conversations") as server:
-            result["latency"], found = anyio.run(latency, url, server.pid, streams, pace)
-            problems += found
-            result["held"], found = anyio.run(held, url, server.pid, runs, pace)
-            problems += found
-    from tests.pg import server as postgres
+            result["library"] = httpx.get(f"{url}/bench/library").json()["library"]
+            if "latency" in phases:
+                result["latency"], found = anyio.run(latency, url, server.pid, streams, pace)
+                problems += found
+            if "held" in phases:
+                result["held"], found = anyio.run(held, url, server.pid, runs, pace)
+                problems += found
+    if "postgresql" in phases:
+        from tests.pg import server as postgres
 
-    with postgres() as store_url:
-        result["postgresql"], found = resumes_per_second(store_url, *((2, 20) if smoke else (4, 400)))
-        problems += found
+        with postgres() as store_url:
+            result["postgresql"], found = resumes_per_second(store_url, *((2, 20) if smoke else (4, 400)))
+            problems += found
     result["load_average"] = {"before": load_before, "after": load_average()}
     result["problems"] = problems[:20] + ([f"... {len(problems) - 20} more"] if len(problems) > 20 else [])
     print(json.dumps(result))
