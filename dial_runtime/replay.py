@@ -29,8 +29,16 @@ from typing import Any
 
 import msgspec
 
-from .errors import ActionError, Interruption, RecordedError
-from .runtime.core import CUT, PROCESS_STOPPED, Call, ConversationCore, deadline_words, no_reply_words
+from .errors import ActionError, Interruption, RecordedError, TokenLimitReached
+from .runtime.core import (
+    CUT,
+    PROCESS_STOPPED,
+    TOKEN_LIMIT,
+    Call,
+    ConversationCore,
+    deadline_words,
+    no_reply_words,
+)
 from .runtime.effects import (
     Answer,
     AwaitPerson,
@@ -199,14 +207,6 @@ class _Cancelled(BaseException):
     carries the words the recording logged)."""
 
 
-class _CutShort(RecordedError):
-    """A stream's failure as a ``reply-cut`` recorded it: its words, and whether the token limit cut it."""
-
-    def __init__(self, error: str, cut: str) -> None:
-        super().__init__(error)
-        self.cut = cut
-
-
 def _passed(cut: ReplyCutEvent) -> DeadlinePassed | None:
     """The deadline that cut a recorded reply, as the driver reported it."""
     if cut.cause == "reply-deadline":
@@ -222,7 +222,9 @@ def _failure(cut: ReplyCutEvent) -> Exception | None:
     """The failure of a recorded stream that broke off or reached the token limit, as the agent raised it."""
     if cut.cause in ("reply-deadline", "idle-deadline", "call-deadline"):
         return None
-    return _CutShort(cut.error or "", cut.cause)
+    if cut.cause == "token-limit":
+        return TokenLimitReached(TOKEN_LIMIT)
+    return RecordedError(cut.error or "")
 
 
 class _Died(Exception):

@@ -11,7 +11,7 @@ import io
 import json
 import math
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,18 @@ import pytest
 import trio
 import trio.testing
 
-from dial_runtime import Accept, Conversation, Defer, Dismiss, Edit, LogEntry, LogError, Suggestion
+from dial_runtime import (
+    Accept,
+    AgentError,
+    Conversation,
+    Defer,
+    Dismiss,
+    Edit,
+    LogEntry,
+    LogError,
+    Suggestion,
+    TokenLimitReached,
+)
 from dial_runtime.agents import ScriptedAgent
 from dial_runtime.cli import audit_line, main
 from dial_runtime.demo import DECISIONS, SCRIPT, NotesDomain, run_demo
@@ -34,6 +45,7 @@ from dial_runtime.runtime.events import (
     DelegateEvent,
     InformEvent,
     OutcomeEvent,
+    ReplyCutEvent,
     ReplyEvent,
     SaidEvent,
     TurnLimitEvent,
@@ -308,6 +320,36 @@ async def test_a_streamed_conversation_replays_streamed(size: int) -> None:
     log = list(conversation.log)
     assert types(log).count("reply-started") == 5
     report = replay(log, domain=NotesDomain())
+    assert report.ok, str(report)
+
+
+class StoppedStreams(StreamingAgent):
+    """Streams each reply, then breaks off (``broken: ...`` replies) or says the token limit stopped it
+    (``limit: ...``); other replies end as they should."""
+
+    async def stream(self, message: str) -> AsyncIterator[str]:
+        async for chunk in super().stream(message):
+            yield chunk
+        if self.answered.startswith("limit: "):
+            raise TokenLimitReached("the model reached its token limit")
+        if self.answered.startswith("broken: "):
+            raise AgentError("the connection was reset")
+
+    answered = ""
+
+    async def send(self, message: str) -> str:
+        self.answered = await super().send(message)
+        return self.answered
+
+
+@pytest.mark.anyio
+async def test_a_stream_cut_by_the_token_limit_or_broken_off_replays_as_it_stopped() -> None:
+    agent = StoppedStreams(["limit: <dial><dial-inform>on", "broken: <dial><dial-inform>on", "fine"])
+    conversation = Conversation(agent=agent, domain=NotesDomain(), human=Person([]))
+    await conversation.say("go")
+    causes = [entry.event.cause for entry in conversation.log if isinstance(entry.event, ReplyCutEvent)]
+    assert causes == ["token-limit", "broken"]
+    report = replay(list(conversation.log), domain=NotesDomain())
     assert report.ok, str(report)
 
 
