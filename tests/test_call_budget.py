@@ -21,8 +21,9 @@ DEADLINES = {"timeout": 1.0, "reply_timeout": 0.1, "idle_timeout": None}
 
 
 class Endless(Agent):
-    """Streams an inform that never ends, a chunk every hundredth of a second; then, once its endless replies are
-    used, replies as :class:`Agent` does."""
+    """Streams an inform that never ends, a chunk every hundredth of a second, each reply its own (the same
+    unusable reply again would stop the call on its own); then, once its endless replies are used, replies as
+    :class:`Agent` does."""
 
     def __init__(self, endless: int, replies: list[str]) -> None:
         super().__init__(replies)
@@ -34,7 +35,7 @@ class Endless(Agent):
             return
         self.endless -= 1
         self.sent.append(message)
-        yield "<dial><dial-inform>and"
+        yield f"<dial><dial-inform>{self.endless} and"
         while True:
             await anyio.sleep(0.01)
             yield " on"

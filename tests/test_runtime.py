@@ -555,8 +555,7 @@ async def test_an_oversized_reply_is_refused_and_the_agent_is_told_why() -> None
 
 
 async def test_unusable_replies_count_toward_max_turns() -> None:
-    garbage = "<dial><<<>>></dial>"
-    conversation, agent, _ = make([garbage, garbage], max_turns=2)
+    conversation, agent, _ = make(["<dial><<<>>></dial>", "<dial><<>></dial>"], max_turns=2)  # not a repeat
     result = await conversation.say("go")
     assert result.status == "turn-limit"
     assert len(agent.sent) == 2

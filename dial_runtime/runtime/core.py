@@ -107,6 +107,7 @@ from .events import (
     ReplyEvent,
     ReplyProgressEvent,
     ReplyRefusedEvent,
+    ReplyRepeatedEvent,
     ReplyStartedEvent,
     ResumedEvent,
     SaidEvent,
@@ -176,6 +177,8 @@ IDLE_DEADLINE = "the idle deadline passed"
 CALL_DEADLINE = "the call's deadline passed"
 BROKEN = "the stream broke off"
 TOKEN_LIMIT = "the model reached its token limit (max_tokens)"
+#: What the refusal of a reply that repeats the call's previous unusable one adds (the call stopped after it).
+REPEATED = "; it is the same reply, byte for byte, as the one before it, so the call stopped: send another reply"
 UNEXPECTED_ERROR = "unexpected-error"
 """The code of an action that failed by an exception not raised on purpose: its text stays out of the log."""
 
@@ -772,11 +775,16 @@ class ConversationCore:
         return envelope.elements
 
     def _refuse(self, why: str) -> tuple[Element, ...]:
+        """Record why the reply cannot be used (once a reply); a reply that repeats the call's previous one,
+        which could not be used either, stops the call (``reply-repeated``), its refusal owed to the next."""
         state = self.state
         if not state.owed_refusals:
-            self.record(
-                ReplyRefusedEvent(turn=state.turn, reply_id=f"reply-{state.replies}", reason=why, element=-1)
-            )
+            repeated = state.repeats_unusable()
+            words = f"{why}{REPEATED}" if repeated else why
+            reply_id = f"reply-{state.replies}"
+            self.record(ReplyRefusedEvent(turn=state.turn, reply_id=reply_id, reason=words, element=-1))
+            if repeated:
+                self.record(ReplyRepeatedEvent(turn=state.turn))
         return ()
 
     def _handle(self, elements: Sequence[Element], index: int, stop: int) -> Generator[Effect, Any, int]:

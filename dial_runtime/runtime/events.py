@@ -5,8 +5,8 @@
 the seed contract ignores). The log also holds the events the conversation's state depends on but no surface
 renders (``said``, ``resumed``, ``reply-started``, ``proposed``, ``answered``, ``decided``, ``deferred``,
 ``refused``, ``action-started``, ``flow-moved``, ``handled``, ``send-failed``, ``reply-refused``, ``reply-cut``,
-``unconfirmed``, ``interrupted``, ``ended``, ``finished``), and ``reply-progress``, which keeps a streamed
-reply's words for the agent's history.
+``reply-repeated``, ``unconfirmed``, ``interrupted``, ``ended``, ``finished``), and ``reply-progress``, which
+keeps a streamed reply's words for the agent's history.
 ``on_event`` also sees :class:`InformDeltaEvent` (``inform-delta``) while a reply streams in: its text as it
 arrives, a notice for the person that is not on the log.
 Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with :func:`event_from_dict`,
@@ -383,6 +383,14 @@ class ReplyRefusedEvent(_Logged, frozen=True, kw_only=True, tag="reply-refused")
     element: int | None = None
 
 
+class ReplyRepeatedEvent(_Logged, frozen=True, kw_only=True, tag="reply-repeated"):
+    """The turn's reply, refused, is byte for byte the call's previous reply, which could not be used either: the
+    call stops after it (``no-reply``) instead of telling the agent the same again, and its refusal stays owed."""
+
+    type: ClassVar[str] = "reply-repeated"
+    turn: int
+
+
 class InterruptedEvent(_Logged, frozen=True, kw_only=True, tag="interrupted"):
     """A turn stopped early: cancelled by the caller, or a callback of the person's or domain's raised."""
 
@@ -436,6 +444,7 @@ Event = (
     | SendFailedEvent
     | ReplyRefusedEvent
     | ReplyCutEvent
+    | ReplyRepeatedEvent
     | UnconfirmedEvent
     | InterruptedEvent
     | EndedEvent

@@ -9,8 +9,9 @@ feeding a log in pieces gives what feeding it whole gives. It holds, in order:
 - :class:`Card`: one per suggestion shown to the person, kept current: the payload that waits (or ran), its status
   (as the suggestion lifecycle has it), the outcome in words, who decided and when, the edits refused;
 - :class:`RefusedProposal`: a proposal that never became a card (refused by the runtime, or overtaken);
-- :class:`Notice`: why something stopped (no reply, turn limit, a deadline, a cut reply, an interruption, a
-  failed send); :class:`Aside`: the elements shown but not acted on; :class:`Told`: what a message told the agent.
+- :class:`Notice`: why something stopped (no reply, turn limit, a deadline, a cut reply, a repeated unusable
+  reply, an interruption, a failed send); :class:`Aside`: the elements shown but not acted on; :class:`Told`:
+  what a message told the agent.
 
 :attr:`Projection.trail` is the audit trail (:class:`Moment`: what happened, to what, who decided), and
 :attr:`Projection.waiting` what waits for the person. No I/O: nothing here is on the runtime's path unless a
@@ -54,6 +55,7 @@ from .events import (
     ReplyCutEvent,
     ReplyEvent,
     ReplyRefusedEvent,
+    ReplyRepeatedEvent,
     ReplyStartedEvent,
     ResumedEvent,
     SaidEvent,
@@ -221,7 +223,9 @@ class Notice(_Item, frozen=True, kw_only=True, tag="notice"):
     """Why something stopped, for the person: ``what`` happened, ``text`` in words, the ``turn`` and the
     suggestion or ask (``subject_id``) it concerns, and the event's own fields as JSON data (``data``)."""
 
-    what: Literal["no-reply", "turn-limit", "deadline", "reply-refused", "interrupted", "send-failed"]
+    what: Literal[
+        "no-reply", "turn-limit", "deadline", "reply-refused", "reply-repeated", "interrupted", "send-failed"
+    ]
     text: str
     turn: int | None = None
     subject_id: str | None = None
@@ -774,6 +778,10 @@ class Projection:
         }[event.cause]
         self._moment("reply cut", f"turn {event.turn}: {how or event.cause}")
 
+    def _reply_repeated(self, event: ReplyRepeatedEvent) -> None:
+        self._moment("reply repeated", f"turn {event.turn}: the same unusable reply again; the call stopped")
+        self._notice(event, "reply-repeated", "the agent repeated a reply that could not be used", turn=event.turn)
+
     def _turn_limit(self, event: TurnLimitEvent) -> None:
         self._moment("turn limit", f"{event.turns} turn(s) used")
         self._notice(event, "turn-limit", f"stopped after {event.turns} turns", turn=None)
@@ -828,6 +836,7 @@ _HANDLERS: dict[type[Any], Callable[[Projection, Any], None]] = {
     SendFailedEvent: Projection._send_failed,
     ReplyRefusedEvent: Projection._reply_refused,
     ReplyCutEvent: Projection._reply_cut,
+    ReplyRepeatedEvent: Projection._reply_repeated,
     UnconfirmedEvent: Projection._unconfirmed_event,
     TurnLimitEvent: Projection._turn_limit,
     DeclareEvent: Projection._declare,

@@ -65,6 +65,7 @@ from .events import (
     ReplyCutEvent,
     ReplyEvent,
     ReplyRefusedEvent,
+    ReplyRepeatedEvent,
     ReplyStartedEvent,
     ResumedEvent,
     SaidEvent,
@@ -160,7 +161,8 @@ class ConversationState:
     replies: int = 0
     reply: str | None = None
     streaming: bool = False
-    out_of_time: bool = False  # the call's deadline cut the reply being handled: the call stops after it
+    call_spent: bool = False  # the call's deadline cut the reply being handled, or it repeats: the call stops
+    unusable: str | None = None  # the text of the call's last reply handled, when it could not be used
     cursor: int = -2
     instead: str | None = None
     open_suggestions: dict[str, OpenSuggestion] = attrs.Factory(dict)
@@ -258,12 +260,14 @@ class ConversationState:
         self.loop = TURN_LOOP.fire(self.loop, "begin", ending=life in ENDED, nothing_to_send=nothing_to_send)
         self.life = life
         self.turn = 0
+        self.unusable = None
 
     def _resumed(self, event: ResumedEvent) -> None:
         life = LIFE.fire(self.life, "begin")
         self.loop = TURN_LOOP.fire(self.loop, "resume")
         self.life = life
-        self.out_of_time = False  # a call of its own, with its own time
+        self.call_spent = False  # a call of its own, with its own time
+        self.unusable = None
 
     def _finished(self, event: FinishedEvent) -> None:
         if event.status != "interrupted" and CALL_STATUS.get(self.loop) != event.status:
@@ -317,7 +321,7 @@ class ConversationState:
         self.reply = ""
         self.cursor = -2
         self.instead = None
-        self.out_of_time = False
+        self.call_spent = False
         self.asked.clear()
         self.owed_outcomes.clear()
         self.owed_refusals = ()
@@ -341,11 +345,12 @@ class ConversationState:
             person_pending=self.awaits_person(),
             cut_short=not event.complete,
             ending=self.ended,
-            out_of_time=self.out_of_time,
+            call_spent=self.call_spent,
             words_pending=bool(self.owed_words),
             needs_reply=self._owes_a_reply(),
             unusable_reply=bool(self.owed_refusals),
         )
+        self.unusable = self.reply if self.owed_refusals else None
 
     def _owes_a_reply(self) -> bool:
         """Whether an outcome owed to the agent is one it must answer (``NEEDS_REPLY``).
@@ -407,7 +412,18 @@ class ConversationState:
     def _reply_cut(self, event: ReplyCutEvent) -> None:
         if self.loop != "handling" or self.reply is None or event.turn != self.turn:
             raise _Refusal(f"a reply is cut only right after it arrived (turn {event.turn})")
-        self.out_of_time = event.cause == "call-deadline"
+        self.call_spent = event.cause == "call-deadline"
+
+    def repeats_unusable(self) -> bool:
+        """Whether the reply being handled is byte for byte the call's previous reply, which could not be used."""
+        return self.unusable is not None and self.reply == self.unusable
+
+    def _reply_repeated(self, event: ReplyRepeatedEvent) -> None:
+        if self.loop != "handling" or event.turn != self.turn or not self.owed_refusals:
+            raise _Refusal(f"a reply repeats another only once refused, while it is handled (turn {event.turn})")
+        if not self.repeats_unusable():
+            raise _Refusal(f"the reply of turn {event.turn} is not the call's previous reply, unusable, again")
+        self.call_spent = True
 
     def _ask(self, event: AskEvent) -> None:
         self._use_id(
@@ -558,6 +574,7 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
     "outcome": ConversationState._outcome,
     "reply-refused": ConversationState._refused_reply,
     "reply-cut": ConversationState._reply_cut,
+    "reply-repeated": ConversationState._reply_repeated,
     "unconfirmed": ConversationState._unconfirmed,
     "ask": ConversationState._ask,
     "answered": ConversationState._answered,

@@ -14,10 +14,11 @@
 #   was deferred, or when the call was cut short while handling (a crash): it is parked between calls, and
 #   resumes `handling` when a decision or an answer arrives, or on resume (in any process). Otherwise the loop
 #   ends `ended` when the conversation ends (the agent signalled session-complete, or end() was called), and
-#   `no_reply` when the call's own deadline cut the reply (the call has had its time: what is owed goes with the
-#   next call); another turn follows at once when words are owed (an answer, or what the person wrote instead of
-#   deciding), when an outcome needs a reply (done, failed, invalid), or when the reply could not be used (the
-#   agent is told why); otherwise the loop ends `idle`.
+#   `no_reply` when the call is spent: its own deadline cut the reply (the call has had its time), or the agent
+#   repeated, byte for byte, a reply that could not be used (telling it the same again would bring the same);
+#   what is owed goes with the next call. Another turn follows at once when words are owed (an answer, or what
+#   the person wrote instead of deciding), when an outcome needs a reply (done, failed, invalid), or when the
+#   reply could not be used (the agent is told why); otherwise the loop ends `idle`.
 # - Cancelling the call (or a callback raising) ends the loop `cancelled` from any state that is not final, a
 #   parked loop included (new words supersede what waits).
 # - The flags are the caller's facts; the declared machine reads them from its model.
@@ -68,7 +69,7 @@ class TurnLoop(StateMachine):
         handling.to(awaiting, cond="person_pending")
         | handling.to(awaiting, cond="cut_short")
         | handling.to(ended, cond="ending")
-        | handling.to(no_reply, cond="out_of_time")
+        | handling.to(no_reply, cond="call_spent")
         | handling.to(composing, cond="words_pending")
         | handling.to(composing, cond="needs_reply")
         | handling.to(composing, cond="unusable_reply")
