@@ -13,7 +13,8 @@ completion::
 Steps, taken in order:
 
 - ``Reply(text, chunks=1, interval=0.0, delay=0.0, drop_after=None, hold_after=None, finish_reason="stop")``:
-  answer ``text`` (streamed, its last chunk carries ``finish_reason``: ``"length"`` as a model at its token limit).
+  answer ``text`` with ``finish_reason`` (``"length"``: as a model at its token limit; streamed, the last chunk
+  carries it).
   Streamed, it is split into ``chunks`` pieces of near-equal length sent ``interval`` seconds apart;
   ``drop_after=N`` closes the connection after N content pieces, mid-body (``0``: right after the headers and the
   role chunk); ``hold_after=N`` sends N pieces and holds the rest until the server closes (a reply whose end is
@@ -295,7 +296,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif request.stream:
                 self._send_stream(action, request, number)
             else:
-                self._send_json(200, _completion(action.text, request, number))
+                self._send_json(200, _completion(action, request, number))
         except OSError:  # the client went away
             self.close_connection = True
 
@@ -389,13 +390,14 @@ def _error_body(status: int, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "code": None}}
 
 
-def _completion(text: str, request: Request, number: int) -> dict[str, Any]:
+def _completion(reply: Reply, request: Request, number: int) -> dict[str, Any]:
+    message = {"role": "assistant", "content": reply.text}
     return {
         "id": f"chatcmpl-{number}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": _model(request),
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
     }
 
 

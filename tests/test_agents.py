@@ -20,7 +20,7 @@ import anyio
 import httpx
 import pytest
 
-from dial_runtime import Conversation, outcome_reply, policy_human
+from dial_runtime import Conversation, TokenLimitReached, outcome_reply, policy_human
 from dial_runtime.agents import AgentError, ChatAgent, ChatMessage, RecordedAgent, agent_from_uri, system_prompt
 from dial_runtime.agents.chat import GenerationSettings, history_from_log, parse_retry_after
 from dial_runtime.agents.grammar import domain_grammar
@@ -454,6 +454,28 @@ async def test_a_server_that_does_not_stream_still_gives_its_reply(anyio_backend
         await agent.aclose()
         assert not client.is_closed  # the agent closes only the client it made
     assert json.loads(seen[0].content)["stream"] is True
+
+
+async def test_a_plain_reply_at_the_token_limit_is_not_taken_for_a_whole_one(server: OpenAIServer) -> None:
+    server.add(Reply("<dial><dial-inform>and on", finish_reason="length"), "after")
+    async with chat(server) as agent:
+        with pytest.raises(TokenLimitReached, match="token limit"):
+            await agent.send("q")
+        assert agent.history == ()  # as after any failed send: the message goes again, with what is owed
+        assert await agent.send("q") == "after"
+    assert server.requests[1].messages == [{"role": "user", "content": "q"}]
+
+
+async def test_a_completion_for_a_stream_at_the_token_limit_is_cut(anyio_backend: str) -> None:
+    body = completion("<dial><dial-inform>and on")
+    body["choices"][0]["finish_reason"] = "length"
+    async with mock_client(lambda request: httpx.Response(200, json=body), []) as client:
+        agent = ChatAgent("http://test/v1", "m", client=client)
+        pieces: list[str] = []
+        with pytest.raises(TokenLimitReached):
+            async for piece in agent.stream("q"):
+                pieces.append(piece)
+        assert pieces == ["<dial><dial-inform>and on"]
 
 
 # ---------------------------------------------------------------------------------------------- retry policy

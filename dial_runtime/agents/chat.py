@@ -365,7 +365,9 @@ class ChatAgent:
     async def send(self, message: str, *, message_id: str | None = None) -> str:
         """Send ``message`` with the history and return the assistant's reply, retrying transient failures.
 
-        ``message_id`` goes as the ``Idempotency-Key`` header (every retry of the message carries the same one).
+        A reply the model stopped at its token limit is not whole: :class:`TokenLimitReached`, and the history
+        stays as it was. ``message_id`` goes as the ``Idempotency-Key`` header (every retry of the message carries
+        the same one).
         """
         body = self._body(message, stream=False)
         headers = self._headers_for(message_id)
@@ -508,14 +510,28 @@ class ChatAgent:
         await anyio.sleep(delay)
 
     def _completion_content(self, response: httpx.Response) -> str:
+        """A completion's ``choices[0].message.content``; :class:`TokenLimitReached` when the model stopped at its
+        token limit (``finish_reason`` ``length``): the text is not the whole reply."""
+        data = self._completion(response)
+        content = self._content(data, "message", response.status_code)
+        if _finish_reason(data) == "length":
+            raise self._token_limit(response.status_code)
+        return content
+
+    def _completion(self, response: httpx.Response) -> Any:
+        """A completion's JSON body, or ``AgentError``."""
         try:
-            data = response.json()
+            return response.json()
         except ValueError:
             raise AgentError(
                 self._redact(f"{self._url}: the response is not JSON: {response.text[:_QUOTE_LIMIT]!r}"),
                 status=response.status_code,
             ) from None
-        return self._content(data, "message", response.status_code)
+
+    def _token_limit(self, status: int) -> TokenLimitReached:
+        """Why a reply is not whole: the model stopped at its token limit."""
+        reason = f"{self._url}: the answer reached the token limit (finish_reason length)"
+        return TokenLimitReached(reason, status=status)
 
     def _content(self, data: Any, key: str, status: int) -> str:
         """``choices[0][key].content`` of a completion (``message``) or of a stream chunk (``delta``).
@@ -544,14 +560,17 @@ class ChatAgent:
         A server that answers a streamed request with a plain JSON completion gives its content as one piece. A
         stream is whole when it says it ended (``[DONE]``, or a chunk's ``finish_reason``): one whose body ends
         without saying so (a server that died, a proxy that gave up) raises ``AgentError`` after its pieces, and
-        one that ended at the token limit (``finish_reason`` ``length``) raises an ``AgentError`` whose ``cut`` is
-        ``"token-limit"``, so the conversation never takes either for a whole reply.
+        one that ended at the token limit (``finish_reason`` ``length``, in the stream or the completion) raises
+        :class:`TokenLimitReached` after them, so the conversation never takes either for a whole reply.
         """
         if response.headers.get("content-type", "").startswith("application/json"):
             await response.aread()
-            content = self._completion_content(response)
+            completion = self._completion(response)
+            content = self._content(completion, "message", response.status_code)
             if content:
                 yield content
+            if _finish_reason(completion) == "length":
+                raise self._token_limit(response.status_code)
             return
         data: list[str] = []
         finish_reason: str | None = None
@@ -582,13 +601,11 @@ class ChatAgent:
                     reason = f"{self._url}: the streamed answer ended without [DONE] or a finish_reason"
                     raise AgentError(reason, status=status)
         if finish_reason == "length":
-            raise TokenLimitReached(
-                f"{self._url}: the answer reached the token limit (finish_reason length)", status=status
-            )
+            raise self._token_limit(status)
 
 
 def _finish_reason(chunk: Any) -> str | None:
-    """``choices[0].finish_reason`` of a stream chunk, when it has one."""
+    """``choices[0].finish_reason`` of a stream chunk or a completion, when it has one."""
     choices = chunk.get("choices") if isinstance(chunk, Mapping) else None
     first = choices[0] if isinstance(choices, list) and choices else None
     reason = first.get("finish_reason") if isinstance(first, Mapping) else None
