@@ -40,7 +40,7 @@ from ag_ui.core import (
     RunFinishedSuccessOutcome,
     RunStartedEvent,
 )
-from ag_ui.encoder import EventEncoder
+from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.datastructures import Headers, MutableHeaders
@@ -72,7 +72,7 @@ from .. import (
 from ..agents.prompt import vocabulary
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import Card, Notice, Projection, Question, project
-from .mapping import EventMapper, interrupt_for, interrupt_id, messages_of
+from .mapping import EventMapper, encode_sse, interrupt_for, interrupt_id, messages_of
 
 __all__ = ["LOOPBACK_HOSTS", "AgentFactory", "create_app", "scripted_agents"]
 
@@ -88,7 +88,6 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 _THREAD_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 _STATIC = resources.files("dial_runtime.web") / "static"
-_ENCODER = EventEncoder()
 
 
 class _Refused(Exception):
@@ -1046,17 +1045,34 @@ class _EventStream:
             async with anyio.create_task_group() as group:
                 group.start_soon(produce)
                 group.start_soon(aborted)
-                await send(
-                    {"type": "http.response.body", "body": _ENCODER.encode(started).encode(), "more_body": True}
-                )
+                await send({"type": "http.response.body", "body": encode_sse(started), "more_body": True})
                 async with receiver:
-                    async for event in receiver:
+                    while queued := await _queued(receiver):
                         if not client_gone:
-                            chunk = _ENCODER.encode(event).encode()
-                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                            body = b"".join(map(encode_sse, queued))
+                            await send({"type": "http.response.body", "body": body, "more_body": True})
                 group.cancel_scope.cancel()  # the run has ended: nothing left to stop
         if not client_gone:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _queued(receiver: MemoryObjectReceiveStream[BaseEvent]) -> list[BaseEvent]:
+    """Every event queued in ``receiver`` now, taken without a round of the event loop each; when none is, the
+    next one, waited for. Empty once the stream has ended. One body carries them all: a send per batch, not per
+    event, and no event waits for another to be sent."""
+    queued: list[BaseEvent] = []
+    while True:
+        try:
+            queued.append(receiver.receive_nowait())
+        except anyio.WouldBlock:
+            if queued:
+                return queued
+            try:
+                queued.append(await receiver.receive())
+            except anyio.EndOfStream:
+                return queued
+        except anyio.EndOfStream:
+            return queued
 
 
 def _failure(error: Exception) -> str:

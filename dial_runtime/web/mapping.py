@@ -19,12 +19,16 @@ carrying a delta of the reply's text (``inform-delta``: its ``text`` is the next
 is reading, ``element`` its index) only adds ``TEXT_MESSAGE_CONTENT`` to the open message, and the complete
 ``inform`` of the same element closes it instead of repeating the text (adding first what the deltas had not
 carried, when the deltas are the start of it).
+
+:func:`encode_sse` writes an event as its server-sent event, as ag-ui's ``EventEncoder`` does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterable, Sequence
+from json.encoder import encode_basestring
 from typing import Any
 
 import msgspec
@@ -48,6 +52,7 @@ from ag_ui.core import (
     ToolMessage,
     UserMessage,
 )
+from ag_ui.encoder import EventEncoder
 
 from .. import Ask, LogEntry, Suggestion
 from ..runtime.events import Event, InformDeltaEvent
@@ -67,6 +72,7 @@ from ..runtime.records import payload_digest
 
 __all__ = [
     "EventMapper",
+    "encode_sse",
     "interrupt_for",
     "interrupt_id",
     "item_view",
@@ -91,6 +97,28 @@ SUGGESTION_RESPONSE_SCHEMA: dict[str, Any] = {
 def _json(value: Any) -> str:
     """Canonical JSON text: what a digest covers and what a tool call's arguments carry."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+_ENCODER = EventEncoder()
+
+
+def encode_sse(event: BaseEvent) -> bytes:
+    """``event`` as a server-sent event in UTF-8, byte for byte what ag-ui's ``EventEncoder`` writes. A streamed
+    chunk's ``TEXT_MESSAGE_CONTENT`` with no optional field set, the one event sent per chunk, is written here
+    (its two strings escaped as pydantic escapes them), a fifth of the encoder's cost; any other event by the
+    encoder."""
+    if (
+        type(event) is TextMessageContentEvent
+        and event.timestamp is None
+        and event.raw_event is None
+        and event.metadata is None
+        and event.subagent_run_id is None
+        and not event.model_extra
+    ):
+        message_id, delta = encode_basestring(event.message_id), encode_basestring(event.delta)
+        with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: the encoder's own error, below
+            return f'data: {{"type":"TEXT_MESSAGE_CONTENT","messageId":{message_id},"delta":{delta}}}\n\n'.encode()
+    return _ENCODER.encode(event).encode()
 
 
 def interrupt_id(subject_id: str, refusals: int) -> str:
