@@ -60,12 +60,12 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A running llama-server's base URL (``http://127.0.0.1:PORT``), healthy, with one slot."""
+@contextlib.contextmanager
+def llama_server(log: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A llama-server of its own, healthy, with one slot: its base URL (``http://127.0.0.1:PORT``) and process,
+    writing to ``log``; stopped at the end."""
     server, model = binaries()
     port = free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
     command = [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "4096"]
     command += ["--parallel", "1", "--threads", "2", "--slots"]
     with log.open("wb") as output:
@@ -80,9 +80,16 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     break
             assert time.monotonic() < deadline, f"llama-server not healthy in {STARTUP}s"
             time.sleep(0.2)
-        yield url
+        yield url, process
     finally:
         stop(process)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The module's llama-server (:func:`llama_server`): its base URL."""
+    with llama_server(tmp_path_factory.mktemp("llama") / "server.log") as (url, _):
+        yield url
 
 
 @pytest.fixture
