@@ -109,11 +109,13 @@ def _chat(args: argparse.Namespace) -> int:
         from .surfaces.terminal import PlainAgent, TerminalSurface
     except ModuleNotFoundError as error:
         return _without_terminal_extra("chat", error)
-    from .agents import agent_from_uri, history_from_log, system_prompt
+    from .agents import agent_from_uri, domain_grammar, history_from_log, system_prompt
     from .driver import Conversation
 
     domain = load_domain(args.domain) if args.mcp is None else None
     _check_mcp_options(args)
+    agent_options = _agent_options(args)
+    constrain = agent_options.pop("constrain", False)
     if args.id and not args.store:
         _usage("--id needs --store")
     store = _open(args.store) if args.store else None
@@ -126,9 +128,14 @@ def _chat(args: argparse.Namespace) -> int:
                 stack.push_async_callback(store.aclose)
             chosen = domain if domain is not None else await _served(args, stack)
             earlier = await store.read(ident) if store is not None else []
+            if constrain:
+                agent_options["grammar"] = domain_grammar(chosen)
             try:
                 agent = agent_from_uri(
-                    args.agent, system_prompt=system_prompt(chosen), history=history_from_log(earlier)
+                    args.agent,
+                    system_prompt=system_prompt(chosen),
+                    history=history_from_log(earlier),
+                    **agent_options,
                 )
             except ValueError as error:
                 _usage(str(error))
@@ -158,6 +165,35 @@ def _chat(args: argparse.Namespace) -> int:
     finally:
         if args.transcript:
             surface.save(args.transcript)
+
+
+def _agent_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``ChatAgent``'s keyword arguments from ``--server``, ``--grammar`` (``domain``: ``constrain``, for the
+    domain's grammar once the domain is known; a file: its GBNF text) and the generation settings; refused for a
+    ``script:`` agent, which generates nothing."""
+    settings = {
+        "server": args.server,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "seed": args.seed,
+        "stop": args.stop,
+    }
+    options: dict[str, Any] = {name: value for name, value in settings.items() if value is not None}
+    if args.grammar == "domain":
+        options["constrain"] = True
+    elif args.grammar != "off":
+        try:
+            raw = Path(args.grammar).read_bytes()
+        except OSError as error:
+            _usage(f"--grammar: cannot read {args.grammar}: {error.strerror or error}")
+        try:
+            options["grammar"] = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            _usage(f"--grammar: {args.grammar} is not UTF-8 text (at byte {error.start})")
+    if options and args.agent.startswith("script:"):
+        _usage("--server, --grammar and the generation settings are for a model server; script:FILE takes none")
+    return options
 
 
 def _check_mcp_options(args: argparse.Namespace) -> None:
@@ -441,9 +477,11 @@ def _serve(args: argparse.Namespace) -> int:
         print("dial-runtime serve: --max-turns must be at least 1 and --decide-timeout above 0", file=sys.stderr)
         return 2
     _check_mcp_options(args)
+    agent_options = _agent_options(args)
     try:
         serve(
             agent=args.agent,
+            agent_options=agent_options,
             domain=args.domain
             if args.mcp is None
             else McpServer(server=args.mcp, trust_read_only=args.trust_read_only, log=args.mcp_log),
@@ -483,6 +521,39 @@ def _add_stream_deadlines(parser: argparse.ArgumentParser, recorded: str) -> Non
         default=30.0,
         metavar="S",
         help=f"seconds a streamed reply may go silent{recorded} (default: 30)",
+    )
+
+
+def _add_agent_options(parser: argparse.ArgumentParser) -> None:
+    """What goes with every request to a model server: the grammar, how to send it, the generation settings."""
+    parser.add_argument(
+        "--grammar",
+        default="off",
+        metavar="off|domain|FILE",
+        help="constrain the replies: domain (the grammar of valid DIAL for the domain), or a file of GBNF "
+        "(llama.cpp, vLLM; default: off)",
+    )
+    parser.add_argument(
+        "--server",
+        metavar="openai|llamacpp|vllm|ollama",
+        help="the kind of server, which says how the grammar is sent (default: the URI's scheme; openai for "
+        "http(s) URIs)",
+    )
+    parser.add_argument(
+        "--temperature", type=float, metavar="T", help="sampling temperature (default: the server's)"
+    )
+    parser.add_argument(
+        "--top-p", type=float, metavar="P", help="nucleus sampling's top_p (default: the server's)"
+    )
+    parser.add_argument("--seed", type=int, metavar="N", help="the sampling seed (default: the server's)")
+    parser.add_argument(
+        "--max-tokens", type=int, metavar="N", help="tokens one reply may take at most (default: the server's)"
+    )
+    parser.add_argument(
+        "--stop",
+        action="append",
+        metavar="TEXT",
+        help="text at which the server stops generating (repeat for more)",
     )
 
 
@@ -539,6 +610,7 @@ def _add_serve(commands: Any) -> None:
     serving.add_argument(
         "--decide-timeout", type=float, metavar="S", help="seconds each decision may take (default: none)"
     )
+    _add_agent_options(serving)
     serving.set_defaults(run=_serve)
 
 
@@ -600,6 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="wait for each whole reply (by default replies stream: each element is shown as it arrives)",
     )
+    _add_agent_options(chat)
     chat.set_defaults(run=_chat)
 
     demo = commands.add_parser("demo", help="hold the shipped example conversation and print its transcript")

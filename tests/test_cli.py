@@ -1,4 +1,5 @@
-"""The dial-runtime command line: validate, demo, diagrams, and how every command fails."""
+"""The dial-runtime command line: validate, demo, diagrams, what chat sends a model, and how every command
+fails."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from dial_runtime import parse, validate
+from dial_runtime.agents import domain_grammar
 from dial_runtime.cli import main
+from dial_runtime.demo import NotesDomain
+
+from .openai_server import OpenAIServer
+from .test_llama import llama as llama
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "reply.xml"
 
@@ -165,7 +172,10 @@ def _database(tmp: Path) -> bytes:
 
 
 RECORDINGS = Path(__file__).parent / "recordings"
-CHAT = ["chat", "--agent", "script:replies.json", "--domain", "dial_runtime.demo:NotesDomain"]
+NOTES = "dial_runtime.demo:NotesDomain"
+CHAT = ["chat", "--agent", "script:replies.json", "--domain", NOTES]
+#: A chat with a model server no test reaches: refused before anything is sent.
+MODEL_CHAT = ["chat", "--agent", "llamacpp:m@127.0.0.1:9", "--domain", NOTES]
 
 
 def cases(tmp: Path, postgres_url: str) -> dict[str, Case]:
@@ -286,6 +296,36 @@ def cases(tmp: Path, postgres_url: str) -> dict[str, Case]:
             2,
             "cannot read gone.jsonl: no such file",
         ),
+        "chat with a grammar file that is not there": Case(
+            [*CHAT, "--grammar", "gone.gbnf"], 2, "--grammar: cannot read gone.gbnf: No such file or directory"
+        ),
+        "chat with a grammar file that is not UTF-8": Case(
+            [*CHAT, "--grammar", "latin.gbnf"],
+            2,
+            "--grammar: latin.gbnf is not UTF-8 text (at byte 10)",
+            files={"latin.gbnf": 'root ::= "é"'.encode("latin-1")},
+        ),
+        "chat with generation settings for a script": Case(
+            [*CHAT, "--temperature", "0"],
+            2,
+            "--server, --grammar and the generation settings are for a model server; script:FILE takes none",
+            files={"replies.json": b"[]"},
+        ),
+        "chat with an unknown kind of server": Case(
+            [*MODEL_CHAT, "--server", "tgi"],
+            2,
+            "server must be one of openai, llamacpp, vllm, ollama, got 'tgi'",
+        ),
+        "chat with no tokens to reply with": Case(
+            [*MODEL_CHAT, "--max-tokens", "0"],
+            2,
+            "max_tokens must be a whole number of 1 or more, got 0",
+        ),
+        "serve with a grammar file that is not there": Case(
+            ["serve", "--agent", "llamacpp:m", "--domain", NOTES, "--store", "memory:", "--grammar", "gone.gbnf"],
+            2,
+            "--grammar: cannot read gone.gbnf: No such file or directory",
+        ),
         "chat with stdin not a terminal while a decision is pending": Case(
             [*CHAT, "--store", "sqlite:c.db", "--id", "k"],
             0,
@@ -305,6 +345,9 @@ CASE_NAMES = [
     "a domain whose actions are a list", "a domain whose vocabulary has a key it does not read",
     "a domain module that does not exist", "a script that is not there",
     "a script that is not a list of replies", "a malformed store URL", "replay of a missing file",
+    "chat with a grammar file that is not there", "chat with a grammar file that is not UTF-8",
+    "chat with generation settings for a script", "chat with an unknown kind of server",
+    "chat with no tokens to reply with", "serve with a grammar file that is not there",
     "chat with stdin not a terminal while a decision is pending",
 ]  # fmt: skip
 
@@ -406,3 +449,87 @@ def test_a_command_line_argparse_refuses_is_one_line_and_exit_2(
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith("dial-runtime") and message in error, error
     assert error.rstrip().endswith("--help)")
+
+
+def _chat(*argv: str, cwd: Path, words: str) -> subprocess.CompletedProcess[str]:
+    """``dial-runtime chat`` run in ``cwd``, the person typing ``words`` (standard input is not a terminal)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "dial_runtime.cli", "chat", *argv],
+        cwd=cwd,
+        input=words + "\n",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        timeout=120,
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stderr
+    return done
+
+
+GBNF = 'root ::= "<dial><dial-inform>" [a-z ]{1,20} "</dial-inform></dial>"\n'
+
+
+@pytest.mark.parametrize(
+    ("options", "sent"),
+    [
+        (["--grammar", "domain", "--server", "llamacpp"], {"grammar": domain_grammar(NotesDomain()).gbnf}),
+        (
+            ["--grammar", "domain", "--server", "vllm"],
+            {"structured_outputs": {"grammar": domain_grammar(NotesDomain()).gbnf}},
+        ),
+        (["--grammar", "rules.gbnf"], {"grammar": GBNF}),
+        (["--grammar", "off"], {}),
+    ],
+    ids=["domain-llamacpp", "domain-vllm", "file", "off"],
+)
+def test_chat_sends_the_grammar_and_the_generation_settings_with_every_request(
+    options: list[str], sent: dict[str, object], tmp_path: Path
+) -> None:
+    (tmp_path / "rules.gbnf").write_text(GBNF, encoding="utf-8")
+    settings = ["--temperature", "0", "--top-p", "0.5", "--seed", "7", "--max-tokens", "64"]
+    settings += ["--stop", "END", "--stop", "FIN"]
+    with OpenAIServer(default="<dial><dial-inform>Noted.</dial-inform></dial>") as model:
+        agent = f"{model.base_url}#m"
+        _chat(
+            "--agent",
+            agent,
+            "--domain",
+            "dial_runtime.demo:NotesDomain",
+            *options,
+            *settings,
+            cwd=tmp_path,
+            words="hello",
+        )
+        (request,) = model.requests
+    body = request.body
+    assert {name: body[name] for name in ("temperature", "top_p", "seed", "max_tokens", "stop")} == {
+        "temperature": 0.0, "top_p": 0.5, "seed": 7, "max_tokens": 64, "stop": ["END", "FIN"]
+    }  # fmt: skip
+    assert {name: body[name] for name in ("grammar", "structured_outputs") if name in body} == sent
+
+
+@pytest.mark.llama
+def test_chat_with_the_domains_grammar_on_a_real_model_replies_in_dial_only(llama: str, tmp_path: Path) -> None:
+    """SmolLM2-135M on llama-server, constrained by ``--grammar domain``: every reply the store holds is one valid
+    envelope with no issue, and its suggestions are put to the person."""
+    port = llama.rpartition(":")[2]
+    store = f"sqlite:{tmp_path / 'chat.db'}"
+    options = ["--grammar", "domain", "--temperature", "0", "--seed", "1", "--max-tokens", "400"]
+    done = _chat(
+        "--agent", f"llamacpp:smollm2@127.0.0.1:{port}", "--domain", "dial_runtime.demo:NotesDomain",
+        "--store", store, "--id", "c", *options, cwd=tmp_path, words="add a note: buy milk",
+    )  # fmt: skip
+    exported = subprocess.run(
+        [sys.executable, "-m", "dial_runtime.cli", "export", "c", "--store", store],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    events = [json.loads(line).get("event", {}) for line in exported.stdout.splitlines()]
+    replies = [event["text"] for event in events if event.get("type") == "reply"]
+    assert replies, done.stdout
+    for reply in replies:
+        assert validate(reply) == [], reply
+        envelope = parse(reply)
+        assert envelope is not None and not envelope.issues, reply

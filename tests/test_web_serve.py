@@ -18,9 +18,11 @@ import httpx
 import pytest
 
 from dial_runtime import open_store
+from dial_runtime.agents import domain_grammar
 
 from .fakes import envelope, suggest
 from .openai_server import OpenAIServer, Reply
+from .web_domains import WebNotes
 from .web_server import decode, free_port, run_input, server_process
 
 COMMAND = [sys.executable, "-m", "dial_runtime.cli", "serve"]
@@ -92,6 +94,35 @@ def test_max_turns_given_to_serve_reaches_every_worker(tmp_path: Path) -> None:
     with serve(*options, "--workers", "2", "--max-turns", "1") as url:
         events = decode(httpx.post(f"{url}/agui", json=run_input("m", words="list"), timeout=20).text)
     assert [event["name"] for event in events if event["type"] == "CUSTOM"] == ["dial.turn-limit"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_grammar_and_generation_settings_given_to_serve_reach_every_worker(
+    tmp_path: Path, workers: int
+) -> None:
+    """``--grammar domain`` and the settings go with the requests of every worker's agents."""
+    with OpenAIServer(default=envelope("<dial-inform>Noted.</dial-inform>")) as model:
+        store = f"sqlite:{tmp_path / 'c.db'}"
+        options = [
+            "--agent",
+            f"{model.base_url}#m",
+            "--domain",
+            DOMAIN,
+            "--store",
+            store,
+            "--workers",
+            str(workers),
+        ]
+        settings = ["--grammar", "domain", "--server", "vllm", "--temperature", "0.5", "--max-tokens", "99"]
+        with serve(*options, *settings) as url:
+            for name in ("g1", "g2", "g3"):
+                events = decode(httpx.post(f"{url}/agui", json=run_input(name, words="hi"), timeout=20).text)
+                assert events[-1]["type"] == "RUN_FINISHED"
+        grammar = domain_grammar(WebNotes()).gbnf
+        sent = [
+            (r.body["structured_outputs"], r.body["temperature"], r.body["max_tokens"]) for r in model.requests
+        ]
+        assert sent == [({"grammar": grammar}, 0.5, 99)] * 3
 
 
 @pytest.mark.parametrize("workers", [1, 2])

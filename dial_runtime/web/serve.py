@@ -3,9 +3,10 @@ a store URL.
 
 With ``--workers N`` uvicorn starts N processes, each importing :func:`app_from_environment`, which reads the
 settings from the environment (``DIAL_SERVE_AGENT``, ``DIAL_SERVE_DOMAIN`` or ``DIAL_SERVE_MCP`` with
-``DIAL_SERVE_TRUST_READ_ONLY`` and ``DIAL_SERVE_MCP_LOG``, ``DIAL_SERVE_STORE``): every worker builds the same
-application on the same store. With an MCP server, each worker connects to its own (a command starts one server
-process per worker) when uvicorn starts the application, and closes it when uvicorn stops.
+``DIAL_SERVE_TRUST_READ_ONLY`` and ``DIAL_SERVE_MCP_LOG``, ``DIAL_SERVE_STORE``, and the agent's options,
+``DIAL_SERVE_AGENT_OPTIONS``): every worker builds the same application on the same store. With an MCP
+server, each worker connects to its own (a command starts one server process per worker) when uvicorn starts the
+application, and closes it when uvicorn stops.
 
 The store is checked before uvicorn starts: one that cannot be opened and listed (a corrupt SQLite file, a
 PostgreSQL server that refuses the connection) is a one-line error. At Ctrl-C (or SIGTERM) open requests get
@@ -39,6 +40,7 @@ __all__ = ["McpServer", "agent_factory", "app_from_environment", "serve"]
 
 _ENV = {
     "agent": "DIAL_SERVE_AGENT",
+    "agent_options": "DIAL_SERVE_AGENT_OPTIONS",
     "domain": "DIAL_SERVE_DOMAIN",
     "store": "DIAL_SERVE_STORE",
     "mcp": "DIAL_SERVE_MCP",
@@ -92,11 +94,13 @@ class McpServer:
                 raise ValueError(f"--mcp: {error}") from None
 
 
-def agent_factory(uri: str, domain: Any) -> AgentFactory:
+def agent_factory(uri: str, domain: Any, options: Mapping[str, Any] | None = None) -> AgentFactory:
     """The agent of each run: ``script:FILE`` (JSON, YAML or a JSON Lines log: see
     :func:`~dial_runtime.agents.scripted.load_script`) replies from the file, taken up where the conversation's
     log left it; any other URI is a :class:`ChatAgent` (``agent_from_uri``) whose history is rebuilt from the
-    log, sharing one HTTP client. ``ValueError`` for a URI or file that cannot serve."""
+    log, sharing one HTTP client, made with ``options`` (``ChatAgent``'s keyword arguments: ``server``, the
+    generation settings, ``grammar`` as GBNF text; ``constrain: True`` for the domain's own grammar,
+    :func:`~dial_runtime.agents.domain_grammar`). ``ValueError`` for a URI, file or option that cannot serve."""
     scheme, _, rest = uri.partition(":")
     if scheme == "script":
         from ..agents.scripted import load_script
@@ -105,14 +109,18 @@ def agent_factory(uri: str, domain: Any) -> AgentFactory:
             return scripted_agents(load_script(rest))
         except ValueError as error:
             raise ValueError(f"--agent {uri!r}: {error}") from None
-    from ..agents import agent_from_uri, history_from_log, system_prompt
+    from ..agents import agent_from_uri, domain_grammar, history_from_log, system_prompt
 
     prompt = system_prompt(domain)
+    chosen = dict(options or {})
+    if chosen.pop("constrain", False):
+        chosen["grammar"] = domain_grammar(domain)
     client = httpx.AsyncClient(timeout=None)
-    agent_from_uri(uri, system_prompt=prompt, client=client)  # a bad URI or a missing key fails now, not later
+    # A bad URI, option or a missing key fails now, not later.
+    agent_from_uri(uri, system_prompt=prompt, client=client, **chosen)
 
     def build(conversation_id: str, log: Sequence[LogEntry]) -> Any:
-        return agent_from_uri(uri, system_prompt=prompt, history=history_from_log(log), client=client)
+        return agent_from_uri(uri, system_prompt=prompt, history=history_from_log(log), client=client, **chosen)
 
     return build
 
@@ -123,10 +131,12 @@ def build_app(
     store: str,
     conversation: Mapping[str, float | None] | None = None,
     allowed_hosts: Sequence[str] = (),
+    agent_options: Mapping[str, Any] | None = None,
 ) -> Starlette:
     """The application ``serve`` runs; ``ValueError`` naming what is wrong with a setting. ``conversation``
     holds any of :data:`CONVERSATION_OPTIONS` for every conversation (the others keep :func:`create_app`'s
-    defaults); the server answers to the loopback names and ``allowed_hosts`` (:func:`create_app`'s).
+    defaults); the server answers to the loopback names and ``allowed_hosts`` (:func:`create_app`'s);
+    ``agent_options`` go to every agent (:func:`agent_factory`).
 
     Over an MCP server, the application connects to it when the ASGI server starts it (its lifespan) and builds
     the web surface then, once the tools are listed (the system prompt is written from them).
@@ -137,14 +147,18 @@ def build_app(
     options["allowed_hosts"] = (*LOOPBACK_HOSTS, *allowed_hosts)
     if isinstance(domain, str):
         served = load_domain(domain)
-        return create_app(store=store, domain=served, agent=agent_factory(agent, served), **options)
+        return create_app(store=store, domain=served, agent=agent_factory(agent, served, agent_options), **options)
     domain.domain(None)  # a command line that cannot be read is refused now
     surface: list[Starlette] = []
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with domain.connected() as served:
-            surface.append(create_app(store=store, domain=served, agent=agent_factory(agent, served), **options))
+            surface.append(
+                create_app(
+                    store=store, domain=served, agent=agent_factory(agent, served, agent_options), **options
+                )
+            )
             yield
 
     async def forward(scope: Scope, receive: Receive, send: Send) -> None:
@@ -153,7 +167,9 @@ def build_app(
     return Starlette(routes=[Mount("/", app=forward)], lifespan=lifespan)
 
 
-def _settings_from_environment() -> tuple[str, str | McpServer, str, dict[str, float | None], list[str]]:
+def _settings_from_environment() -> tuple[
+    str, str | McpServer, str, dict[str, float | None], list[str], dict[str, Any]
+]:
     environ = os.environ
     mcp = environ.get(_ENV["mcp"])
     domain: str | McpServer = (
@@ -167,7 +183,8 @@ def _settings_from_environment() -> tuple[str, str | McpServer, str, dict[str, f
     )
     conversation = json.loads(environ.get(_ENV["conversation"]) or "{}")
     allowed_hosts = json.loads(environ.get(_ENV["allowed_hosts"]) or "[]")
-    return environ[_ENV["agent"]], domain, environ[_ENV["store"]], conversation, allowed_hosts
+    agent_options = json.loads(environ.get(_ENV["agent_options"]) or "{}")
+    return environ[_ENV["agent"]], domain, environ[_ENV["store"]], conversation, allowed_hosts, agent_options
 
 
 def app_from_environment() -> _EndedQuietlyAtShutdown:
@@ -270,14 +287,16 @@ def serve(
     workers: int,
     conversation: Mapping[str, float | None] | None = None,
     allowed_hosts: Sequence[str] = (),
+    agent_options: Mapping[str, Any] | None = None,
 ) -> None:
     """Run the web surface with uvicorn until interrupted; ``ValueError`` for a bad setting (checked first: an
     MCP server is started and its tools listed once before uvicorn starts, so that one it cannot reach is a
-    one-line error, not a failed startup)."""
+    one-line error, not a failed startup). ``agent_options`` go to every agent of every worker, as JSON values
+    (:func:`agent_factory`)."""
     import uvicorn
 
     open_store(store)
-    app = build_app(agent, domain, store, conversation, allowed_hosts)
+    app = build_app(agent, domain, store, conversation, allowed_hosts, agent_options)
     anyio.run(check_store, store)
     lifespan: Literal["on", "off"] = "off"
     if isinstance(domain, McpServer):
@@ -300,6 +319,7 @@ def serve(
         _ENV["store"]: store,
         _ENV["conversation"]: json.dumps(dict(conversation or {})),
         _ENV["allowed_hosts"]: json.dumps(list(allowed_hosts)),
+        _ENV["agent_options"]: json.dumps(dict(agent_options or {})),
     }
     if isinstance(domain, McpServer):
         settings.update(
