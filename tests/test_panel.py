@@ -251,9 +251,9 @@ def test_a_proposal_done_already_is_marked_live_and_after_a_reload(context: Brow
     page = open_page(context, base_url, thread)
     say(page, "add milk")
     card(page, "sg-1").locator(".dial-accept").click()
-    for shown in (page, open_page(context, base_url, thread)):
-        expect(card(shown, "sg-1").locator(".dial-done-before")).to_be_hidden()
-        repeat = card(shown, "sg-2").locator(".dial-done-before")
+    for seen in (page, open_page(context, base_url, thread)):
+        expect(card(seen, "sg-1").locator(".dial-done-before")).to_be_hidden()
+        repeat = card(seen, "sg-2").locator(".dial-done-before")
         expect(repeat).to_be_visible()
         expect(repeat).to_contain_text("Already done at ")
         expect(repeat).to_contain_text(" as sg-1")
@@ -478,16 +478,16 @@ def test_agent_text_is_markdown_rendered_safely(context: BrowserContext, base_ur
 def test_an_acknowledgement_the_log_contradicts_is_the_agents_claim_live_and_after_a_reload(
     context: BrowserContext, base_url: str
 ) -> None:
-    invented = '<dial><dial-acknowledge of="sg-9" yield="sg-9:done">Done: I paid the bill.</dial-acknowledge></dial>'
+    invented = envelope('<dial-acknowledge of="sg-9" yield="sg-9:done">Done: I paid the bill.</dial-acknowledge>')
     thread = new_thread(invented, "<dial><dial-acknowledge>Sorry.</dial-acknowledge></dial>")
     page = open_page(context, base_url, thread)
     say(page, "pay it")
-    for shown in (page, open_page(context, base_url, thread)):
-        claim = shown.locator(".dial-assistant.dial-unconfirmed")
+    for seen in (page, open_page(context, base_url, thread)):
+        claim = seen.locator(".dial-assistant.dial-unconfirmed")
         expect(claim).to_have_text("Done: I paid the bill.")
-        expect(shown.locator(".dial-unconfirmed-note")).to_have_count(1)
-        expect(shown.locator(".dial-unconfirmed-note")).to_contain_text("Not confirmed by the runtime")
-        expect(shown.locator(".dial-card")).to_have_count(0)
+        expect(seen.locator(".dial-unconfirmed-note")).to_have_count(1)
+        expect(seen.locator(".dial-unconfirmed-note")).to_contain_text("Not confirmed by the runtime")
+        expect(seen.locator(".dial-card")).to_have_count(0)
 
 
 def test_an_empty_conversation_says_what_the_domain_can_do(context: BrowserContext, base_url: str) -> None:

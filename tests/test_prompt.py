@@ -298,7 +298,8 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}}
         (
             Misread(spec={"mutates": True, "schema": SCHEMA}),
             "domain.actions['save-recipe']: unknown key 'schema' (did you mean 'payload_schema'?); the keys are "
-            "'mutates', 'destructive', 'handoff', 'repeatable', 'description', 'payload_schema', 'payload_example'",
+            "'mutates', 'destructive', 'handoff', 'repeatable', 'description', 'payload_schema', "
+            "'payload_example'",
         ),
     ],
 )

@@ -114,8 +114,9 @@ class Conversation:
     reply is handled as far as it got and the agent is told. ``call_timeout`` is each call's budget of time
     waiting for the agent, over all its turns (300 s, as long as one reply may take, so a slow model's long answer
     fits once and a loop of replies cut by their deadline stops after the first; ``None``: none): when it passes,
-    the call stops as a deadline stops a reply, and the agent is told with the next call's message. ``log`` rebuilds a conversation
-    from its entries (a log no run of the runtime could have written raises :class:`~dial_runtime.LogError`);
+    the call stops as a deadline stops a reply, and the agent is told with the next call's message. ``log``
+    rebuilds a conversation from its entries (a log no run of the runtime could have written raises
+    :class:`~dial_runtime.LogError`);
     ``store`` and ``conversation_id`` make it durable (see :meth:`open`). ``clock`` gives each logged event's
     time (seconds since the epoch; the core reads no clock of its own). Constructing one has no side effects: a
     call a dead process left open is closed by the next call.
