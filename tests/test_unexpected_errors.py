@@ -29,6 +29,7 @@ def anyio_backend(real_clocks: str) -> str:
     """Real clocks: the web test waits on a server in another thread."""
     return real_clocks
 
+
 SECRET = "postgresql://app:hunter2@db.internal/orders"
 ACK = "<dial><dial-acknowledge>Sorry.</dial-acknowledge></dial>"
 ADD = envelope(suggest("add-note", '{"text":"buy milk"}'))
