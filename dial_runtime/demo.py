@@ -71,6 +71,12 @@ class NotesDomain(Domain):
         return cls(notes_in(log))
 
 
+def notes_by_conversation() -> Callable[[str, Sequence[LogEntry]], NotesDomain]:
+    """The notes domain as a domain factory, :meth:`NotesDomain.from_log`: what ``dial-runtime serve --domain
+    dial_runtime.demo:notes_by_conversation`` loads, to give each conversation its own notebook."""
+    return NotesDomain.from_log
+
+
 def notes_in(log: Sequence[LogEntry]) -> list[str]:
     """The notes a conversation's log leaves: each ``add-note`` and ``remove-note`` that ended ``done``, applied
     in order with the payload that ran (an edited one included)."""

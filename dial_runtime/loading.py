@@ -3,7 +3,8 @@
 
 It sits below the command line and the web surface's ``serve``, which both load domains, so neither imports the
 other. A domain that cannot be loaded is the one line the command reports (``_CommandError``); a flow, a
-``ValueError``.
+``ValueError``. A factory may also return a domain factory, ``(conversation_id, log) -> domain`` (callable, with
+no ``run``), which ``serve`` calls for each conversation (:class:`DomainPerConversation`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from statemachine import StateMachine
@@ -19,14 +20,37 @@ from statemachine import StateMachine
 from ._command import _CommandError, _described, _usage
 from .agents.prompt import vocabulary
 from .domains import Domain
+from .runtime.events import LogEntry
 
-__all__ = ["load_domain", "load_flow"]
+__all__ = ["DomainPerConversation", "load_domain", "load_flow"]
+
+
+class DomainPerConversation:
+    """A domain factory as ``--domain`` loads it: called as the factory is, ``(conversation_id, log) -> domain``,
+    and described by the domain it builds for a new conversation (``factory("", [])``, an id no conversation
+    has): every attribute but ``run`` is that domain's, so the system prompt, the domain's grammar and the
+    vocabulary read its actions, their documentation and its flow. Having no ``run``, it is a domain factory to
+    ``create_app``."""
+
+    def __init__(self, factory: Callable[[str, Sequence[LogEntry]], Any], describing: Any) -> None:
+        self._factory = factory
+        self._describing = describing
+
+    def __call__(self, conversation_id: str, log: Sequence[LogEntry]) -> Any:
+        return self._factory(conversation_id, log)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "run" or name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._describing, name)
 
 
 def load_domain(spec: str) -> Any:
     """The domain ``module:factory`` names: the module is imported (looked for in the current directory first, as
     ``python -m`` and uvicorn do) and ``factory()`` called; what it returns must have a ``run`` method, and
-    ``actions``, when it has them, must map action names to their specs."""
+    ``actions``, when it has them, must map action names to their specs. What returns a domain factory instead (a
+    callable with no ``run``) gives a :class:`DomainPerConversation`, checked on the domain it builds for a new
+    conversation."""
     module_name, _, factory_name = spec.partition(":")
     if not module_name or not factory_name:
         _usage(f"--domain {spec!r}: expected module:factory, e.g. dial_runtime.demo:NotesDomain")
@@ -48,7 +72,20 @@ def load_domain(spec: str) -> Any:
         domain = factory()
     except Exception as error:
         raise _CommandError(f"--domain {spec!r}: {factory_name}() raised {_described(error)}") from error
-    if not callable(getattr(domain, "run", None)):
+    if callable(domain) and not callable(getattr(domain, "run", None)):
+        try:
+            describing = domain("", [])
+        except Exception as error:
+            raise _CommandError(
+                f"--domain {spec!r}: the domain factory {factory_name}() returned raised {_described(error)}"
+            ) from error
+        if not callable(getattr(describing, "run", None)):
+            raise _CommandError(
+                f"--domain {spec!r}: the domain factory {factory_name}() returned built {_kind(describing)}, "
+                "not a domain (no run method)"
+            )
+        domain = DomainPerConversation(domain, describing)
+    elif not callable(getattr(domain, "run", None)):
         raise _CommandError(
             f"--domain {spec!r}: {factory_name}() returned {_kind(domain)}, not a domain (no run method)"
         )

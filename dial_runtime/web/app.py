@@ -74,13 +74,22 @@ from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import Card, Notice, Projection, Question, project
 from .mapping import EventMapper, encode_sse, interrupt_for, interrupt_id, messages_of
 
-__all__ = ["LOOPBACK_HOSTS", "AgentFactory", "create_app", "scripted_agents"]
+__all__ = ["LOOPBACK_HOSTS", "AgentFactory", "DomainFactory", "create_app", "scripted_agents"]
 
 logger = logging.getLogger("dial_runtime.web")
 
 #: Builds the agent for one run of a conversation from its id and its stored log (each run gets its own agent,
 #: rebuilt from the log: a chat agent's history, a scripted agent's position).
 AgentFactory = Callable[[str, Sequence[LogEntry]], Any]
+
+#: Builds the domain of one run of a conversation from its id and its stored log, so each conversation has domain
+#: state of its own, rebuilt from its log (``NotesDomain.from_log``). It is told apart from a domain by having no
+#: ``run`` method.
+DomainFactory = Callable[[str, Sequence[LogEntry]], Any]
+
+#: The conversation id a domain factory is given, with an empty log, for the domain that describes every
+#: conversation's (its actions, their documentation, its flow): no conversation has it.
+_DESCRIBING_ID = ""
 
 #: The names a server on this machine is reached by, which ``create_app``'s ``allowed_hosts`` defaults to.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -115,35 +124,58 @@ class _NoAgent:
         raise RuntimeError("a snapshot sends nothing to the agent")
 
 
-class _AgentOnFirstUse:
-    """A run's agent, built by the factory the first time the conversation talks to it: inside a call, so under
-    the conversation's lock and with its log as the store holds it (folded, caught up with what other workers
-    wrote, and recovered), never from a copy read before the lock was taken."""
+class _OnFirstUse:
+    """What a factory builds for a run from the conversation's id and log, the first time a call of the
+    conversation uses it: inside the call, so under the conversation's lock and with its log as the store holds it
+    (folded, caught up with what other workers wrote, and recovered), never from a copy read before the lock was
+    taken."""
 
-    def __init__(self, factory: AgentFactory, conversation_id: str) -> None:
+    def __init__(self, factory: Callable[[str, Sequence[LogEntry]], Any], conversation_id: str) -> None:
         self._factory = factory
         self._id = conversation_id
         self._built: Any = None
         self.conversation: Conversation | None = None
 
-    def _agent(self) -> Any:
+    def _now(self) -> Any:
         if self._built is None:
-            assert self.conversation is not None, "the agent is used only by the conversation's calls"
+            assert self.conversation is not None, "it is used only by the conversation's calls"
             self._built = self._factory(self._id, self.conversation.log)
         return self._built
 
+
+class _AgentOnFirstUse(_OnFirstUse):
+    """A run's agent, built the first time the conversation talks to it."""
+
     def send(self, message: str) -> Any:
-        return self._agent().send(message)
+        return self._now().send(message)
 
     def __getattr__(self, name: str) -> Any:
         if name == "stream":  # asked for at each send: the built agent streams or not
-            return self._agent().stream
+            return self._now().stream
         raise AttributeError(name)
 
     async def aclose(self) -> None:
         close = getattr(self._built, "aclose", None)
         if close is not None:
             await close()
+
+
+class _DomainOnFirstUse(_OnFirstUse):
+    """A run's domain, built the first time a call asks it anything (its actions, a check, a preview, a run, its
+    context); a run that asks nothing (a snapshot) builds none. Its flow, which the conversation reads as it is
+    made, is the describing domain's (``flow_rules``)."""
+
+    def __init__(self, factory: DomainFactory, conversation_id: str, describing: Any) -> None:
+        super().__init__(factory, conversation_id)
+        self.flow_rules = getattr(describing, "flow_rules", None)
+
+    def run(self, action: str, payload: Any) -> Any:
+        return self._now().run(action, payload)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._now(), name)
 
 
 @dataclass(frozen=True)
@@ -164,7 +196,8 @@ class _Plan:
 @dataclass
 class _Settings:
     store: StorePort
-    domain: Any
+    domain: Any  # every conversation's, or (with a factory) the one describing them
+    domain_factory: DomainFactory | None
     agent: AgentFactory
     auth: Callable[[Request], Any] | None
     can_decide: Callable[[str, Suggestion | Ask], bool] | None
@@ -180,7 +213,7 @@ class _Settings:
 def create_app(
     *,
     store: StorePort | str,
-    domain: Any,
+    domain: Any | DomainFactory,
     agent: AgentFactory,
     auth: Callable[[Request], Any] | None = None,
     can_decide: Callable[[str, Suggestion | Ask], bool] | None = None,
@@ -204,12 +237,17 @@ def create_app(
     comment every ``heartbeat`` seconds while it does not), and the panel at ``/``.
 
     ``store`` is a :class:`StorePort` or its URL (one store holds every conversation; PostgreSQL when several
-    workers share it). ``domain`` serves every conversation. ``agent(conversation_id, log)`` builds the agent of
-    one run. ``auth(request)`` (plain or ``async``) returns the caller's principal, or ``None`` to refuse the
-    request (401); it is what decisions are logged ``by``, never a value the client sends. Without ``auth`` every
-    caller is ``"local"``: bind such a server to 127.0.0.1. ``can_decide(principal, suggestion_or_ask)`` says who
-    may decide what (default: anyone who may view); ``can_view(principal, conversation_id)`` who may see a
-    conversation (default: everyone).
+    workers share it). ``domain`` serves every conversation; or, a domain factory (a callable with no ``run``:
+    :data:`DomainFactory`), ``domain(conversation_id, log)`` builds the domain of one run as the agent's is built,
+    inside its first call (under the conversation's lock, from its log as stored), so each conversation has state
+    of its own, rebuilt the same by a restarted server or another worker; what describes them all (``GET
+    /actions``, the flow) is a new conversation's, built once here as ``domain("", [])`` (an id no conversation
+    has). A run that asks the domain nothing (a snapshot) builds none. ``agent(conversation_id, log)`` builds the
+    agent of one run. ``auth(request)`` (plain or ``async``) returns the caller's principal, or ``None`` to refuse
+    the request (401); it is what decisions are logged ``by``, never a value the client sends. Without ``auth``
+    every caller is ``"local"``: bind such a server to 127.0.0.1. ``can_decide(principal, suggestion_or_ask)``
+    says who may decide what (default: anyone who may view); ``can_view(principal, conversation_id)`` who may see
+    a conversation (default: everyone).
 
     Every request (the panel and its files too) must name in its ``Host`` one of ``allowed_hosts``, the names the
     server is reached by: ``name`` (any port), ``name:port``, ``*.domain`` (its subdomains, any port) or ``*``
@@ -230,9 +268,15 @@ def create_app(
     ``idle_timeout``, ``max_turns`` and ``decide_timeout`` are each conversation's (see
     :class:`~dial_runtime.Conversation`).
     """
+    domain_factory: DomainFactory | None = None
+    if not callable(getattr(domain, "run", None)):
+        if not callable(domain):
+            raise TypeError("create_app: domain must be a domain (with a run method) or a domain factory")
+        domain_factory, domain = domain, domain(_DESCRIBING_ID, [])
     settings = _Settings(
         store=open_store(store) if isinstance(store, str) else store,
         domain=domain,
+        domain_factory=domain_factory,
         agent=agent,
         auth=auth,
         can_decide=can_decide,
@@ -577,6 +621,7 @@ class _WebSurface:
             return mapper.catch_up(opened[0].log, through=through) if opened else []
 
         agent = _AgentOnFirstUse(settings.agent, thread)
+        domain = self._domain(thread)
         opened_at = entries[-1].seq if entries else 0
         last: TurnResult | None = None
         try:
@@ -585,12 +630,14 @@ class _WebSurface:
                     settings.store,
                     thread,
                     agent=agent,
-                    domain=settings.domain,
+                    domain=domain,
                     human=_DeferringHuman(),
                     on_event=on_event,
                     **settings.options,
                 )
                 agent.conversation = conversation
+                if isinstance(domain, _DomainOnFirstUse):
+                    domain.conversation = conversation
                 stop.conversation = conversation
                 opened.append(conversation)
                 opened_at = conversation.log[-1].seq if conversation.log else 0
@@ -636,14 +683,23 @@ class _WebSurface:
         stream says when it does. A dead worker's is shown as the next run will find it (a started action
         failed ``interrupted``, what waited waiting). Telling the two apart takes the lock for a moment, only when
         no run of this worker drives the conversation, so a run that starts in that moment is refused ``busy``."""
-        settings = self.settings
-        held = Conversation(agent=_NoAgent(), domain=settings.domain, human=_DeferringHuman(), log=entries)
+        domain = self._domain(run.thread_id)
+        held = Conversation(agent=_NoAgent(), domain=domain, human=_DeferringHuman(), log=entries)
+        if isinstance(domain, _DomainOnFirstUse):
+            domain.conversation = held
         held.recover()
         running = len(held.log) > len(entries) and await self._driven(run.thread_id)
         shown = project(entries if running else held.log)
         emit(MessagesSnapshotEvent(messages=messages_of(shown)))
         stored = entries[-1].seq if entries else 0
         emit(self._finished(run, principal, held, shown, stored=stored, running=running))
+
+    def _domain(self, thread: str) -> Any:
+        """The domain of a run of conversation ``thread``: the one domain, or the factory's, built on first use."""
+        factory = self.settings.domain_factory
+        if factory is None:
+            return self.settings.domain
+        return _DomainOnFirstUse(factory, thread, self.settings.domain)
 
     async def _driven(self, thread: str) -> bool:
         """Whether a run, in this worker or another, drives the conversation now."""
