@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from .app import AgentFactory, create_app, scripted_agents
+from .app import AgentFactory, DomainFactory, create_app, scripted_agents
 from .mapping import EventMapper, interrupt_for, messages_from_log, messages_of, payload_digest
 
 __all__ = [
     "AgentFactory",
+    "DomainFactory",
     "EventMapper",
     "create_app",
     "interrupt_for",
