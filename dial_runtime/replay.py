@@ -22,6 +22,7 @@ the replayed call is closed at the same point and the next call recovers, as ``C
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,7 +30,9 @@ from typing import Any
 
 import msgspec
 
-from .errors import ActionError, Interruption, RecordedError, TokenLimitReached
+from .errors import ActionError, DialSizeError, Interruption, RecordedError, TokenLimitReached
+from .language.records import Acknowledge, Inform
+from .language.stream import StreamParser
 from .runtime.core import (
     CUT,
     PROCESS_STOPPED,
@@ -68,6 +71,7 @@ from .runtime.events import (
     DecidedEvent,
     DeferredEvent,
     Event,
+    InformEvent,
     InterruptedEvent,
     LogEntry,
     NoReplyEvent,
@@ -503,6 +507,9 @@ class _Replayer:
             rest = reply.text[sum(map(len, progress)) :]
             following = events.index(reply) + 1
             cut = events[following] if following < len(events) else None
+            if not progress:  # the text shown while it streamed arrives first, alone, as it did then
+                shown, rest = _shown_while_streaming(rest, events[: following - 1])
+                pieces += [Streamed(chunks=(shown,))] if shown else []
             chunks = (rest,) if rest else ()
             if isinstance(cut, ReplyCutEvent):
                 pieces.append(Streamed(chunks=chunks, ended=True, passed=_passed(cut), failure=_failure(cut)))
@@ -712,6 +719,24 @@ class _Turns:
                 self.ended = True
             turns.setdefault(self.turn, []).append(event)
         return turns
+
+
+def _shown_while_streaming(reply: str, before: Sequence[Event]) -> tuple[str, str]:
+    """The reply split where its elements shown before it ended (the ``inform`` events ``before`` its ``reply``)
+    were complete, and nothing more had arrived: fed so, the core shows them as it did then, and a later part
+    that voids the reply (a second envelope) comes after them, as it did. ``("", reply)`` when none were shown."""
+    wanted = sum(1 for e in before if isinstance(e, InformEvent) and e.element is not None and e.element >= 0)
+    if not wanted:
+        return "", reply
+    parser, complete, end = StreamParser(), 0, 0
+    while complete < wanted:
+        close = reply.find(">", end)
+        if close < 0:
+            return "", reply
+        piece, end = reply[end : close + 1], close + 1
+        with contextlib.suppress(DialSizeError):
+            complete += sum(1 for element in parser.feed(piece) if isinstance(element, Inform | Acknowledge))
+    return reply[:end], reply[end:]
 
 
 def _streamed_reply(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

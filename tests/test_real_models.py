@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dial_runtime import Accept, Conversation, policy_human
+from dial_runtime import Accept, Conversation, policy_human, replay
 from dial_runtime.language.parser import envelope_candidates, parse
 from dial_runtime.runtime.projection import AgentText, project
 from dial_runtime.transcript import Transcript
@@ -180,3 +180,18 @@ async def test_an_acknowledgement_that_contradicts_the_log_is_marked_and_the_age
         assert shown == f"agent (not confirmed by the runtime: {why}): Done: the note is gone."
         told = talker.sent[-1]
         assert "not confirmed" in told and why.replace("'", "&apos;") in told.replace("'", "&apos;")
+
+
+@pytest.mark.parametrize("size", [1, 3, 5, 17, 40, 10_000])
+async def test_a_streamed_reply_with_two_envelopes_replays_as_it_was_shown(size: int) -> None:
+    """Chunked finely, the example's inform is shown before the second envelope arrives and voids the reply;
+    chunked coarsely, it is not. Either way the log replays identical: replay feeds the reply as the recording
+    shows it was shown."""
+    example = envelope("<dial-inform>An example.</dial-inform>", "<dial-inform>Two.</dial-inform>")
+    reply = example + "\n\nAnd the real one:\n" + envelope(suggest("add-note", '{"text":"milk"}'))
+    agent = StreamingAgent([reply, envelope("<dial-acknowledge>Sorry.</dial-acknowledge>")], size=size)
+    conversation = Conversation(agent=agent, domain=Notes(), human=policy_human("accept"))
+    await conversation.say("go")
+    report = replay(conversation.log)
+    assert report.ok, report.divergences
+    assert not [entry for entry in conversation.log if entry.event.type == "suggestion"]
