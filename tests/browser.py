@@ -7,7 +7,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from playwright.sync_api import Browser, Page, sync_playwright
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 CHROMIUM = os.environ.get("DIAL_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -32,6 +33,22 @@ def chromium() -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One Chromium for a test module."""
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+def context(browser: Browser) -> Iterator[BrowserContext]:
+    """A fresh browser context (cookies, storage) for each test, its waits bounded at 10 s."""
+    made = browser.new_context()
+    made.set_default_timeout(10_000)
+    yield made
+    made.close()
 
 
 def say(page: Page, words: str) -> None:

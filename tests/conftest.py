@@ -12,6 +12,7 @@ import trio.testing
 
 from dial_runtime.stores import StorePort
 
+from .browser import browser, context  # noqa: F401  (headless Chromium, and a fresh context of it per test)
 from .pg import pg_schema_url, postgres_url  # noqa: F401  (a PostgreSQL server, and a fresh schema on it)
 
 

@@ -5,28 +5,25 @@ accessibility finding (axe-core) in light and dark."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import socket
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-import uvicorn
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 from starlette.applications import Starlette
 
 from dial_runtime import LogEntry, ScriptedAgent, open_store
 from dial_runtime.web import create_app, scripted_agents
 
-from .browser import chromium, say, shown
+from .browser import say, shown
 from .fakes import envelope, suggest
 from .web_domains import WebNotes
+from .web_server import free_port, serving
 
 STATIC = Path(__file__).parent.parent / "dial_runtime" / "web" / "static"
 BROWSER_NODE = Path(__file__).parent / "browser_node" / "node_modules"
@@ -115,34 +112,6 @@ def domain_app(store: str) -> Starlette:
     )
 
 
-@contextlib.contextmanager
-def serve_on(app: Any, port: int) -> Iterator[str]:
-    """``app`` served by uvicorn on 127.0.0.1:``port`` for the block's length (a port reused across servers)."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", port))
-    config = uvicorn.Config(app, lifespan="off", ws="none", log_level="warning", timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        listener.close()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return f"sqlite:{tmp_path_factory.mktemp('panel') / 'conversations.db'}"
@@ -150,22 +119,8 @@ def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def base_url(store_url: str) -> Iterator[str]:
-    with serve_on(domain_app(store_url), free_port()) as url:
+    with serving(domain_app(store_url)) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as launched:
-        yield launched
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    made = browser.new_context()
-    made.set_default_timeout(10_000)
-    yield made
-    made.close()
 
 
 def new_thread(*replies: str, wait: float | None = None) -> str:
@@ -433,7 +388,7 @@ def test_a_click_while_the_server_restarts_is_sent_when_it_is_back(
     thread = new_thread(
         envelope(suggest("add-note", '{"text":"milk"}')), "<dial><dial-inform>Added.</dial-inform></dial>"
     )
-    with serve_on(domain_app(store_url), port) as url:
+    with serving(domain_app(store_url), port) as url:
         page = open_page(context, url, thread)
         say(page, "add milk")
         expect(card(page, "sg-1").locator(".dial-accept")).to_be_visible()
@@ -442,7 +397,7 @@ def test_a_click_while_the_server_restarts_is_sent_when_it_is_back(
     expect(status).to_contain_text(
         "cannot be reached: your Accept of “Add the note 'milk'” will be sent when it is back"
     )
-    with serve_on(domain_app(store_url), port):
+    with serving(domain_app(store_url), port):
         expect(status).to_have_text("Reconnected: your Accept of “Add the note 'milk'” was sent.", timeout=15_000)
         expect(card(page, "sg-1").locator(".dial-outcome")).to_have_text("Done")
         expect(page.locator(".dial-assistant")).to_have_text("Added.")

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import BrowserContext, Page, expect
 
 from dial_runtime.web import create_app, scripted_agents
 
-from .browser import chromium, say, shown
+from .browser import say, shown
 from .fakes import envelope, suggest
 from .web_domains import WebNotes
 from .web_server import serving
@@ -39,20 +39,6 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     app = create_app(store=f"sqlite:{store}", domain=WebNotes(), agent=scripted_agents(SCRIPTS))
     with serving(app) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as launched:
-        yield launched
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    made = browser.new_context()
-    made.set_default_timeout(10_000)
-    yield made
-    made.close()
 
 
 def open_panel(context: BrowserContext, base_url: str, *replies: str, thread: str | None = None) -> Page:

@@ -18,12 +18,11 @@ from typing import Any
 import anyio
 import httpx
 import psycopg
-import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from dial_runtime import open_store
 
-from .browser import chromium, say
+from .browser import say
 from .fakes import envelope, suggest
 from .web_server import changes, decode, free_port, run_input, server_process
 
@@ -50,12 +49,6 @@ def script(tmp_path: Path, *replies: str) -> Path:
     path = tmp_path / "replies.json"
     path.write_text(json.dumps(list(replies)))
     return path
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with chromium() as launched:
-        yield launched
 
 
 def panel(browser: Browser, url: str, thread: str) -> Page:

@@ -26,11 +26,12 @@ START_TIMEOUT = 10.0
 
 
 @contextlib.contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """The base URL of ``app`` served by uvicorn on 127.0.0.1 (a free port) for the block's length."""
+def serving(app: Any, port: int = 0) -> Iterator[str]:
+    """The base URL of ``app`` served by uvicorn on 127.0.0.1 for the block's length, on ``port`` (a free one
+    when 0; a given one can be served again by the next server, as a restart does)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
+    listener.bind(("127.0.0.1", port))
     port = listener.getsockname()[1]
     config = uvicorn.Config(app, lifespan="off", ws="none", log_level="warning", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
