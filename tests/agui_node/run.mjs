@@ -2,25 +2,12 @@
 // run that ends on an interrupt, a resume that accepts it. Prints what the client decoded as one JSON line.
 import { HttpAgent } from "@ag-ui/client";
 
+import { observedRun } from "./observe.mjs";
+
 const [url, threadId, words] = process.argv.slice(2);
 const agent = new HttpAgent({ url, threadId });
 
-async function run(parameters) {
-  const seen = { types: [], outcome: null, error: null, results: [] };
-  await agent.runAgent(parameters, {
-    onEvent({ event }) {
-      seen.types.push(event.type);
-      if (event.type === "TOOL_CALL_RESULT") seen.results.push([event.toolCallId, JSON.parse(event.content).status]);
-    },
-    onRunFinishedEvent({ event }) {
-      seen.outcome = event.outcome ?? null;
-    },
-    onRunErrorEvent({ event }) {
-      seen.error = { code: event.code ?? null, message: event.message };
-    },
-  });
-  return seen;
-}
+const run = (parameters) => observedRun(agent, parameters);
 
 agent.addMessage({ id: "u-1", role: "user", content: words });
 const first = await run({});
