@@ -14,7 +14,8 @@ from .agents import ScriptedAgent
 from .domains import Domain
 from .driver import Conversation, scripted_human
 from .runtime import ActionError, Issue
-from .runtime.events import ActionStartedEvent, LogEntry, OutcomeEvent
+from .runtime.events import LogEntry
+from .runtime.projection import Card, project
 from .transcript import NarratedHuman, Transcript
 
 NoteText = Annotated[str, msgspec.Meta(min_length=1, max_length=60, pattern=r"\S")]
@@ -80,18 +81,14 @@ def notes_by_conversation() -> Callable[[str, Sequence[LogEntry]], NotesDomain]:
 def notes_in(log: Sequence[LogEntry]) -> list[str]:
     """The notes a conversation's log leaves: each ``add-note`` and ``remove-note`` that ended ``done``, applied
     in order with the payload that ran (an edited one included)."""
-    ran: dict[str, Any] = {}
+    done = [item for item in project(log).items if isinstance(item, Card) and item.status == "done"]
     notes: list[str] = []
-    for entry in log:
-        event = entry.event
-        if isinstance(event, ActionStartedEvent):
-            ran[event.suggestion_id] = event.payload
-        elif isinstance(event, OutcomeEvent) and event.status == "done" and event.id in ran:
-            text = ran[event.id].get("text") if isinstance(ran[event.id], dict) else None
-            if event.action == "add-note" and isinstance(text, str):
-                notes.append(text)
-            elif event.action == "remove-note" and text in notes:
-                notes.remove(text)
+    for card in sorted(done, key=lambda card: card.ended_seq or 0):  # in the order they ran, not were proposed
+        text = card.payload.get("text") if isinstance(card.payload, dict) else None
+        if card.action == "add-note" and isinstance(text, str):
+            notes.append(text)
+        elif card.action == "remove-note" and text in notes:
+            notes.remove(text)
     return notes
 
 
