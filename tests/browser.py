@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 CHROMIUM = os.environ.get("DIAL_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -49,6 +49,18 @@ def context(browser: Browser) -> Iterator[BrowserContext]:
     made.set_default_timeout(10_000)
     yield made
     made.close()
+
+
+def open_thread(context: BrowserContext, base_url: str, thread: str) -> Page:
+    """A page of the panel on conversation ``thread``, once its input is shown; the page's errors are kept in
+    ``page.errors`` (a test asserts there are none)."""
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.errors = errors  # type: ignore[attr-defined]
+    page.goto(f"{base_url}/?thread={thread}")
+    expect(page.locator("dial-chat .dial-input")).to_be_visible()
+    return page
 
 
 def say(page: Page, words: str) -> None:

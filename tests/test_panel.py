@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 from dial_runtime import LogEntry, ScriptedAgent, open_store
 from dial_runtime.web import create_app, scripted_agents
 
-from .browser import say, shown
+from .browser import open_thread, say, shown
 from .fakes import envelope, suggest
 from .web_domains import WebNotes
 from .web_server import free_port, serving
@@ -133,13 +133,7 @@ def new_thread(*replies: str, wait: float | None = None) -> str:
 
 def open_page(context: BrowserContext, base_url: str, thread: str) -> Page:
     """A page on ``thread``; page errors are kept in ``page.errors``."""
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.errors = errors  # type: ignore[attr-defined]
-    page.goto(f"{base_url}/?thread={thread}")
-    expect(page.locator("dial-chat .dial-input")).to_be_visible()
-    return page
+    return open_thread(context, base_url, thread)
 
 
 def card(page: Page, suggestion: str) -> Any:

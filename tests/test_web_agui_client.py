@@ -12,17 +12,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-from dial_runtime import LogEntry, agent_from_uri, open_store
+from dial_runtime import agent_from_uri
 from dial_runtime.runtime.projection import Notice, project
 from dial_runtime.web import create_app, scripted_agents
 
 from .fakes import envelope, suggest
 from .openai_server import OpenAIServer, Reply
 from .web_domains import WebNotes
-from .web_server import serving
+from .web_server import serving, stored_log
 
 CLIENT = Path(__file__).parent / "agui_node"
 SCRIPTS = {
@@ -50,17 +49,6 @@ def node(script: str, *arguments: str) -> Any:
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def read_log(store: Path, conversation: str) -> list[LogEntry]:
-    async def read() -> list[LogEntry]:
-        opened = open_store(f"sqlite:{store}")
-        try:
-            return list(await opened.read(conversation))
-        finally:
-            await opened.aclose()
-
-    return anyio.run(read)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +89,7 @@ def test_httpagent_decides_two_cards_one_at_a_time_then_says_something_else(base
     assert seen["said"]["results"] == [["sg-3", "superseded"]]
     assert seen["after"] == []
     assert {"role": "assistant", "content": "Fine, nothing more."} in seen["messages"]
-    decided = [entry.event for entry in read_log(store, "node-cards") if entry.event.type == "decided"]
+    decided = [entry.event for entry in stored_log(store, "node-cards") if entry.event.type == "decided"]
     assert [(each.suggestion_id, each.decision) for each in decided] == [
         ("sg-1", "edit"),
         ("sg-2", "dismiss"),
@@ -124,10 +112,10 @@ def test_httpagent_abort_run_stops_the_run_and_the_log_says_who(tmp_path: Path) 
             assert seen["failed"] is None
             assert seen["error"] == {"code": "abort", "message": "This operation was aborted"}  # the client's own
             deadline = time.monotonic() + STOPPED_WITHIN
-            while "finished" not in [entry.event.type for entry in read_log(tmp_path / "c.db", "stopped")]:
+            while "finished" not in [entry.event.type for entry in stored_log(tmp_path / "c.db", "stopped")]:
                 assert time.monotonic() < deadline, "the stopped run was not logged"
                 time.sleep(0.05)
-    log = read_log(tmp_path / "c.db", "stopped")
+    log = stored_log(tmp_path / "c.db", "stopped")
     (interrupted,) = [entry.event for entry in log if entry.event.type == "interrupted"]
     assert interrupted.reason == "cancelled by ada"
     notices = [item.text for item in project(log).items if isinstance(item, Notice)]

@@ -11,7 +11,7 @@ from playwright.sync_api import BrowserContext, Page, expect
 
 from dial_runtime.web import create_app, scripted_agents
 
-from .browser import say, shown
+from .browser import open_thread, say, shown
 from .fakes import envelope, suggest
 from .web_domains import WebNotes
 from .web_server import serving
@@ -46,13 +46,7 @@ def open_panel(context: BrowserContext, base_url: str, *replies: str, thread: st
     if thread is None:
         thread = f"b{next(_COUNT)}"
         SCRIPTS[thread] = list(replies)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.errors = errors  # type: ignore[attr-defined]
-    page.goto(f"{base_url}/?thread={thread}")
-    expect(page.locator("dial-chat .dial-input")).to_be_visible()
-    return page
+    return open_thread(context, base_url, thread)
 
 
 def card(page: Page, suggestion: str = "sg-1") -> object:

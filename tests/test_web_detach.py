@@ -11,17 +11,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 
-from dial_runtime import LogEntry, agent_from_uri, open_store
+from dial_runtime import LogEntry, agent_from_uri
 from dial_runtime.runtime.projection import Notice, project
 from dial_runtime.web import create_app
 
 from .fakes import envelope
 from .openai_server import OpenAIServer, Reply
 from .web_domains import WebNotes
-from .web_server import decode, run_input, serving
+from .web_server import decode, run_input, serving, stored_log
 
 STORY = "Once upon a time there was a keeper of a lighthouse, who told it slowly."
 #: Streamed in pieces this far apart: long enough for a test to act while it streams, short enough to wait for.
@@ -30,22 +29,11 @@ PIECES, INTERVAL = 12, 0.25
 SETTLES_WITHIN = 10.0
 
 
-def read_log(store: Path, conversation: str) -> list[LogEntry]:
-    async def read() -> list[LogEntry]:
-        opened = open_store(f"sqlite:{store}")
-        try:
-            return list(await opened.read(conversation))
-        finally:
-            await opened.aclose()
-
-    return anyio.run(read)
-
-
 def wait_for_log(store: Path, conversation: str, kind: str) -> list[LogEntry]:
     """The log, once it holds an event of type ``kind`` (``SETTLES_WITHIN`` seconds at most)."""
     deadline = time.monotonic() + SETTLES_WITHIN
     while True:
-        log = read_log(store, conversation)
+        log = stored_log(store, conversation)
         if kind in [entry.event.type for entry in log]:
             return log
         assert time.monotonic() < deadline, f"the log holds no {kind}"

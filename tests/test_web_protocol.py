@@ -9,13 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dial_runtime import LogEntry, agent_from_uri, open_store
+from dial_runtime import LogEntry, agent_from_uri
 from dial_runtime.runtime.projection import Notice, project
 from dial_runtime.web import create_app, scripted_agents
 from dial_runtime.web.mapping import interrupt_id
@@ -23,7 +22,7 @@ from dial_runtime.web.mapping import interrupt_id
 from .fakes import envelope, suggest
 from .openai_server import Error, OpenAIServer, Reply
 from .web_domains import WebNotes
-from .web_server import accept, decode, finished, free_port, interrupts, run_input, serving
+from .web_server import accept, decode, finished, free_port, interrupts, run_input, serving, stored_log
 
 ADD_TWO = envelope(
     suggest("add-note", '{"text":"milk"}', ident="n"),
@@ -73,19 +72,6 @@ def post(http: httpx.Client, body: dict[str, Any], **headers: str) -> list[dict[
     return decode(response.text)
 
 
-def log_of(store_path: Path, conversation: str) -> list[LogEntry]:
-    """The conversation's stored log, read through a store of its own."""
-
-    async def read() -> list[LogEntry]:
-        store = open_store(f"sqlite:{store_path}")
-        try:
-            return list(await store.read(conversation))
-        finally:
-            await store.aclose()
-
-    return anyio.run(read)
-
-
 def kinds(entries: list[LogEntry]) -> list[str]:
     return [entry.event.type for entry in entries]
 
@@ -130,7 +116,7 @@ def test_agent_ids_that_look_like_refusal_counts_keep_their_own_interrupts(
     decided = post(http, run_input(name, resume=[accept(again[1]), cancel(again[0])]))
     assert results(decided) == [("n~2", "done")]
     assert [each["toolCallId"] for each in interrupts(decided)] == ["n"]
-    (waiting,) = project(log_of(store_path, name)).waiting
+    (waiting,) = project(stored_log(store_path, name)).waiting
     assert waiting.id == "n"
 
 
@@ -151,10 +137,10 @@ def test_a_resume_with_one_entry_it_cannot_take_takes_none(
 ) -> None:
     name = thread(TWO, DONE)
     first = interrupts(post(http, run_input(name, words="add both")))
-    before = kinds(log_of(store_path, name))
+    before = kinds(stored_log(store_path, name))
     refused = post(http, run_input(name, resume=[edit(first[0], "oat milk"), second(first[1])]))
     assert [event["type"] for event in refused] == ["RUN_STARTED", "RUN_ERROR"]
-    assert kinds(log_of(store_path, name)) == before
+    assert kinds(stored_log(store_path, name)) == before
     done = post(http, run_input(name, resume=[edit(first[0], "oat milk"), accept(first[1])]))
     assert results(done) == [("sg-1", "done"), ("sg-2", "done")]
     assert finished(done)["outcome"] == {"type": "success"}
@@ -177,7 +163,7 @@ def test_a_cancelled_entry_leaves_its_card_waiting_under_the_same_interrupt(
     other = post(http, run_input(name, resume=[dismissed]))
     assert results(other) == [("sg-2", "dismissed")]
     assert finished(other)["outcome"] == {"type": "success"}
-    decided = [entry.event for entry in log_of(store_path, name) if entry.event.type == "decided"]
+    decided = [entry.event for entry in stored_log(store_path, name) if entry.event.type == "decided"]
     assert [(each.suggestion_id, each.decision) for each in decided] == [("sg-1", "accept"), ("sg-2", "dismiss")]
 
 
@@ -198,10 +184,10 @@ def test_a_cancelled_entry_for_an_interrupt_that_no_longer_waits_is_left_out_wit
 def test_cancelled_entries_and_nothing_else_change_nothing(http: httpx.Client, store_path: Path) -> None:
     name = thread(TWO, DONE)
     first = interrupts(post(http, run_input(name, words="add both")))
-    before = kinds(log_of(store_path, name))
+    before = kinds(stored_log(store_path, name))
     events = post(http, run_input(name, resume=[cancel(each) for each in first]))
     assert interrupts(events) == first
-    assert kinds(log_of(store_path, name)) == before
+    assert kinds(stored_log(store_path, name)) == before
 
 
 # --- words from someone who may not decide -----------------------------------------------------------------------
@@ -212,17 +198,17 @@ def test_words_that_would_supersede_a_card_the_speaker_may_not_decide_are_refuse
 ) -> None:
     name = thread(ONE, DONE, DONE)
     (card,) = interrupts(post(http, run_input(name, words="add milk")))
-    before = kinds(log_of(store_path, name))
+    before = kinds(stored_log(store_path, name))
     refused = post(http, run_input(name, words="never mind"), **{"x-user": "viewer"})
     assert [event["type"] for event in refused] == ["RUN_STARTED", "RUN_ERROR"]
     assert refused[-1]["code"] == "awaiting-reviewer" and "'sg-1'" in refused[-1]["message"]
     also = post(http, run_input(name, words="never mind", resume=[cancel(card)]), **{"x-user": "viewer"})
     assert also[-1]["code"] == "awaiting-reviewer"
-    assert kinds(log_of(store_path, name)) == before
+    assert kinds(stored_log(store_path, name)) == before
     post(http, run_input(name, resume=[accept(card)]))
     said = post(http, run_input(name, words="thanks"), **{"x-user": "viewer"})
     assert finished(said)["outcome"] == {"type": "success"}
-    spoken = [entry.event for entry in log_of(store_path, name) if entry.event.type == "said"]
+    spoken = [entry.event for entry in stored_log(store_path, name) if entry.event.type == "said"]
     assert [(each.text, each.by) for each in spoken] == [("add milk", "ada"), ("thanks", "viewer")]
 
 
@@ -278,5 +264,5 @@ def test_a_run_whose_agent_never_answered_is_a_run_error_in_the_log_s_words(
     error = events[-1]
     assert (error["type"], error["code"]) == ("RUN_ERROR", "no-reply")
     assert cause in error["message"]
-    notices = [item for item in project(log_of(tmp_path / "c.db", "q")).items if isinstance(item, Notice)]
+    notices = [item for item in project(stored_log(tmp_path / "c.db", "q")).items if isinstance(item, Notice)]
     assert [notice.text for notice in notices] == [error["message"]]

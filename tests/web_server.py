@@ -15,10 +15,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import uvicorn
+
+from dial_runtime import LogEntry, open_store
 
 from .fakes import stop
 
@@ -48,6 +52,19 @@ def serving(app: Any, port: int = 0) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=START_TIMEOUT)
         listener.close()
+
+
+def stored_log(store: Path, conversation: str) -> list[LogEntry]:
+    """The conversation's log as the SQLite file ``store`` holds it, read through a store of its own."""
+
+    async def read() -> list[LogEntry]:
+        opened = open_store(f"sqlite:{store}")
+        try:
+            return list(await opened.read(conversation))
+        finally:
+            await opened.aclose()
+
+    return anyio.run(read)
 
 
 def free_port() -> int:
