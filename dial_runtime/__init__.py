@@ -47,7 +47,7 @@ from .language.records import (
 )
 from .language.schema import SchemaIssue, validate
 from .language.stream import StreamParser
-from .ports import AgentPort, DomainPort, HumanPort, StorePort, StreamingAgentPort
+from .ports import AgentPort, DomainPort, HumanPort, ReconcilingDomainPort, StorePort, StreamingAgentPort
 from .replay import Divergence, ReplayReport, replay
 from .runtime import (
     Accept,
@@ -56,6 +56,7 @@ from .runtime import (
     Defer,
     Dismiss,
     Edit,
+    IdempotencyKey,
     Issue,
     Say,
     Suggestion,
@@ -114,6 +115,7 @@ __all__ = [
     "Event",
     "Execute",
     "HumanPort",
+    "IdempotencyKey",
     "IllegalTransition",
     "Inform",
     "Issue",
@@ -129,6 +131,7 @@ __all__ = [
     "Phatic",
     "Projection",
     "Question",
+    "ReconcilingDomainPort",
     "RecordedAgent",
     "RefusedProposal",
     "ReplayReport",

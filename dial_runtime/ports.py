@@ -24,7 +24,8 @@ payload is accepted, without ``preview`` the action's name is shown, without ``c
 dict forms (``{"mutates": True}``, ``{"ok": False, ...}``, ``{"accept": True}``) are part of the types.
 
 Each port is named for its role with ``Port`` after it (:class:`AgentPort`, :class:`StreamingAgentPort`,
-:class:`HumanPort`, :class:`DomainPort`, :class:`DescribedDomainPort`, :class:`StorePort`), so that no port shares
+:class:`HumanPort`, :class:`DomainPort`, :class:`DescribedDomainPort`, :class:`ReconcilingDomainPort`,
+:class:`StorePort`), so that no port shares
 a name with a class that plays the role: :class:`~dial_runtime.Domain` is the typed-functions domain, which
 satisfies :class:`DomainPort`.
 """
@@ -48,6 +49,7 @@ __all__ = [
     "HumanPort",
     "IssueLike",
     "MaybeAwaitable",
+    "ReconcilingDomainPort",
     "StorePort",
     "StreamingAgentPort",
 ]
@@ -141,6 +143,23 @@ class DescribedDomainPort(DomainPort, Protocol):
     def vocabulary(self) -> Mapping[str, Mapping[str, Any]]: ...
 
     def describe(self, action: str, /) -> str | None: ...
+
+
+class ReconcilingDomainPort(Protocol):
+    """What a domain adds to make its effects exactly once across crashes (both methods optional to the runtime,
+    which reads a domain duck-typed; this protocol is for domains that want them checked).
+
+    ``run`` takes the run's idempotency ``key`` (derived from the log: the conversation, the suggestion, the
+    attempt) to hand on where the effect happens (an ``Idempotency-Key`` header, an MCP request's ``_meta``, a
+    unique column). After a crash mid-action, recovery calls ``reconcile`` with the same key before reporting:
+    it returns the result the run had, raises as the run did (an :class:`~dial_runtime.ActionError` for a
+    failure), or raises ``LookupError`` when it cannot tell (the outcome is then ``failed``, ``interrupted``). It
+    may be called more than once for one key, and must never cause the effect a second time.
+    """
+
+    def run(self, action: str, payload: Any, /, *, key: str) -> MaybeAwaitable[object]: ...
+
+    def reconcile(self, action: str, payload: Any, /, *, key: str) -> MaybeAwaitable[object]: ...
 
 
 class StorePort(Protocol):

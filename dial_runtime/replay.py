@@ -55,6 +55,7 @@ from .runtime.effects import (
     LookUp,
     NoReply,
     Ran,
+    Reconcile,
     Replied,
     Review,
     Reviewed,
@@ -64,6 +65,7 @@ from .runtime.effects import (
     Show,
     Streamed,
     Thinking,
+    Unreconciled,
 )
 from .runtime.events import (
     ActionStartedEvent,
@@ -97,7 +99,7 @@ __all__ = ["NOT_RUN", "Divergence", "NotRun", "ReplayReport", "replay"]
 NOT_RUN = "not-run-in-replay"
 
 #: The events recovering from a dead process records.
-_RECOVERY = frozenset({"outcome", "deferred", "handled", "interrupted", "finished"})
+_RECOVERY = frozenset({"outcome", "flow-moved", "ended", "deferred", "handled", "interrupted", "finished"})
 
 #: The events a call cancelled from outside records after the point where it was cancelled.
 _CANCELLING = frozenset({"reply-progress", "proposed", "outcome", "answered", "interrupted", "finished"})
@@ -327,7 +329,7 @@ class _Replayer:
         """Make the call that ``start`` (its first recorded event) begins; what it raised, as the runtime words
         it, or ``None``."""
         self.calls += 1
-        self.core.recover()  # a call a dead process left open is closed by the next, as Conversation does
+        self.recover(self.core)  # a call a dead process left open is closed by the next, as Conversation does
         try:
             call = self._call(start)
         except Exception as refused:  # the call is refused at once (a decision on what no longer waits)
@@ -465,7 +467,7 @@ class _Replayer:
             return False
         probe = self._core(self.core.log.entries())
         before = len(probe.log)
-        probe.recover()
+        self.recover(probe)
         return list(probe.log.events[before:]) == list(rest[: len(probe.log) - before])
 
     def _context(self) -> object:
@@ -620,6 +622,32 @@ class _Replayer:
             self._waiting = answer  # the call waited for it (a stop at that wait is raised there)
             return Thinking()
         return answer
+
+    def recover(self, core: ConversationCore) -> None:
+        """Close what a dead process left open in ``core``, the domain's ``reconcile`` answered from the
+        recording (:meth:`_reconcile`): nothing is asked of the domain."""
+        recovery = core.recover()
+        found: object = None
+        while True:
+            try:
+                effect = recovery.send(found)
+            except StopIteration:
+                return
+            assert isinstance(effect, Reconcile)
+            found = self._reconcile(effect)
+
+    def _reconcile(self, effect: Reconcile) -> object:
+        """What the recording's recovery found of a dead process's run: the result of an outcome it recorded
+        ``reconciled``, else that the domain could not tell."""
+        wanted = effect.suggestion_id
+        outcome = next((e for e in self.recording.events if isinstance(e, OutcomeEvent) and e.id == wanted), None)
+        if outcome is None or not outcome.reconciled:
+            return Unreconciled("the recording's recovery reconciled no run of it")
+        if outcome.status == "failed":
+            return RunFailed(
+                ActionError(outcome.error or "", code=outcome.code, field=outcome.field, hint=outcome.hint)
+            )
+        return Ran(outcome.result)
 
     def _run(self, effect: RunAction) -> object:
         """What the recording's run of this action came to (never run here)."""
@@ -784,11 +812,14 @@ def _compare(
     return found
 
 
-def _compared(event: Event, *, with_ids: bool) -> dict[str, Any]:
-    """An event as compared: a message without its id when the replay was not given the conversation's id."""
+def _compared(event: Event, *, with_ids: bool, with_keys: bool) -> dict[str, Any]:
+    """An event as compared: a message without its id when the replay was not given the conversation's id, and
+    a run without its idempotency key then too, or when the recording's runs carry none (it predates keys)."""
     shown = event_to_dict(event)
     if not with_ids and shown["type"] == "sent":
         shown.pop("message_id", None)
+    elif not with_keys and shown["type"] == "action-started":
+        shown.pop("key", None)
     return shown
 
 
@@ -835,6 +866,7 @@ def replay(
         raise ValueError("replay: the recording has a no-reply; replay it with the timeout it was recorded with")
     asks = [event for event in recorded if event.type == "ask"]
     with_ids = conversation_id is not None and any(getattr(e, "message_id", None) for e in recorded)
+    with_keys = with_ids and any(isinstance(e, ActionStartedEvent) and e.key is not None for e in recorded)
     options = {
         "timeout": timeout,
         "reply_timeout": reply_timeout,
@@ -854,9 +886,11 @@ def replay(
         replayer.recording.call_start, replayer.recording.call_end = start, end
         raised = replayer.make(recorded[start])
         if replayer.core.state.in_call and replayer.position < end:  # it died: what recovering it records
-            replayer.core.recover()
-        theirs = [_compared(event, with_ids=with_ids) for event in recorded[start:end]]
-        ours = [_compared(event, with_ids=with_ids) for event in replayer.core.log.events[began:]]
+            replayer.recover(replayer.core)
+        theirs = [_compared(event, with_ids=with_ids, with_keys=with_keys) for event in recorded[start:end]]
+        ours = [
+            _compared(event, with_ids=with_ids, with_keys=with_keys) for event in replayer.core.log.events[began:]
+        ]
         for side, error in ((theirs, _recorded_raise(recorded[start:end])), (ours, raised)):
             if error is not None:
                 side.append({"type": "raised", "error": error})

@@ -22,6 +22,7 @@ from dial_runtime.runtime.effects import (
     GetContext,
     LookUp,
     Ran,
+    Reconcile,
     Replied,
     Review,
     Reviewed,
@@ -29,6 +30,7 @@ from dial_runtime.runtime.effects import (
     RunFailed,
     Send,
     Thinking,
+    Unreconciled,
 )
 from dial_runtime.runtime.records import Suggestion, TurnResult
 from dial_runtime.statemachines import LIFE, TURN_LOOP
@@ -73,6 +75,8 @@ class World:
         if isinstance(effect, RunAction):
             self.ran.append((effect.action, effect.payload))
             return RunFailed(RuntimeError("disk full")) if self.fail else Ran({"ok": True})
+        if isinstance(effect, Reconcile):  # a domain with no reconcile: the effect stays unknown
+            return Unreconciled("no reconcile")
         raise AssertionError(f"unexpected effect {effect!r}")
 
 

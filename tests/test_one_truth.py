@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from dial_runtime import (
     Accept,
+    ActionError,
     Conversation,
     Defer,
     Dismiss,
@@ -29,7 +30,17 @@ from dial_runtime import (
 )
 from dial_runtime.jsonl import check_log, export_jsonl, import_jsonl
 from dial_runtime.runtime.core import Call, ConversationCore
-from dial_runtime.runtime.effects import Answer, Consult, Effect, Replied, Send
+from dial_runtime.runtime.effects import (
+    Answer,
+    Consult,
+    Effect,
+    Ran,
+    Reconcile,
+    Replied,
+    RunFailed,
+    Send,
+    Unreconciled,
+)
 from dial_runtime.runtime.events import ActionStartedEvent, LogEntry, OutcomeEvent, SaidEvent
 from dial_runtime.runtime.records import Suggestion
 from dial_runtime.runtime.state import ConversationState, fold_log
@@ -70,6 +81,10 @@ class RandomWorld(World):
             if isinstance(effect.question, Suggestion):
                 return Answer(Dismiss() if isinstance(choice, str) else choice)
             return Answer(choice if isinstance(choice, (str, Defer)) else "an answer")
+        if isinstance(effect, Reconcile):  # the domain tells what became of some runs, not of others
+            return (Unreconciled("lost"), Ran({"ok": True}), RunFailed(ActionError("no", code="full")))[
+                len(effect.suggestion_id) % 3
+            ]
         return super().respond(effect)
 
 
@@ -128,7 +143,7 @@ def run(
     )
     driver.drive(core.say("go"))
     for call in calls:
-        core.recover()
+        driver.drive(core.recover())
         state = core.state
         if call == "decide" and state.pending():
             waiting = state.pending()[0]
@@ -141,7 +156,7 @@ def run(
         elif call == "say":
             driver.drive(core.say("more"))
         assert folded(core) == core.state
-    core.recover()
+    driver.drive(core.recover())
     return core
 
 

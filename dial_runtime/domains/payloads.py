@@ -229,9 +229,12 @@ def _is_pydantic_model(annotation: Any) -> bool:
     return pydantic is not None and isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)
 
 
-def payload_of(function: Callable[..., Any], name: str, schema: Mapping[str, Any] | None = None) -> Payload:
-    """The payload form of ``function`` (see the module docstring); ``TypeError`` for a signature none fits."""
-    parameters = list(inspect.signature(function).parameters.values())
+def payload_of(
+    function: Callable[..., Any], name: str, schema: Mapping[str, Any] | None = None, *, besides: str | None = None
+) -> Payload:
+    """The payload form of ``function`` (see the module docstring); ``TypeError`` for a signature none fits.
+    ``besides`` names a parameter that is not the payload's (the one that receives the run's idempotency key)."""
+    parameters = [p for p in inspect.signature(function).parameters.values() if p.name != besides]
     for parameter in parameters:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD, parameter.POSITIONAL_ONLY):
             raise TypeError(f"action {name}: parameter {parameter.name!r} cannot be given by name")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import json
 import string
+import typing
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar, overload
@@ -28,7 +29,7 @@ import msgspec
 from statemachine import StateMachine
 
 from ..runtime.flow import FlowRules
-from ..runtime.records import ActionError, ActionSpec, Issue, as_issue
+from ..runtime.records import ActionError, ActionSpec, IdempotencyKey, Issue, as_issue
 from ..statemachines.compiled import Table, compile_machine
 from .examples import example_from_schema
 from .payloads import KeywordPayload, Payload, payload_of
@@ -56,6 +57,8 @@ class ActionDefinition:
     check: Callable[..., object] | None
     description: str
     example: Any
+    key_parameter: str | None = None
+    reconcile: Callable[..., Any] | None = None
     asynchronous: bool = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -65,6 +68,20 @@ class ActionDefinition:
         """The issue with ``payload``'s shape and types (the check hook is not called), or ``None``."""
         converted = self.payload.convert(payload)
         return converted if isinstance(converted, Issue) else None
+
+
+def key_parameter(function: Callable[..., Any]) -> str | None:
+    """The parameter of ``function`` annotated :data:`~dial_runtime.IdempotencyKey` (alone or ``| None``), which
+    receives the run's key rather than a payload field; ``None`` when it has none (or its hints cannot be read:
+    the payload's own reading then says why)."""
+    try:
+        hints = typing.get_type_hints(function)
+    except (NameError, TypeError):
+        return None
+    for name, hint in hints.items():
+        if name != "return" and (hint is IdempotencyKey or IdempotencyKey in typing.get_args(hint)):
+            return name
+    return None
 
 
 def action_name(function_name: str) -> str:
@@ -174,6 +191,7 @@ class Domain:
         handoff: bool = False,
         repeatable: bool = False,
         check: Callable[..., object] | None = None,
+        reconcile: Callable[..., Any] | None = None,
         schema: Mapping[str, Any] | None = None,
         example: Any = None,
         description: str | None = None,
@@ -192,6 +210,7 @@ class Domain:
         handoff: bool = False,
         repeatable: bool = False,
         check: Callable[..., object] | None = None,
+        reconcile: Callable[..., Any] | None = None,
         schema: Mapping[str, Any] | None = None,
         example: Any = None,
         description: str | None = None,
@@ -208,6 +227,11 @@ class Domain:
           done already (the same payload) is not marked as done before.
         - ``check``: a domain rule beyond types, called with the function's arguments once they are valid;
           it returns ``None`` or an :class:`~dial_runtime.Issue` (``Issue(code="not-found", ...)``).
+        - ``reconcile``: says what became of a run a crash cut short, called as ``reconcile(key, **arguments)``
+          (the run's idempotency key, then the function's arguments): it returns the result the run had, raises
+          :class:`~dial_runtime.ActionError` for a run that failed, or ``LookupError`` when it cannot tell. It
+          may be called more than once for one key and must not cause the effect itself. Without it, such a run
+          ends ``failed`` (``interrupted``).
         - ``schema``: a JSON Schema for the payload instead of the function's annotations; the function's one
           parameter receives the payload.
         - ``example``: the example payload the system prompt shows (default: one built from the schema); it
@@ -217,8 +241,10 @@ class Domain:
           the event is (``ValueError`` without a flow, for an event the flow does not have, or on a hand-off).
 
         The function's keyword parameters, typed by their annotations, are the payload (or its one
-        ``msgspec.Struct`` or pydantic model parameter). It may be plain or ``async``; it raises
-        :class:`~dial_runtime.ActionError` to fail with a code, field and hint. ``TypeError`` when its
+        ``msgspec.Struct`` or pydantic model parameter), except one annotated :data:`~dial_runtime.IdempotencyKey`:
+        it receives the run's idempotency key (to pass on as an ``Idempotency-Key`` header, or to record with the
+        effect), and keeps its default when :meth:`run` is called without one. It may be plain or ``async``; it
+        raises :class:`~dial_runtime.ActionError` to fail with a code, field and hint. ``TypeError`` when its
         signature cannot be a payload, ``ValueError`` for a name declared twice.
         """
 
@@ -231,6 +257,7 @@ class Domain:
                     mutates=not read_only, destructive=destructive, handoff=handoff, repeatable=repeatable
                 ),
                 check=check,
+                reconcile=reconcile,
                 schema=schema,
                 example=example,
                 description=description,
@@ -248,6 +275,7 @@ class Domain:
         preview: Preview,
         spec: ActionSpec,
         check: Callable[..., object] | None,
+        reconcile: Callable[..., Any] | None,
         schema: Mapping[str, Any] | None,
         example: Any,
         description: str | None,
@@ -271,7 +299,8 @@ class Domain:
             if event not in self.flow.events:
                 known = ", ".join(sorted(self.flow.events))
                 raise ValueError(f"{self.name}: the flow {self.flow.name} has no event {event!r} (it has {known})")
-        payload = payload_of(function, named, schema)
+        keyed = key_parameter(function)
+        payload = payload_of(function, named, schema, besides=keyed)
         if isinstance(preview, str):
             _check_preview(self.name, named, preview, payload.schema)
         definition = ActionDefinition(
@@ -283,6 +312,8 @@ class Domain:
             check=check,
             description=(description if description is not None else inspect.getdoc(function) or "").strip(),
             example=None,
+            key_parameter=keyed,
+            reconcile=reconcile,
         )
         if example is not None:
             issue = definition.shape_issue(example)
@@ -429,15 +460,30 @@ class Domain:
         fields = arguments if isinstance(definition.payload, KeywordPayload) else payload
         return shown.format_map(fields) if isinstance(fields, Mapping) else shown
 
-    def run(self, action: str, payload: Any) -> Any:
-        """Call the action's function with the payload's values; an ``async`` function's coroutine is returned
-        for the runtime to await. The result comes back as JSON data (a ``Struct`` as a dict)."""
+    def run(self, action: str, payload: Any, *, key: str | None = None) -> Any:
+        """Call the action's function with the payload's values (and ``key``, the run's idempotency key, for the
+        parameter that takes it); an ``async`` function's coroutine is returned for the runtime to await. The
+        result comes back as JSON data (a ``Struct`` as a dict)."""
         definition = self._definitions[action]
         arguments = definition.payload.convert(payload)
         if isinstance(arguments, Issue):  # the runtime validates first; a direct caller may not have
             raise ActionError(
                 "the payload is invalid", code=arguments.code, field=arguments.field, hint=arguments.hint
             )
+        if key is not None and definition.key_parameter is not None:
+            arguments[definition.key_parameter] = key
         if definition.asynchronous:
             return _awaited(definition.function(**arguments))
         return _json_ready(definition.function(**arguments))
+
+    def reconcile(self, action: str, payload: Any, *, key: str) -> Any:
+        """What became of the run of ``action`` under ``key`` that a crash cut short, as the action's
+        ``reconcile`` tells (see :meth:`action`); ``LookupError`` for an action that declares none."""
+        definition = self._definitions.get(action)
+        if definition is None or definition.reconcile is None:
+            raise LookupError(f"{self.name}: the action {action!r} declares no reconcile")
+        arguments = definition.payload.convert(payload)
+        if isinstance(arguments, Issue):
+            raise LookupError(f"{self.name}: the payload of {action!r} is not one it runs")
+        told = definition.reconcile(key, **arguments)
+        return _awaited(told) if inspect.isawaitable(told) else _json_ready(told)

@@ -15,7 +15,7 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from types import GeneratorType
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
@@ -38,6 +38,7 @@ from ..runtime.effects import (
     LookUp,
     NoReply,
     Ran,
+    Reconcile,
     Replied,
     Review,
     Reviewed,
@@ -47,6 +48,7 @@ from ..runtime.effects import (
     Show,
     Streamed,
     Thinking,
+    Unreconciled,
 )
 from ..runtime.events import RENDERED, Event, InformDeltaEvent, LogEntry
 from ..runtime.flow import FlowRules
@@ -78,8 +80,13 @@ def _awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
 def accepts_message_id(method: Any) -> bool:
     """Whether an agent's ``send`` or ``stream`` takes a ``message_id`` keyword (the message's id, to deduplicate
     a message sent again after a crash); a signature that cannot be read takes none."""
+    return _accepts(method, "message_id")
+
+
+def _accepts(method: Any, keyword: str) -> bool:
+    """Whether ``method`` takes the keyword ``keyword``; a signature that cannot be read takes none."""
     try:
-        parameter = inspect.signature(method).parameters.get("message_id")
+        parameter = inspect.signature(method).parameters.get(keyword)
     except (TypeError, ValueError):
         return False
     return parameter is not None and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
@@ -128,6 +135,7 @@ class Conversation:
         "_gate",
         "_identified",
         "_interrupting",
+        "_keyed",
         "_more_streamed",
         "_on_event",
         "_shown",
@@ -203,6 +211,7 @@ class Conversation:
         self._text: tuple[InformDeltaEvent, ...] = ()  # text of a streamed reply not shown yet (see _show)
         self._interrupting: str | None = None  # why the call in progress is being cancelled, when someone says
         self._identified: tuple[object, bool, bool] | None = None  # the agent, and whether send, stream take ids
+        self._keyed: tuple[object, bool] | None = None  # the domain, and whether its run takes a key
 
     @classmethod
     async def open(cls, store: StorePort, conversation_id: str, **options: Any) -> Conversation:
@@ -285,6 +294,12 @@ class Conversation:
         return tuple(self._core.state.owed_outcomes)
 
     @property
+    def in_call(self) -> bool:
+        """Whether the log ends inside a call: one being made now, or one a dead process left open (which the
+        next call, or :meth:`recover`, closes)."""
+        return self._core.state.in_call
+
+    @property
     def pending(self) -> tuple[Suggestion | Ask, ...]:
         """The suggestions and asks waiting for a deferred decision or answer."""
         return self._core.state.pending()
@@ -295,12 +310,13 @@ class Conversation:
         calls it just before it cancels the scope the call runs in."""
         self._interrupting = why
 
-    def recover(self) -> None:
+    async def recover(self) -> None:
         """Close now a call that a dead process left open in the log this conversation was built from (the next
-        call does it otherwise). A stored conversation recovers in its calls, under the store's lock."""
+        call does it otherwise), asking the domain's ``reconcile`` what became of an action it left running. A
+        stored conversation recovers in its calls, under the store's lock."""
         if self._store is not None:
             raise TypeError("Conversation.recover: a stored conversation recovers when it is opened or called")
-        self._recover()
+        await self._recover()
 
     def end(self) -> None:
         """End the conversation: the current reply (if any) is handled to its end, and no turn follows.
@@ -393,13 +409,13 @@ class Conversation:
         self._budget = self.call_timeout
         try:
             if self._store is None:
-                self._recover()
+                await self._recover()
                 call = start()
                 return IDLE if call is None else await self._perform(call)
             async with self._store.lock(self.id or ""):
                 await self._catch_up()
                 try:
-                    self._recover()
+                    await self._recover()
                     call = start()
                     return IDLE if call is None else await self._perform(call)
                 finally:
@@ -419,8 +435,9 @@ class Conversation:
             self._stored = self._shown = stored + len(fresh)
             self._stale = False
 
-    def _recover(self) -> None:
-        self._core.recover()
+    async def _recover(self) -> None:
+        if self._core.state.in_call:
+            await self._perform(self._core.recover())
         self._show()
 
     def _show(self) -> None:
@@ -446,7 +463,9 @@ class Conversation:
             except Exception:
                 logger.exception("on_event raised for a %s event; the conversation goes on", event.type)
 
-    async def _perform(self, call: Call, *, first: object = None, until: type[Effect] | None = None) -> Any:
+    async def _perform(
+        self, call: Generator[Effect, Any, Any], *, first: object = None, until: type[Effect] | None = None
+    ) -> Any:
         """Drive ``call``: send it ``first``, perform each effect it yields and send back what it came to, or
         throw in what it raised. Returns the call's result, or ``None`` at the first ``until`` effect."""
         value: Any = first
@@ -718,13 +737,41 @@ class Conversation:
         return Expired()
 
     async def _run(self, call: Call, effect: RunAction) -> object:
+        domain = self.domain
+        if self._keyed is None or self._keyed[0] is not domain:
+            self._keyed = (domain, _accepts(domain.run, "key"))
+        run: Callable[..., object] = domain.run
         try:
-            result: object = self.domain.run(effect.action, effect.payload)
+            result = (
+                run(effect.action, effect.payload, key=effect.key)
+                if self._keyed[1]
+                else run(effect.action, effect.payload)
+            )
             if _awaitable(result):
                 result = await result
         except Exception as error:
             if not deliberate(error):  # the log keeps only its type: its text and traceback are the operator's
                 logger.error("domain.run raised for %r", effect.action, exc_info=error)
+            return RunFailed(error)
+        return Ran(result)
+
+    async def _reconcile(self, call: Call, effect: Reconcile) -> object:
+        """What the domain's ``reconcile`` tells of a dead process's run: its result, its deliberate failure, or
+        nothing (no ``reconcile``, ``LookupError``, or an exception it raised by accident: the effect stays
+        unknown rather than reported failed)."""
+        reconcile = getattr(self.domain, "reconcile", None)
+        if not callable(reconcile):
+            return Unreconciled("the domain has no reconcile")
+        try:
+            result: object = reconcile(effect.action, effect.payload, key=effect.key)
+            if _awaitable(result):
+                result = await result
+        except LookupError as unknown:
+            return Unreconciled(str(unknown) or "the domain cannot tell")
+        except Exception as error:
+            if not deliberate(error):
+                logger.error("domain.reconcile raised for %r", effect.action, exc_info=error)
+                return Unreconciled(f"reconcile raised {type(error).__name__}")
             return RunFailed(error)
         return Ran(result)
 
@@ -743,5 +790,6 @@ _PERFORMERS: dict[type[Effect], Callable[[Conversation, Call, Any], Awaitable[An
     AwaitStream: Conversation._await_stream,
     AwaitPerson: Conversation._await_person,
     RunAction: Conversation._run,
+    Reconcile: Conversation._reconcile,
 }
 """How the driver performs each effect that may wait."""

@@ -265,6 +265,10 @@ def _unprintable(value: Any, error: Exception) -> str:
     return f"[unprintable {type(value).__name__}: {type(error).__name__}]"
 
 
+def _none() -> None:
+    return None
+
+
 class OutcomeFields(msgspec.Struct, frozen=True, kw_only=True):
     """The fields of an outcome, declared once: :class:`Outcome` has them, and so has the log's ``outcome`` event
     (:class:`~dial_runtime.runtime.events.OutcomeEvent`), which keeps them flat in its stored form."""
@@ -272,14 +276,17 @@ class OutcomeFields(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     action: str
     status: OutcomeStatus
-    preview: str = ""
-    result: Any = None
-    error: str | None = None
-    code: str | None = None
-    field: str | None = None
-    hint: str | None = None
-    edited: bool = False
-    expired: bool = False
+    # Defaults made by factories are written even when they hold them (the log's ``outcome`` omits defaults):
+    # the stored form of these fields stays what it always was; a field added later is left out at its default.
+    preview: str = msgspec.field(default_factory=str)
+    result: Any = msgspec.field(default_factory=_none)
+    error: str | None = msgspec.field(default_factory=_none)
+    code: str | None = msgspec.field(default_factory=_none)
+    field: str | None = msgspec.field(default_factory=_none)
+    hint: str | None = msgspec.field(default_factory=_none)
+    edited: bool = msgspec.field(default_factory=bool)
+    expired: bool = msgspec.field(default_factory=bool)
+    reconciled: bool = False
 
 
 class Outcome(OutcomeFields, frozen=True, kw_only=True):

@@ -14,6 +14,7 @@ drive a call with a list of inputs and no event loop.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -68,6 +69,7 @@ from .effects import (
     LookUp,
     NoReply,
     Ran,
+    Reconcile,
     Replied,
     Review,
     Reviewed,
@@ -77,6 +79,7 @@ from .effects import (
     Show,
     Streamed,
     Thinking,
+    Unreconciled,
 )
 from .events import (
     ActionStartedEvent,
@@ -398,16 +401,25 @@ class ConversationCore:
         """End the conversation (idempotent)."""
         self.record(EndedEvent(reason=why))
 
-    def recover(self) -> None:
-        """Close a call that a dead process left open: an action that had started and has no result ends
-        ``failed`` (``interrupted``: it is never run again); a reply being handled waits as if its decisions
+    def recover(self) -> Generator[Effect, Any, None]:
+        """Close a call that a dead process left open (a generator of effects, driven like a call): the domain is
+        asked what became of each action that had started and has no result (:class:`Reconcile`); one it can
+        tell of ends as it happened, ``done`` or ``failed``, its outcome marked ``reconciled``, and any other ends
+        ``failed`` (``interrupted``: it is never run again). A reply being handled then waits as if its decisions
         and answers were deferred, to be resumed; a call that stopped before that is interrupted."""
         state = self.state
         if not state.in_call:
             return
         for opened in list(state.open_suggestions.values()):
             if opened.state in RUNNING:
-                self._interrupt(opened, PROCESS_STOPPED)
+                key = opened.key or self._run_key(opened.id)
+                found = yield Reconcile(
+                    action=opened.action, payload=opened.payload, key=key, suggestion_id=opened.id
+                )
+                if isinstance(found, Unreconciled):
+                    self._interrupt(opened, PROCESS_STOPPED)
+                else:
+                    self._ran(opened, found, reconciled=True)
         if TURN_LOOP.is_final(state.loop):
             self.record(FinishedEvent(status=CALL_STATUS[state.loop], turns=state.turn))
             return
@@ -1092,7 +1104,9 @@ class ConversationCore:
             )
 
     def _start(self, opened: OpenSuggestion, preview: str) -> RunAction:
-        """Start the action (``preview``: the text for what runs): its start goes on the log before it runs."""
+        """Start the action (``preview``: the text for what runs): its start, with the run's idempotency key, goes
+        on the log before it runs."""
+        key = self._run_key(opened.id)
         self.record(
             ActionStartedEvent(
                 suggestion_id=opened.id,
@@ -1100,18 +1114,30 @@ class ConversationCore:
                 payload=opened.payload,
                 preview=preview,
                 edited=opened.edited,
+                key=key,
             )
         )
-        return RunAction(action=opened.action, payload=opened.payload)
+        return RunAction(action=opened.action, payload=opened.payload, key=key)
 
-    def _ran(self, opened: OpenSuggestion, ran: Ran | RunFailed) -> None:
-        """End the action started by :meth:`_start`: its success or exception decides the outcome."""
+    def _run_key(self, suggestion_id: str) -> str:
+        """The idempotency key of the run of ``suggestion_id``: of the conversation's id or, without one, of the
+        time its log began (the log's first entry), and the attempt (a suggestion runs at most once: 1)."""
+        if self.conversation_id is not None:
+            return idempotency_key(self.conversation_id, suggestion_id, 1)
+        first = self.log.entries(0, 1)
+        return idempotency_key(repr(first[0].time) if first else "", suggestion_id, 1)
+
+    def _ran(self, opened: OpenSuggestion, ran: Ran | RunFailed, *, reconciled: bool = False) -> None:
+        """End the action started by :meth:`_start`: its success or exception decides the outcome (``reconciled``:
+        the domain told it after a dead process's run)."""
         edited = opened.edited
         if isinstance(ran, RunFailed):
             error = ran.error
             if not deliberate(error):  # its text may hold anything (a DSN, a path, a key)
                 unexpected = f"the action raised {type(error).__name__}"
-                self._finish(opened, "failed", error=unexpected, code=UNEXPECTED_ERROR, edited=edited)
+                self._finish(
+                    opened, "failed", error=unexpected, code=UNEXPECTED_ERROR, edited=edited, reconciled=reconciled
+                )
                 return
             self._finish(
                 opened,
@@ -1121,11 +1147,12 @@ class ConversationCore:
                 field=_text_attribute(error, "field"),
                 hint=_text_attribute(error, "hint"),
                 edited=edited,
+                reconciled=reconciled,
             )
             return
         assert isinstance(ran, Ran)
         status = SUCCEEDED[opened.state]
-        self._finish(opened, status, result=to_json_ready(ran.result), edited=edited)
+        self._finish(opened, status, result=to_json_ready(ran.result), edited=edited, reconciled=reconciled)
         if self.flow is not None:
             self._move_flow(self.flow, opened, status)
 
@@ -1171,6 +1198,7 @@ class ConversationCore:
         hint: str | None = None,
         edited: bool = False,
         expired: bool = False,
+        reconciled: bool = False,
     ) -> None:
         """Record the outcome of a suggestion, with the status it ends (the fold fires the transition it reports,
         or checks the state an earlier event ended it in; the fields are the :class:`Outcome`'s, passed on one by
@@ -1188,6 +1216,7 @@ class ConversationCore:
             hint=hint,
             edited=edited,
             expired=expired,
+            reconciled=reconciled,
         )
         self.record(event)
         if self._outcomes is not None:
@@ -1226,6 +1255,14 @@ class ConversationCore:
                 index = after
             else:
                 index += 1
+
+
+def idempotency_key(conversation: str, suggestion_id: str, attempt: int) -> str:
+    """The idempotency key of a run: 32 hex digits of SHA-256 over the conversation, the suggestion and the
+    attempt, so it is the same wherever the log is read, fits an HTTP header or an MCP ``_meta`` value, and
+    tells nothing of the conversation's id."""
+    named = json.dumps([conversation, suggestion_id, attempt], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(named.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _reply_number(ident: str) -> int:

@@ -119,11 +119,24 @@ class AwaitPerson(Effect, frozen=True, kw_only=True):
 
 
 class RunAction(Effect, frozen=True, kw_only=True):
-    """Run the domain's action; input: :class:`Ran`, or :class:`RunFailed` when it raised."""
+    """Run the domain's action under the idempotency ``key`` (given to a domain whose ``run`` takes a ``key``
+    keyword); input: :class:`Ran`, or :class:`RunFailed` when it raised."""
 
     durable: ClassVar[bool] = True
     action: str
     payload: Any
+    key: str
+
+
+class Reconcile(Effect, frozen=True, kw_only=True):
+    """Ask the domain what became of the run under ``key`` that a dead process started (its ``reconcile``);
+    input: :class:`Ran` (it ran, with that result), :class:`RunFailed` (it failed, with that error) or
+    :class:`Unreconciled` (the domain cannot tell, or has no ``reconcile``)."""
+
+    action: str
+    payload: Any
+    key: str
+    suggestion_id: str
 
 
 #: The effects that carry nothing, made once: the core yields the same instance every time.
@@ -202,6 +215,12 @@ class RunFailed(msgspec.Struct, frozen=True):
     error: Exception
 
 
+class Unreconciled(msgspec.Struct, frozen=True):
+    """The domain cannot tell what became of a run (``why``, for the operator's log): its effect stays unknown."""
+
+    why: str
+
+
 __all__ = [
     "AWAIT_STREAM",
     "END_STREAM",
@@ -218,6 +237,7 @@ __all__ = [
     "LookUp",
     "NoReply",
     "Ran",
+    "Reconcile",
     "Replied",
     "Review",
     "Reviewed",
@@ -227,4 +247,5 @@ __all__ = [
     "Show",
     "Streamed",
     "Thinking",
+    "Unreconciled",
 ]

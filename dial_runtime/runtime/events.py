@@ -171,7 +171,7 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
     done_before: str | None = None
 
 
-class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outcome"):
+class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outcome", omit_defaults=True):
     """How a suggestion ended: the fields of its :class:`Outcome`, both declared once by
     :class:`~dial_runtime.language.outcomes.OutcomeFields`, kept flat so that stored logs keep one shape;
     :attr:`outcome` gives the record."""
@@ -196,6 +196,7 @@ class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outco
             hint=self.hint,
             edited=self.edited,
             expired=self.expired,
+            reconciled=self.reconciled,
         )
 
 
@@ -325,15 +326,20 @@ class RefusedEvent(_Logged, frozen=True, kw_only=True, tag="refused"):
     preview: str | None = None
 
 
-class ActionStartedEvent(_Logged, frozen=True, kw_only=True, tag="action-started"):
-    """An action is about to run with this (validated) payload; its outcome follows, unless the process dies."""
+class ActionStartedEvent(_Logged, frozen=True, kw_only=True, tag="action-started", omit_defaults=True):
+    """An action is about to run with this (validated) payload; its outcome follows, unless the process dies.
+
+    ``key`` is the run's idempotency key (see :func:`~dial_runtime.runtime.core.idempotency_key`): the domain
+    gets it with the run, and recovery asks the domain what became of the run under it (``None`` in logs written
+    before keys existed: recovery derives the key those runs would have had)."""
 
     type: ClassVar[str] = "action-started"
     suggestion_id: str
     action: str
     payload: Any
     preview: str
-    edited: bool = False
+    edited: bool = msgspec.field(default_factory=bool)
+    key: str | None = None
 
 
 class FlowMovedEvent(_Logged, frozen=True, kw_only=True, tag="flow-moved"):

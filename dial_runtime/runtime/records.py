@@ -10,13 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NewType
 
 import msgspec
 
 from ..errors import ActionError as ActionError  # where it was defined before errors.py held it
 from ..language.outcomes import Outcome
 from ..language.records import Option
+
+IdempotencyKey = NewType("IdempotencyKey", str)
+"""The idempotency key of one run of an action (derived from the log: the conversation, the suggestion, the
+attempt). A typed action's parameter annotated with it receives the key instead of a payload field."""
 
 
 class Issue(msgspec.Struct, frozen=True, kw_only=True):

@@ -112,6 +112,7 @@ class OpenSuggestion(msgspec.Struct):
     edited: bool = False
     deferred: bool = False
     accepted: bool = False  # an accept or edit since the last refusal or deferral: the ``start`` guard
+    key: str | None = None  # the idempotency key of its run, once started (``ActionStartedEvent.key``)
 
     def suggestion(self) -> Suggestion:
         """The record the person decides on."""
@@ -368,6 +369,8 @@ class ConversationState:
         if event.action != opened.action:
             raise _Refusal(f"suggestion {event.id!r} is {opened.action!r}, not {event.action!r}")
         before = opened.state
+        if event.reconciled and (before not in RUNNING or event.code == "interrupted"):
+            raise _Refusal(f"suggestion {event.id!r}: only a run the domain can tell of ends reconciled")
         if before not in SUGGESTION.finals:
             self._end(opened, event)
         if opened.state != final:
@@ -552,6 +555,7 @@ class ConversationState:
         _same_proposal(opened, event.action, event.payload, "runs")
         opened.state = SUGGESTION.fire(opened.state, "start", accepted=opened.accepted, handoff=opened.handoff)
         opened.preview = event.preview
+        opened.key = event.key
 
     def _declare(self, event: DeclareEvent) -> None:
         if not event.context_key.startswith(OUTCOME_KEY_PREFIX):

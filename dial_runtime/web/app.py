@@ -680,15 +680,17 @@ class _WebSurface:
         A call the log leaves open is either running (a run of this worker has the conversation open, or another
         worker holds its lock) or was left by a worker that died. A running one is shown as the store has it,
         and ``RUN_FINISHED.metadata.running`` is ``true``: nothing can be decided until it ends, and the change
-        stream says when it does. A dead worker's is shown as the next run will find it (a started action
-        failed ``interrupted``, what waited waiting). Telling the two apart takes the lock for a moment, only when
-        no run of this worker drives the conversation, so a run that starts in that moment is refused ``busy``."""
+        stream says when it does. A dead worker's is shown as the next run will find it (a started action ended
+        as the domain's ``reconcile`` tells, else failed ``interrupted``; what waited waiting). Telling the two
+        apart takes the lock for a moment, only when no run of this worker drives the conversation, so a run that
+        starts in that moment is refused ``busy``."""
         domain = self._domain(run.thread_id)
         held = Conversation(agent=_NoAgent(), domain=domain, human=_DeferringHuman(), log=entries)
         if isinstance(domain, _DomainOnFirstUse):
             domain.conversation = held
-        held.recover()
-        running = len(held.log) > len(entries) and await self._driven(run.thread_id)
+        running = held.in_call and await self._driven(run.thread_id)
+        if not running:
+            await held.recover()
         shown = project(entries if running else held.log)
         emit(MessagesSnapshotEvent(messages=messages_of(shown)))
         stored = entries[-1].seq if entries else 0
