@@ -157,7 +157,10 @@ class ReconcilingDomainPort(Protocol):
     may be called more than once for one key, and must never cause the effect a second time.
     """
 
-    def run(self, action: str, payload: Any, /, *, key: str) -> MaybeAwaitable[object]: ...
+    def run(self, action: str, payload: Any, /, *, key: str | None = None) -> MaybeAwaitable[object]:
+        """Do the work under ``key`` (``None``: a caller that has none, such as a test calling it directly); the
+        default keeps the domain a :class:`DomainPort` too."""
+        ...
 
     def reconcile(self, action: str, payload: Any, /, *, key: str) -> MaybeAwaitable[object]: ...
 

@@ -159,6 +159,8 @@ class Transcript:
             details.append("edited")
         if reported.expired:
             details.append("expired")
+        if reported.reconciled:
+            details.append("told by the domain after a restart")
         subject = card.preview or card.action
         self.write(f"   {_MARKS[card.status]}: {subject}" + (f" ({'; '.join(details)})" if details else ""))
 

@@ -693,7 +693,8 @@ class Projection:
         error = stopped_in_words(event.error) if event.code == "interrupted" and event.error else event.error
         named = {"error": error, "code": event.code, "field": event.field, "hint": event.hint}
         parts.extend(f"{name}={_json_text(value)}" for name, value in named.items() if value)
-        parts.extend(flag for flag, value in (("edited", event.edited), ("expired", event.expired)) if value)
+        flags = (("edited", event.edited), ("expired", event.expired), ("reconciled", event.reconciled))
+        parts.extend(flag for flag, value in flags if value)
         self._moment("outcome", " ".join(parts))
         self._ended[event.id] = event.status
         self._open.discard(event.id)
