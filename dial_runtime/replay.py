@@ -365,7 +365,7 @@ class _Replayer:
     def _decide(self, given: Event | None) -> Call:
         core = self.core
         if isinstance(given, DecidedEvent):
-            return core.decide(given.suggestion_id, _decision(given), given.by)
+            return core.decide(given.suggestion_id, _decision(given), given.by, via=given.via)
         if isinstance(given, DeferredEvent):
             return core.decide(given.subject_id, Defer(), None)
         if isinstance(given, RefusedEvent):  # an edit refused before it was taken (a payload too large to keep)
@@ -612,7 +612,8 @@ class _Replayer:
             if isinstance(given, (DecidedEvent, DeferredEvent)):
                 self.recording.take(given)
             if isinstance(given, DecidedEvent):
-                answer = Expired() if given.decision == "expire" else Answer(_decision(given), by=given.by)
+                decision = _decision(given)
+                answer = Expired() if given.decision == "expire" else Answer(decision, by=given.by, via=given.via)
             elif isinstance(given, DeferredEvent):
                 answer = Answer(Defer())
             else:

@@ -371,7 +371,13 @@ class Conversation:
         return await self._hold(lambda: self._core.say(words, by))
 
     async def decide(
-        self, suggestion_id: str, decision: DecisionLike, *, by: str | None = None, shown: str | None = None
+        self,
+        suggestion_id: str,
+        decision: DecisionLike,
+        *,
+        by: str | None = None,
+        shown: str | None = None,
+        via: str | None = None,
     ) -> TurnResult:
         """Take the person's deferred decision on a suggestion and carry on with the conversation.
 
@@ -380,13 +386,14 @@ class Conversation:
         leaves the suggestion pending with its issue and a preview of the edited payload (status ``awaiting``).
         ``shown`` is the ``digest`` of the suggestion the person saw: checked under the conversation's lock, with
         the log as the store has it, so a decision on a payload that is no longer the one waiting cannot run.
+        ``via`` names the surface it came through (``"web"``, ``"terminal"``, ``"cli"``), for the log's audit.
 
         Changes nothing and raises :class:`~dial_runtime.AlreadyDecided` (``by``, ``how``) when the suggestion has
         ended (another tab or worker decided it), :class:`~dial_runtime.PayloadChanged` when ``shown`` does not
         match, ``DialError`` when there is no such suggestion awaiting a decision.
         """
         chosen = as_decision(decision)
-        return await self._hold(lambda: self._core.decide(suggestion_id, chosen, by, shown))
+        return await self._hold(lambda: self._core.decide(suggestion_id, chosen, by, shown, via))
 
     async def answer(self, ask_id: str, text: str | None, *, by: str | None = None) -> TurnResult:
         """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands);
@@ -718,9 +725,14 @@ class Conversation:
             self.human.decide(question) if isinstance(question, Suggestion) else self.human.answer(question)
         )
         if not _awaitable(reply):
-            return Answer(reply, by=self._person())
+            return Answer(reply, by=self._person(), via=self._surface())
         self._thinking = reply
         return Thinking()
+
+    def _surface(self) -> str | None:
+        """Through which surface the human decides, when it says (a ``via`` attribute, as the terminal's has)."""
+        via = getattr(self.human, "via", None)
+        return via if isinstance(via, str) else None
 
     def _person(self) -> str | None:
         """Who answers for the human, when it says (a ``by`` attribute, as the terminal's person has)."""
@@ -731,9 +743,9 @@ class Conversation:
         reply, self._thinking = self._thinking, None
         assert reply is not None
         if effect.deadline is None:
-            return Answer(await reply, by=self._person())
+            return Answer(await reply, by=self._person(), via=self._surface())
         with anyio.move_on_after(effect.deadline):
-            return Answer(await reply, by=self._person())
+            return Answer(await reply, by=self._person(), via=self._surface())
         return Expired()
 
     async def _run(self, call: Call, effect: RunAction) -> object:

@@ -457,6 +457,7 @@ class ConversationCore:
         decision: Accept | Dismiss | Edit | Say | Defer,
         by: str | None,
         shown: str | None = None,
+        via: str | None = None,
     ) -> Call:
         """Take the person's deferred decision on a suggestion and carry on. Nothing changes when it is not
         awaiting one: :class:`AlreadyDecided` when it has ended, ``DialError`` otherwise; nor when ``shown`` (the
@@ -467,7 +468,7 @@ class ConversationCore:
         if shown is not None and shown != (waiting := payload_digest(opened.action, opened.payload)):
             raise PayloadChanged(suggestion_id, shown=shown, waiting=waiting)
         self.record(ResumedEvent(call="decide"))
-        return self._drive("", self._decided(opened, decision, by))
+        return self._drive("", self._decided(opened, decision, by, via))
 
     def answer(self, ask_id: str, text: str, by: str | None) -> Call:
         """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands)."""
@@ -1015,25 +1016,35 @@ class ConversationCore:
             if isinstance(decision, Defer):
                 self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
                 return
-            yield from self._apply(opened, decision, by=given.by)
+            yield from self._apply(opened, decision, by=given.by, via=given.via)
 
     def _decided(
-        self, opened: OpenSuggestion, decision: Accept | Dismiss | Edit | Say | Defer, by: str | None
+        self,
+        opened: OpenSuggestion,
+        decision: Accept | Dismiss | Edit | Say | Defer,
+        by: str | None,
+        via: str | None,
     ) -> Generator[Effect, Any, None]:
         """Apply a decision that arrived later; a refusal leaves the suggestion deferred again."""
         if isinstance(decision, Defer):
             self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
             return
-        yield from self._apply(opened, decision, by=by)
+        yield from self._apply(opened, decision, by=by, via=via)
         if opened.id in self.state.open_suggestions and opened.deciding and not opened.deferred:
             self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
 
     def _apply(
-        self, opened: OpenSuggestion, decision: Accept | Dismiss | Edit | Say, *, by: str | None = None
+        self,
+        opened: OpenSuggestion,
+        decision: Accept | Dismiss | Edit | Say,
+        *,
+        by: str | None = None,
+        via: str | None = None,
     ) -> Generator[Effect, Any, None]:
-        """Apply one decision of the person's: end the suggestion, refuse its payload, or run it."""
+        """Apply one decision of the person's (``by`` whom, ``via`` which surface): end the suggestion, refuse
+        its payload, or run it."""
         if isinstance(decision, Dismiss):
-            self.record(DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by))
+            self.record(DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by, via=via))
             done_before = opened.done_before
             if done_before is None:
                 self._finish(opened, "dismissed")
@@ -1041,7 +1052,7 @@ class ConversationCore:
                 self._finish(opened, "dismissed", code=ALREADY_DONE, hint=already_done(done_before))
             return
         if isinstance(decision, Say):
-            self.record(DecidedEvent(suggestion_id=opened.id, decision="say", text=decision.text, by=by))
+            self.record(DecidedEvent(suggestion_id=opened.id, decision="say", text=decision.text, by=by, via=via))
             waiting = [each for each in self.state.open_suggestions.values() if each.deferred]
             for other in [opened, *waiting]:
                 self._finish(other, "superseded")
@@ -1059,10 +1070,11 @@ class ConversationCore:
                     payload=edited_payload,
                     previous=opened.payload,
                     by=by,
+                    via=via,
                 )
             )
         else:
-            self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by))
+            self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by, via=via))
         edited = opened.edited
         refusal = self._flow_refusal(opened.action)  # the flow may have moved since the suggestion was made
         # A refused edit is shown again as edited: its preview must read the payload the person now decides on.

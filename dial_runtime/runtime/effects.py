@@ -181,10 +181,12 @@ class Streamed(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Answer(msgspec.Struct, frozen=True):
-    """What the person's ``decide`` or ``answer`` returned, and who gave it when the human says (``by``)."""
+    """What the person's ``decide`` or ``answer`` returned, who gave it (``by``) and through which surface
+    (``via``), when the human says."""
 
     value: Any
     by: str | None = None
+    via: str | None = None
 
 
 class Thinking(msgspec.Struct, frozen=True):

@@ -54,6 +54,11 @@ class _Logged(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbi
     one decoder reads any event, and an unknown type or field is refused). ``type`` is also a class attribute."""
 
 
+def _none() -> None:
+    """The default of a field written even when it holds it (see :class:`DecidedEvent`)."""
+    return None
+
+
 class SentEvent(_Logged, frozen=True, kw_only=True, tag="sent", omit_defaults=True):
     """A message went to the agent (``turn`` counts from 1 in each ``say``).
 
@@ -287,8 +292,9 @@ class AnsweredEvent(_Logged, frozen=True, kw_only=True, tag="answered"):
     by: str | None = None
 
 
-class DecidedEvent(_Logged, frozen=True, kw_only=True, tag="decided"):
-    """The person (``by``, when known) decided: ``accept``, ``dismiss``, ``edit``, ``say`` or ``expire``.
+class DecidedEvent(_Logged, frozen=True, kw_only=True, tag="decided", omit_defaults=True):
+    """The person (``by``, when known) decided: ``accept``, ``dismiss``, ``edit``, ``say`` or ``expire``, through
+    ``via`` when the surface says (``"web"``, ``"terminal"``; ``None``: the program's own code).
 
     An edit carries the payload before (``previous``) and after (``payload``); a say carries its ``text``.
     """
@@ -296,10 +302,12 @@ class DecidedEvent(_Logged, frozen=True, kw_only=True, tag="decided"):
     type: ClassVar[str] = "decided"
     suggestion_id: str
     decision: DecisionKind
-    payload: Any = None
-    previous: Any = None
-    text: str | None = None
-    by: str | None = None
+    # Made by factories, these are written even at their defaults, as they always were; ``via`` came later.
+    payload: Any = msgspec.field(default_factory=_none)
+    previous: Any = msgspec.field(default_factory=_none)
+    text: str | None = msgspec.field(default_factory=_none)
+    by: str | None = msgspec.field(default_factory=_none)
+    via: str | None = None
 
 
 class DeferredEvent(_Logged, frozen=True, kw_only=True, tag="deferred"):

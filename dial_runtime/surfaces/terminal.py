@@ -148,6 +148,7 @@ class TerminalSurface:
         self.console = console or Console(highlight=False)
         self.editor = os.environ.get("EDITOR", "") if editor is None else editor
         self.by = by
+        self.via = "terminal"  # the surface a decision taken here came through, for the log
         self.leaving = False
         self.lines: list[str] = []
         self.transcript = Transcript(self.lines.append)
@@ -606,7 +607,7 @@ class TerminalSurface:
             self._turn, self._turning = scope, conversation
             try:
                 if isinstance(item, Suggestion):
-                    result = await conversation.decide(item.id, chosen, by=self.by)
+                    result = await conversation.decide(item.id, chosen, by=self.by, via=self.via)
                 elif isinstance(item, Ask):
                     result = await conversation.answer(item.id, chosen, by=self.by)
                 else:

@@ -91,6 +91,9 @@ DomainFactory = Callable[[str, Sequence[LogEntry]], Any]
 #: conversation's (its actions, their documentation, its flow): no conversation has it.
 _DESCRIBING_ID = ""
 
+#: The surface a decision taken through this app is logged as having come through (``DecidedEvent.via``).
+VIA = "web"
+
 #: The names a server on this machine is reached by, which ``create_app``'s ``allowed_hosts`` defaults to.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
@@ -813,7 +816,9 @@ class _WebSurface:
                 )
             if cancelled:
                 first = cancelled[0].id
-                plan.steps.append(_Step(lambda conversation: conversation.decide(first, Say(words), by=principal)))
+                plan.steps.append(
+                    _Step(lambda conversation: conversation.decide(first, Say(words), by=principal, via=VIA))
+                )
             else:
                 plan.steps.append(_Step(lambda conversation: conversation.say(words, by=principal)))
         return plan
@@ -855,7 +860,9 @@ def _resolution(entry: ResumeEntry, subject: Suggestion | Ask, principal: str) -
     else:
         decision = Accept()
     suggestion_id = subject.id
-    return _Step(lambda conversation: conversation.decide(suggestion_id, decision, by=principal, shown=digest))
+    return _Step(
+        lambda conversation: conversation.decide(suggestion_id, decision, by=principal, shown=digest, via=VIA)
+    )
 
 
 def _unknown(interrupt: str, waiting: Iterable[Suggestion | Ask], seen: Projection) -> _Refused:
