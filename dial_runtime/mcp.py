@@ -28,6 +28,11 @@ or closes the connection mid-call, a protocol error: each fails the action with 
 ``mcp-error``, ``mcp-tool-error``), never an outcome lost. The session lives on a task of its own for as long as
 the ``async with`` block: a server's failure ends the session, not the program around it. Runs under trio and
 asyncio.
+
+Each run's idempotency key (``run(action, payload, key=...)``) goes in the ``tools/call`` request's ``_meta``
+under :data:`IDEMPOTENCY_KEY`; a server that deduplicates by it answers a repeated key with its first answer and
+no second effect. Nothing in MCP says a server does, so recovery asks again (:meth:`McpDomain.reconcile`) only
+for the tools named in ``keyed_tools``: for any other, it cannot tell what became of a run cut short.
 """
 
 from __future__ import annotations
@@ -37,10 +42,10 @@ import logging
 import math
 import shlex
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType, TracebackType
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO, cast
 
 import anyio
 import anyio.abc
@@ -57,10 +62,26 @@ try:
 except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError("dial_runtime.mcp needs the mcp SDK: pip install 'dial-runtime[mcp]'") from error
 
-__all__ = ["DEFAULT_DEADLINE", "McpConnectionError", "McpDomain", "McpTool", "mcp_domain", "sdk_log_to"]
+__all__ = [
+    "DEFAULT_DEADLINE",
+    "IDEMPOTENCY_KEY",
+    "McpConnectionError",
+    "McpDomain",
+    "McpTool",
+    "mcp_domain",
+    "sdk_log_to",
+]
 
 DEFAULT_DEADLINE = 60.0
 """Seconds a tool call may take before its action fails with code ``mcp-timeout``."""
+
+IDEMPOTENCY_KEY = "dev.dial-runtime/idempotency-key"
+"""The ``_meta`` name of a ``tools/call`` request's idempotency key (the value: the run's key, an opaque ASCII
+string). MCP has no standard field for one; a ``_meta`` name of one's own takes a prefix of dot-separated labels
+and a slash, which MCP asks to be in reverse-DNS order (``com.example/``) and whose second label may not be
+``mcp`` or ``modelcontextprotocol`` (reserved): ``dev.dial-runtime/`` puts the package's name in that form, so
+the name cannot clash with the protocol's or another client's, and ``idempotency-key`` names the value as HTTP's
+``Idempotency-Key`` header does (the one this library's OpenAI-compatible agent sends)."""
 
 # Pages of tools/list read at most, so a server whose cursor never ends cannot hang the connection.
 _TOOL_PAGES = 100
@@ -115,12 +136,28 @@ def _content_text(content: Sequence[Any]) -> str:
     return "\n".join(parts)
 
 
+class _NoAnswer(Exception):
+    """A call that got no answer from the tool (past its deadline, the session gone, a protocol error): ``run``
+    fails with ``code`` and ``hint``; ``reconcile`` cannot tell what became of the run."""
+
+    def __init__(self, message: str, *, code: str, hint: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.hint = hint
+
+    def action_error(self) -> ActionError:
+        return ActionError(str(self), code=self.code, hint=self.hint)
+
+
 class McpDomain:
     """The tools of one MCP server as a domain (see the module docstring); use it as ``async with``.
 
     Build it with :meth:`stdio` or :meth:`http`. ``trust_read_only`` lets tools the server marks read-only run
     without asking; ``deadline`` bounds each tool call in seconds (``None``: no bound, not advised);
-    ``connect_timeout`` bounds starting the connection and listing the tools.
+    ``connect_timeout`` bounds starting the connection and listing the tools. ``keyed_tools`` names the tools
+    whose server keeps the answer of each idempotency key (``"all"``: every tool), the only ones
+    :meth:`reconcile` asks again: say so only of a server that does (``idempotentHint`` does not: it speaks of
+    the same arguments, not of a key, and it is a hint).
     """
 
     def __init__(
@@ -131,9 +168,15 @@ class McpDomain:
         deadline: float | None = DEFAULT_DEADLINE,
         connect_timeout: float = 30.0,
         errlog: TextIO = sys.stderr,
+        keyed_tools: Collection[str] | Literal["all"] = (),
     ) -> None:
+        if isinstance(keyed_tools, str) and keyed_tools != "all":
+            raise ValueError(f'McpDomain: keyed_tools is "all" or a collection of tool names, not {keyed_tools!r}')
         self.server = server
         self.trust_read_only = trust_read_only
+        self.keyed_tools: frozenset[str] | Literal["all"] = (
+            "all" if keyed_tools == "all" else frozenset(keyed_tools)
+        )
         self.deadline = deadline
         self.connect_timeout = connect_timeout
         self.errlog = errlog
@@ -312,45 +355,88 @@ class McpDomain:
     def context(self) -> str:
         return ""
 
-    async def run(self, action: str, payload: Any) -> Any:
-        """Call the tool within the deadline; its structured content (else its text) is the result, and every
+    def is_keyed(self, action: str) -> bool:
+        """Whether the server keeps the answer of each key for the tool ``action`` (see ``keyed_tools``)."""
+        return self.keyed_tools == "all" or action in self.keyed_tools
+
+    async def run(self, action: str, payload: Any, *, key: str | None = None) -> Any:
+        """Call the tool within the deadline, with the run's idempotency ``key`` (if any) in the request's
+        ``_meta`` under :data:`IDEMPOTENCY_KEY`; its structured content (else its text) is the result, and every
         way a call can go wrong raises :class:`~dial_runtime.ActionError` with a code."""
+        try:
+            result = await self._call(action, payload, key)
+        except _NoAnswer as failure:
+            raise failure.action_error() from None
+        return _answer(result)
+
+    async def reconcile(self, action: str, payload: Any, *, key: str) -> Any:
+        """What became of the run under ``key`` that a dead process left without an outcome: for a tool in
+        ``keyed_tools``, the same call sent again with the same key, whose answer the server gives as it gave
+        the first (or, if the first never reached it, runs it now, once), and which maps as :meth:`run`'s does:
+        the result, or :class:`~dial_runtime.ActionError` ``mcp-tool-error`` for the tool's failure.
+
+        Raises :class:`LookupError` (it cannot tell) for any other tool, since calling it again could have its
+        effect twice, and when the call gets no answer the server keeps for the key: past the deadline, the
+        session gone (the call may or may not have reached the server), or a protocol error (which speaks of
+        this request, not of the first); the run's effect stays unknown, as without ``reconcile``, and asking
+        again later is safe."""
+        if not self.is_keyed(action):
+            raise LookupError(
+                f"the MCP tool {action!r} is not in keyed_tools: its server is not known to keep the answer of"
+                " each idempotency key, so calling it again could have its effect twice"
+            )
+        if self._client is not None and action not in self._tools:
+            raise LookupError(f"the MCP server does not list the tool {action!r}")
+        try:
+            result = await self._call(action, payload, key)
+        except _NoAnswer as failure:
+            raise LookupError(f"the MCP tool {action!r} gave no answer for the key: {failure}") from None
+        return _answer(result)
+
+    async def _call(self, action: str, payload: Any, key: str | None) -> mcp_types.CallToolResult:
+        """The tool's answer within the deadline (``isError`` included); :class:`_NoAnswer` when none came."""
         client = self._client
         if client is None:
             reason = self._ended or "the domain is not connected (use it as async with)"
-            raise ActionError(
+            raise _NoAnswer(
                 f"the MCP server's session has ended: {reason}", code="mcp-disconnected", hint=_UNKNOWN_EFFECT
             )
         arguments = dict(payload) if isinstance(payload, Mapping) else {}
+        # RequestParamsMeta is an open TypedDict (extra_items=Any), which mypy does not read: hence the cast.
+        meta = None if key is None else cast("mcp_types.RequestParamsMeta", {IDEMPOTENCY_KEY: key})
         deadline = math.inf if self.deadline is None else self.deadline
         try:
             with anyio.fail_after(deadline):
-                result = await client.call_tool(action, arguments)
+                return await client.call_tool(action, arguments, meta=meta)
         except TimeoutError:
-            raise ActionError(
+            raise _NoAnswer(
                 f"the tool did not answer within {self.deadline} s", code="mcp-timeout", hint=_UNKNOWN_EFFECT
             ) from None
         except MCPError as error:
             gone = self._client is None or "closed" in str(error).lower()
-            raise ActionError(
+            raise _NoAnswer(
                 f"the MCP server {'went away' if gone else 'refused the call'}: {error}",
                 code="mcp-disconnected" if gone else "mcp-error",
                 hint=_UNKNOWN_EFFECT if gone else "Check the tool's name and arguments.",
             ) from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as error:
-            raise ActionError(
+            raise _NoAnswer(
                 f"the MCP server went away: {_reason(error)}", code="mcp-disconnected", hint=_UNKNOWN_EFFECT
             ) from None
-        if result.is_error:
-            raise ActionError(_content_text(result.content) or "the tool reported an error", code="mcp-tool-error")
-        if result.structured_content is not None:
-            return result.structured_content
-        return _content_text(result.content)
+
+
+def _answer(result: mcp_types.CallToolResult) -> Any:
+    """A tool's answer as a run's result: its structured content, else its text; ``isError`` fails the run."""
+    if result.is_error:
+        raise ActionError(_content_text(result.content) or "the tool reported an error", code="mcp-tool-error")
+    if result.structured_content is not None:
+        return result.structured_content
+    return _content_text(result.content)
 
 
 def mcp_domain(server: str, **options: Any) -> McpDomain:
     """The domain ``server`` names: an http(s) URL (streamable HTTP), else a command line split as a shell
-    would (``"mcp-server-git --repository ."``); ``options`` are :class:`McpDomain`'s."""
+    would (``"mcp-server-git --repository ."``); ``options`` are :class:`McpDomain`'s (``keyed_tools``, ...)."""
     if server.startswith(("http://", "https://")):
         return McpDomain.http(server, **options)
     try:
