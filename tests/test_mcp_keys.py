@@ -17,8 +17,12 @@ from typing import Any, TextIO
 import anyio
 import pytest
 
-from dial_runtime import ActionError
+from dial_runtime import Accept, ActionError, ActionSpec, Conversation, ScriptedAgent, policy_human
 from dial_runtime.mcp import IDEMPOTENCY_KEY, McpDomain, mcp_domain
+from dial_runtime.runtime.core import ConversationCore, idempotency_key
+from dial_runtime.runtime.effects import Answer, Consult, LookUp, Replied, Review, Reviewed, RunAction, Send
+from dial_runtime.runtime.events import ActionStartedEvent, LogEntry, OutcomeEvent
+from dial_runtime.stores import MemoryStore
 
 from .fakes import stop
 from .test_mcp import FAULTY, anyio_backend, errlog, wait_for
@@ -226,3 +230,65 @@ async def test_the_key_travels_over_streamable_http_too(http_server: str, db: Pa
         ran = await domain.run("send_email", EMAIL, key="c1:sg-1:1")
         assert await domain.reconcile("send_email", EMAIL, key="c1:sg-1:1") == ran
     assert effects(db) == [("send_email", "c1:sg-1:1", EMAIL)]
+
+
+# --- through a conversation: the run's key reaches the server, and recovery reconciles with it ------------------
+
+SEND = (
+    '<dial><dial-suggest action="send_email">'
+    f"<dial-payload>{json.dumps(EMAIL)}</dial-payload></dial-suggest></dial>"
+)
+ACK = "<dial><dial-acknowledge>ok</dial-acknowledge></dial>"
+
+
+@pytest.mark.anyio
+async def test_a_conversations_run_sends_the_key_its_log_records(domain: McpDomain, db: Path) -> None:
+    conversation = await Conversation.open(
+        MemoryStore(), "c-1", agent=ScriptedAgent([SEND, ACK]), domain=domain, human=policy_human()
+    )
+    await conversation.say("send the minutes")
+    started = [e.event for e in conversation.log if isinstance(e.event, ActionStartedEvent)]
+    assert [key for _, key, _ in effects(db)] == [started[0].key] == [idempotency_key("c-1", "sg-1", 1)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("reached", [True, False], ids=["the run reached the server", "it never did"])
+async def test_recovery_after_a_crash_mid_run_reports_done_with_one_effect(
+    domain: McpDomain, db: Path, reached: bool
+) -> None:
+    store = MemoryStore()
+    await store.append("c-1", died_running(), expected_seq=0)
+    key = idempotency_key("c-1", "sg-1", 1)
+    if reached:  # the process died after the server did it, before the outcome was written
+        await domain.run("send_email", EMAIL, key=key)
+    conversation = await Conversation.open(
+        store, "c-1", agent=ScriptedAgent([]), domain=domain, human=policy_human()
+    )
+    (outcome,) = [e.event for e in conversation.log if isinstance(e.event, OutcomeEvent)]
+    assert (outcome.status, outcome.reconciled, outcome.result) == (
+        "done",
+        True,
+        {"message_id": 1, "to": "ada@example.com"},
+    )
+    assert [key_ for _, key_, _ in effects(db)] == [key]
+
+
+def died_running() -> list[LogEntry]:
+    """The log of a process that died inside the run of ``sg-1`` (``send_email``), accepted."""
+    core = ConversationCore(conversation_id="c-1")
+    call = core.say("send the minutes")
+    value: object = None
+    while True:
+        effect = call.send(value)
+        if isinstance(effect, Send):
+            value = Replied(SEND)
+        elif isinstance(effect, LookUp):
+            value = ActionSpec(mutates=True)
+        elif isinstance(effect, Review):
+            value = Reviewed(None, "Send the minutes")
+        elif isinstance(effect, Consult):
+            value = Answer(Accept())
+        elif isinstance(effect, RunAction):
+            return list(core.log.entries())
+        else:
+            value = None
