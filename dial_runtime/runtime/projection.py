@@ -71,6 +71,7 @@ __all__ = [
     "AgentText",
     "Aside",
     "Card",
+    "CardDecision",
     "CardStatus",
     "EditRefusal",
     "Item",
@@ -152,6 +153,19 @@ class EditRefusal(msgspec.Struct, frozen=True, kw_only=True):
     time: float | None = None
 
 
+class CardDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """One decision on a card: ``decision`` (``accept``, ``dismiss``, ``edit``, ``say``, ``expire``), ``by`` whom
+    and ``via`` which surface when the log says, the edited ``payload`` or the words said instead (``text``)."""
+
+    decision: str
+    by: str | None = None
+    via: str | None = None
+    payload: Any = None
+    text: str | None = None
+    seq: int | None = None
+    time: float | None = None
+
+
 class Card(_Item, frozen=True, kw_only=True, tag="card"):
     """A suggestion shown to the person (``seq`` and ``time``: when), kept current as it goes on.
 
@@ -162,6 +176,8 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     the result as JSON text, ``reported`` the outcome the agent was told, and ``ended_seq``/``ended_at`` when.
     ``done_before`` names the suggestion that already did the same (action and payload) in this conversation, and
     ``done_at`` is when it was done (``None`` when the log fed does not hold it): a surface marks the card.
+    ``decisions`` is every decision on it in order (``decided_via`` the last one's surface); ``run_key`` and
+    ``started_at`` are its run's idempotency key and start, once it ran.
     """
 
     id: str
@@ -186,6 +202,10 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     ended_at: float | None = None
     done_before: str | None = None
     done_at: float | None = None
+    decisions: tuple[CardDecision, ...] = ()
+    decided_via: str | None = None
+    run_key: str | None = None
+    started_at: float | None = None
 
     @property
     def waiting(self) -> bool:
@@ -606,7 +626,8 @@ class Projection:
         )
 
     def _decided_event(self, event: DecidedEvent) -> None:
-        subject, decision, by = event.suggestion_id, event.decision, _by(event.by)
+        subject, decision = event.suggestion_id, event.decision
+        by = _by(event.by) + (f" via {event.via}" if event.via else "")
         if decision == "edit":
             before, after = _json_text(event.previous), _json_text(event.payload)
             self._moment("decided", f"{subject} edit{by}: {before} → {after}")
@@ -619,7 +640,22 @@ class Projection:
         self._decided[subject] = AlreadyDecided(subject, by=event.by, how=decision)
         at = self._cards.get(subject)
         if at is not None:
-            changes: dict[str, Any] = {"decision": decision, "decided_by": event.by, "decided_at": self._time}
+            made = CardDecision(
+                decision=decision,
+                by=event.by,
+                via=event.via,
+                payload=event.payload if decision == "edit" else None,
+                text=event.text,
+                seq=self._seq,
+                time=self._time,
+            )
+            changes: dict[str, Any] = {
+                "decision": decision,
+                "decided_by": event.by,
+                "decided_at": self._time,
+                "decided_via": event.via,
+                "decisions": (*self._card_at(at).decisions, made),
+            }
             if decision == "edit":
                 changes["payload"] = event.payload
             if self._card_at(at).status == "deferred-waiting":
@@ -680,7 +716,15 @@ class Projection:
         self._moment("run", f"{event.suggestion_id} {event.action} {_json_text(event.payload)}{edited}")
         at = self._cards.get(event.suggestion_id)
         if at is not None:
-            self._update(at, status="running", payload=event.payload, preview=event.preview, issue=None)
+            self._update(
+                at,
+                status="running",
+                payload=event.payload,
+                preview=event.preview,
+                issue=None,
+                run_key=event.key,
+                started_at=self._time,
+            )
 
     def _flow_moved(self, event: FlowMovedEvent) -> None:
         moved = f"{event.source} → {event.target} on {event.event}"
