@@ -351,6 +351,8 @@ class _Replayer:
         elif isinstance(start, ResumedEvent) and start.call == "decide":
             given = self.recording.after(self.position + 1, "decided", "deferred", "refused")
             call = self._decide(given)
+        elif isinstance(start, ResumedEvent) and start.call == "expire":
+            call = core.expire_due()
         elif isinstance(start, ResumedEvent) and start.call == "answer":
             given = self.recording.after(self.position + 1, "answered")
             assert isinstance(given, AnsweredEvent), "an answer call records its answer"

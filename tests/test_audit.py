@@ -63,7 +63,7 @@ async def test_each_proposal_is_told_from_proposal_to_result() -> None:
     assert [(d.decision, d.by, d.via) for d in first.decisions] == [("accept", "ada", "web")]
     assert (first.ran, first.key, first.status, first.result) == (
         {"text": "milk"},
-        idempotency_key("c-1", "sg-1", 1),
+        idempotency_key("c-1", log[0].time, "sg-1", 1),
         "done",
         {"count": 1},
     )

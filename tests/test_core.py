@@ -277,7 +277,7 @@ def test_an_error_thrown_in_while_the_person_decides_closes_the_call(error: Base
 
 
 def test_an_answer_that_must_be_awaited_is_awaited_once_the_log_can_be_written() -> None:
-    core = ConversationCore(decide_timeout=5.0)
+    core = ConversationCore(decide_timeout=5.0, clock=lambda: 100.0)
     call = core.say("go")
     world = World([envelope(suggest("add-note", TEXT)), ACK])
     value: object = None

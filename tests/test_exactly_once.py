@@ -222,7 +222,7 @@ def check_common(found: Found, log: list[LogEntry], conversation_id: str, why: s
     twice = {ident: len(each) for ident, each in found.started.items() if len(each) != 1}
     assert twice == {}, f"actions started twice for one suggestion; {why}"
     for ident, (started,) in found.started.items():
-        assert started.key == idempotency_key(conversation_id, ident, 1), why
+        assert started.key == idempotency_key(conversation_id, log[0].time, ident, 1), why
         assert started.payload["text"] == found.proposed[ident], why
         assert found.outcomes[ident][0].status in ("done", "failed"), f"{ident} started, then superseded; {why}"
     by_note = {found.proposed[ident]: ident for ident in found.started}

@@ -248,7 +248,11 @@ async def test_a_conversations_run_sends_the_key_its_log_records(domain: McpDoma
     )
     await conversation.say("send the minutes")
     started = [e.event for e in conversation.log if isinstance(e.event, ActionStartedEvent)]
-    assert [key for _, key, _ in effects(db)] == [started[0].key] == [idempotency_key("c-1", "sg-1", 1)]
+    assert (
+        [key for _, key, _ in effects(db)]
+        == [started[0].key]
+        == [idempotency_key("c-1", conversation.log[0].time, "sg-1", 1)]
+    )
 
 
 @pytest.mark.anyio
@@ -257,8 +261,9 @@ async def test_recovery_after_a_crash_mid_run_reports_done_with_one_effect(
     domain: McpDomain, db: Path, reached: bool
 ) -> None:
     store = MemoryStore()
-    await store.append("c-1", died_running(), expected_seq=0)
-    key = idempotency_key("c-1", "sg-1", 1)
+    log = died_running()
+    await store.append("c-1", log, expected_seq=0)
+    key = idempotency_key("c-1", log[0].time, "sg-1", 1)
     if reached:  # the process died after the server did it, before the outcome was written
         await domain.run("send_email", EMAIL, key=key)
     conversation = await Conversation.open(

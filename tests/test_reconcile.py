@@ -136,6 +136,7 @@ RECOVERIES: list[tuple[str, Callable[[], Any], dict[str, Any]]] = [
     ),
     ("it cannot tell", lambda: Mail(LookupError("no such key")), {"status": "failed", "code": "interrupted"}),
     ("its reconcile is broken", lambda: Mail(TypeError("bug")), {"status": "failed", "code": "interrupted"}),
+    ("its reconcile has a key bug", lambda: Mail(KeyError("to")), {"status": "failed", "code": "interrupted"}),
     ("no reconcile", OldMail, {"status": "failed", "code": "interrupted"}),
 ]
 
@@ -203,20 +204,21 @@ async def test_a_run_gets_its_key_when_its_run_takes_one_and_the_key_comes_from_
     )
     await conversation.say("mail ada")
     started = next(e.event for e in conversation.log if isinstance(e.event, ActionStartedEvent))
-    assert domain.keys == [started.key] == [idempotency_key("c-9", "sg-1", 1)]
+    assert domain.keys == [started.key] == [idempotency_key("c-9", conversation.log[0].time, "sg-1", 1)]
     old = OldMail()  # a run without a key keyword still runs
     await Conversation(agent=Agent([SEND, ACK]), domain=old, human=policy_human()).say("mail ada")
     assert old.runs == 1
 
 
-def test_keys_differ_by_conversation_suggestion_and_attempt_and_fit_a_header() -> None:
+def test_keys_differ_by_conversation_log_suggestion_and_attempt_and_fit_a_header() -> None:
     keys = {
-        idempotency_key(conversation, suggestion, attempt)
-        for conversation in ("c-1", "c-2", "c-1/sg-1", "é\udc80")
+        idempotency_key(conversation, began, suggestion, attempt)
+        for conversation in ("c-1", "c-2", "c-1/sg-1", "é\udc80", None)
+        for began in (1.5, 2.5)
         for suggestion in ("sg-1", "sg-2")
         for attempt in (1, 2)
     }
-    assert len(keys) == 16
+    assert len(keys) == 40
     assert all(len(key) == 32 and key.isascii() and key.isalnum() for key in keys)
 
 
@@ -303,7 +305,7 @@ async def test_a_typed_action_gets_the_key_and_its_reconcile_tells_what_became_o
         human=policy_human(),
     )
     await conversation.say("mail ada")
-    key = idempotency_key("c-3", "sg-1", 1)
+    key = idempotency_key("c-3", conversation.log[0].time, "sg-1", 1)
     assert list(SENT.items()) == [(key, {"to": "ada"})]
     assert mail.reconcile("send-email", {"to": "ada"}, key=key) == {"to": "ada"}
     with pytest.raises(LookupError):

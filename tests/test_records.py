@@ -18,7 +18,7 @@ import dial_runtime.agents
 #: the domain toolkit.
 SERVICES = {
     "AgentPort", "ChatAgent", "Conversation", "Domain", "DomainPort", "HumanPort", "Projection", "RecordedAgent",
-    "ScriptedAgent", "StorePort", "StreamParser", "StreamingAgentPort",
+    "ReconcilingDomainPort", "ScriptedAgent", "StorePort", "StreamParser", "StreamingAgentPort",
 }  # fmt: skip
 
 #: Records the README constructs positionally (``Edit(payload)``, ``Say(text)``); every other one is keyword-only.

@@ -190,6 +190,7 @@ class Domain:
         destructive: bool = False,
         handoff: bool = False,
         repeatable: bool = False,
+        deadline: float | None = None,
         check: Callable[..., object] | None = None,
         reconcile: Callable[..., Any] | None = None,
         schema: Mapping[str, Any] | None = None,
@@ -209,6 +210,7 @@ class Domain:
         destructive: bool = False,
         handoff: bool = False,
         repeatable: bool = False,
+        deadline: float | None = None,
         check: Callable[..., object] | None = None,
         reconcile: Callable[..., Any] | None = None,
         schema: Mapping[str, Any] | None = None,
@@ -222,6 +224,8 @@ class Domain:
         - ``preview``: what the person is shown: a format string over the payload (``"Add the note '{text}'"``),
           a callable taking the function's arguments, or by default the action's name in words and its
           arguments (``Add note: text="buy milk"``).
+        - ``deadline``: how many seconds the person has to decide on it once shown (default: the
+          conversation's ``decide_timeout``); after it the suggestion ends ``dismissed``, ``expired``.
         - ``read_only``: runs without asking the person; ``destructive``: marked for the person; ``handoff``:
           taken over by the surface (see the suggestion lifecycle); ``repeatable``: a proposal that repeats one
           done already (the same payload) is not marked as done before.
@@ -254,7 +258,11 @@ class Domain:
                 name=name,
                 preview=preview,
                 spec=ActionSpec(
-                    mutates=not read_only, destructive=destructive, handoff=handoff, repeatable=repeatable
+                    mutates=not read_only,
+                    destructive=destructive,
+                    handoff=handoff,
+                    repeatable=repeatable,
+                    deadline=deadline,
                 ),
                 check=check,
                 reconcile=reconcile,

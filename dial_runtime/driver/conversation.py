@@ -114,7 +114,11 @@ class Conversation:
     ``agent.send(message)``, ``human.decide(suggestion)``, ``human.answer(ask)`` and ``domain.run(action,
     payload)`` may be plain or coroutine functions; ``domain.validate``, ``domain.preview`` and
     ``domain.context`` are plain. ``timeout`` bounds each wait for the agent (a whole reply, or a streamed
-    reply's first chunk) and ``decide_timeout`` each decision, in seconds (``None``: no bound). A streamed reply
+    reply's first chunk), in seconds (``None``: no bound), and ``decide_timeout`` the person's time to decide on
+    a suggestion from when it is shown (an action's ``ActionSpec.deadline`` first): the deadline goes on the log,
+    and once it has passed the suggestion ends ``dismissed``, ``expired``, whether the person was asked in the call
+    or decides later, and whichever comes first (a deferred one expires at the next call, or by
+    :meth:`expire_due`; a decision after it is not taken). A streamed reply
     is also cut when ``reply_timeout`` has passed since its message was sent (300 s: a long answer from a slow
     local model fits, a model that writes on without end does not) or ``idle_timeout`` since its last chunk (30
     s: servers send tokens many times a second, so a silence that long is a stalled server or connection); a cut
@@ -312,8 +316,9 @@ class Conversation:
 
     async def recover(self) -> None:
         """Close now a call that a dead process left open in the log this conversation was built from (the next
-        call does it otherwise), asking the domain's ``reconcile`` what became of an action it left running. A
-        stored conversation recovers in its calls, under the store's lock."""
+        call does it otherwise), asking the domain's ``reconcile`` what became of an action it left running, and
+        expire what waited past its deadline. A stored conversation recovers in its calls, under the store's
+        lock."""
         if self._store is not None:
             raise TypeError("Conversation.recover: a stored conversation recovers when it is opened or called")
         await self._recover()
@@ -405,6 +410,19 @@ class Conversation:
         """Carry on with a reply whose handling a crash cut short, once nothing awaits the person."""
         return await self._hold(self._core.resume)
 
+    async def expire_due(self) -> TurnResult:
+        """End now every deferred suggestion whose deadline has passed (``dismissed``, ``expired``), as every call
+        (and :meth:`open`) does first; for a scheduler that fires deadlines with nobody watching. Returns that
+        call's result (its outcomes the expired ones; ``awaiting`` while others still wait), or ``idle`` with no
+        turn when none is due."""
+        return await self._hold(lambda: None)
+
+    @property
+    def deadlines(self) -> list[tuple[str, float]]:
+        """The suggestions waiting for a deferred decision that have a deadline (seconds since the epoch), with
+        it, soonest first: when a scheduler should call :meth:`expire_due`."""
+        return self._core.deadlines()
+
     async def _hold(self, start: Callable[[], Call | None]) -> TurnResult:
         """Hold the conversation for one call (in this process, and in the store across processes), close what a
         dead process left open, then ``start`` the call and drive it (none: an idle result); with a store, the
@@ -416,15 +434,15 @@ class Conversation:
         self._budget = self.call_timeout
         try:
             if self._store is None:
-                await self._recover()
+                expired = await self._recover()
                 call = start()
-                return IDLE if call is None else await self._perform(call)
+                return (expired or IDLE) if call is None else await self._perform(call)
             async with self._store.lock(self.id or ""):
                 await self._catch_up()
                 try:
-                    await self._recover()
+                    expired = await self._recover()
                     call = start()
-                    return IDLE if call is None else await self._perform(call)
+                    return (expired or IDLE) if call is None else await self._perform(call)
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self.flush()
@@ -442,10 +460,16 @@ class Conversation:
             self._stored = self._shown = stored + len(fresh)
             self._stale = False
 
-    async def _recover(self) -> None:
-        if self._core.state.in_call:
-            await self._perform(self._core.recover())
+    async def _recover(self) -> TurnResult | None:
+        """Close what a dead process left open, then expire the deferred suggestions whose deadline passed (the
+        result of that expiry, ``None`` when none was due)."""
+        core = self._core
+        if core.state.in_call:
+            await self._perform(core.recover())
+        expiring = core.expire_due()
+        expired: TurnResult | None = None if expiring is None else await self._perform(expiring)
         self._show()
+        return expired
 
     def _show(self) -> None:
         """Show ``on_event`` the events a surface renders (``RENDERED``) that the core recorded since the last time
@@ -779,6 +803,13 @@ class Conversation:
             if _awaitable(result):
                 result = await result
         except LookupError as unknown:
+            if type(unknown) is not LookupError:  # a KeyError or IndexError may be a bug in reconcile: say so
+                logger.warning(
+                    "domain.reconcile raised %s for %r: taken as cannot tell",
+                    type(unknown).__name__,
+                    effect.action,
+                    exc_info=unknown,
+                )
             return Unreconciled(str(unknown) or "the domain cannot tell")
         except Exception as error:
             if not deliberate(error):

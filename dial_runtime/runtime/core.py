@@ -357,15 +357,18 @@ class ConversationCore:
 
     # --- the log -----------------------------------------------------------------------------------------------
 
-    def record(self, event: Event) -> None:
-        """Fold an event into the state and append it to the log (the state refuses it first if it must).
+    def record(self, event: Event, at: float | None = None) -> None:
+        """Fold an event into the state and append it to the log (the state refuses it first if it must), at the
+        clock's time or ``at`` (a time the caller read to decide on it: a decision checked against a deadline).
 
         The append is ``EventLog.add`` written out: every event of every call passes here, and the call it saves
         is 1.6% of the benchmark's instructions per turn (callgrind, side by side)."""
-        self.state.apply(event)
+        state = self.state
+        now = state.now = self.clock() if at is None else at
+        state.apply(event)
         log = self.log
         log.events.append(event)
-        log.times.append(self.clock())
+        log.times.append(now)
 
     def take_stored(self, entries: Iterable[LogEntry], stored: int) -> None:
         """Fold in what other workers stored after the first ``stored`` entries, all of them or none.
@@ -485,6 +488,36 @@ class ConversationCore:
 
         ended = project(self.log.entries()).already_decided(subject_id)
         return ended or DialError(f"Conversation: {kind} {subject_id!r} is not awaiting {awaited}")
+
+    def expire_due(self) -> Call | None:
+        """End every deferred suggestion whose deadline has passed (``dismissed``, ``expired``) and carry on as a
+        decision would (the agent is told with the next message, or at once when a turn follows anyway);
+        ``None`` when none is due. Whichever comes first, the deadline or a decision, ends the suggestion, once."""
+        if "resume" not in TURN_LOOP.allowed(self.state.loop):
+            return None
+        now = self.clock()
+        due = [
+            opened
+            for opened in self.state.open_suggestions.values()
+            if opened.deferred and opened.deadline is not None and now > opened.deadline
+        ]
+        if not due:
+            return None
+        self.record(ResumedEvent(call="expire"))
+        return self._drive("", self._expiring(due))
+
+    def _expiring(self, due: Sequence[OpenSuggestion]) -> Generator[Effect, Any, None]:
+        for opened in due:
+            self._expire(opened)
+        return
+        yield  # makes this a generator that yields nothing
+
+    def deadlines(self) -> list[tuple[str, float]]:
+        """The suggestions waiting for a deferred decision that have a deadline, with it, soonest first."""
+        waiting = self.state.open_suggestions.values()
+        return sorted(
+            ((o.id, o.deadline) for o in waiting if o.deferred and o.deadline is not None), key=lambda p: p[1]
+        )
 
     def resume(self) -> Call | None:
         """Carry on with a reply whose handling a crash cut short; ``None`` when nothing waits to be resumed."""
@@ -964,6 +997,9 @@ class ConversationCore:
         done_before = None
         if self.state.done_proposals and spec.mutates and not spec.handoff and not spec.repeatable:
             done_before = self.state.done_proposals.get(proposal_key(opened.action, opened.payload))
+        now = self.clock()
+        seconds = spec.deadline if spec.deadline is not None else self.decide_timeout
+        waits = spec.mutates and not spec.handoff
         self.record(
             SuggestionEvent(
                 id=opened.id,
@@ -975,7 +1011,9 @@ class ConversationCore:
                 mutates=spec.mutates,
                 handoff=spec.handoff,
                 done_before=done_before,
-            )
+                deadline=now + seconds if waits and seconds is not None else None,
+            ),
+            now,
         )
         if opened.deciding:
             yield from self._decide(opened)
@@ -1007,10 +1045,10 @@ class ConversationCore:
         while opened.id in self.state.open_suggestions:
             given = yield Consult(question=opened.suggestion())
             if isinstance(given, Thinking):
-                given = yield self._await_person(self.decide_timeout)
+                deadline = opened.deadline
+                given = yield self._await_person(None if deadline is None else max(0.0, deadline - self.clock()))
             if isinstance(given, Expired):
-                self.record(DecidedEvent(suggestion_id=opened.id, decision="expire"))
-                self._finish(opened, "dismissed", expired=True)
+                self._expire(opened)
                 return
             decision = as_decision(given.value)
             if isinstance(decision, Defer):
@@ -1042,9 +1080,13 @@ class ConversationCore:
         via: str | None = None,
     ) -> Generator[Effect, Any, None]:
         """Apply one decision of the person's (``by`` whom, ``via`` which surface): end the suggestion, refuse
-        its payload, or run it."""
+        its payload, or run it; a decision after the suggestion's deadline is not taken: it expires instead."""
+        now = self.clock()
+        if opened.deadline is not None and now > opened.deadline:
+            self._expire(opened, by=by, via=via)
+            return
         if isinstance(decision, Dismiss):
-            self.record(DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by, via=via))
+            self.record(DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by, via=via), now)
             done_before = opened.done_before
             if done_before is None:
                 self._finish(opened, "dismissed")
@@ -1052,7 +1094,9 @@ class ConversationCore:
                 self._finish(opened, "dismissed", code=ALREADY_DONE, hint=already_done(done_before))
             return
         if isinstance(decision, Say):
-            self.record(DecidedEvent(suggestion_id=opened.id, decision="say", text=decision.text, by=by, via=via))
+            self.record(
+                DecidedEvent(suggestion_id=opened.id, decision="say", text=decision.text, by=by, via=via), now
+            )
             waiting = [each for each in self.state.open_suggestions.values() if each.deferred]
             for other in [opened, *waiting]:
                 self._finish(other, "superseded")
@@ -1071,10 +1115,11 @@ class ConversationCore:
                     previous=opened.payload,
                     by=by,
                     via=via,
-                )
+                ),
+                now,
             )
         else:
-            self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by, via=via))
+            self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by, via=via), now)
         edited = opened.edited
         refusal = self._flow_refusal(opened.action)  # the flow may have moved since the suggestion was made
         # A refused edit is shown again as edited: its preview must read the payload the person now decides on.
@@ -1096,6 +1141,12 @@ class ConversationCore:
             self._ran(opened, (yield self._start(opened, reviewed.preview if edited else opened.preview)))
             return
         self._refuse_payload(opened, issue, (reviewed.preview or None) if edited else None)
+
+    def _expire(self, opened: OpenSuggestion, *, by: str | None = None, via: str | None = None) -> None:
+        """End a suggestion whose deadline passed before the person decided: ``dismissed``, ``expired`` (``by``
+        and ``via``: whose decision came too late, and through which surface)."""
+        self.record(DecidedEvent(suggestion_id=opened.id, decision="expire", by=by, via=via))
+        self._finish(opened, "dismissed", expired=True)
 
     def _refuse_payload(self, opened: OpenSuggestion, issue: Issue, preview: str | None) -> None:
         """Refuse the payload the person decided on (``preview``: of a refused edit, ``None`` when the flow or
@@ -1132,12 +1183,11 @@ class ConversationCore:
         return RunAction(action=opened.action, payload=opened.payload, key=key)
 
     def _run_key(self, suggestion_id: str) -> str:
-        """The idempotency key of the run of ``suggestion_id``: of the conversation's id or, without one, of the
-        time its log began (the log's first entry), and the attempt (a suggestion runs at most once: 1)."""
-        if self.conversation_id is not None:
-            return idempotency_key(self.conversation_id, suggestion_id, 1)
+        """The idempotency key of the run of ``suggestion_id``: of the conversation (its id, and the time its log
+        began, so an id used again for another log, in another store or after a deletion, gives other keys), the
+        suggestion, and the attempt (a suggestion runs at most once: 1)."""
         first = self.log.entries(0, 1)
-        return idempotency_key(repr(first[0].time) if first else "", suggestion_id, 1)
+        return idempotency_key(self.conversation_id, first[0].time if first else None, suggestion_id, 1)
 
     def _ran(self, opened: OpenSuggestion, ran: Ran | RunFailed, *, reconciled: bool = False) -> None:
         """End the action started by :meth:`_start`: its success or exception decides the outcome (``reconciled``:
@@ -1269,11 +1319,12 @@ class ConversationCore:
                 index += 1
 
 
-def idempotency_key(conversation: str, suggestion_id: str, attempt: int) -> str:
-    """The idempotency key of a run: 32 hex digits of SHA-256 over the conversation, the suggestion and the
-    attempt, so it is the same wherever the log is read, fits an HTTP header or an MCP ``_meta`` value, and
-    tells nothing of the conversation's id."""
-    named = json.dumps([conversation, suggestion_id, attempt], ensure_ascii=False, separators=(",", ":"))
+def idempotency_key(conversation: str | None, began: float | None, suggestion_id: str, attempt: int) -> str:
+    """The idempotency key of a run: 32 hex digits of SHA-256 over the conversation (its id, ``None`` for one
+    without, and the time its log began), the suggestion and the attempt. It is the same wherever the log is
+    read, differs for an id used again for another log, fits an HTTP header or an MCP ``_meta`` value, and tells
+    nothing of the conversation's id."""
+    named = json.dumps([conversation, began, suggestion_id, attempt], ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(named.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 

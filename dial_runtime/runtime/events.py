@@ -35,7 +35,7 @@ DecisionKind = Literal["accept", "dismiss", "edit", "say", "expire"]
 DeferredKind = Literal["suggestion", "ask"]
 
 #: The call that took up a conversation (``ResumedEvent.call``).
-ResumingCall = Literal["say", "decide", "answer", "resume"]
+ResumingCall = Literal["say", "decide", "answer", "resume", "expire"]
 
 
 def _options(values: Iterable[Option | Mapping[str, Any]]) -> tuple[Option, ...]:
@@ -160,7 +160,9 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
 
     ``done_before`` names the suggestion of this conversation that last ran the same action with the same payload
     and ended ``done``, when the person decides on this one and its action is not ``repeatable``: the person
-    sees that it was done already, and the agent is told so if they dismiss it.
+    sees that it was done already, and the agent is told so if they dismiss it. ``deadline`` is when the person's
+    time to decide ends (seconds since the epoch, as the log's times), for a suggestion that waits for them and
+    has one: a decision after it is not taken, and the suggestion ends ``dismissed``, ``expired``.
     """
 
     type: ClassVar[str] = "suggestion"
@@ -174,6 +176,7 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
     # Made by a factory so that it is always written, as it was before the event omitted its defaults.
     handoff: bool = msgspec.field(default_factory=bool)
     done_before: str | None = None
+    deadline: float | None = None
 
 
 class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outcome", omit_defaults=True):
@@ -294,7 +297,8 @@ class AnsweredEvent(_Logged, frozen=True, kw_only=True, tag="answered"):
 
 class DecidedEvent(_Logged, frozen=True, kw_only=True, tag="decided", omit_defaults=True):
     """The person (``by``, when known) decided: ``accept``, ``dismiss``, ``edit``, ``say`` or ``expire``, through
-    ``via`` when the surface says (``"web"``, ``"terminal"``; ``None``: the program's own code).
+    ``via`` when the surface says (``"web"``, ``"terminal"``; ``None``: the program's own code). An ``expire``
+    ends a suggestion whose deadline passed; its ``by`` and ``via``, when set, are whose decision came too late.
 
     An edit carries the payload before (``previous``) and after (``payload``); a say carries its ``text``.
     """
@@ -363,8 +367,8 @@ class FlowMovedEvent(_Logged, frozen=True, kw_only=True, tag="flow-moved"):
 
 
 class ResumedEvent(_Logged, frozen=True, kw_only=True, tag="resumed"):
-    """A call took up a conversation that was awaiting the person (``decide``, ``answer`` or ``resume``), or
-    whose words ``say`` supersedes."""
+    """A call took up a conversation that was awaiting the person (``decide``, ``answer``, ``resume``, or
+    ``expire``: deadlines passed with nobody deciding), or whose words ``say`` supersedes."""
 
     type: ClassVar[str] = "resumed"
     call: ResumingCall

@@ -32,14 +32,21 @@ class Issue(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ActionSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """What the domain says of one action: does it change anything, is it destructive, is it a hand-off, and
-    may it be done again with the same payload (``repeatable``: a proposal that repeats one done already is not
-    marked as done before)."""
+    """What the domain says of one action: does it change anything, is it destructive, is it a hand-off, may it
+    be done again with the same payload (``repeatable``: a proposal that repeats one done already is not marked
+    as done before), and how many seconds the person has to decide on it (``deadline``; ``None``: the
+    conversation's ``decide_timeout``)."""
 
     mutates: bool
     destructive: bool = False
     handoff: bool = False
     repeatable: bool = False
+    deadline: float | None = None
+
+    def __post_init__(self) -> None:
+        deadline = self.deadline
+        if deadline is not None and not 0 < deadline < float("inf"):
+            raise ValueError(f"ActionSpec: a deadline is a positive number of seconds, not {deadline!r}")
 
 
 def payload_digest(action: str, payload: Any) -> str:
@@ -150,6 +157,15 @@ def as_issue(value: object) -> Issue | None:
     )
 
 
+def _seconds(value: object) -> float | None:
+    """A deadline in seconds from an action's dict form: ``None``, or a positive finite number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"Conversation: an action's deadline is a number of seconds — got {value!r}")
+    return float(value)
+
+
 def as_action_spec(value: object) -> ActionSpec:
     """An :class:`ActionSpec` from a record or the dict form ``{"mutates": ..., "destructive": ...}``
     (``handoff`` and ``repeatable`` too)."""
@@ -161,5 +177,6 @@ def as_action_spec(value: object) -> ActionSpec:
             destructive=bool(value.get("destructive", False)),
             handoff=bool(value.get("handoff", False)),
             repeatable=bool(value.get("repeatable", False)),
+            deadline=_seconds(value.get("deadline")),
         )
     raise TypeError(f"Conversation: an action must be an ActionSpec or {{'mutates': ...}} — got {value!r}")

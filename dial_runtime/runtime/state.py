@@ -113,6 +113,7 @@ class OpenSuggestion(msgspec.Struct):
     deferred: bool = False
     accepted: bool = False  # an accept or edit since the last refusal or deferral: the ``start`` guard
     key: str | None = None  # the idempotency key of its run, once started (``ActionStartedEvent.key``)
+    deadline: float | None = None  # when the person's time to decide ends (``SuggestionEvent.deadline``)
 
     def suggestion(self) -> Suggestion:
         """The record the person decides on."""
@@ -174,6 +175,8 @@ class ConversationState:
     flow: Table | None = attrs.field(default=None, kw_only=True)
     flow_state: str | None = attrs.field(default=attrs.Factory(_flow_start, takes_self=True), kw_only=True)
     result: str | None = attrs.field(default=None, kw_only=True)
+    # The time of the entry being folded (a decision is checked against its suggestion's deadline with it).
+    now: float = attrs.field(default=0.0, kw_only=True, eq=False)
 
     @classmethod
     def fold(cls, events: Iterable[Event], *, flow: Table | None = None) -> ConversationState:
@@ -506,6 +509,7 @@ class ConversationState:
         opened.mutates = event.mutates
         opened.handoff = event.handoff
         opened.done_before = event.done_before
+        opened.deadline = event.deadline
 
     def _check_done_before(self, event: SuggestionEvent) -> None:
         """Refuse a suggestion marked as done before unless the person decides on it and the suggestion it names
@@ -523,8 +527,10 @@ class ConversationState:
         opened = self._open(event.suggestion_id)
         if not opened.deciding:
             raise _Refusal(f"suggestion {event.suggestion_id!r} is not waiting for a decision")
-        opened.deferred = False
         decision = event.decision
+        if decision != "expire" and opened.deadline is not None and self.now > opened.deadline:
+            raise _Refusal(f"suggestion {event.suggestion_id!r} is decided after its deadline: it expired")
+        opened.deferred = False
         if decision == "accept":
             opened.accepted = True
         elif decision == "edit":
@@ -669,6 +675,7 @@ def fold_log(
     checked: list[LogEntry] = []
     for offset, raw in enumerate(entries):
         entry = checked_entry(raw, first_seq + offset)
+        folded.now = entry.time
         try:
             folded.apply(entry.event)
         except (_Refusal, IllegalTransition) as error:
