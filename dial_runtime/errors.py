@@ -12,6 +12,7 @@ Every exception the library raises on purpose, and the one a domain raises to fa
     ├── IllegalTransition    a state machine was asked for a transition its table does not have
     ├── AlreadyDecided       a decision or answer on a suggestion or ask that has already ended (says by whom, how)
     ├── PayloadChanged       a decision on a payload other than the one waiting (the person saw an older one)
+    ├── LinkRefused          a decision link that may not be used (forged, expired, not this person's, used...)
     ├── LogError             a log no run of the runtime could have written (names the entry; a ValueError)
     ├── AgentError           an agent's endpoint refused the request, or its retries were used up
     │   └── TokenLimitReached  a streamed answer the model stopped at its token limit (a cut reply)
@@ -91,6 +92,19 @@ class PayloadChanged(DialError):
         self.suggestion_id = suggestion_id
         self.shown = shown
         self.waiting = waiting
+
+
+class LinkRefused(DialError):
+    """A decision link that may not be used (:mod:`dial_runtime.links`); nothing was decided, and no token id
+    was marked used.
+
+    ``reason`` is one of ``dial_runtime.links.REFUSAL_REASONS``, for a program to act on (``payload-changed``:
+    show the suggestion again; ``expired``: ask for a new link); the message says the same in one line.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"decision link refused ({reason}): {message}")
+        self.reason = reason
 
 
 class LogError(DialError, ValueError):

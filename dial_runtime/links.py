@@ -55,7 +55,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import msgspec
 
-from .errors import DialError
+from .errors import LinkRefused as LinkRefused
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -135,18 +135,6 @@ _TOKEN_SHAPE = re.compile(re.escape(TOKEN_VERSION) + r"\.[A-Za-z0-9_-]{1,64}\.[A
 _LATEST_TIME = 2**53  # the largest integer a JSON reader in any language holds exactly
 _WIRE_REQUIRED = frozenset({"cid", "sid", "dig", "dec", "iat", "exp", "jti"})
 _WIRE_OPTIONAL = frozenset({"sub", "rol"})
-
-
-class LinkRefused(DialError):
-    """A decision link that may not be used; nothing was decided, and no token id was marked used.
-
-    ``reason`` is one of :data:`REFUSAL_REASONS`, for a program to act on (``payload-changed``: show the
-    suggestion again; ``expired``: ask for a new link); the message says the same in one line for a person.
-    """
-
-    def __init__(self, reason: RefusalReason, message: str) -> None:
-        super().__init__(f"decision link refused ({reason}): {message}")
-        self.reason: RefusalReason = reason
 
 
 def _shown(value: str, limit: int = 40) -> str:

@@ -22,11 +22,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("statemachines",),
     ("language",),
     # the sans-IO core, and the protocols of what the runtime is handed (ports)
-    ("runtime", "ports"),
+    ("runtime", "ports", "links"),
     # the driver: performs the core's effects under anyio
     ("driver",),
     # what plugs into the runtime: domains, agents, and the homes of a log (the stores, and a JSON Lines file)
-    ("domains", "stores", "agents", "jsonl"),
+    ("domains", "stores", "agents", "jsonl", "notify"),
     # what drives and shows conversations, and the tools built on the public API
     ("surfaces", "web", "mcp", "transcript", "replay", "audit", "demo", "diagrams", "loading", ""),
     ("cli",),
