@@ -17,8 +17,8 @@ EXPECTED = {
     "Accept", "Acknowledge", "ActionError", "ActionSpec", "AgentError", "AlreadyDecided", "Ask",
     "AskElement", "ChatAgent",
     "Conversation", "ConversationBusy", "Declare", "Defer", "Delegate", "DialError", "DialSizeError", "Dismiss",
-    "Divergence", "Domain", "Edit", "Envelope", "Event", "Execute", "IllegalTransition", "Inform",
-    "Issue",
+    "Divergence", "Domain", "Edit", "Envelope", "Event", "Execute", "IdempotencyKey", "IllegalTransition",
+    "Inform", "Issue", "LinkRefused",
     "LogEntry", "LogError", "Option", "Outcome", "ParseIssue", "PayloadChanged", "Phatic", "RecordedAgent",
     "ReplayReport",
     "RootAttributes", "Say", "SchemaIssue", "ScriptedAgent", "Step", "StoreClosed", "StoreConflict",
@@ -27,7 +27,7 @@ EXPECTED = {
     "open_store", "outcome_reply", "parse", "policy_human", "replay", "scripted_human", "system_prompt",
     "validate",
     # the ports: what a conversation is handed, as typing.Protocols
-    "AgentPort", "DomainPort", "HumanPort", "StorePort", "StreamingAgentPort",
+    "AgentPort", "DomainPort", "HumanPort", "ReconcilingDomainPort", "StorePort", "StreamingAgentPort",
     # the projection: what a person sees
     "AgentText", "Aside", "Card", "Moment", "Notice", "PersonWords", "Projection", "Question", "RefusedProposal",
     "Told", "Waiting", "project",
@@ -72,7 +72,8 @@ def test_the_ports_are_the_protocols_the_top_level_exports() -> None:
         if getattr(getattr(dial_runtime.ports, name), "_is_protocol", 0)
     }
     assert protocols == {
-        name + "Port" for name in ("Agent", "StreamingAgent", "Human", "Domain", "DescribedDomain", "Store")
+        name + "Port"
+        for name in ("Agent", "StreamingAgent", "Human", "Domain", "DescribedDomain", "ReconcilingDomain", "Store")
     }
     assert {name for name in dial_runtime.__all__ if name.endswith("Port")} == protocols - {"DescribedDomainPort"}
     for name in protocols - {"DescribedDomainPort"}:
