@@ -11,6 +11,7 @@ the last write, never the record of an effect.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
@@ -84,9 +85,24 @@ def accepts_message_id(method: Any) -> bool:
 
 
 def _accepts(method: Any, keyword: str) -> bool:
-    """Whether ``method`` takes the keyword ``keyword``; a signature that cannot be read takes none."""
+    """Whether ``method`` takes the keyword ``keyword``; a signature that cannot be read takes none. A bound
+    method is read through its function, once per function: reading a signature costs more than a whole turn,
+    and a class's method is the same for every conversation built with an instance of it."""
+    function = getattr(method, "__func__", method)
     try:
-        parameter = inspect.signature(method).parameters.get(keyword)
+        return _function_accepts(function, keyword)
+    except TypeError:  # an unhashable callable: read it each time
+        return _reads_keyword(function, keyword)
+
+
+@functools.lru_cache(maxsize=1024)
+def _function_accepts(function: Any, keyword: str) -> bool:
+    return _reads_keyword(function, keyword)
+
+
+def _reads_keyword(function: Any, keyword: str) -> bool:
+    try:
+        parameter = inspect.signature(function).parameters.get(keyword)
     except (TypeError, ValueError):
         return False
     return parameter is not None and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)

@@ -265,8 +265,8 @@ def _unprintable(value: Any, error: Exception) -> str:
     return f"[unprintable {type(value).__name__}: {type(error).__name__}]"
 
 
-def _none() -> None:
-    return None
+#: Makes a default that is written even when it holds it: ``NoneType()`` is ``None``, made in C.
+_NONE = type(None)
 
 
 class OutcomeFields(msgspec.Struct, frozen=True, kw_only=True):
@@ -279,11 +279,11 @@ class OutcomeFields(msgspec.Struct, frozen=True, kw_only=True):
     # Defaults made by factories are written even when they hold them (the log's ``outcome`` omits defaults):
     # the stored form of these fields stays what it always was; a field added later is left out at its default.
     preview: str = msgspec.field(default_factory=str)
-    result: Any = msgspec.field(default_factory=_none)
-    error: str | None = msgspec.field(default_factory=_none)
-    code: str | None = msgspec.field(default_factory=_none)
-    field: str | None = msgspec.field(default_factory=_none)
-    hint: str | None = msgspec.field(default_factory=_none)
+    result: Any = msgspec.field(default_factory=_NONE)
+    error: str | None = msgspec.field(default_factory=_NONE)
+    code: str | None = msgspec.field(default_factory=_NONE)
+    field: str | None = msgspec.field(default_factory=_NONE)
+    hint: str | None = msgspec.field(default_factory=_NONE)
     edited: bool = msgspec.field(default_factory=bool)
     expired: bool = msgspec.field(default_factory=bool)
     reconciled: bool = False

@@ -493,7 +493,8 @@ class ConversationCore:
         """End every deferred suggestion whose deadline has passed (``dismissed``, ``expired``) and carry on as a
         decision would (the agent is told with the next message, or at once when a turn follows anyway);
         ``None`` when none is due. Whichever comes first, the deadline or a decision, ends the suggestion, once."""
-        if "resume" not in TURN_LOOP.allowed(self.state.loop):
+        state = self.state
+        if not state.open_suggestions or "resume" not in TURN_LOOP.allowed(state.loop):
             return None
         now = self.clock()
         due = [
@@ -1186,8 +1187,8 @@ class ConversationCore:
         """The idempotency key of the run of ``suggestion_id``: of the conversation (its id, and the time its log
         began, so an id used again for another log, in another store or after a deletion, gives other keys), the
         suggestion, and the attempt (a suggestion runs at most once: 1)."""
-        first = self.log.entries(0, 1)
-        return idempotency_key(self.conversation_id, first[0].time if first else None, suggestion_id, 1)
+        times = self.log.times
+        return idempotency_key(self.conversation_id, times[0] if times else None, suggestion_id, 1)
 
     def _ran(self, opened: OpenSuggestion, ran: Ran | RunFailed, *, reconciled: bool = False) -> None:
         """End the action started by :meth:`_start`: its success or exception decides the outcome (``reconciled``:
@@ -1324,7 +1325,9 @@ def idempotency_key(conversation: str | None, began: float | None, suggestion_id
     without, and the time its log began), the suggestion and the attempt. It is the same wherever the log is
     read, differs for an id used again for another log, fits an HTTP header or an MCP ``_meta`` value, and tells
     nothing of the conversation's id."""
-    named = json.dumps([conversation, began, suggestion_id, attempt], ensure_ascii=False, separators=(",", ":"))
+    # Each text is prefixed with its length, so no two sets of values write the same text.
+    named = "~" if conversation is None else f"{len(conversation)}:{conversation}"
+    named = f"{named}|{began!r}|{len(suggestion_id)}:{suggestion_id}|{attempt}"
     return hashlib.sha256(named.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
