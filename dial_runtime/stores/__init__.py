@@ -1,6 +1,10 @@
 """Durable homes for conversation logs: pick one with :func:`open_store` (``memory:``, ``sqlite:PATH``,
 ``postgresql://...``).
 
+Every store chains the entries it appends with hashes, so that a log changed behind its back shows it
+(:mod:`~dial_runtime.stores.chain`: :func:`verify_store`, :func:`verify_log`); a chain's head can be signed
+(:mod:`~dial_runtime.stores.signing`, which needs cryptography).
+
 :class:`PostgresStore` needs psycopg 3 (the ``postgres`` extra); it is imported only when asked for.
 """
 
@@ -12,6 +16,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 from ..errors import StoreClosed, StoreConflict, StoreError
 from .base import StorePort, redact_url
+from .chain import ChainBreak, ChainCheck, ChainedStorePort, ChainReport, StoredRow, verify_log, verify_store
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
@@ -19,6 +24,10 @@ if TYPE_CHECKING:
     from .postgres import PostgresStore
 
 __all__ = [
+    "ChainBreak",
+    "ChainCheck",
+    "ChainReport",
+    "ChainedStorePort",
     "MemoryStore",
     "PostgresStore",
     "SQLiteStore",
@@ -26,8 +35,11 @@ __all__ = [
     "StoreConflict",
     "StoreError",
     "StorePort",
+    "StoredRow",
     "open_store",
     "redact_url",
+    "verify_log",
+    "verify_store",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, {"PostgresStore": ".postgres"}, globals())

@@ -8,15 +8,22 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from ..errors import ConversationBusy, StoreClosed, StoreConflict
 from ..runtime.events import LogEntry
 from .base import ChangeFeed, Changes, check_entries
+from .chain import GENESIS, StoredRow, chain_hash, entry_texts
 
 
 class MemoryStore:
     """Logs kept in this process; they end with it. Every method runs without awaiting, so each is atomic on
     the event loop. Closed, it refuses every call (:class:`~dial_runtime.errors.StoreClosed`), as the durable
-    stores do, so code tested against it behaves the same on them."""
+    stores do, so code tested against it behaves the same on them.
 
-    def __init__(self) -> None:
+    Each entry is kept with its hash (:mod:`~dial_runtime.stores.chain`), over the entry's canonical text, which
+    is the text :meth:`rows` gives for it. ``chain=False`` keeps no hash (the entries it appends have none).
+    """
+
+    def __init__(self, *, chain: bool = True) -> None:
+        self.chain = chain
         self._logs: dict[str, list[LogEntry]] = {}
+        self._hashes: dict[str, list[str | None]] = {}
         self._held: set[str] = set()
         self._closed = False
         self._changes = ChangeFeed()
@@ -34,8 +41,41 @@ class MemoryStore:
         if last != expected_seq:
             raise StoreConflict(f"conversation {conversation_id!r} is at seq {last}, not {expected_seq}")
         if entries:
+            hashes = self._hashes.setdefault(conversation_id, [])
+            del hashes[len(log) :]  # one hash (or None) per entry kept, whatever was done to either list
+            hashes.extend([None] * (len(log) - len(hashes)))
+            if self.chain:
+                link = self._link(conversation_id)
+                for entry in entries:
+                    link = chain_hash(link, entry_texts(entry)[1])
+                    hashes.append(link)
+            else:
+                hashes.extend([None] * len(entries))
             self._logs.setdefault(conversation_id, []).extend(entries)
             self._changes.publish(conversation_id)
+
+    def _link(self, conversation_id: str) -> str:
+        """The chain's link at the log's last entry: its hash, or (an entry kept without one) the link through
+        it from the last entry that has one."""
+        log, hashes = self._logs.get(conversation_id, []), self._hashes.get(conversation_id, [])
+        link, start = GENESIS, 0
+        for index in range(min(len(log), len(hashes)) - 1, -1, -1):
+            found = hashes[index]
+            if found is not None:
+                link, start = found, index + 1
+                break
+        for entry in log[start:]:
+            link = chain_hash(link, entry_texts(entry)[1])
+        return link
+
+    async def rows(self, conversation_id: str) -> list[StoredRow]:
+        """The conversation's entries as kept (each as the text a chaining store keeps), with their hashes."""
+        self._check_open()
+        log, hashes = self._logs.get(conversation_id, []), self._hashes.get(conversation_id, [])
+        return [
+            StoredRow(entry.seq, entry_texts(entry)[0], hashes[index] if index < len(hashes) else None)
+            for index, entry in enumerate(log)
+        ]
 
     async def read(self, conversation_id: str, *, after_seq: int = 0) -> list[LogEntry]:
         """The entries after ``after_seq``, in order (a log's seq ``n`` is at index ``n - 1``)."""

@@ -20,6 +20,7 @@ except ImportError as error:
 from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
 from .base import ChangeFeed, Changes, check_entries, decode, encode, redact_url
+from .chain import GENESIS, StoredRow, entry_texts, link_through
 
 T = TypeVar("T")
 
@@ -29,7 +30,15 @@ CREATE TABLE IF NOT EXISTS dial_log (
     seq bigint NOT NULL,
     time double precision NOT NULL,
     entry text NOT NULL,
+    hash text,
     PRIMARY KEY (conversation_id, seq)
+)
+"""
+# A table made before the chain existed gets its column (the rows it holds keep no hash).
+_CHAIN_SCHEMA = "ALTER TABLE dial_log ADD COLUMN IF NOT EXISTS hash text"
+_TABLES = """
+SELECT to_regclass('dial_log') IS NULL, EXISTS (
+    SELECT FROM pg_attribute WHERE attrelid = to_regclass('dial_log') AND attname = 'hash' AND NOT attisdropped
 )
 """
 # The two-int4 advisory key space never meets the single-bigint one conversation locks use.
@@ -47,6 +56,46 @@ WITH appended AS (
 )
 SELECT count(*), pg_notify('dial_log', %(notice)s) FROM appended HAVING count(*) > 0
 """
+# The same, with each entry's hash (see .chain) computed in the statement, so in the transaction that checks the
+# seq: chained onto the stored hash of entry %(expected)s (GENESIS for the first entry; %(derived)s, the link the
+# caller computed, when that entry has no hash), over the canonical texts the caller made (NULL: the
+# stored text is canonical). sha256() needs PostgreSQL 11 or later.
+_APPEND_CHAINED = """
+WITH RECURSIVE
+last AS (
+    SELECT seq, hash FROM dial_log WHERE conversation_id = %(id)s::text ORDER BY seq DESC LIMIT 1
+),
+start AS (
+    SELECT CASE WHEN %(expected)s::bigint = 0 THEN %(genesis)s::text
+        ELSE coalesce((SELECT hash FROM last), %(derived)s::text) END AS hash
+    WHERE coalesce((SELECT seq FROM last), 0) = %(expected)s::bigint
+),
+given AS (
+    SELECT * FROM unnest(
+        %(seqs)s::bigint[], %(times)s::double precision[], %(entries)s::text[], %(canonicals)s::text[]
+    ) WITH ORDINALITY AS u (seq, time, entry, canonical, n)
+),
+chain (n, hash) AS (
+    SELECT 0::bigint, hash FROM start WHERE hash IS NOT NULL
+    UNION ALL
+    SELECT given.n, '1:' || encode(sha256(convert_to(
+        chain.hash || E'\\n' || coalesce(given.canonical, given.entry), 'UTF8'
+    )), 'hex')
+    FROM chain JOIN given ON given.n = chain.n + 1
+),
+appended AS (
+    INSERT INTO dial_log (conversation_id, seq, time, entry, hash)
+    SELECT %(id)s::text, given.seq, given.time, given.entry, chain.hash FROM given JOIN chain USING (n)
+    RETURNING seq
+)
+SELECT count(*), pg_notify('dial_log', %(notice)s) FROM appended HAVING count(*) > 0
+"""
+_TAIL = "SELECT seq, hash FROM dial_log WHERE conversation_id = %s ORDER BY seq DESC LIMIT 1"
+_LAST_HASHED = """
+SELECT seq, hash FROM dial_log WHERE conversation_id = %s AND seq <= %s AND hash IS NOT NULL
+ORDER BY seq DESC LIMIT 1
+"""
+_TEXTS = "SELECT entry FROM dial_log WHERE conversation_id = %s AND seq > %s AND seq <= %s ORDER BY seq"
 #: The channel appends notify (a notification's payload is the conversation's id).
 CHANNEL = "dial_log"
 #: The longest id a notification carries (PostgreSQL's payload limit is 8000 bytes); a longer one notifies an
@@ -59,9 +108,19 @@ LISTEN_POLL = 0.5
 #: wakes every watcher once it listens, so an append made meanwhile is heard then).
 LISTEN_READY = 5.0
 _READ = "SELECT entry FROM dial_log WHERE conversation_id = %s AND seq > %s ORDER BY seq"
+_ROWS = "SELECT seq, entry, hash FROM dial_log WHERE conversation_id = %s ORDER BY seq"
+_ROWS_UNCHAINED = "SELECT seq, entry, NULL FROM dial_log WHERE conversation_id = %s ORDER BY seq"
 _CONVERSATIONS = "SELECT DISTINCT conversation_id FROM dial_log"
 _TRY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
 _UNLOCK = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
+
+
+def _link(connection: psycopg.Connection[Any], conversation_id: str, seq: int) -> str:
+    """The chain's link at entry ``seq``, which has no hash: through the entries after the last one that has."""
+    found = connection.execute(_LAST_HASHED, (conversation_id, seq)).fetchone()
+    start, link = (found[0], found[1]) if found is not None else (0, GENESIS)
+    texts = connection.execute(_TEXTS, (conversation_id, start, seq)).fetchall()
+    return link_through(link, (text for (text,) in texts))
 
 
 class _NoLog(Exception):
@@ -93,11 +152,20 @@ class PostgresStore:
     A server that cannot be reached or refuses the connection (a wrong password, a database that does not exist)
     is a :class:`StoreError` naming the URL with its password masked. ``create=False`` never creates the table: a
     database without it holds no conversation.
+
+    The hash chain (:mod:`~dial_runtime.stores.chain`): each entry's hash is in the column ``hash``, computed by
+    the append's one statement (so in its transaction, chained onto the stored hash of entry ``expected_seq``)
+    from the canonical texts this process makes; the server needs ``sha256()`` (PostgreSQL 11 or later). A table
+    from before the chain gets the column when the store first connects (not with ``create=False``, which then
+    appends without hashes); its rows keep none, and the first append chains onto them. ``chain=False`` writes
+    no hashes (to measure what they cost; a chained log appended to so is reported as missing hashes).
     """
 
-    def __init__(self, url: str, *, create: bool = True) -> None:
+    def __init__(self, url: str, *, create: bool = True, chain: bool = True) -> None:
         self.url = url
         self.create = create
+        self.chain = chain
+        self._chained = False  # whether the table has the hash column (known once connected)
         self._connection: psycopg.Connection[Any] | None = None
         self._idle: list[psycopg.Connection[Any]] = []
         self._closed = False
@@ -125,11 +193,20 @@ class PostgresStore:
         connection = self._connect()
         try:
             with connection.transaction():
-                if _scalar(connection.execute("SELECT to_regclass('dial_log') IS NULL")):
+                row = connection.execute(_TABLES).fetchone()
+                missing, chained = row if row is not None else (True, False)
+                if missing:
                     if not self.create:
                         raise _NoLog
                     connection.execute(_SCHEMA_LOCK)
                     connection.execute(_SCHEMA)
+                    connection.execute(_CHAIN_SCHEMA)  # another worker may have made the table without it
+                    chained = True
+                elif not chained and self.create:
+                    connection.execute(_SCHEMA_LOCK)
+                    connection.execute(_CHAIN_SCHEMA)
+                    chained = True
+            self._chained = bool(chained)
         except BaseException:
             connection.close()
             raise
@@ -152,24 +229,43 @@ class PostgresStore:
     async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
         """Append ``entries`` in one transaction iff the log ends at ``expected_seq``; else StoreConflict."""
         check_entries(entries, expected_seq)
-        params = {
+        texts = [entry_texts(entry) for entry in entries] if self.chain else None
+        params: dict[str, Any] = {
             "id": conversation_id,
             "seqs": [entry.seq for entry in entries],
             "times": [entry.time for entry in entries],
-            "entries": [encode(entry) for entry in entries],
+            "entries": [encode(entry) for entry in entries] if texts is None else [text for text, _ in texts],
             "expected": expected_seq,
             "notice": conversation_id if len(conversation_id.encode()) <= NOTICE_LIMIT else "",
         }
+        if texts is not None:  # a canonical text that is the stored one is not sent twice
+            canonicals = [None if text is stored else text for stored, text in texts]
+            params.update(canonicals=canonicals, genesis=GENESIS, derived=None)
+
+        def insert(connection: psycopg.Connection[Any]) -> bool:
+            chained = texts is not None and self._chained
+            try:
+                row = connection.execute(_APPEND_CHAINED if chained else _APPEND, params, prepare=True).fetchone()
+            except psycopg.errors.UniqueViolation:
+                return False
+            return row is not None and row[0] == len(entries)
 
         def work(connection: psycopg.Connection[Any]) -> bool:
             if not entries:
                 last: int = _scalar(connection.execute(_LAST, (conversation_id,), prepare=True))
                 return last == expected_seq
-            try:
-                row = connection.execute(_APPEND, params, prepare=True).fetchone()
-            except psycopg.errors.UniqueViolation:
+            if insert(connection):
+                return True
+            if texts is None or not self._chained or expected_seq == 0:
                 return False
-            return row is not None and row[0] == len(entries)
+            # Nothing went in: another writer got there first, or entry expected_seq has no hash to chain onto
+            # (it predates the chain, or lost its hash). Then the link through it is computed here, and the
+            # statement, which checks the seq again, is run once more.
+            tail = connection.execute(_TAIL, (conversation_id,)).fetchone()
+            if tail is None or tail[0] != expected_seq or tail[1] is not None:
+                return False
+            params["derived"] = _link(connection, conversation_id, expected_seq)
+            return insert(connection)
 
         if not await self._run(work):
             raise StoreConflict(f"conversation {conversation_id!r} is not at seq {expected_seq}")
@@ -190,6 +286,15 @@ class PostgresStore:
             return await self._run(work)
         except _NoLog:
             return []
+
+    async def rows(self, conversation_id: str) -> list[StoredRow]:
+        """The conversation's entries as stored, in seq order, each with its hash (``None``: it has none)."""
+
+        def work(connection: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            query = _ROWS if self._chained else _ROWS_UNCHAINED
+            return connection.execute(query, (conversation_id,), prepare=True).fetchall()
+
+        return [StoredRow(seq, text, hash_) for seq, text, hash_ in await self._read(work)]
 
     async def conversations(self) -> list[str]:
         """The ids of the conversations with entries, sorted by code point (not by the database's collation)."""

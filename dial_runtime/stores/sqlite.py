@@ -22,6 +22,7 @@ import anyio.to_thread
 from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
 from .base import ChangeFeed, Changes, check_entries, decode, encode
+from .chain import GENESIS, StoredRow, chain_hash, entry_texts, link_through
 
 T = TypeVar("T")
 
@@ -31,12 +32,25 @@ CREATE TABLE IF NOT EXISTS dial_log (
     seq INTEGER NOT NULL,
     time REAL NOT NULL,
     entry TEXT NOT NULL,
+    hash TEXT,
     PRIMARY KEY (conversation_id, seq)
 ) WITHOUT ROWID
 """
+# A table made before the chain existed gets the column (its rows keep no hash).
+_CHAIN_SCHEMA = "ALTER TABLE dial_log ADD COLUMN hash TEXT"
+_HAS_CHAIN = "SELECT count(*) FROM pragma_table_info('dial_log') WHERE name = 'hash'"
 _LAST = "SELECT coalesce(max(seq), 0) FROM dial_log WHERE conversation_id = ?"
 _INSERT = "INSERT INTO dial_log (conversation_id, seq, time, entry) VALUES (?, ?, ?, ?)"
+_INSERT_CHAINED = "INSERT INTO dial_log (conversation_id, seq, time, entry, hash) VALUES (?, ?, ?, ?, ?)"
+_TAIL = "SELECT seq, hash FROM dial_log WHERE conversation_id = ? ORDER BY seq DESC LIMIT 1"
+_LAST_HASHED = """
+SELECT seq, hash FROM dial_log WHERE conversation_id = ? AND seq <= ? AND hash IS NOT NULL
+ORDER BY seq DESC LIMIT 1
+"""
+_TEXTS = "SELECT entry FROM dial_log WHERE conversation_id = ? AND seq > ? AND seq <= ? ORDER BY seq"
 _READ = "SELECT entry FROM dial_log WHERE conversation_id = ? AND seq > ? ORDER BY seq"
+_ROWS = "SELECT seq, entry, hash FROM dial_log WHERE conversation_id = ? ORDER BY seq"
+_ROWS_UNCHAINED = "SELECT seq, entry, NULL FROM dial_log WHERE conversation_id = ? ORDER BY seq"
 _CONVERSATIONS = "SELECT DISTINCT conversation_id FROM dial_log"
 _HAS_LOG = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'dial_log'"
 
@@ -81,20 +95,44 @@ def _append(
     conversation_id: str,
     rows: list[tuple[str, int, float, str]],
     expected_seq: int,
+    canonicals: list[str] | None,
     connection: sqlite3.Connection,
 ) -> None:
-    """One append's transaction: check where the log ends, insert; rolled back on any error."""
+    """One append's transaction: check where the log ends, insert (with each entry's hash, chained onto the
+    stored hash of the log's last entry, when ``canonicals`` gives the entries' canonical texts); rolled back on
+    any error."""
     connection.execute("BEGIN IMMEDIATE")
     try:
-        (last,) = connection.execute(_LAST, (conversation_id,)).fetchone()
-        if last != expected_seq:
-            raise StoreConflict(f"conversation {conversation_id!r} is at seq {last}, not {expected_seq}")
-        connection.executemany(_INSERT, rows)
+        if canonicals is None:
+            (last,) = connection.execute(_LAST, (conversation_id,)).fetchone()
+            if last != expected_seq:
+                raise StoreConflict(f"conversation {conversation_id!r} is at seq {last}, not {expected_seq}")
+            connection.executemany(_INSERT, rows)
+        else:
+            tail = connection.execute(_TAIL, (conversation_id,)).fetchone()
+            last, link = tail if tail is not None else (0, GENESIS)
+            if last != expected_seq:
+                raise StoreConflict(f"conversation {conversation_id!r} is at seq {last}, not {expected_seq}")
+            if link is None:
+                link = _link(connection, conversation_id, expected_seq)
+            chained = []
+            for (_, seq, when, text), canonical_text in zip(rows, canonicals, strict=True):
+                link = chain_hash(link, canonical_text)
+                chained.append((conversation_id, seq, when, text, link))
+            connection.executemany(_INSERT_CHAINED, chained)
         connection.execute("COMMIT")
     except BaseException:
         if connection.in_transaction:
             connection.execute("ROLLBACK")
         raise
+
+
+def _link(connection: sqlite3.Connection, conversation_id: str, seq: int) -> str:
+    """The chain's link at entry ``seq``, which has no hash: through the entries after the last one that has."""
+    found = connection.execute(_LAST_HASHED, (conversation_id, seq)).fetchone()
+    start, link = found if found is not None else (0, GENESIS)
+    texts = connection.execute(_TEXTS, (conversation_id, start, seq)).fetchall()
+    return link_through(link, (text for (text,) in texts))
 
 
 class SQLiteStore:
@@ -136,17 +174,30 @@ class SQLiteStore:
     Whatever keeps the store from being used (a file that is not a SQLite database, a corrupt one, a folder that
     does not exist) is a :class:`StoreError` naming the path, raised by the first call, before anything is
     written. ``create=False`` opens the database read-only and creates nothing: no file, no table, no lock file.
+
+    The hash chain (:mod:`~dial_runtime.stores.chain`): each append writes its entries' hashes in the column
+    ``hash``, in its transaction, chained onto the hash of entry ``expected_seq`` as the file holds it. A
+    database from before the chain gets the column when it is opened (not with ``create=False``); its entries
+    keep no hash, and the first append chains onto them. ``chain=False`` writes no hashes (to measure what they
+    cost; a chained log appended to so is reported as missing hashes).
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, create: bool = True, durability: Durability = "normal"
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        durability: Durability = "normal",
+        chain: bool = True,
     ) -> None:
         if durability not in _SYNCHRONOUS:
             raise ValueError(f"SQLite store {str(path)!r}: durability {durability!r} is not 'normal' or 'full'")
         self.path = Path(path)
         self.create = create
         self.durability = durability
+        self.chain = chain
         self._has_log = create
+        self._has_chain = create
         self._locks = self.path.with_name(self.path.name + ".locks")
         self._connection: sqlite3.Connection | None = None
         self._closed = False
@@ -186,10 +237,12 @@ class SQLiteStore:
         try:
             connection.execute("PRAGMA query_only=1")
             (tables,) = connection.execute(_HAS_LOG).fetchone()
+            (chains,) = connection.execute(_HAS_CHAIN).fetchone()
         except BaseException:
             connection.close()
             raise
         self._has_log = tables > 0
+        self._has_chain = chains > 0
         return connection
 
     def _set_up(self, connection: sqlite3.Connection) -> None:
@@ -211,6 +264,13 @@ class SQLiteStore:
                 time.sleep(0.005)
         connection.execute(f"PRAGMA synchronous={_SYNCHRONOUS[self.durability]}")
         connection.execute(_SCHEMA)
+        (chained,) = connection.execute(_HAS_CHAIN).fetchone()
+        if not chained:
+            try:
+                connection.execute(_CHAIN_SCHEMA)
+            except sqlite3.OperationalError as error:
+                if "duplicate column" not in str(error):  # another connection added it first
+                    raise
 
     def _use(self, work: Callable[[sqlite3.Connection], T], wait: bool) -> T:
         """Run ``work`` on the connection, under the guard that keeps it to one thread at a time.
@@ -266,8 +326,17 @@ class SQLiteStore:
     async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
         """Append ``entries`` in one transaction iff the log ends at ``expected_seq``; else StoreConflict."""
         check_entries(entries, expected_seq)
-        rows = [(conversation_id, entry.seq, entry.time, encode(entry)) for entry in entries]
-        work = functools.partial(_append, conversation_id, rows, expected_seq)
+        if self.chain:
+            texts = [entry_texts(entry) for entry in entries]
+            rows = [
+                (conversation_id, entry.seq, entry.time, text)
+                for entry, (text, _) in zip(entries, texts, strict=True)
+            ]
+            canonicals: list[str] | None = [text for _, text in texts]
+        else:
+            rows = [(conversation_id, entry.seq, entry.time, encode(entry)) for entry in entries]
+            canonicals = None
+        work = functools.partial(_append, conversation_id, rows, expected_seq, canonicals)
         await self._run(work, on_loop=self.durability == "normal", shield=True)
         if rows:
             self._changes.publish(conversation_id)
@@ -281,6 +350,16 @@ class SQLiteStore:
             return connection.execute(_READ, (conversation_id, after_seq)).fetchall()
 
         return [decode(text) for (text,) in await self._run(work)]
+
+    async def rows(self, conversation_id: str) -> list[StoredRow]:
+        """The conversation's entries as stored, in seq order, each with its hash (``None``: it has none)."""
+
+        def work(connection: sqlite3.Connection) -> list[tuple[int, str, str | None]]:
+            if not self._has_log:
+                return []
+            return connection.execute(_ROWS if self._has_chain else _ROWS_UNCHAINED, (conversation_id,)).fetchall()
+
+        return [StoredRow(seq, text, hash_) for seq, text, hash_ in await self._run(work)]
 
     async def conversations(self) -> list[str]:
         """The ids of the conversations with entries, sorted."""
