@@ -1,10 +1,11 @@
 """The ``dial-runtime`` command: validate DIAL, chat with an agent, run the demo conversation, write the lifecycle
-diagrams, and list, print, export, import and replay stored conversations.
+diagrams, list, print, export, import and replay stored conversations, and verify and sign their hash chains.
 
 Every failure is one line on standard error, ``dial-runtime COMMAND: what went wrong``, and a non-zero exit status:
 2 when the command line itself is wrong (an unknown option, a malformed URL or ``module:factory``, a file that
 does not exist), 1 for everything else (a store that cannot be used, a refused log, a divergent replay, an
-invalid envelope). Set ``DIAL_RUNTIME_TRACEBACK=1`` to see the traceback behind an unexpected one.
+invalid envelope); ``verify`` and ``sign`` keep 1 for a chain that does not match, and a store they cannot read
+is 2. Set ``DIAL_RUNTIME_TRACEBACK=1`` to see the traceback behind an unexpected one.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from .loading import load_domain, load_flow
 from .runtime.events import LogEntry
 from .runtime.projection import Moment, project
 from .runtime.projection import stopped_in_words as stopped_in_words
+
+if TYPE_CHECKING:
+    from .jsonl import LogFile
+    from .stores.chain import ChainCheck, StoredRow
 
 
 def _decode(raw: bytes, name: str) -> str:
@@ -354,11 +359,18 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _read_file(path: str) -> tuple[str, list[LogEntry]]:
     """The entries of a JSON Lines log, each checked, and the log checked as a whole (see ``check_log``)."""
-    from .jsonl import check_log, import_jsonl
+    read = _read_log_file(path)
+    return read.conversation_id, read.entries
+
+
+def _read_log_file(path: str) -> LogFile:
+    """What a JSON Lines log holds, each entry checked, its hash chain too (a version-2 file), and the log
+    checked as a whole (see ``check_log``)."""
+    from .jsonl import check_log, read_jsonl
 
     try:
         with open(path, encoding="utf-8") as file:
-            conversation_id, entries = import_jsonl(file)
+            read = read_jsonl(file)
     except FileNotFoundError:
         _usage(f"cannot read {path}: no such file")
     except OSError as error:
@@ -368,22 +380,48 @@ def _read_file(path: str) -> tuple[str, list[LogEntry]]:
     except ValueError as error:
         raise _CommandError(f"{path}: {error}") from None
     try:
-        check_log(entries)
+        check_log(read.entries)
     except ValueError as error:
         raise _CommandError(f"{path}: {error}") from None
-    return conversation_id, entries
+    return read
+
+
+def _read_rows(url: str, conversation_id: str) -> list[StoredRow]:
+    """The conversation's rows as stored, with their hashes, read without creating or writing anything; refused
+    as ``_read_log`` refuses the log."""
+    from .runtime.state import fold_log
+    from .stores.base import decode
+
+    store = _open(url, create=False)
+
+    async def read() -> list[StoredRow]:
+        try:
+            return await store.rows(conversation_id)  # type: ignore[no-any-return]
+        finally:
+            await store.aclose()
+
+    rows = trio.run(read)
+    try:
+        fold_log([decode(row.text) for row in rows])
+    except LogError as error:
+        raise _CommandError(f"{_shown(url)} conversation {conversation_id!r}: {error}") from None
+    if not rows:
+        raise _CommandError(
+            f"{_shown(url)} holds no conversation {conversation_id!r} (dial-runtime list --store URL lists them)"
+        )
+    return rows
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .jsonl import export_jsonl
+    from .jsonl import export_rows
 
-    entries = _read_log(args.store, args.id)
+    rows = _read_rows(args.store, args.id)
     if args.output is None:
-        export_jsonl(entries, sys.stdout, conversation_id=args.id)
+        export_rows(rows, sys.stdout, conversation_id=args.id)
         return 0
     try:
         with open(args.output, "w", encoding="utf-8") as file:
-            export_jsonl(entries, file, conversation_id=args.id)
+            export_rows(rows, file, conversation_id=args.id)
     except OSError as error:
         raise _CommandError(f"cannot write {args.output}: {error.strerror or error}") from None
     return 0
@@ -392,25 +430,188 @@ def _export(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     from .stores import StoreConflict
 
-    recorded_id, entries = _read_file(args.file)
+    read = _read_log_file(args.file)
+    entries = read.entries
     if not entries:
         raise _CommandError(f"{args.file} holds no events")
-    conversation_id = args.id or recorded_id
+    conversation_id = args.id or read.conversation_id
     store = _open(args.store)
 
-    async def write() -> None:
+    async def write() -> list[StoredRow]:
         try:
             await store.append(conversation_id, entries, expected_seq=0)
+            return await store.rows(conversation_id) if read.chain is not None else []
         finally:
             await store.aclose()
 
     try:
-        trio.run(write)
+        stored = trio.run(write)
     except StoreConflict:
         raise _CommandError(
             f"conversation {conversation_id!r} already has events in {_shown(args.store)}; choose another --id"
         ) from None
-    print(f"imported {len(entries)} event(s) into {_shown(args.store)} as {conversation_id!r}")
+    imported = f"imported {len(entries)} event(s) into {_shown(args.store)} as {conversation_id!r}"
+    if read.chain is not None:
+        imported += _kept(read.rows, stored)
+    print(imported)
+    return 0
+
+
+def _kept(written: list[StoredRow], stored: list[StoredRow]) -> str:
+    """How the store's hashes of an imported log stand to the file's."""
+    for mine, theirs in zip(written, stored, strict=False):
+        if mine.hash is not None and mine.hash != theirs.hash:
+            return (
+                f"; the store's hash chain differs from the file's from entry {mine.seq} on (this version stores "
+                "that entry differently), so a head signed from the file does not match the store"
+            )
+    head = stored[-1].hash if stored else None
+    return f", their hash chain kept (head #{len(stored)} {(head or '')[:18]}…)"
+
+
+def _signing() -> Any:
+    """:mod:`dial_runtime.stores.signing`; a one-line error (exit 2) when cryptography is not installed."""
+    try:
+        from .stores import signing
+    except ImportError as error:
+        raise _CommandError(str(error), USAGE) from None
+    return signing
+
+
+def _key_file(path: str, *, private: bool) -> Any:
+    """The Ed25519 key in the PEM file ``path``; a one-line error (exit 2) when it cannot be read or holds none."""
+    signing = _signing()
+    pem = _file_bytes(path)
+    try:
+        return signing.load_private_key(pem) if private else signing.load_public_key(pem)
+    except ValueError as error:
+        _usage(f"{path}: {error}")
+
+
+def _file_bytes(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        _usage(f"cannot read {path}: {(error.strerror or str(error)).lower()}")
+
+
+def _check_chains(
+    url: str, conversation_ids: Sequence[str] | None, heads_at: dict[str, list[int]]
+) -> list[ChainCheck]:
+    """The verified chains of the conversations named (``None``: every one in the store), read without writing
+    anything; a store that cannot be read is a one-line error with exit status 2 (nothing could be checked)."""
+    from .errors import StoreError
+    from .stores.chain import verify_store
+
+    store = _open(url, create=False)
+
+    async def check() -> list[ChainCheck]:
+        try:
+            ids = list(conversation_ids) if conversation_ids is not None else await store.conversations()
+            ids += [signed for signed in heads_at if signed not in ids]
+            return list((await verify_store(store, ids, heads_at=heads_at)).conversations)
+        finally:
+            await store.aclose()
+
+    try:
+        return trio.run(check)
+    except StoreError as error:
+        _usage(str(error))
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    """Write a new Ed25519 key pair as PEM files: the private key readable by its owner only."""
+    signing = _signing()
+    for path in (args.private, args.public):
+        if os.path.lexists(path):
+            _usage(f"{path} exists: keygen never overwrites a key")
+    key = signing.generate_key()
+    written: list[str] = []
+    try:
+        for path, pem, mode in (
+            (args.private, signing.private_key_pem(key), 0o600),
+            (args.public, signing.public_key_pem(key), 0o644),
+        ):
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            written.append(path)
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(pem)
+    except OSError as error:
+        for path in written:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        _usage(f"cannot write {error.filename or path}: {(error.strerror or str(error)).lower()}")
+    print(
+        f"wrote {args.private} (the private key: keep it secret, away from the store) and {args.public} "
+        f"(the public key, {signing.fingerprint(key)[:24]}…)"
+    )
+    return 0
+
+
+def _sign(args: argparse.Namespace) -> int:
+    """Verify a conversation's chain and sign its head; the signature document goes to ``-o`` or stdout."""
+    signing = _signing()
+    key = _key_file(args.key, private=True)
+    (check,) = _check_chains(args.store, [args.id], {})
+    if check.entries == 0:
+        raise _CommandError(
+            f"{_shown(args.store)} holds no conversation {args.id!r} (dial-runtime list --store URL lists them)"
+        )
+    try:
+        signed = signing.sign_head(check, key)
+    except ValueError as error:
+        raise _CommandError(str(error)) from None
+    document = signing.dumps_signed_head(signed)
+    if args.output is None:
+        sys.stdout.write(document)
+        return 0
+    try:
+        Path(args.output).write_text(document, encoding="utf-8")
+    except OSError as error:
+        raise _CommandError(f"cannot write {args.output}: {error.strerror or error}") from None
+    print(f"signed {args.id!r} at entry #{signed.seq} (head {signed.head[:18]}…): {args.output}")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    """Check every chain (or those named) and, with a signature, the signed head: exit 0 when all match, 1 with
+    each mismatch named (a line per conversation), 2 when nothing could be checked (bad input)."""
+    if (args.public_key is None) != (args.signature is None):
+        _usage("--public-key and --signature go together: the signature is checked with the public key")
+    signed, public = None, None
+    if args.signature is not None:
+        signing = _signing()
+        public = _key_file(args.public_key, private=False)
+        try:
+            signed = signing.loads_signed_head(_file_bytes(args.signature).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            _usage(f"{args.signature}: {error}")
+        if args.ids and signed.conversation_id not in args.ids:
+            _usage(
+                f"{args.signature} signs conversation {signed.conversation_id!r}, which is not among the ids given"
+            )
+    heads_at = {signed.conversation_id: [signed.seq]} if signed is not None else {}
+    checks = _check_chains(args.store, args.ids or None, heads_at)
+    if not checks:
+        print(f"{_shown(args.store)} holds no conversation", file=sys.stderr)
+        return 0
+    width = max(len(check.conversation_id) for check in checks)
+    failed = 0
+    for check in checks:
+        missing = check.entries == 0  # named, or signed, but not in the store
+        failed += missing or not check.ok
+        said = "the store holds no such conversation" if missing else check.summary()
+        print(f"{check.conversation_id:<{width}}  {said}")
+    problems = [f"{failed} of {len(checks)} conversation(s) do not match their chain"] if failed else []
+    if signed is not None:
+        match = signing.verify_head(
+            signed, public, next(check for check in checks if check.conversation_id == signed.conversation_id)
+        )
+        print(f"signature: {match.reason}")
+        if not match.ok:
+            problems.append(f"the signed head of {signed.conversation_id!r} does not match the store")
+    if problems:
+        raise _CommandError("; ".join(problems))
     return 0
 
 
@@ -740,6 +941,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--store", required=True, metavar="URL", help=store_help)
     listing.set_defaults(run=_list)
+
+    verifying = commands.add_parser(
+        "verify",
+        help="check the hash chains of a store's conversations (and a signed head): exit 0 when every one "
+        "matches, 1 naming each first mismatch, 2 when nothing could be checked",
+    )
+    verifying.add_argument("ids", nargs="*", metavar="ID", help="the conversations to check (default: every one)")
+    verifying.add_argument("--store", required=True, metavar="URL", help=store_help)
+    verifying.add_argument("--public-key", metavar="PUB.pem", help="the public key the head was signed with")
+    verifying.add_argument("--signature", metavar="FILE", help="a signature document (what sign writes)")
+    verifying.set_defaults(run=_verify)
+
+    signing = commands.add_parser(
+        "sign", help="verify a conversation's hash chain and sign its head with an Ed25519 key"
+    )
+    signing.add_argument("id", help="the conversation's id")
+    signing.add_argument("--store", required=True, metavar="URL", help=store_help)
+    signing.add_argument("--key", required=True, metavar="PRIVATE.pem", help="the private key (keygen writes one)")
+    signing.add_argument(
+        "-o", "--output", metavar="FILE", help="the signature document to write (default: standard output)"
+    )
+    signing.set_defaults(run=_sign)
+
+    keys = commands.add_parser("keygen", help="write a new Ed25519 key pair (PEM) for signing chain heads")
+    keys.add_argument("private", metavar="PRIVATE_PATH", help="the private key to write (readable by you only)")
+    keys.add_argument("public", metavar="PUBLIC_PATH", help="the public key to write (what verify needs)")
+    keys.set_defaults(run=_keygen)
     _add_serve(commands)
     return parser
 
