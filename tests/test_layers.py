@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     # the driver: performs the core's effects under anyio
     ("driver",),
     # what plugs into the runtime: domains, agents, and the homes of a log (the stores, and a JSON Lines file)
-    ("domains", "stores", "agents", "jsonl", "notify"),
+    ("domains", "stores", "agents", "jsonl", "notify", "deadlines"),
     # what drives and shows conversations, and the tools built on the public API
     ("surfaces", "web", "mcp", "transcript", "replay", "audit", "demo", "diagrams", "loading", ""),
     ("cli",),
