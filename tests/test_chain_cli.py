@@ -16,13 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from dial_runtime import LogError
 from dial_runtime.cli import main
 from dial_runtime.jsonl import CHAINED_VERSION, FORMAT, export_rows, import_jsonl, read_jsonl
 from dial_runtime.stores import MemoryStore
-from dial_runtime.stores.chain import verify_store
+from dial_runtime.stores.chain import ChainBreak, ChainCheck, verify_store
 from dial_runtime.stores.signing import (
     dumps_signed_head,
     generate_key,
@@ -35,7 +36,7 @@ from dial_runtime.stores.signing import (
     verify_head,
 )
 
-from .test_chain import CONVERSATION, SQLite, Tampering, drop, edit, hold, insert, rechained, run, swap
+from .test_chain import CONVERSATION, SQLite, Tampering, drop, edit, hold, insert, rechained, run, said, swap
 
 RECORDINGS = Path(__file__).parent / "recordings"
 
@@ -473,32 +474,30 @@ def test_a_signature_made_with_another_key(
 
 
 def test_signing_in_the_library() -> None:
-    """sign_head and verify_head without the command line, on the in-process store."""
+    """sign_head and verify_head without the command line, on the in-process store: a head signed at entry 27 is
+    the head, then a prefix once the log grows; another key, no conversation, a broken chain are told apart."""
     key = generate_key()
     store = MemoryStore()
 
-    async def check(seq: int) -> Any:
-        await hold(store) if not await store.read(CONVERSATION) else None
+    async def checked(seq: int) -> ChainCheck:
         return (await verify_store(store, heads_at={CONVERSATION: [seq]})).conversations[0]
 
-    chain = run(lambda: check(27))
+    run(lambda: hold(store))
+    chain = run(lambda: checked(27))
     signed = sign_head(chain, key)
     assert (signed.conversation_id, signed.seq, signed.head, signed.scheme) == (CONVERSATION, 27, chain.head, 1)
     assert loads_signed_head(dumps_signed_head(signed)) == signed
     assert verify_head(signed, key.public_key(), chain).status == "head"
     assert verify_head(signed, generate_key().public_key(), chain).status == "other key"
     assert verify_head(signed, key.public_key(), None).status == "missing"
+    run(lambda: store.append(CONVERSATION, [said(28, "later")], expected_seq=27))
+    grown = verify_head(signed, key.public_key(), run(lambda: checked(27)))
+    assert (grown.status, grown.unsigned, grown.ok) == ("prefix", 1, True)
+    assert "entry 28 came after it, unsigned (not tampering" in grown.reason
     assert load_private_key(private_key_pem(key)).public_key() == key.public_key()
-    with pytest.raises(ValueError, match="will not sign a broken chain"):
-        sign_head(msgspec_replace(chain), key)
-
-
-def msgspec_replace(chain: Any) -> Any:
-    import msgspec
-
-    from dial_runtime.stores.chain import ChainBreak
-
-    return msgspec.structs.replace(chain, broken=ChainBreak(3, "edited", "entry 3 was edited"))
+    broken = msgspec.structs.replace(chain, broken=ChainBreak(3, "edited", "entry 3 was edited"))
+    with pytest.raises(ValueError, match="will not sign a broken chain: entry 3 was edited"):
+        sign_head(broken, key)
 
 
 def _without_cryptography(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
