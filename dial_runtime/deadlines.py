@@ -30,14 +30,13 @@ import anyio
 import anyio.abc
 import sniffio
 
+from .driver.built import AgentOnFirstUse, DeferringHuman, DomainOnFirstUse
 from .errors import ConversationBusy, LogError, StoreError
-from .runtime.records import Defer
 from .runtime.state import ConversationState, fold_log
 
 if TYPE_CHECKING:
     from .driver.conversation import Conversation
     from .ports import StorePort
-    from .runtime.records import Ask, Suggestion
 
 __all__ = [
     "DeadlineScheduler",
@@ -90,7 +89,7 @@ async def expire(
             if time.monotonic() + pause > give_up:
                 raise
         finally:
-            if conversation is not None and isinstance(conversation.agent, _AgentOnFirstUse):
+            if conversation is not None and isinstance(conversation.agent, AgentOnFirstUse):
                 with anyio.CancelScope(shield=True):
                     await conversation.agent.aclose()
         await anyio.sleep(pause)
@@ -121,64 +120,6 @@ async def waiting(store: StorePort) -> dict[str, list[tuple[str, float]]]:
     return found
 
 
-class _DeferringHuman:
-    """Nobody watches: every decision and answer waits for a later call."""
-
-    def decide(self, suggestion: Suggestion) -> Defer:
-        return Defer()
-
-    def answer(self, ask: Ask) -> Defer:
-        return Defer()
-
-
-class _OnFirstUse:
-    """What a factory builds from the conversation's id and log the first time a call of the conversation uses
-    it (inside the call, under its lock); an expiry seldom does."""
-
-    def __init__(self, factory: Callable[[str, Sequence[Any]], Any], conversation_id: str) -> None:
-        self._factory = factory
-        self._id = conversation_id
-        self.built: Any = None
-        self.conversation: Conversation | None = None
-
-    def now(self) -> Any:
-        if self.built is None:
-            assert self.conversation is not None, "used only by the conversation's calls"
-            self.built = self._factory(self._id, self.conversation.log)
-        return self.built
-
-
-class _AgentOnFirstUse(_OnFirstUse):
-    def send(self, message: str) -> Any:
-        return self.now().send(message)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "stream":
-            return self.now().stream
-        raise AttributeError(name)
-
-    async def aclose(self) -> None:
-        close = getattr(self.built, "aclose", None)
-        if close is not None:
-            await close()
-
-
-class _DomainOnFirstUse(_OnFirstUse):
-    def __init__(
-        self, factory: Callable[[str, Sequence[Any]], Any], conversation_id: str, describing: Any
-    ) -> None:
-        super().__init__(factory, conversation_id)
-        self.flow_rules = getattr(describing, "flow_rules", None)
-
-    def run(self, action: str, payload: Any) -> Any:
-        return self.now().run(action, payload)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self.now(), name)
-
-
 def conversation_opener(store: StorePort, *, agent: Any, domain: Any, **options: Any) -> OpenConversation:
     """An :data:`OpenConversation` for a worker, built as ``create_app`` builds a run's conversation: ``agent``
     (``agent(conversation_id, log)``) and, for a domain factory (a callable without ``run``), the domain are built
@@ -191,11 +132,11 @@ def conversation_opener(store: StorePort, *, agent: Any, domain: Any, **options:
         if not callable(domain):
             raise TypeError("conversation_opener: domain must be a domain (with a run method) or a domain factory")
         factory, domain = domain, domain("", [])
-    human = _DeferringHuman()
+    human = DeferringHuman()
 
     async def open_conversation(conversation_id: str) -> Conversation:
-        lazy_agent = _AgentOnFirstUse(agent, conversation_id)
-        lazy_domain = None if factory is None else _DomainOnFirstUse(factory, conversation_id, domain)
+        lazy_agent = AgentOnFirstUse(agent, conversation_id)
+        lazy_domain = None if factory is None else DomainOnFirstUse(factory, conversation_id, domain)
         conversation = Conversation(
             store=store,
             conversation_id=conversation_id,

@@ -59,7 +59,7 @@ from ..statemachines import CALL
 if TYPE_CHECKING:
     from ..ports import AgentPort, DecisionLike, DomainPort, HumanPort, StorePort, StreamingAgentPort
 
-__all__ = ["Conversation", "accepts_message_id"]
+__all__ = ["Conversation", "accepts_keyword", "accepts_message_id"]
 
 logger = logging.getLogger("dial_runtime")
 
@@ -81,10 +81,10 @@ def _awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
 def accepts_message_id(method: Any) -> bool:
     """Whether an agent's ``send`` or ``stream`` takes a ``message_id`` keyword (the message's id, to deduplicate
     a message sent again after a crash); a signature that cannot be read takes none."""
-    return _accepts(method, "message_id")
+    return accepts_keyword(method, "message_id")
 
 
-def _accepts(method: Any, keyword: str) -> bool:
+def accepts_keyword(method: Any, keyword: str) -> bool:
     """Whether ``method`` takes the keyword ``keyword``; a signature that cannot be read takes none. A bound
     method is read through its function, once per function: reading a signature costs more than a whole turn,
     and a class's method is the same for every conversation built with an instance of it."""
@@ -791,7 +791,7 @@ class Conversation:
     async def _run(self, call: Call, effect: RunAction) -> object:
         domain = self.domain
         if self._keyed is None or self._keyed[0] is not domain:
-            self._keyed = (domain, _accepts(domain.run, "key"))
+            self._keyed = (domain, accepts_keyword(domain.run, "key"))
         run: Callable[..., object] = domain.run
         try:
             result = (

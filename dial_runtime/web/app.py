@@ -58,7 +58,6 @@ from .. import (
     Ask,
     Conversation,
     ConversationBusy,
-    Defer,
     Dismiss,
     Edit,
     LogEntry,
@@ -70,6 +69,7 @@ from .. import (
     open_store,
 )
 from ..agents.prompt import vocabulary
+from ..driver.built import AgentOnFirstUse, DeferringHuman, DomainOnFirstUse
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import Card, Notice, Projection, Question, project
 from .mapping import EventMapper, encode_sse, interrupt_for, interrupt_id, messages_of
@@ -110,75 +110,11 @@ class _Refused(Exception):
         self.code = code
 
 
-class _DeferringHuman:
-    """The person on the web: every decision and answer comes in a later request."""
-
-    def decide(self, suggestion: Suggestion) -> Defer:
-        return Defer()
-
-    def answer(self, ask: Ask) -> Defer:
-        return Defer()
-
-
 class _NoAgent:
     """The agent of a conversation only read (a snapshot): it is never sent anything."""
 
     def send(self, message: str) -> str:
         raise RuntimeError("a snapshot sends nothing to the agent")
-
-
-class _OnFirstUse:
-    """What a factory builds for a run from the conversation's id and log, the first time a call of the
-    conversation uses it: inside the call, so under the conversation's lock and with its log as the store holds it
-    (folded, caught up with what other workers wrote, and recovered), never from a copy read before the lock was
-    taken."""
-
-    def __init__(self, factory: Callable[[str, Sequence[LogEntry]], Any], conversation_id: str) -> None:
-        self._factory = factory
-        self._id = conversation_id
-        self._built: Any = None
-        self.conversation: Conversation | None = None
-
-    def _now(self) -> Any:
-        if self._built is None:
-            assert self.conversation is not None, "it is used only by the conversation's calls"
-            self._built = self._factory(self._id, self.conversation.log)
-        return self._built
-
-
-class _AgentOnFirstUse(_OnFirstUse):
-    """A run's agent, built the first time the conversation talks to it."""
-
-    def send(self, message: str) -> Any:
-        return self._now().send(message)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "stream":  # asked for at each send: the built agent streams or not
-            return self._now().stream
-        raise AttributeError(name)
-
-    async def aclose(self) -> None:
-        close = getattr(self._built, "aclose", None)
-        if close is not None:
-            await close()
-
-
-class _DomainOnFirstUse(_OnFirstUse):
-    """A run's domain, built the first time a call asks it anything (its actions, a check, a preview, a run, its
-    context); a run that asks nothing (a snapshot) builds none. Its flow, which the conversation reads as it is
-    made, is the describing domain's (``flow_rules``)."""
-
-    def __init__(self, factory: DomainFactory, conversation_id: str, describing: Any) -> None:
-        super().__init__(factory, conversation_id)
-        self.flow_rules = getattr(describing, "flow_rules", None)
-
-    def run(self, action: str, payload: Any) -> Any:
-        return self._now().run(action, payload)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._now(), name)
 
 
 @dataclass(frozen=True)
@@ -623,7 +559,7 @@ class _WebSurface:
         def catch_up(through: object = None) -> list[BaseEvent]:
             return mapper.catch_up(opened[0].log, through=through) if opened else []
 
-        agent = _AgentOnFirstUse(settings.agent, thread)
+        agent = AgentOnFirstUse(settings.agent, thread)
         domain = self._domain(thread)
         opened_at = entries[-1].seq if entries else 0
         last: TurnResult | None = None
@@ -634,12 +570,12 @@ class _WebSurface:
                     thread,
                     agent=agent,
                     domain=domain,
-                    human=_DeferringHuman(),
+                    human=DeferringHuman(),
                     on_event=on_event,
                     **settings.options,
                 )
                 agent.conversation = conversation
-                if isinstance(domain, _DomainOnFirstUse):
+                if isinstance(domain, DomainOnFirstUse):
                     domain.conversation = conversation
                 stop.conversation = conversation
                 opened.append(conversation)
@@ -688,8 +624,8 @@ class _WebSurface:
         apart takes the lock for a moment, only when no run of this worker drives the conversation, so a run that
         starts in that moment is refused ``busy``."""
         domain = self._domain(run.thread_id)
-        held = Conversation(agent=_NoAgent(), domain=domain, human=_DeferringHuman(), log=entries)
-        if isinstance(domain, _DomainOnFirstUse):
+        held = Conversation(agent=_NoAgent(), domain=domain, human=DeferringHuman(), log=entries)
+        if isinstance(domain, DomainOnFirstUse):
             domain.conversation = held
         running = held.in_call and await self._driven(run.thread_id)
         if not running:
@@ -704,7 +640,7 @@ class _WebSurface:
         factory = self.settings.domain_factory
         if factory is None:
             return self.settings.domain
-        return _DomainOnFirstUse(factory, thread, self.settings.domain)
+        return DomainOnFirstUse(factory, thread, self.settings.domain)
 
     async def _driven(self, thread: str) -> bool:
         """Whether a run, in this worker or another, drives the conversation now."""
