@@ -27,6 +27,7 @@ from dial_runtime import (
     replay,
     system_prompt,
 )
+from dial_runtime.driver.built import DomainOnFirstUse
 from dial_runtime.jsonl import check_log
 from dial_runtime.runtime.core import ConversationCore, idempotency_key
 from dial_runtime.runtime.effects import (
@@ -313,3 +314,16 @@ async def test_a_typed_action_gets_the_key_and_its_reconcile_tells_what_became_o
     with pytest.raises(LookupError, match="declares no reconcile"):
         mail.reconcile("send-fax", {"number": "1"}, key=key)
     assert mail.run("send-email", {"to": "bob"}) == {"to": "bob"}  # a direct call: the key keeps its default
+
+
+@pytest.mark.anyio
+async def test_a_domain_built_on_first_use_gets_the_runs_key() -> None:
+    built = Mail()
+    lazy = DomainOnFirstUse(lambda conversation_id, log: built, "c-1", built)
+    conversation = await Conversation.open(
+        MemoryStore(), "c-1", agent=Agent([SEND, ACK]), domain=lazy, human=policy_human()
+    )
+    lazy.conversation = conversation
+    await conversation.say("mail ada")
+    started = next(e.event for e in conversation.log if isinstance(e.event, ActionStartedEvent))
+    assert built.keys == [started.key]
