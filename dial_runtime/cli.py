@@ -615,6 +615,47 @@ def _verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace) -> int:
+    """Print the audit of one stored conversation (``--json``: as JSON): every proposal's story, with the hash
+    chain's verdict first. Exit 1 when the chain is broken or the log does not fold (the report then says what
+    the log now claims), 2 when there is nothing to audit (bad input)."""
+    import msgspec
+
+    from .audit import audit, audit_text
+    from .errors import StoreError
+    from .stores.chain import verify_log
+
+    store = _open(args.store, create=False)
+
+    async def read() -> tuple[list[Any], list[LogEntry] | LogError]:
+        try:
+            rows = await store.rows(args.id)
+            try:
+                return rows, await store.read(args.id)
+            except LogError as error:  # a row edited into something that is no entry: the chain names it
+                return rows, error
+        finally:
+            await store.aclose()
+
+    try:
+        rows, read_back = trio.run(read)
+    except StoreError as error:
+        _usage(str(error))
+    if not rows:
+        _usage(f"{_shown(args.store)} holds no conversation {args.id!r} (dial-runtime list --store URL lists it)")
+    chain = verify_log(rows, conversation_id=args.id)
+    if isinstance(read_back, LogError):
+        raise _CommandError(f"{args.id!r}: {chain.summary()}; the log cannot be read: {read_back}")
+    report = audit(read_back, conversation_id=args.id, chain=chain)
+    if args.json:
+        print(msgspec.json.encode(report).decode())
+    else:
+        print(audit_text(report))
+    if not report.trustworthy:
+        raise _CommandError(f"{args.id!r} does not match its record: see the report's first lines")
+    return 0
+
+
 def _list(args: argparse.Namespace) -> int:
     """One line per stored conversation: its id, its size, when it was last written, and what it waits for. A log
     no run of the runtime could have written is listed too, with why, and the command then exits 1 (standard
@@ -935,6 +976,16 @@ def build_parser() -> argparse.ArgumentParser:
     importing.add_argument("--store", required=True, metavar="URL", help=store_help)
     importing.add_argument("--id", metavar="NEW_ID", help="store it under this id (default: the file's)")
     importing.set_defaults(run=_import)
+
+    auditing = commands.add_parser(
+        "audit",
+        help="report every proposal of a stored conversation: proposed, shown, decided (by whom, through what), "
+        "run, result, reconciled; with its hash chain's verdict (exit 1 when the log does not match its record)",
+    )
+    auditing.add_argument("id", help="the conversation's id")
+    auditing.add_argument("--store", required=True, metavar="URL", help=store_help)
+    auditing.add_argument("--json", action="store_true", help="write the report as JSON")
+    auditing.set_defaults(run=_audit)
 
     listing = commands.add_parser(
         "list", help="list a store's conversations: size, last write, what each waits for"
