@@ -703,6 +703,43 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    """``dial-runtime worker``: fire the deadlines of conversations stored on PostgreSQL, with nobody watching,
+    until interrupted (it prints ``ready`` once it takes jobs). The conversations are built as ``serve`` builds
+    them; an expiry talks to the agent only when a turn follows anyway."""
+    import asyncio
+
+    if not args.store.startswith(("postgresql://", "postgres://")):
+        _usage(
+            "worker fires deadlines stored on PostgreSQL (postgresql://...); with another store, the process "
+            "that serves it fires them"
+        )
+    if args.poll <= 0 or args.concurrency < 1 or (args.decide_timeout is not None and not args.decide_timeout > 0):
+        _usage("--poll and --decide-timeout must be above 0 and --concurrency at least 1")
+    from .deadlines import conversation_opener, run_worker
+    from .web.serve import agent_factory
+
+    domain = load_domain(args.domain)
+    store = _open(args.store)
+    options = {"decide_timeout": args.decide_timeout, "max_turns": args.max_turns}
+    opener = conversation_opener(store, agent=agent_factory(args.agent, domain), domain=domain, **options)
+
+    async def work() -> None:
+        try:
+            await run_worker(
+                args.store,
+                opener,
+                ready=lambda: print("ready", flush=True),
+                poll=args.poll,
+                concurrency=args.concurrency,
+            )
+        finally:
+            await store.aclose()
+
+    asyncio.run(work())
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     """``dial-runtime serve``: the web surface (AG-UI at /agui, the panel at /) under uvicorn."""
     try:
@@ -820,6 +857,22 @@ def _add_mcp_options(command: argparse.ArgumentParser, served: Any) -> None:
 
 
 def _add_serve(commands: Any) -> None:
+    working = commands.add_parser(
+        "worker", help="fire the deadlines of conversations stored on PostgreSQL, with nobody watching"
+    )
+    working.add_argument("--store", required=True, metavar="URL", help="postgresql://...")
+    working.add_argument(
+        "--agent", required=True, metavar="URI", help="the agent, as serve's (told only when a turn follows)"
+    )
+    working.add_argument("--domain", required=True, metavar="MODULE:FACTORY", help="the domain, as serve's")
+    working.add_argument("--decide-timeout", type=float, metavar="S", help="as serve's (default: none)")
+    working.add_argument("--max-turns", type=int, default=8, metavar="N", help="as serve's (default: 8)")
+    working.add_argument(
+        "--poll", type=float, default=0.2, metavar="S", help="seconds between looks for due jobs (default: 0.2)"
+    )
+    working.add_argument("--concurrency", type=int, default=8, metavar="N", help="jobs at once (default: 8)")
+    working.set_defaults(run=_worker)
+
     serving = commands.add_parser("serve", help="serve the chat panel and AG-UI (/agui) over HTTP with uvicorn")
     serving.add_argument(
         "--agent", required=True, metavar="URI", help="script:FILE (a JSON list of replies) or a chat URI"

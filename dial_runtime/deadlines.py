@@ -120,18 +120,21 @@ async def waiting(store: StorePort) -> dict[str, list[tuple[str, float]]]:
     return found
 
 
-def conversation_opener(store: StorePort, *, agent: Any, domain: Any, **options: Any) -> OpenConversation:
+def conversation_opener(
+    store: StorePort, *, agent: Any, domain: Any, describing: Any = None, **options: Any
+) -> OpenConversation:
     """An :data:`OpenConversation` for a worker, built as ``create_app`` builds a run's conversation: ``agent``
     (``agent(conversation_id, log)``) and, for a domain factory (a callable without ``run``), the domain are built
     only if a call uses them; the person defers everything; ``options`` are ``Conversation``'s
-    (``decide_timeout``, ``max_turns``, ...)."""
+    (``decide_timeout``, ``max_turns``, ...). ``describing`` is the domain that describes a factory's
+    conversations (their flow), when the caller has built it already; else ``domain("", [])`` is built here."""
     from .driver.conversation import Conversation
 
     factory: Callable[[str, Sequence[Any]], Any] | None = None
     if not callable(getattr(domain, "run", None)):
         if not callable(domain):
             raise TypeError("conversation_opener: domain must be a domain (with a run method) or a domain factory")
-        factory, domain = domain, domain("", [])
+        factory, domain = domain, domain("", []) if describing is None else describing
     human = DeferringHuman()
 
     async def open_conversation(conversation_id: str) -> Conversation:

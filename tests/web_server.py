@@ -30,14 +30,15 @@ START_TIMEOUT = 10.0
 
 
 @contextlib.contextmanager
-def serving(app: Any, port: int = 0) -> Iterator[str]:
+def serving(app: Any, port: int = 0, *, lifespan: str = "off") -> Iterator[str]:
     """The base URL of ``app`` served by uvicorn on 127.0.0.1 for the block's length, on ``port`` (a free one
-    when 0; a given one can be served again by the next server, as a restart does)."""
+    when 0; a given one can be served again by the next server, as a restart does); ``lifespan="on"`` runs the
+    application's lifespan (its deadline scheduler)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     port = listener.getsockname()[1]
-    config = uvicorn.Config(app, lifespan="off", ws="none", log_level="warning", timeout_graceful_shutdown=2)
+    config = uvicorn.Config(app, lifespan=lifespan, ws="none", log_level="warning", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()

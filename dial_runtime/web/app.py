@@ -21,10 +21,10 @@ import json
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from ag_ui.core import (
@@ -69,9 +69,11 @@ from .. import (
     open_store,
 )
 from ..agents.prompt import vocabulary
+from ..deadlines import DeadlineScheduler, LocalDeadlines, PostgresDeadlines, conversation_opener, waiting
 from ..driver.built import AgentOnFirstUse, DeferringHuman, DomainOnFirstUse
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import Card, Notice, Projection, Question, project
+from ..stores.postgres import PostgresStore
 from .mapping import EventMapper, encode_sse, interrupt_for, interrupt_id, messages_of
 
 __all__ = ["LOOPBACK_HOSTS", "AgentFactory", "DomainFactory", "create_app", "scripted_agents"]
@@ -147,6 +149,7 @@ class _Settings:
     heartbeat: float
     abort_grace: float
     options: dict[str, Any] = field(default_factory=dict)
+    deadlines: DeadlineScheduler | None = None
 
 
 def create_app(
@@ -169,6 +172,7 @@ def create_app(
     decide_timeout: float | None = None,
     heartbeat: float = 15.0,
     abort_grace: float = 1.5,
+    deadlines: DeadlineScheduler | Literal["auto"] | None = "auto",
 ) -> Starlette:
     """The ASGI application: ``POST /agui`` (AG-UI runs), ``POST /agui/detach``, ``GET /actions`` (the domain's
     actions, which the panel's empty state names), ``GET /conversations``, ``GET
@@ -206,6 +210,14 @@ def create_app(
     that reaches another worker is answered 404 and changes nothing. ``timeout``, ``reply_timeout``,
     ``idle_timeout``, ``max_turns`` and ``decide_timeout`` are each conversation's (see
     :class:`~dial_runtime.Conversation`).
+
+    ``deadlines`` fires the deadlines of what waits with nobody watching (see :mod:`dial_runtime.deadlines`):
+    each run that ends with suggestions waiting schedules them. ``"auto"``: on a PostgreSQL store, Procrastinate
+    jobs in its database, fired by a worker this application runs (on asyncio, as under uvicorn) and by any
+    ``run_worker`` process; on another store, a timer in this process, given what waits when the application
+    starts. They run in the application's lifespan (an ASGI server that runs no lifespan fires none: deadlines then
+    fire when their conversation is next opened). ``None``: no scheduler; or a :class:`DeadlineScheduler` of your
+    own, whose ``schedule`` is called.
     """
     domain_factory: DomainFactory | None = None
     if not callable(getattr(domain, "run", None)):
@@ -233,6 +245,18 @@ def create_app(
             "decide_timeout": decide_timeout,
         },
     )
+    if deadlines == "auto":
+        opener = conversation_opener(
+            settings.store, agent=agent, domain=domain_factory or domain, describing=domain, **settings.options
+        )
+        url = getattr(settings.store, "url", None)
+        settings.deadlines = (
+            PostgresDeadlines(url, open_conversation=opener)
+            if isinstance(settings.store, PostgresStore) and isinstance(url, str)
+            else LocalDeadlines(opener)
+        )
+    else:
+        settings.deadlines = deadlines
     surface = _WebSurface(settings)
     routes: list[Route | Mount] = [
         Route("/agui", surface.agui, methods=["POST"]),
@@ -251,7 +275,38 @@ def create_app(
         routes=routes,
         middleware=[guard],
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
+        lifespan=lambda app: _firing_deadlines(settings),
     )
+
+
+@contextlib.asynccontextmanager
+async def _firing_deadlines(settings: _Settings) -> AsyncIterator[None]:
+    """The application's lifespan: the deadline scheduler runs while it serves (one that cannot, Procrastinate's
+    off asyncio, is logged and left out: deadlines then fire when their conversation is next opened)."""
+    scheduler = settings.deadlines
+    if not isinstance(scheduler, (LocalDeadlines, PostgresDeadlines)):
+        yield
+        return
+    try:
+        entered = await scheduler.__aenter__()
+    except Exception:
+        logger.exception(
+            "the deadline scheduler could not start; deadlines fire when their conversation is opened"
+        )
+        settings.deadlines = None
+        yield
+        return
+    try:
+        async with anyio.create_task_group() as tasks:
+            if isinstance(entered, PostgresDeadlines):
+                tasks.start_soon(entered.run)
+            else:
+                for conversation_id, waits in (await waiting(settings.store)).items():
+                    await entered.schedule(conversation_id, waits)
+            yield
+            tasks.cancel_scope.cancel()
+    finally:
+        await scheduler.__aexit__(None, None, None)
 
 
 async def _http_error(request: Request, error: Exception) -> Response:
@@ -607,8 +662,22 @@ class _WebSurface:
             late = _unanswered(mapper.projection, after=opened_at, what="no-reply")
             assert late is not None, "a call that ends no-reply logs why"
             raise _Refused("no-reply", late.text)
+        await self._schedule(thread, conversation)
         log = conversation.log
         emit(self._finished(run, principal, conversation, mapper.projection, stored=log[-1].seq if log else 0))
+
+    async def _schedule(self, thread: str, conversation: Conversation) -> None:
+        """Hand the deadlines of what waits to the scheduler; a scheduler that fails is logged, and the run goes
+        on (the deadline still fires when the conversation is next opened)."""
+        scheduler = self.settings.deadlines
+        waits = conversation.deadlines
+        if scheduler is None or not waits:
+            return
+        try:
+            with anyio.fail_after(5):
+                await scheduler.schedule(thread, waits)
+        except Exception:
+            logger.exception("scheduling the deadlines of conversation %r failed", thread)
 
     async def _snapshot(
         self, run: RunAgentInput, principal: str, entries: Sequence[LogEntry], emit: Callable[[BaseEvent], None]

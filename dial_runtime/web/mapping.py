@@ -357,8 +357,10 @@ def _cards(projection: Projection) -> list[Card]:
 
 
 def _as_shown(item: Card | Question) -> Card | Question:
-    """A card or a question as a client shows it: waiting now or waiting to be decided later look alike."""
+    """A card or a question as a client shows it: waiting now or waiting to be decided later look alike, and a
+    run's key and start, which a client does not show, change nothing (a read-only card runs as it is shown)."""
     if isinstance(item, Card):
+        item = msgspec.structs.replace(item, run_key=None, started_at=None)
         return msgspec.structs.replace(item, status="pending") if item.waiting else item
     return msgspec.structs.replace(item, status="asked") if item.status == "waiting" else item
 

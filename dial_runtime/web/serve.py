@@ -23,7 +23,7 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import attrs
@@ -159,7 +159,8 @@ def build_app(
                     store=store, domain=served, agent=agent_factory(agent, served, agent_options), **options
                 )
             )
-            yield
+            async with surface[-1].router.lifespan_context(surface[-1]):  # the surface's own: its deadlines
+                yield
 
     async def forward(scope: Scope, receive: Receive, send: Send) -> None:
         await surface[0](scope, receive, send)
@@ -298,10 +299,8 @@ def serve(
     open_store(store)
     app = build_app(agent, domain, store, conversation, allowed_hosts, agent_options)
     anyio.run(check_store, store)
-    lifespan: Literal["on", "off"] = "off"
     if isinstance(domain, McpServer):
         anyio.run(_probe, domain)
-        lifespan = "on"
     _freeze_what_lives_as_long_as_the_process()
     if workers == 1:
         uvicorn.run(
@@ -310,7 +309,7 @@ def serve(
             port=port,
             log_level="info",
             ws="none",
-            lifespan=lifespan,
+            lifespan="on",  # the deadline scheduler (and an MCP server's session) live in it
             timeout_graceful_shutdown=SHUTDOWN_GRACE,
         )
         return
@@ -340,6 +339,6 @@ def serve(
         workers=workers,
         log_level="info",
         ws="none",
-        lifespan=lifespan,
+        lifespan="on",
         timeout_graceful_shutdown=SHUTDOWN_GRACE,
     )
