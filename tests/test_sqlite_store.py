@@ -111,7 +111,8 @@ def rival(path: Path) -> sqlite3.Connection:
 
 def insert(connection: sqlite3.Connection, entry: LogEntry, conversation_id: str = "c") -> None:
     connection.execute(
-        "INSERT INTO dial_log (conversation_id, seq, time, entry) VALUES (?, ?, ?, ?)", (conversation_id, entry.seq, entry.time, encode(entry))
+        "INSERT INTO dial_log (conversation_id, seq, time, entry) VALUES (?, ?, ?, ?)",
+        (conversation_id, entry.seq, entry.time, encode(entry)),
     )
 
 
