@@ -34,29 +34,14 @@ from pathlib import Path
 
 import msgspec
 import trio
-from bench_runtime import ACKNOWLEDGE_REPLY, SUGGESTION_REPLY, Alternating, Notes
+from bench_store import defer_then_decide
 
-from dial_runtime import Accept, Conversation, LogEntry, scripted_human
+from dial_runtime import LogEntry
 from dial_runtime.jsonl import import_jsonl
 from dial_runtime.stores import SQLiteStore, StorePort
 from dial_runtime.stores.chain import ChainReport, StoredRow, verify_log, verify_store
 
-WORDS = "add a note: buy milk"
-REPLIES = [SUGGESTION_REPLY, ACKNOWLEDGE_REPLY]
 DEMO = Path(__file__).resolve().parents[1] / "tests" / "recordings" / "demo.jsonl"
-
-
-async def defer_then_decide(store: StorePort, conversation_id: str) -> int:
-    """One conversation of scenario (d); returns its agent turns."""
-    agent = Alternating(REPLIES)
-    conversation = await Conversation.open(
-        store, conversation_id, agent=agent, domain=Notes(), human=scripted_human(["defer"])
-    )
-    deferred = await conversation.say(WORDS)
-    assert deferred.status == "awaiting", deferred
-    decided = await conversation.decide("sg-1", Accept())
-    assert decided.outcomes[0].status == "done", decided
-    return agent.turn
 
 
 def turn_pass(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -26,8 +25,6 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
-from anyio.abc import Process
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from dial_runtime import Accept, Conversation, scripted_human
 from dial_runtime.deadlines import PostgresDeadlines
@@ -35,6 +32,7 @@ from dial_runtime.jsonl import check_log
 from dial_runtime.runtime.events import DecidedEvent, LogEntry, OutcomeEvent, SuggestionEvent
 from dial_runtime.stores import PostgresStore
 
+from .children import Worker
 from .fakes import Agent, Notes, envelope, suggest
 
 pytestmark = pytest.mark.anyio
@@ -55,40 +53,6 @@ QUICK_RECOVERY: dict[str, Any] = {"heartbeat": 0.5, "stalled_after": 2.0, "recov
 def anyio_backend() -> str:
     """Real clocks on asyncio: the tests wait on processes and a server, and Procrastinate is asyncio only."""
     return "asyncio"
-
-
-class Worker:
-    """A ``tests.deadline_worker_child`` process, read line by line with bounded waits."""
-
-    def __init__(self, process: Process, errors: Path) -> None:
-        assert process.stdout is not None
-        self.process = process
-        self.stdout = BufferedByteReceiveStream(process.stdout)
-        self.errors = errors
-
-    def failed(self, why: str) -> str:
-        return f"{why} (worker {self.process.pid}):\n{self.errors.read_text(errors='replace')}"
-
-    async def line(self, within: float = 30) -> str:
-        try:
-            with anyio.fail_after(within):
-                return (await self.stdout.receive_until(b"\n", 1 << 16)).decode()
-        except (anyio.IncompleteRead, anyio.EndOfStream):
-            with anyio.fail_after(10):
-                await self.process.wait()
-            pytest.fail(self.failed(f"the worker exited with {self.process.returncode}"))
-
-    async def expect(self, start: str, within: float = 30) -> str:
-        got = await self.line(within)
-        assert got.startswith(start), self.failed(f"the worker said {got!r}, not {start!r}...")
-        return got
-
-    async def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.process.kill()
-        with anyio.fail_after(10):
-            await self.process.wait()
-        assert self.process.returncode == -signal.SIGKILL, self.failed(f"it ended with {self.process.returncode}")
 
 
 @asynccontextmanager

@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -35,8 +34,6 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import Process
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from dial_runtime import Conversation, policy_human
 from dial_runtime.jsonl import check_log
@@ -45,6 +42,7 @@ from dial_runtime.runtime.events import ActionStartedEvent, LogEntry, OutcomeEve
 from dial_runtime.runtime.state import ConversationState
 from dial_runtime.stores import StorePort, open_store
 
+from .children import Worker
 from .reconcile_child import Effects, NoteAgent, Pauses, domain_for, open_conversation
 
 pytestmark = pytest.mark.anyio
@@ -69,43 +67,6 @@ RUNS_FOR = (0.0, 0.25)
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Real clocks (the test waits on processes and servers), on the backend the parameters give."""
     return request.param  # type: ignore[no-any-return]
-
-
-class Worker:
-    """A ``tests.reconcile_child`` process, read line by line with bounded waits."""
-
-    def __init__(self, process: Process, errors: Path) -> None:
-        assert process.stdout is not None
-        self.process = process
-        self.stdout = BufferedByteReceiveStream(process.stdout)
-        self.errors = errors
-
-    def failed(self, why: str) -> str:
-        return f"{why} (worker {self.process.pid}):\n{self.errors.read_text(errors='replace')}"
-
-    async def expect(self, line: str, within: float = 20) -> None:
-        try:
-            with anyio.fail_after(within):
-                got = (await self.stdout.receive_until(b"\n", 1 << 16)).decode()
-        except (anyio.IncompleteRead, anyio.EndOfStream):
-            with anyio.fail_after(10):
-                await self.process.wait()
-            pytest.fail(self.failed(f"the worker exited with {self.process.returncode} before {line!r}"))
-        assert got == line, self.failed(f"the worker said {got!r}, not {line!r}")
-
-    async def go(self) -> None:
-        assert self.process.stdin is not None
-        await self.process.stdin.send(b"go\n")
-
-    async def kill(self) -> None:
-        """SIGKILL the worker where it stands; it must have been running until then."""
-        with contextlib.suppress(ProcessLookupError):
-            self.process.kill()
-        with anyio.fail_after(10):
-            await self.process.wait()
-        assert self.process.returncode == -signal.SIGKILL, self.failed(
-            f"the worker ended by itself, with {self.process.returncode}"
-        )
 
 
 @asynccontextmanager
