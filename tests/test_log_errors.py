@@ -83,8 +83,8 @@ BAD = {
         None,
         None,
         None,
-        "line 1: dial-runtime-log version 2 is not supported",
-        header=HEADER.replace(": 1", ": 2"),
+        "line 1: dial-runtime-log version 3 is not supported",
+        header=HEADER.replace(": 1", ": 3"),
     ),
     "a line that is not JSON": Bad("{not json", None, None, "not JSON"),
     "a line that is not an entry": Bad("[3, 3.0]", line(3, SAID), None, "not a (log entry|LogEntry)"),
@@ -97,7 +97,7 @@ BAD = {
         line(3, {"type": "resumed", "call": "shout"}),
         entry(3, ResumedEvent(call=cast(Any, "shout"))),
         3,
-        "call 'shout' is not one of answer, decide, resume, say",
+        "call 'shout' is not one of answer, decide, expire, resume, say",
     ),
     "a time that is not finite": Bad(
         line(3, SAID, math.nan), entry(3, SaidEvent(text="a"), math.nan), 3, "nan.*finite"
