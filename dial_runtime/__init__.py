@@ -53,6 +53,7 @@ from .replay import Divergence, ReplayReport, replay
 from .runtime import (
     Accept,
     ActionSpec,
+    ApprovalPolicy,
     Ask,
     Defer,
     Dismiss,
@@ -95,6 +96,7 @@ __all__ = [
     "AgentPort",
     "AgentText",
     "AlreadyDecided",
+    "ApprovalPolicy",
     "Aside",
     "Ask",
     "AskElement",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -70,6 +71,7 @@ from .runtime.effects import (
 from .runtime.events import (
     ActionStartedEvent,
     AnsweredEvent,
+    ApprovalRefusedEvent,
     DecidedEvent,
     DeferredEvent,
     Event,
@@ -349,7 +351,7 @@ class _Replayer:
             self._words = said.text if isinstance(said, SaidEvent) else ""
             call = core.say(self._words, said.by if isinstance(said, SaidEvent) else None)
         elif isinstance(start, ResumedEvent) and start.call == "decide":
-            given = self.recording.after(self.position + 1, "decided", "deferred", "refused")
+            given = self.recording.after(self.position + 1, "decided", "deferred", "refused", "approval-refused")
             call = self._decide(given)
         elif isinstance(start, ResumedEvent) and start.call == "expire":
             call = core.expire_due()
@@ -370,6 +372,8 @@ class _Replayer:
             return core.decide(given.suggestion_id, _decision(given), given.by, via=given.via)
         if isinstance(given, DeferredEvent):
             return core.decide(given.subject_id, Defer(), None)
+        if isinstance(given, ApprovalRefusedEvent):  # an approval its policy did not take
+            return core.decide(given.suggestion_id, Accept(), given.by, roles=given.roles)
         if isinstance(given, RefusedEvent):  # an edit refused before it was taken (a payload too large to keep)
             waiting = core.state.open_suggestions.get(given.suggestion_id)
             return core.decide(given.suggestion_id, Edit(waiting.payload if waiting else None), None)
@@ -560,11 +564,28 @@ class _Replayer:
                 destructive=shown.destructive,
                 handoff=shown.handoff,
                 repeatable=shown.done_before is None,
+                deadline=self._seconds_to(shown),
+                policy=shown.policy,
             )
         ended = self.recording.about(ident, "outcome")
         if isinstance(ended, OutcomeEvent) and ended.code == "unknown-action":
             return None
         return ActionSpec(mutates=True)  # never shown: its review ended it, and the spec said nothing more
+
+    def _seconds_to(self, shown: SuggestionEvent) -> float | None:
+        """The seconds to decide that give the recorded deadline exactly when added to the time the suggestion
+        was shown, as the core adds them (the float nearest their difference, moved until the sum is exact)."""
+        deadline = shown.deadline
+        if deadline is None:
+            return None
+        at = next(index for index, event in enumerate(self.recording.events) if event is shown)
+        began = self.times[at]
+        seconds = deadline - began
+        for _ in range(8):
+            if began + seconds == deadline or seconds <= 0:
+                break
+            seconds = math.nextafter(seconds, math.inf if began + seconds < deadline else -math.inf)
+        return seconds if seconds > 0 else None
 
     def _review(self, effect: Review) -> Reviewed:
         """The recorded verdict on the payload: the review that ended the suggestion ``invalid`` or showed it

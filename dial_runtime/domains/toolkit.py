@@ -29,7 +29,7 @@ import msgspec
 from statemachine import StateMachine
 
 from ..runtime.flow import FlowRules
-from ..runtime.records import ActionError, ActionSpec, IdempotencyKey, Issue, as_issue
+from ..runtime.records import ActionError, ActionSpec, ApprovalPolicy, IdempotencyKey, Issue, as_issue
 from ..statemachines.compiled import Table, compile_machine
 from .examples import example_from_schema
 from .payloads import KeywordPayload, Payload, payload_of
@@ -191,6 +191,7 @@ class Domain:
         handoff: bool = False,
         repeatable: bool = False,
         deadline: float | None = None,
+        policy: ApprovalPolicy | None = None,
         check: Callable[..., object] | None = None,
         reconcile: Callable[..., Any] | None = None,
         schema: Mapping[str, Any] | None = None,
@@ -211,6 +212,7 @@ class Domain:
         handoff: bool = False,
         repeatable: bool = False,
         deadline: float | None = None,
+        policy: ApprovalPolicy | None = None,
         check: Callable[..., object] | None = None,
         reconcile: Callable[..., Any] | None = None,
         schema: Mapping[str, Any] | None = None,
@@ -226,6 +228,9 @@ class Domain:
           arguments (``Add note: text="buy milk"``).
         - ``deadline``: how many seconds the person has to decide on it once shown (default: the
           conversation's ``decide_timeout``); after it the suggestion ends ``dismissed``, ``expired``.
+        - ``policy``: who must approve it (:class:`~dial_runtime.ApprovalPolicy`: how many distinct people,
+          holding which roles, whether the person who asked may be its only approver, whether one dismissal
+          ends it).
         - ``read_only``: runs without asking the person; ``destructive``: marked for the person; ``handoff``:
           taken over by the surface (see the suggestion lifecycle); ``repeatable``: a proposal that repeats one
           done already (the same payload) is not marked as done before.
@@ -263,6 +268,7 @@ class Domain:
                     handoff=handoff,
                     repeatable=repeatable,
                     deadline=deadline,
+                    policy=policy,
                 ),
                 check=check,
                 reconcile=reconcile,

@@ -399,6 +399,7 @@ class Conversation:
         by: str | None = None,
         shown: str | None = None,
         via: str | None = None,
+        roles: Iterable[str] = (),
     ) -> TurnResult:
         """Take the person's deferred decision on a suggestion and carry on with the conversation.
 
@@ -407,14 +408,18 @@ class Conversation:
         leaves the suggestion pending with its issue and a preview of the edited payload (status ``awaiting``).
         ``shown`` is the ``digest`` of the suggestion the person saw: checked under the conversation's lock, with
         the log as the store has it, so a decision on a payload that is no longer the one waiting cannot run.
-        ``via`` names the surface it came through (``"web"``, ``"terminal"``, ``"cli"``), for the log's audit.
+        ``via`` names the surface it came through (``"web"``, ``"terminal"``, ``"cli"``), for the log's audit;
+        ``roles`` are the decider's, which an action's approval policy may require (``ApprovalPolicy``). Under a
+        policy an accept is one approval: the result is ``awaiting`` until the policy is met, and the action runs
+        once, when it is.
 
         Changes nothing and raises :class:`~dial_runtime.AlreadyDecided` (``by``, ``how``) when the suggestion has
         ended (another tab or worker decided it), :class:`~dial_runtime.PayloadChanged` when ``shown`` does not
         match, ``DialError`` when there is no such suggestion awaiting a decision.
         """
         chosen = as_decision(decision)
-        return await self._hold(lambda: self._core.decide(suggestion_id, chosen, by, shown, via))
+        held = tuple(roles)
+        return await self._hold(lambda: self._core.decide(suggestion_id, chosen, by, shown, via, held))
 
     async def answer(self, ask_id: str, text: str | None, *, by: str | None = None) -> TurnResult:
         """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands);
@@ -765,9 +770,18 @@ class Conversation:
             self.human.decide(question) if isinstance(question, Suggestion) else self.human.answer(question)
         )
         if not _awaitable(reply):
-            return Answer(reply, by=self._person(), via=self._surface())
+            return Answer(reply, by=self._person(), via=self._surface(), roles=self._roles())
         self._thinking = reply
         return Thinking()
+
+    def _roles(self) -> tuple[str, ...]:
+        """The roles of whoever answers for the human, when it says (a ``roles`` attribute)."""
+        roles = getattr(self.human, "roles", ())
+        return (
+            tuple(role for role in roles if isinstance(role, str))
+            if isinstance(roles, (list, tuple, set, frozenset))
+            else ()
+        )
 
     def _surface(self) -> str | None:
         """Through which surface the human decides, when it says (a ``via`` attribute, as the terminal's has)."""
@@ -783,9 +797,9 @@ class Conversation:
         reply, self._thinking = self._thinking, None
         assert reply is not None
         if effect.deadline is None:
-            return Answer(await reply, by=self._person(), via=self._surface())
+            return Answer(await reply, by=self._person(), via=self._surface(), roles=self._roles())
         with anyio.move_on_after(effect.deadline):
-            return Answer(await reply, by=self._person(), via=self._surface())
+            return Answer(await reply, by=self._person(), via=self._surface(), roles=self._roles())
         return Expired()
 
     async def _run(self, call: Call, effect: RunAction) -> object:

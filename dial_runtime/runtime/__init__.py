@@ -7,6 +7,7 @@ from .core import HANDLED_ELEMENTS
 from .records import (
     Accept,
     ActionSpec,
+    ApprovalPolicy,
     Ask,
     Defer,
     Dismiss,
@@ -23,6 +24,7 @@ __all__ = [
     "Accept",
     "ActionError",
     "ActionSpec",
+    "ApprovalPolicy",
     "Ask",
     "Defer",
     "Dismiss",

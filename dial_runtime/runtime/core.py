@@ -84,6 +84,8 @@ from .effects import (
 from .events import (
     ActionStartedEvent,
     AnsweredEvent,
+    ApprovalRefusedEvent,
+    ApprovalWaitingEvent,
     AskEvent,
     CutCause,
     DecidedEvent,
@@ -125,6 +127,7 @@ from .log import EventLog
 from .records import (
     Accept,
     ActionSpec,
+    ApprovalPolicy,
     Ask,
     Defer,
     Dismiss,
@@ -461,6 +464,7 @@ class ConversationCore:
         by: str | None,
         shown: str | None = None,
         via: str | None = None,
+        roles: tuple[str, ...] = (),
     ) -> Call:
         """Take the person's deferred decision on a suggestion and carry on. Nothing changes when it is not
         awaiting one: :class:`AlreadyDecided` when it has ended, ``DialError`` otherwise; nor when ``shown`` (the
@@ -471,7 +475,7 @@ class ConversationCore:
         if shown is not None and shown != (waiting := payload_digest(opened.action, opened.payload)):
             raise PayloadChanged(suggestion_id, shown=shown, waiting=waiting)
         self.record(ResumedEvent(call="decide"))
-        return self._drive("", self._decided(opened, decision, by, via))
+        return self._drive("", self._decided(opened, decision, by, via, roles))
 
     def answer(self, ask_id: str, text: str, by: str | None) -> Call:
         """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands)."""
@@ -1001,6 +1005,7 @@ class ConversationCore:
         now = self.clock()
         seconds = spec.deadline if spec.deadline is not None else self.decide_timeout
         waits = spec.mutates and not spec.handoff
+        policy = spec.policy if waits else None
         self.record(
             SuggestionEvent(
                 id=opened.id,
@@ -1013,6 +1018,8 @@ class ConversationCore:
                 handoff=spec.handoff,
                 done_before=done_before,
                 deadline=now + seconds if waits and seconds is not None else None,
+                policy=policy,
+                asked_by=self.state.speaker if policy is not None and policy.separation else None,
             ),
             now,
         )
@@ -1055,7 +1062,9 @@ class ConversationCore:
             if isinstance(decision, Defer):
                 self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
                 return
-            yield from self._apply(opened, decision, by=given.by, via=given.via)
+            yield from self._apply(opened, decision, by=given.by, via=given.via, roles=given.roles)
+            if opened.deferred:  # an approval taken or refused: the next approver decides later
+                return
 
     def _decided(
         self,
@@ -1063,12 +1072,13 @@ class ConversationCore:
         decision: Accept | Dismiss | Edit | Say | Defer,
         by: str | None,
         via: str | None,
+        roles: tuple[str, ...] = (),
     ) -> Generator[Effect, Any, None]:
         """Apply a decision that arrived later; a refusal leaves the suggestion deferred again."""
         if isinstance(decision, Defer):
             self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
             return
-        yield from self._apply(opened, decision, by=by, via=via)
+        yield from self._apply(opened, decision, by=by, via=via, roles=roles)
         if opened.id in self.state.open_suggestions and opened.deciding and not opened.deferred:
             self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
 
@@ -1079,13 +1089,33 @@ class ConversationCore:
         *,
         by: str | None = None,
         via: str | None = None,
+        roles: tuple[str, ...] = (),
     ) -> Generator[Effect, Any, None]:
-        """Apply one decision of the person's (``by`` whom, ``via`` which surface): end the suggestion, refuse
-        its payload, or run it; a decision after the suggestion's deadline is not taken: it expires instead."""
+        """Apply one decision of the person's (``by`` whom, ``via`` which surface, holding ``roles``): end the
+        suggestion, refuse its payload, or run it; a decision after the suggestion's deadline is not taken: it
+        expires instead. Under an approval policy an accept or an edit is an approval: refused when the policy
+        does not take it, waiting for the next when the policy needs more, and run once the policy is met."""
         now = self.clock()
         if opened.deadline is not None and now > opened.deadline:
             self._expire(opened, by=by, via=via)
             return
+        policy = opened.policy
+        roles = tuple(sorted(roles)) if policy is not None and policy.roles else ()
+        if isinstance(decision, Dismiss) and policy is not None and not policy.dismissal_ends:
+            self.record(DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by, via=via), now)
+            self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))  # a vote: it waits on
+            return
+        if isinstance(decision, (Accept, Edit)) and policy is not None:
+            refused = _approval_refusal(opened, policy, by, roles, editing=isinstance(decision, Edit))
+            if refused is not None:
+                code, hint = refused
+                refused_approval = ApprovalRefusedEvent(
+                    suggestion_id=opened.id, code=code, hint=hint, by=by, roles=roles
+                )
+                self.record(refused_approval, now)
+                if not opened.deferred:  # asked in the call: the next approver decides later
+                    self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
+                return
         if isinstance(decision, Dismiss):
             self.record(DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by, via=via), now)
             done_before = opened.done_before
@@ -1116,11 +1146,17 @@ class ConversationCore:
                     previous=opened.payload,
                     by=by,
                     via=via,
+                    roles=roles,
                 ),
                 now,
             )
         else:
-            self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by, via=via), now)
+            self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by, via=via, roles=roles), now)
+        if policy is not None and not opened.accepted:  # the fold counted this approval: more are needed
+            self.record(
+                ApprovalWaitingEvent(suggestion_id=opened.id, approvers=opened.approvers, needed=policy.approvals)
+            )
+            return
         edited = opened.edited
         refusal = self._flow_refusal(opened.action)  # the flow may have moved since the suggestion was made
         # A refused edit is shown again as edited: its preview must read the payload the person now decides on.
@@ -1318,6 +1354,25 @@ class ConversationCore:
                 index = after
             else:
                 index += 1
+
+
+#: The codes of an approval an action's policy does not take.
+UNKNOWN_DECIDER = "unknown-decider"
+ALREADY_APPROVED = "already-approved"
+NOT_A_DECIDER = "not-a-decider"
+
+
+def _approval_refusal(
+    opened: OpenSuggestion, policy: ApprovalPolicy, by: str | None, roles: tuple[str, ...], *, editing: bool
+) -> tuple[str, str] | None:
+    """Why ``policy`` does not take ``by``'s approval of ``opened`` (a code and a hint), or ``None``."""
+    if by is None:
+        return UNKNOWN_DECIDER, "This action needs named approvers: decide with by=<who>."
+    if by in opened.approvers and not editing:
+        return ALREADY_APPROVED, f"{by} approved it already; it needs {policy.approvals} different people."
+    if policy.roles and not policy.roles.intersection(roles):
+        return NOT_A_DECIDER, f"It is approved by one of: {', '.join(sorted(policy.roles))}."
+    return None
 
 
 def idempotency_key(conversation: str | None, began: float | None, suggestion_id: str, attempt: int) -> str:

@@ -181,12 +181,13 @@ class Streamed(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Answer(msgspec.Struct, frozen=True):
-    """What the person's ``decide`` or ``answer`` returned, who gave it (``by``) and through which surface
-    (``via``), when the human says."""
+    """What the person's ``decide`` or ``answer`` returned, who gave it (``by``), through which surface (``via``)
+    and holding which roles (``roles``, for an approval policy), when the human says."""
 
     value: Any
     by: str | None = None
     via: str | None = None
+    roles: tuple[str, ...] = ()
 
 
 class Thinking(msgspec.Struct, frozen=True):

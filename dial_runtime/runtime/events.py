@@ -27,6 +27,7 @@ from ..language.outcomes import Outcome, OutcomeFields
 from ..language.records import Option, Step
 from ..language.stream import TextAct
 from ..statemachines.turn_loop import CallStatus
+from .records import ApprovalPolicy
 
 #: What the person's decision on a suggestion was (``DecidedEvent.decision``).
 DecisionKind = Literal["accept", "dismiss", "edit", "say", "expire"]
@@ -162,7 +163,9 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
     and ended ``done``, when the person decides on this one and its action is not ``repeatable``: the person
     sees that it was done already, and the agent is told so if they dismiss it. ``deadline`` is when the person's
     time to decide ends (seconds since the epoch, as the log's times), for a suggestion that waits for them and
-    has one: a decision after it is not taken, and the suggestion ends ``dismissed``, ``expired``.
+    has one: a decision after it is not taken, and the suggestion ends ``dismissed``, ``expired``. ``policy`` is
+    who must approve it (:class:`~dial_runtime.ApprovalPolicy`), and ``asked_by`` whose words asked for it, when
+    the policy separates them from its approvers.
     """
 
     type: ClassVar[str] = "suggestion"
@@ -177,6 +180,8 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
     handoff: bool = msgspec.field(default_factory=bool)
     done_before: str | None = None
     deadline: float | None = None
+    policy: ApprovalPolicy | None = None
+    asked_by: str | None = None
 
 
 class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outcome", omit_defaults=True):
@@ -299,6 +304,7 @@ class DecidedEvent(_Logged, frozen=True, kw_only=True, tag="decided", omit_defau
     """The person (``by``, when known) decided: ``accept``, ``dismiss``, ``edit``, ``say`` or ``expire``, through
     ``via`` when the surface says (``"web"``, ``"terminal"``; ``None``: the program's own code). An ``expire``
     ends a suggestion whose deadline passed; its ``by`` and ``via``, when set, are whose decision came too late.
+    ``roles`` are the decider's, when the suggestion's approval policy names roles.
 
     An edit carries the payload before (``previous``) and after (``payload``); a say carries its ``text``.
     """
@@ -312,6 +318,7 @@ class DecidedEvent(_Logged, frozen=True, kw_only=True, tag="decided", omit_defau
     text: str | None = msgspec.field(default_factory=_NONE)
     by: str | None = msgspec.field(default_factory=_NONE)
     via: str | None = None
+    roles: tuple[str, ...] = ()
 
 
 class DeferredEvent(_Logged, frozen=True, kw_only=True, tag="deferred"):
@@ -320,6 +327,29 @@ class DeferredEvent(_Logged, frozen=True, kw_only=True, tag="deferred"):
     type: ClassVar[str] = "deferred"
     subject_id: str
     kind: DeferredKind
+
+
+class ApprovalRefusedEvent(_Logged, frozen=True, kw_only=True, tag="approval-refused", omit_defaults=True):
+    """An approval the suggestion's policy does not take (``code``: ``unknown-decider``, ``not-a-decider``,
+    ``already-approved``), by whom (holding ``roles``, when the policy names roles) and why (``hint``); the
+    suggestion waits as it did."""
+
+    type: ClassVar[str] = "approval-refused"
+    suggestion_id: str
+    code: str
+    hint: str
+    by: str | None = None
+    roles: tuple[str, ...] = ()
+
+
+class ApprovalWaitingEvent(_Logged, frozen=True, kw_only=True, tag="approval-waiting"):
+    """An approval was taken and the policy needs more (``approvers`` so far, ``needed`` in all): the suggestion
+    waits for the next, as if deferred."""
+
+    type: ClassVar[str] = "approval-waiting"
+    suggestion_id: str
+    approvers: tuple[str, ...]
+    needed: int
 
 
 class RefusedEvent(_Logged, frozen=True, kw_only=True, tag="refused"):
@@ -454,6 +484,8 @@ Event = (
     | AnsweredEvent
     | DecidedEvent
     | DeferredEvent
+    | ApprovalRefusedEvent
+    | ApprovalWaitingEvent
     | RefusedEvent
     | ActionStartedEvent
     | FlowMovedEvent

@@ -33,6 +33,8 @@ from ..language.records import Option
 from .events import (
     ActionStartedEvent,
     AnsweredEvent,
+    ApprovalRefusedEvent,
+    ApprovalWaitingEvent,
     AskEvent,
     DecidedEvent,
     DeclareEvent,
@@ -177,7 +179,9 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     ``done_before`` names the suggestion that already did the same (action and payload) in this conversation, and
     ``done_at`` is when it was done (``None`` when the log fed does not hold it): a surface marks the card.
     ``decisions`` is every decision on it in order (``decided_via`` the last one's surface); ``run_key`` and
-    ``started_at`` are its run's idempotency key and start, once it ran.
+    ``started_at`` are its run's idempotency key and start, once it ran. Under an approval policy,
+    ``approvals_needed`` is how many people must approve it and ``approvers`` who has (a surface shows "1 of 2
+    approvals"), and ``approval_refused`` the last approval the policy did not take, in words.
     """
 
     id: str
@@ -206,6 +210,9 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     decided_via: str | None = None
     run_key: str | None = None
     started_at: float | None = None
+    approvals_needed: int = 0
+    approvers: tuple[str, ...] = ()
+    approval_refused: str | None = None
 
     @property
     def waiting(self) -> bool:
@@ -620,6 +627,7 @@ class Projection:
                 status="pending" if event.mutates and not event.handoff else "running",
                 done_before=event.done_before,
                 done_at=None if done is None else done.ended_at,
+                approvals_needed=0 if event.policy is None else event.policy.approvals,
                 seq=self._seq,
                 time=self._time,
             )
@@ -658,7 +666,10 @@ class Projection:
             }
             if decision == "edit":
                 changes["payload"] = event.payload
-            if self._card_at(at).status == "deferred-waiting":
+            card = self._card_at(at)
+            if card.approvals_needed and event.by and decision in ("accept", "edit"):
+                changes["approvers"] = (*card.approvers, event.by) if decision == "accept" else (event.by,)
+            if card.status == "deferred-waiting":
                 changes["status"] = "pending"
             self._update(at, **changes)
         if decision == "say":
@@ -710,6 +721,19 @@ class Projection:
         at = (self._cards if event.kind == "suggestion" else self._questions).get(event.subject_id)
         if at is not None:
             self._update(at, status="deferred-waiting" if event.kind == "suggestion" else "waiting")
+
+    def _approval_waiting(self, event: ApprovalWaitingEvent) -> None:
+        approvers = ", ".join(event.approvers)
+        self._moment("approval", f"{event.suggestion_id} {len(event.approvers)} of {event.needed} ({approvers})")
+        at = self._cards.get(event.suggestion_id)
+        if at is not None:
+            self._update(at, status="deferred-waiting", approval_refused=None)
+
+    def _approval_refused(self, event: ApprovalRefusedEvent) -> None:
+        self._moment("approval refused", f"{event.suggestion_id}{_by(event.by)}: {event.code}: {event.hint}")
+        at = self._cards.get(event.suggestion_id)
+        if at is not None:
+            self._update(at, approval_refused=event.hint)
 
     def _action_started(self, event: ActionStartedEvent) -> None:
         edited = " (edited)" if event.edited else ""
@@ -872,6 +896,8 @@ _HANDLERS: dict[type[Any], Callable[[Projection, Any], None]] = {
     DecidedEvent: Projection._decided_event,
     RefusedEvent: Projection._refused,
     DeferredEvent: Projection._deferred,
+    ApprovalWaitingEvent: Projection._approval_waiting,
+    ApprovalRefusedEvent: Projection._approval_refused,
     ActionStartedEvent: Projection._action_started,
     FlowMovedEvent: Projection._flow_moved,
     OutcomeEvent: Projection._outcome,

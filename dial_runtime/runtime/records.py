@@ -31,17 +31,41 @@ class Issue(msgspec.Struct, frozen=True, kw_only=True):
     hint: str | None = None
 
 
+class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """Who must approve an action before it runs: ``approvals`` distinct people, each holding one of ``roles``
+    (empty: anyone who may decide); with ``separation``, the person whose words asked for it is never its only
+    approver (for a destructive action); with ``dismissal_ends`` (the default) one dismissal ends it, else a
+    dismissal is a vote against that leaves it waiting for approvals (or its deadline)."""
+
+    approvals: int = 1
+    roles: frozenset[str] = frozenset()
+    separation: bool = False
+    dismissal_ends: bool = True
+
+    def __post_init__(self) -> None:
+        if self.approvals < 1:
+            raise ValueError(f"ApprovalPolicy: approvals is at least 1, not {self.approvals!r}")
+
+    def met(self, approvers: tuple[str, ...], asker: str | None) -> bool:
+        """Whether ``approvers`` (distinct people, in order) are enough, ``asker`` being whose words asked."""
+        if len(approvers) < self.approvals:
+            return False
+        return not self.separation or any(approver != asker for approver in approvers)
+
+
 class ActionSpec(msgspec.Struct, frozen=True, kw_only=True):
     """What the domain says of one action: does it change anything, is it destructive, is it a hand-off, may it
     be done again with the same payload (``repeatable``: a proposal that repeats one done already is not marked
     as done before), and how many seconds the person has to decide on it (``deadline``; ``None``: the
-    conversation's ``decide_timeout``)."""
+    conversation's ``decide_timeout``); ``policy`` says who must approve it (``None``: one decision of anyone
+    who may decide)."""
 
     mutates: bool
     destructive: bool = False
     handoff: bool = False
     repeatable: bool = False
     deadline: float | None = None
+    policy: ApprovalPolicy | None = None
 
     def __post_init__(self) -> None:
         deadline = self.deadline
@@ -166,6 +190,18 @@ def _seconds(value: object) -> float | None:
     return float(value)
 
 
+def _policy(value: object) -> ApprovalPolicy | None:
+    """An approval policy from an action's dict form: ``None``, the record, or its dict form."""
+    if value is None or isinstance(value, ApprovalPolicy):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return msgspec.convert(dict(value), ApprovalPolicy)
+        except msgspec.ValidationError as error:
+            raise TypeError(f"Conversation: an action's policy is not an ApprovalPolicy: {error}") from None
+    raise TypeError(f"Conversation: an action's policy must be an ApprovalPolicy — got {value!r}")
+
+
 def as_action_spec(value: object) -> ActionSpec:
     """An :class:`ActionSpec` from a record or the dict form ``{"mutates": ..., "destructive": ...}``
     (``handoff`` and ``repeatable`` too)."""
@@ -178,5 +214,6 @@ def as_action_spec(value: object) -> ActionSpec:
             handoff=bool(value.get("handoff", False)),
             repeatable=bool(value.get("repeatable", False)),
             deadline=_seconds(value.get("deadline")),
+            policy=_policy(value.get("policy")),
         )
     raise TypeError(f"Conversation: an action must be an ActionSpec or {{'mutates': ...}} — got {value!r}")

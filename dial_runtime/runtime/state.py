@@ -48,6 +48,8 @@ from .events import (
     EVENT_TYPES,
     ActionStartedEvent,
     AnsweredEvent,
+    ApprovalRefusedEvent,
+    ApprovalWaitingEvent,
     AskEvent,
     DecidedEvent,
     DeclareEvent,
@@ -75,7 +77,7 @@ from .events import (
     UnconfirmedEvent,
     vocabulary_refusal,
 )
-from .records import Ask, Issue, Suggestion
+from .records import ApprovalPolicy, Ask, Issue, Suggestion
 
 #: Declared keys the runtime itself uses to report outcomes; they never enter ``facts``.
 OUTCOME_KEY_PREFIX = "outcome:"
@@ -114,6 +116,9 @@ class OpenSuggestion(msgspec.Struct):
     accepted: bool = False  # an accept or edit since the last refusal or deferral: the ``start`` guard
     key: str | None = None  # the idempotency key of its run, once started (``ActionStartedEvent.key``)
     deadline: float | None = None  # when the person's time to decide ends (``SuggestionEvent.deadline``)
+    policy: ApprovalPolicy | None = None  # who must approve it (``SuggestionEvent.policy``)
+    asked_by: str | None = None  # whose words asked for it, when the policy separates them from its approvers
+    approvers: tuple[str, ...] = ()  # who approved the payload waiting, in order
 
     def suggestion(self) -> Suggestion:
         """The record the person decides on."""
@@ -167,6 +172,7 @@ class ConversationState:
     unusable: str | None = None  # the text of the call's last reply handled, when it could not be used
     cursor: int = -2
     instead: str | None = None
+    speaker: str | None = None  # who said the words of the call being made, when the log says
     open_suggestions: dict[str, OpenSuggestion] = attrs.Factory(dict)
     asked: dict[str, Ask] = attrs.Factory(dict)
     open_asks: dict[str, Ask] = attrs.Factory(dict)
@@ -265,6 +271,7 @@ class ConversationState:
         self.life = life
         self.turn = 0
         self.unusable = None
+        self.speaker = event.by
 
     def _resumed(self, event: ResumedEvent) -> None:
         life = LIFE.fire(self.life, "begin")
@@ -510,6 +517,8 @@ class ConversationState:
         opened.handoff = event.handoff
         opened.done_before = event.done_before
         opened.deadline = event.deadline
+        opened.policy = event.policy
+        opened.asked_by = event.asked_by
 
     def _check_done_before(self, event: SuggestionEvent) -> None:
         """Refuse a suggestion marked as done before unless the person decides on it and the suggestion it names
@@ -531,13 +540,18 @@ class ConversationState:
         if decision != "expire" and opened.deadline is not None and self.now > opened.deadline:
             raise _Refusal(f"suggestion {event.suggestion_id!r} is decided after its deadline: it expired")
         opened.deferred = False
+        policy = opened.policy
         if decision == "accept":
-            opened.accepted = True
+            opened.accepted = True if policy is None else _approved(opened, policy, event, opened.approvers)
         elif decision == "edit":
             if event.previous != opened.payload:
                 raise _Refusal(f"suggestion {event.suggestion_id!r} was edited from a payload it did not have")
             opened.payload = event.payload
-            opened.edited = opened.accepted = True
+            opened.edited = True
+            # An edit is its editor's approval of the new payload: approvals of the one before it no longer count.
+            opened.accepted = True if policy is None else _approved(opened, policy, event, ())
+        elif decision == "dismiss" and policy is not None and not policy.dismissal_ends:
+            return  # a vote against: the suggestion waits on for approvals, or its deadline
         elif decision == "say":
             opened.state = SUGGESTION.fire(opened.state, "supersede")
             if event.text:
@@ -545,6 +559,20 @@ class ConversationState:
                 self.owed_words = (*self.owed_words, event.text)
         else:
             opened.state = SUGGESTION.fire(opened.state, decision)
+
+    def _approval_refused(self, event: ApprovalRefusedEvent) -> None:
+        opened = self._open(event.suggestion_id)
+        if not opened.deciding or opened.policy is None:
+            raise _Refusal(f"suggestion {event.suggestion_id!r} has no approval to refuse")
+
+    def _approval_waiting(self, event: ApprovalWaitingEvent) -> None:
+        opened = self._open(event.suggestion_id)
+        policy = opened.policy
+        if policy is None or opened.accepted or not opened.deciding or opened.deferred:
+            raise _Refusal(f"suggestion {event.suggestion_id!r} waits for no further approval")
+        if event.approvers != opened.approvers or event.needed != policy.approvals:
+            raise _Refusal(f"suggestion {event.suggestion_id!r} has other approvals than the log says")
+        opened.deferred = True
 
     def _refused(self, event: RefusedEvent) -> None:
         opened = self._open(event.suggestion_id)
@@ -594,9 +622,26 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
     "decided": ConversationState._decided,
     "refused": ConversationState._refused,
     "action-started": ConversationState._action_started,
+    "approval-refused": ConversationState._approval_refused,
+    "approval-waiting": ConversationState._approval_waiting,
     "flow-moved": ConversationState._flow_moved,
     "declare": ConversationState._declare,
 }
+
+
+def _approved(
+    opened: OpenSuggestion, policy: ApprovalPolicy, event: DecidedEvent, before: tuple[str, ...]
+) -> bool:
+    """Take ``event``'s approval of ``opened`` under its ``policy`` after the approvals ``before``: refused when
+    it names nobody, a person who approved already, or one without the policy's roles; whether the policy is
+    met."""
+    by = event.by
+    if by is None or by in before:
+        raise _Refusal(f"suggestion {opened.id!r}: an approval names a person who has not approved it yet")
+    if policy.roles and not policy.roles.intersection(event.roles):
+        raise _Refusal(f"suggestion {opened.id!r}: {by!r} holds none of the roles that approve it")
+    opened.approvers = (*before, by)
+    return policy.met(opened.approvers, opened.asked_by)
 
 
 def _same_proposal(opened: OpenSuggestion, action: str, payload: Any, does: str) -> None:

@@ -6,6 +6,7 @@
 // live page, a reloaded one and a second tab show the same thing. Payloads are shown and edited as JSON text
 // (payload_json), never as numbers a browser parsed: JSON.parse rounds integers past 2**53.
 
+import { button, clearActions, el, newCard, offerDecisions, renderCard, withCode, withJsonText } from "./dial-card.js";
 import markdownit from "./markdown-it.min.js";
 
 const BUSY_RETRIES = 8;
@@ -26,39 +27,6 @@ markdown.renderer.rules.link_open = (tokens, at, options, env, self) => {
   tokens[at].attrSet("rel", "noopener noreferrer nofollow");
   return defaultLinkOpen(tokens, at, options, env, self);
 };
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  return node;
-}
-
-// " at 10:02" for a time in seconds since the epoch, in the person's own clock; nothing without one.
-function clockTime(seconds) {
-  if (typeof seconds !== "number") return "";
-  return ` at ${new Date(seconds * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}`;
-}
-
-function button(label, className, onClick, name) {
-  const node = el("button", `dial-button ${className}`, label);
-  node.type = "button";
-  if (name) node.setAttribute("aria-label", name);
-  node.addEventListener("click", onClick);
-  return node;
-}
-
-// Text from the domain (a hint, a reason) with `code` spans shown as code, everything else as text.
-function withCode(text) {
-  const box = document.createDocumentFragment();
-  String(text)
-    .split(/(`[^`]+`)/)
-    .forEach((part) => {
-      if (/^`[^`]+`$/.test(part)) box.append(el("code", "", part.slice(1, -1)));
-      else if (part) box.append(document.createTextNode(part));
-    });
-  return box;
-}
 
 function uid() {
   return (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random()).replace(/-/g, "");
@@ -376,10 +344,9 @@ class DialChat extends HTMLElement {
 
   // An edit goes as the JSON text the person wrote (checked to be JSON first), so every digit reaches the server.
   resolveEdited(interrupt, digest, jsonText, what) {
-    const marker = `"edited-${uid()}"`;
-    const payload = JSON.parse(marker);
-    const body = JSON.stringify(this.runInput({ resume: [{ interruptId: interrupt.id, status: "resolved", payload: { approved: true, editedArgs: payload, digest } }] }));
-    return this.post(body.replace(marker, () => jsonText.trim()), { what });
+    const marker = `edited-${uid()}`;
+    const body = this.runInput({ resume: [{ interruptId: interrupt.id, status: "resolved", payload: { approved: true, editedArgs: marker, digest } }] });
+    return this.post(withJsonText(body, marker, jsonText), { what });
   }
 
   // ---- events ----
@@ -480,7 +447,7 @@ class DialChat extends HTMLElement {
 
   finished(outcome) {
     this.interrupts.clear();
-    for (const card of this.cards.values()) this.clearActions(card);
+    for (const card of this.cards.values()) clearActions(card);
     for (const question of this.questions.values()) question.controls.replaceChildren();
     const interrupts = outcome && outcome.type === "interrupt" ? outcome.interrupts : [];
     for (const interrupt of interrupts) {
@@ -597,75 +564,15 @@ class DialChat extends HTMLElement {
     controls.append(field, button("Answer", "dial-reply", submit, `Answer “${asked}”`));
   }
 
-  // A card: the domain's preview, the action's id, the destructive mark, the payload (collapsed) as its exact
-  // JSON text, the domain's refusal of an edit, and once it ended its outcome in words. Never the agent's own
-  // wording (the preview is the domain's account of what would run).
+  // A card, rendered as every page that decides cards renders it (dial-card.js).
   showCard(view) {
-    const ended = Boolean(view.outcome);
     let card = this.cards.get(view.id);
-    if (!card) card = this.newCard(view);
-    card.view = view;
-    const root = card.root;
-    const label = view.preview || view.action;
-    root.setAttribute("aria-label", `${view.destructive ? "destructive " : ""}proposal: ${label}`);
-    card.action.textContent = view.action;
-    card.preview.textContent = view.preview || "";
-    card.preview.hidden = !view.preview;
-    card.mark.hidden = !view.destructive;
-    root.classList.toggle("dial-is-destructive", Boolean(view.destructive));
-    card.repeat.hidden = !view.done_before;
-    card.repeat.textContent = view.done_before ? `Already done${clockTime(view.done_at)} as ${view.done_before}` : "";
-    card.payload.textContent = view.payload_json !== undefined ? view.payload_json : JSON.stringify(view.payload, null, 2);
-    const issue = !ended && view.issue ? view.issue : null;
-    card.issue.hidden = !issue;
-    card.issue.replaceChildren();
-    if (issue) {
-      card.issue.append(`Refused${issue.field ? ` (${issue.field})` : ""}: `, withCode(issue.hint || issue.code || "not valid"));
+    if (!card) {
+      card = newCard(view);
+      this.cards.set(view.id, card);
+      this.place(card.root);
     }
-    root.dataset.status = ended ? view.status : view.status === "pending" || view.status === "deferred-waiting" ? "pending" : "running";
-    if (ended) {
-      root.dataset.outcome = view.status;
-      const code = view.reported && view.reported.code;
-      if (code) root.dataset.code = code; // why it ended, for the page's own styles and tests (interrupted, ...)
-      else delete root.dataset.code;
-      card.result.hidden = false;
-      card.result.replaceChildren(withCode(view.outcome));
-      this.clearActions(card);
-    } else {
-      delete root.dataset.outcome;
-      delete root.dataset.code;
-      card.result.hidden = root.dataset.status !== "running";
-      card.result.textContent = root.dataset.status === "running" ? "Running…" : "";
-    }
-    return card;
-  }
-
-  newCard(view) {
-    const root = el("section", "dial-card");
-    root.dataset.suggestion = view.id;
-    const head = el("header", "dial-card-head");
-    const action = el("code", "dial-action");
-    const mark = el("span", "dial-destructive", "destructive");
-    head.append(action, mark);
-    const preview = el("p", "dial-preview");
-    const repeat = el("p", "dial-done-before");
-    const details = el("details", "dial-details");
-    details.append(el("summary", "dial-summary", "Payload"));
-    const payload = el("pre", "dial-payload");
-    details.append(payload);
-    const issue = el("p", "dial-issue");
-    const actions = el("div", "dial-actions");
-    const result = el("p", "dial-outcome");
-    root.append(head, preview, repeat, details, issue, actions, result);
-    const card = { id: view.id, root, action, mark, preview, repeat, details, payload, issue, actions, result };
-    this.cards.set(view.id, card);
-    this.place(root);
-    return card;
-  }
-
-  clearActions(card) {
-    card.actions.replaceChildren();
-    card.root.classList.remove("dial-pending");
+    return renderCard(card, view);
   }
 
   cardInterrupt(interrupt) {
@@ -685,68 +592,26 @@ class DialChat extends HTMLElement {
     const view = card.view;
     const label = view.preview || view.action;
     const digest = meta.digest || view.digest;
-    this.clearActions(card);
+    clearActions(card);
     card.root.classList.add("dial-pending");
     if (meta.canDecide === false) {
       card.actions.append(el("span", "dial-note", "Waiting for a reviewer"));
       return;
     }
     const what = (verb) => `your ${verb} of “${label}”`;
-    const accept = () => this.resolve(interrupt, { approved: true, digest }, what("Accept"));
-    // A payload the domain refused is not offered as it is: edit it, dismiss it, or say something else.
-    if (!view.issue) {
-      card.actions.append(
-        button("Accept", "dial-accept", () => (view.destructive ? this.confirm(card, label, accept) : accept()), `Accept: ${label}`),
-      );
-    }
-    card.actions.append(
-      button("Edit", "dial-edit", () => this.editor(card, interrupt, digest, label), `Edit: ${label}`),
-      button("Dismiss", "dial-dismiss", () => this.resolve(interrupt, { approved: false, digest }, what("Dismiss")), `Dismiss: ${label}`),
-      button("Say something else", "dial-instead", () => {
-        this.input.focus();
-        this.showStatus("Type what you want instead and send it: this proposal will be set aside.");
-      }, `Say something else instead of: ${label}`),
+    const instead = button("Say something else", "dial-instead", () => {
+      this.input.focus();
+      this.showStatus("Type what you want instead and send it: this proposal will be set aside.");
+    }, `Say something else instead of: ${label}`);
+    offerDecisions(
+      card,
+      {
+        accept: () => this.resolve(interrupt, { approved: true, digest }, what("Accept")),
+        edit: (jsonText) => this.resolveEdited(interrupt, digest, jsonText, `your edit of “${label}”`),
+        dismiss: () => this.resolve(interrupt, { approved: false, digest }, what("Dismiss")),
+      },
+      [instead],
     );
-    if (view.issue) this.editor(card, interrupt, digest, label);
-  }
-
-  // A destructive action runs only after a second, explicit yes.
-  confirm(card, label, run) {
-    card.actions.querySelectorAll(".dial-confirm-box").forEach((node) => node.remove());
-    const box = el("div", "dial-confirm-box");
-    box.setAttribute("role", "alertdialog");
-    box.setAttribute("aria-label", `confirm: ${label}`);
-    box.append(el("p", "dial-confirm-text", `This is destructive and may not be undone: ${label}?`));
-    const cancel = button("Cancel", "dial-cancel", () => box.remove(), `Cancel: ${label}`);
-    box.append(button("Yes, run it", "dial-confirm", run, `Yes, run it: ${label}`), cancel);
-    card.actions.append(box);
-    cancel.focus();
-  }
-
-  editor(card, interrupt, digest, label) {
-    card.actions.querySelectorAll(".dial-editor").forEach((node) => node.remove());
-    const box = el("div", "dial-editor");
-    const area = el("textarea", "dial-json");
-    area.rows = Math.min(12, Math.max(3, card.payload.textContent.split("\n").length));
-    area.spellcheck = false;
-    area.setAttribute("aria-label", `payload of ${label}, as JSON`);
-    area.value = card.payload.textContent;
-    const error = el("p", "dial-json-error");
-    error.hidden = true;
-    error.setAttribute("role", "alert");
-    const save = button("Run edited", "dial-save", () => {
-      try {
-        JSON.parse(area.value);
-      } catch (problem) {
-        error.hidden = false;
-        error.textContent = `Not JSON: ${problem.message}`;
-        return;
-      }
-      this.resolveEdited(interrupt, digest, area.value, `your edit of “${label}”`);
-    }, `Run edited: ${label}`);
-    box.append(area, error, save);
-    card.actions.append(box);
-    area.focus();
   }
 
   // A notice (no reply, the turn limit, a deadline, ...), an aside or a proposal that never became a card: a
