@@ -703,6 +703,64 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _decide(args: argparse.Namespace) -> int:
+    """``dial-runtime decide``: take a decision on a suggestion that waits in a stored conversation, as the panel
+    and the terminal take one (the same log, the same checks, under the conversation's lock), logged ``via
+    cli``; the conversation then carries on with its agent and domain. Prints how the suggestion stands."""
+    import json
+
+    from .driver import Conversation
+    from .driver.built import AgentOnFirstUse, DeferringHuman
+    from .errors import DialError
+    from .runtime.records import Accept, Dismiss, Edit
+    from .web.serve import agent_factory
+
+    if args.decision == "edit" and args.payload is None:
+        _usage("an edit needs the edited payload: --payload JSON")
+    if args.decision != "edit" and args.payload is not None:
+        _usage("--payload goes with edit")
+    decision: Accept | Dismiss | Edit
+    if args.decision == "accept":
+        decision = Accept()
+    elif args.decision == "dismiss":
+        decision = Dismiss()
+    else:
+        try:
+            decision = Edit(json.loads(args.payload))
+        except ValueError as error:
+            _usage(f"--payload is not JSON: {error}")
+    domain = load_domain(args.domain)
+    _read_log(args.store, args.id)  # the conversation is there (read only: a mistyped store creates nothing)
+    store = _open(args.store)
+
+    async def work() -> str:
+        try:
+            agent = AgentOnFirstUse(agent_factory(args.agent, domain), args.id)
+            conversation = await Conversation.open(
+                store, args.id, agent=agent, domain=domain, human=DeferringHuman()
+            )
+            agent.conversation = conversation
+            try:
+                result = await conversation.decide(
+                    args.suggestion, decision, by=args.by, shown=args.shown, via="cli", roles=args.roles
+                )
+            finally:
+                await agent.aclose()
+            card = project(conversation.log).card(args.suggestion)
+            told = card.outcome if card is not None and card.outcome else "waiting"
+            approvals = ""
+            if card is not None and card.approvals_needed:
+                approvals = f" ({len(card.approvers)} of {card.approvals_needed} approvals)"
+            return f"{args.suggestion}: {told}{approvals}; the call ended {result.status}"
+        except DialError as error:  # already decided, a payload changed, busy, not waiting
+            raise _CommandError(str(error)) from None
+        finally:
+            await store.aclose()
+
+    print(trio.run(work))
+    return 0
+
+
 def _worker(args: argparse.Namespace) -> int:
     """``dial-runtime worker``: fire the deadlines of conversations stored on PostgreSQL, with nobody watching,
     until interrupted (it prints ``ready`` once it takes jobs). The conversations are built as ``serve`` builds
@@ -857,6 +915,7 @@ def _add_mcp_options(command: argparse.ArgumentParser, served: Any) -> None:
 
 
 def _add_serve(commands: Any) -> None:
+
     working = commands.add_parser(
         "worker", help="fire the deadlines of conversations stored on PostgreSQL, with nobody watching"
     )
@@ -985,6 +1044,27 @@ def build_parser() -> argparse.ArgumentParser:
     diagrams.set_defaults(run=_diagrams)
 
     store_help = "the store: memory:, sqlite:PATH or postgresql://..."
+    deciding = commands.add_parser(
+        "decide", help="decide on a suggestion that waits in a stored conversation, as the panel does"
+    )
+    deciding.add_argument("id", help="the conversation's id")
+    deciding.add_argument("suggestion", help="the suggestion's id (sg-1, ...)")
+    deciding.add_argument("decision", choices=["accept", "dismiss", "edit"])
+    deciding.add_argument("--store", required=True, metavar="URL", help=store_help)
+    deciding.add_argument("--agent", required=True, metavar="URI", help="the agent, as serve's (for what follows)")
+    deciding.add_argument("--domain", required=True, metavar="MODULE:FACTORY", help="the domain, as serve's")
+    deciding.add_argument(
+        "--as", dest="by", metavar="NAME", default=_login_name(), help="who decides (default: your login name)"
+    )
+    deciding.add_argument(
+        "--role", dest="roles", action="append", default=[], metavar="ROLE", help="a role you hold (repeatable)"
+    )
+    deciding.add_argument("--payload", metavar="JSON", help="the edited payload (with edit)")
+    deciding.add_argument(
+        "--shown", metavar="DIGEST", help="the digest of the payload you saw (refused if it changed since)"
+    )
+    deciding.set_defaults(run=_decide)
+
     log = commands.add_parser("log", help="print a stored conversation's audit trail, one line per event")
     log.add_argument("id", help="the conversation's id")
     log.add_argument("--store", required=True, metavar="URL", help=store_help)
