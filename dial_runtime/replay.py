@@ -369,7 +369,7 @@ class _Replayer:
     def _decide(self, given: Event | None) -> Call:
         core = self.core
         if isinstance(given, DecidedEvent):
-            return core.decide(given.suggestion_id, _decision(given), given.by, via=given.via)
+            return core.decide(given.suggestion_id, _decision(given), given.by, via=given.via, roles=given.roles)
         if isinstance(given, DeferredEvent):
             return core.decide(given.subject_id, Defer(), None)
         if isinstance(given, ApprovalRefusedEvent):  # an approval its policy did not take
@@ -564,18 +564,21 @@ class _Replayer:
                 destructive=shown.destructive,
                 handoff=shown.handoff,
                 repeatable=shown.done_before is None,
-                deadline=self._seconds_to(shown),
+                deadline=self._seconds_to(shown, shown.deadline),
                 policy=shown.policy,
+                remind_after=self._seconds_to(shown, shown.remind_at),
+                escalate_after=self._seconds_to(shown, shown.escalate_at),
+                escalate_to=frozenset(shown.escalate_to),
             )
         ended = self.recording.about(ident, "outcome")
         if isinstance(ended, OutcomeEvent) and ended.code == "unknown-action":
             return None
         return ActionSpec(mutates=True)  # never shown: its review ended it, and the spec said nothing more
 
-    def _seconds_to(self, shown: SuggestionEvent) -> float | None:
-        """The seconds to decide that give the recorded deadline exactly when added to the time the suggestion
-        was shown, as the core adds them (the float nearest their difference, moved until the sum is exact)."""
-        deadline = shown.deadline
+    def _seconds_to(self, shown: SuggestionEvent, deadline: float | None) -> float | None:
+        """The seconds that give the recorded time ``deadline`` (a deadline, a reminder, an escalation) exactly
+        when added to the time the suggestion was shown, as the core adds them (the float nearest their
+        difference, moved until the sum is exact)."""
         if deadline is None:
             return None
         at = next(index for index, event in enumerate(self.recording.events) if event is shown)
@@ -636,7 +639,11 @@ class _Replayer:
                 self.recording.take(given)
             if isinstance(given, DecidedEvent):
                 decision = _decision(given)
-                answer = Expired() if given.decision == "expire" else Answer(decision, by=given.by, via=given.via)
+                answer = (
+                    Expired()
+                    if given.decision == "expire"
+                    else Answer(decision, by=given.by, via=given.via, roles=given.roles)
+                )
             elif isinstance(given, DeferredEvent):
                 answer = Answer(Defer())
             else:

@@ -14,7 +14,7 @@ import dial_runtime.ports
 
 #: The names the README documents; adding or removing one is a deliberate API change.
 EXPECTED = {
-    "Accept", "Acknowledge", "ActionError", "ActionSpec", "AgentError", "AlreadyDecided", "Ask",
+    "Accept", "Acknowledge", "ActionError", "ActionSpec", "AgentError", "AlreadyDecided", "ApprovalPolicy", "Ask",
     "AskElement", "ChatAgent",
     "Conversation", "ConversationBusy", "Declare", "Defer", "Delegate", "DialError", "DialSizeError", "Dismiss",
     "Divergence", "Domain", "Edit", "Envelope", "Event", "Execute", "IdempotencyKey", "IllegalTransition",

@@ -79,7 +79,7 @@ async def test_every_event_round_trips_through_json() -> None:
     unseen = {"send-failed", "interrupted", "ended", "turn-limit", "flow-moved"}
     unseen |= {"reply-started", "reply-progress", "reply-cut"}  # a streamed reply's
     unseen |= {"reply-repeated"}  # a call that stops on an unusable reply sent again
-    unseen |= {"approval-refused", "approval-waiting"}  # an approval policy's (tests/test_policy.py)
+    unseen |= {"approval-refused", "approval-waiting", "reminded", "escalated"}  # see test_policy, test_reminders
     assert seen >= set(EVENT_TYPES) - unseen
     for entry in conversation.log:
         data = json.loads(json.dumps(entry_to_dict(entry)))

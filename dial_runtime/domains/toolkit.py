@@ -20,7 +20,7 @@ import inspect
 import json
 import string
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar, overload
 
@@ -192,6 +192,9 @@ class Domain:
         repeatable: bool = False,
         deadline: float | None = None,
         policy: ApprovalPolicy | None = None,
+        remind_after: float | None = None,
+        escalate_after: float | None = None,
+        escalate_to: Iterable[str] = (),
         check: Callable[..., object] | None = None,
         reconcile: Callable[..., Any] | None = None,
         schema: Mapping[str, Any] | None = None,
@@ -213,6 +216,9 @@ class Domain:
         repeatable: bool = False,
         deadline: float | None = None,
         policy: ApprovalPolicy | None = None,
+        remind_after: float | None = None,
+        escalate_after: float | None = None,
+        escalate_to: Iterable[str] = (),
         check: Callable[..., object] | None = None,
         reconcile: Callable[..., Any] | None = None,
         schema: Mapping[str, Any] | None = None,
@@ -231,6 +237,8 @@ class Domain:
         - ``policy``: who must approve it (:class:`~dial_runtime.ApprovalPolicy`: how many distinct people,
           holding which roles, whether the person who asked may be its only approver, whether one dismissal
           ends it).
+        - ``remind_after``, ``escalate_after`` and ``escalate_to``: seconds undecided after which its deciders
+          are reminded, and after which it escalates to the deciders holding the ``escalate_to`` roles.
         - ``read_only``: runs without asking the person; ``destructive``: marked for the person; ``handoff``:
           taken over by the surface (see the suggestion lifecycle); ``repeatable``: a proposal that repeats one
           done already (the same payload) is not marked as done before.
@@ -269,6 +277,9 @@ class Domain:
                     repeatable=repeatable,
                     deadline=deadline,
                     policy=policy,
+                    remind_after=remind_after,
+                    escalate_after=escalate_after,
+                    escalate_to=frozenset(escalate_to),
                 ),
                 check=check,
                 reconcile=reconcile,

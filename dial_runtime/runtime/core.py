@@ -93,6 +93,7 @@ from .events import (
     DeferredEvent,
     DelegateEvent,
     EndedEvent,
+    EscalatedEvent,
     Event,
     ExecuteEvent,
     FinishedEvent,
@@ -108,6 +109,7 @@ from .events import (
     PhaticEvent,
     ProposedEvent,
     RefusedEvent,
+    RemindedEvent,
     ReplyCutEvent,
     ReplyEvent,
     ReplyProgressEvent,
@@ -494,35 +496,42 @@ class ConversationCore:
         return ended or DialError(f"Conversation: {kind} {subject_id!r} is not awaiting {awaited}")
 
     def expire_due(self) -> Call | None:
-        """End every deferred suggestion whose deadline has passed (``dismissed``, ``expired``) and carry on as a
-        decision would (the agent is told with the next message, or at once when a turn follows anyway);
-        ``None`` when none is due. Whichever comes first, the deadline or a decision, ends the suggestion, once."""
+        """Fire what is due of the deferred suggestions' times: remind the deciders of one whose reminder time
+        came (``reminded``), escalate one whose escalation time came (``escalated``), and end one whose deadline
+        passed (``dismissed``, ``expired``); then carry on as a decision would (the agent is told with the next
+        message, or at once when a turn follows anyway). ``None`` when nothing is due. Whichever comes first, the
+        deadline or a decision, ends the suggestion, once."""
         state = self.state
         if not state.open_suggestions or "resume" not in TURN_LOOP.allowed(state.loop):
             return None
         now = self.clock()
-        due = [
-            opened
-            for opened in self.state.open_suggestions.values()
-            if opened.deferred and opened.deadline is not None and now > opened.deadline
-        ]
+        due = [opened for opened in state.open_suggestions.values() if opened.deferred and _due(opened, now)]
         if not due:
             return None
         self.record(ResumedEvent(call="expire"))
-        return self._drive("", self._expiring(due))
+        return self._drive("", self._firing(due, now))
 
-    def _expiring(self, due: Sequence[OpenSuggestion]) -> Generator[Effect, Any, None]:
+    def _firing(self, due: Sequence[OpenSuggestion], now: float) -> Generator[Effect, Any, None]:
         for opened in due:
-            self._expire(opened)
+            if opened.deadline is not None and now > opened.deadline:
+                self._expire(opened)
+                continue
+            if opened.remind_at is not None and now >= opened.remind_at:
+                self.record(RemindedEvent(suggestion_id=opened.id), now)
+            if opened.escalate_at is not None and now >= opened.escalate_at:
+                self.record(EscalatedEvent(suggestion_id=opened.id, to=opened.escalate_to), now)
         return
         yield  # makes this a generator that yields nothing
 
     def deadlines(self) -> list[tuple[str, float]]:
-        """The suggestions waiting for a deferred decision that have a deadline, with it, soonest first."""
-        waiting = self.state.open_suggestions.values()
-        return sorted(
-            ((o.id, o.deadline) for o in waiting if o.deferred and o.deadline is not None), key=lambda p: p[1]
-        )
+        """The times the deferred suggestions have coming (a reminder, an escalation, a deadline), each
+        suggestion's soonest, soonest first: when :meth:`expire_due` has something to do."""
+        soonest = []
+        for opened in self.state.open_suggestions.values():
+            times = [t for t in (opened.remind_at, opened.escalate_at, opened.deadline) if t is not None]
+            if opened.deferred and times:
+                soonest.append((opened.id, min(times)))
+        return sorted(soonest, key=lambda pair: pair[1])
 
     def resume(self) -> Call | None:
         """Carry on with a reply whose handling a crash cut short; ``None`` when nothing waits to be resumed."""
@@ -1020,6 +1029,9 @@ class ConversationCore:
                 deadline=now + seconds if waits and seconds is not None else None,
                 policy=policy,
                 asked_by=self.state.speaker if policy is not None and policy.separation else None,
+                remind_at=now + spec.remind_after if waits and spec.remind_after is not None else None,
+                escalate_at=now + spec.escalate_after if waits and spec.escalate_after is not None else None,
+                escalate_to=tuple(sorted(spec.escalate_to)) if waits and spec.escalate_after is not None else (),
             ),
             now,
         )
@@ -1356,6 +1368,15 @@ class ConversationCore:
                 index += 1
 
 
+def _due(opened: OpenSuggestion, now: float) -> bool:
+    """Whether a deferred suggestion has a reminder, an escalation or its deadline due at ``now``."""
+    return (
+        (opened.deadline is not None and now > opened.deadline)
+        or (opened.remind_at is not None and now >= opened.remind_at)
+        or (opened.escalate_at is not None and now >= opened.escalate_at)
+    )
+
+
 #: The codes of an approval an action's policy does not take.
 UNKNOWN_DECIDER = "unknown-decider"
 ALREADY_APPROVED = "already-approved"
@@ -1370,8 +1391,9 @@ def _approval_refusal(
         return UNKNOWN_DECIDER, "This action needs named approvers: decide with by=<who>."
     if by in opened.approvers and not editing:
         return ALREADY_APPROVED, f"{by} approved it already; it needs {policy.approvals} different people."
-    if policy.roles and not policy.roles.intersection(roles):
-        return NOT_A_DECIDER, f"It is approved by one of: {', '.join(sorted(policy.roles))}."
+    approving = opened.approving_roles(policy)
+    if policy.roles and not approving.intersection(roles):
+        return NOT_A_DECIDER, f"It is approved by one of: {', '.join(sorted(approving))}."
     return None
 
 

@@ -165,7 +165,8 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
     time to decide ends (seconds since the epoch, as the log's times), for a suggestion that waits for them and
     has one: a decision after it is not taken, and the suggestion ends ``dismissed``, ``expired``. ``policy`` is
     who must approve it (:class:`~dial_runtime.ApprovalPolicy`), and ``asked_by`` whose words asked for it, when
-    the policy separates them from its approvers.
+    the policy separates them from its approvers. ``remind_at`` and ``escalate_at`` are when the deciders are
+    reminded and when it escalates to the deciders holding ``escalate_to`` (seconds since the epoch).
     """
 
     type: ClassVar[str] = "suggestion"
@@ -182,6 +183,9 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
     deadline: float | None = None
     policy: ApprovalPolicy | None = None
     asked_by: str | None = None
+    remind_at: float | None = None
+    escalate_at: float | None = None
+    escalate_to: tuple[str, ...] = ()
 
 
 class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outcome", omit_defaults=True):
@@ -342,6 +346,22 @@ class ApprovalRefusedEvent(_Logged, frozen=True, kw_only=True, tag="approval-ref
     roles: tuple[str, ...] = ()
 
 
+class RemindedEvent(_Logged, frozen=True, kw_only=True, tag="reminded"):
+    """A suggestion still waited for a decision at its reminder time: its deciders are reminded."""
+
+    type: ClassVar[str] = "reminded"
+    suggestion_id: str
+
+
+class EscalatedEvent(_Logged, frozen=True, kw_only=True, tag="escalated"):
+    """A suggestion still waited for a decision at its escalation time: the deciders holding ``to`` (roles) are
+    called on, and may now approve it as well."""
+
+    type: ClassVar[str] = "escalated"
+    suggestion_id: str
+    to: tuple[str, ...]
+
+
 class ApprovalWaitingEvent(_Logged, frozen=True, kw_only=True, tag="approval-waiting"):
     """An approval was taken and the policy needs more (``approvers`` so far, ``needed`` in all): the suggestion
     waits for the next, as if deferred."""
@@ -486,6 +506,8 @@ Event = (
     | DeferredEvent
     | ApprovalRefusedEvent
     | ApprovalWaitingEvent
+    | RemindedEvent
+    | EscalatedEvent
     | RefusedEvent
     | ActionStartedEvent
     | FlowMovedEvent

@@ -41,6 +41,7 @@ from .events import (
     DeferredEvent,
     DelegateEvent,
     EndedEvent,
+    EscalatedEvent,
     Event,
     ExecuteEvent,
     FinishedEvent,
@@ -54,6 +55,7 @@ from .events import (
     PhaticEvent,
     ProposedEvent,
     RefusedEvent,
+    RemindedEvent,
     ReplyCutEvent,
     ReplyEvent,
     ReplyRefusedEvent,
@@ -181,7 +183,8 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     ``decisions`` is every decision on it in order (``decided_via`` the last one's surface); ``run_key`` and
     ``started_at`` are its run's idempotency key and start, once it ran. Under an approval policy,
     ``approvals_needed`` is how many people must approve it and ``approvers`` who has (a surface shows "1 of 2
-    approvals"), and ``approval_refused`` the last approval the policy did not take, in words.
+    approvals"), and ``approval_refused`` the last approval the policy did not take, in words; ``reminded`` and
+    ``escalated_to`` say its deciders were reminded, and to which roles it escalated.
     """
 
     id: str
@@ -213,6 +216,8 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     approvals_needed: int = 0
     approvers: tuple[str, ...] = ()
     approval_refused: str | None = None
+    reminded: bool = False
+    escalated_to: tuple[str, ...] = ()
 
     @property
     def waiting(self) -> bool:
@@ -729,6 +734,18 @@ class Projection:
         if at is not None:
             self._update(at, status="deferred-waiting", approval_refused=None)
 
+    def _reminded(self, event: RemindedEvent) -> None:
+        self._moment("reminded", f"{event.suggestion_id} still waits: its deciders are reminded")
+        at = self._cards.get(event.suggestion_id)
+        if at is not None:
+            self._update(at, reminded=True)
+
+    def _escalated(self, event: EscalatedEvent) -> None:
+        self._moment("escalated", f"{event.suggestion_id} escalated to {', '.join(event.to)}")
+        at = self._cards.get(event.suggestion_id)
+        if at is not None:
+            self._update(at, escalated_to=event.to)
+
     def _approval_refused(self, event: ApprovalRefusedEvent) -> None:
         self._moment("approval refused", f"{event.suggestion_id}{_by(event.by)}: {event.code}: {event.hint}")
         at = self._cards.get(event.suggestion_id)
@@ -898,6 +915,8 @@ _HANDLERS: dict[type[Any], Callable[[Projection, Any], None]] = {
     DeferredEvent: Projection._deferred,
     ApprovalWaitingEvent: Projection._approval_waiting,
     ApprovalRefusedEvent: Projection._approval_refused,
+    RemindedEvent: Projection._reminded,
+    EscalatedEvent: Projection._escalated,
     ActionStartedEvent: Projection._action_started,
     FlowMovedEvent: Projection._flow_moved,
     OutcomeEvent: Projection._outcome,

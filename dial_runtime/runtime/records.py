@@ -58,7 +58,9 @@ class ActionSpec(msgspec.Struct, frozen=True, kw_only=True):
     be done again with the same payload (``repeatable``: a proposal that repeats one done already is not marked
     as done before), and how many seconds the person has to decide on it (``deadline``; ``None``: the
     conversation's ``decide_timeout``); ``policy`` says who must approve it (``None``: one decision of anyone
-    who may decide)."""
+    who may decide); ``remind_after`` seconds undecided, the deciders are reminded, and ``escalate_after``
+    seconds undecided, it escalates to the deciders holding ``escalate_to`` (roles), who may then approve it
+    too."""
 
     mutates: bool
     destructive: bool = False
@@ -66,11 +68,17 @@ class ActionSpec(msgspec.Struct, frozen=True, kw_only=True):
     repeatable: bool = False
     deadline: float | None = None
     policy: ApprovalPolicy | None = None
+    remind_after: float | None = None
+    escalate_after: float | None = None
+    escalate_to: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        deadline = self.deadline
-        if deadline is not None and not 0 < deadline < float("inf"):
-            raise ValueError(f"ActionSpec: a deadline is a positive number of seconds, not {deadline!r}")
+        for name in ("deadline", "remind_after", "escalate_after"):
+            seconds = getattr(self, name)
+            if seconds is not None and not 0 < seconds < float("inf"):
+                raise ValueError(f"ActionSpec: a {name} is a positive number of seconds, not {seconds!r}")
+        if self.escalate_after is not None and not self.escalate_to:
+            raise ValueError("ActionSpec: escalate_after needs escalate_to, the roles it escalates to")
 
 
 def payload_digest(action: str, payload: Any) -> str:
@@ -215,5 +223,8 @@ def as_action_spec(value: object) -> ActionSpec:
             repeatable=bool(value.get("repeatable", False)),
             deadline=_seconds(value.get("deadline")),
             policy=_policy(value.get("policy")),
+            remind_after=_seconds(value.get("remind_after")),
+            escalate_after=_seconds(value.get("escalate_after")),
+            escalate_to=frozenset(value.get("escalate_to", ())),
         )
     raise TypeError(f"Conversation: an action must be an ActionSpec or {{'mutates': ...}} — got {value!r}")

@@ -55,6 +55,7 @@ from .events import (
     DeclareEvent,
     DeferredEvent,
     EndedEvent,
+    EscalatedEvent,
     Event,
     FinishedEvent,
     FlowMovedEvent,
@@ -64,6 +65,7 @@ from .events import (
     OutcomeEvent,
     ProposedEvent,
     RefusedEvent,
+    RemindedEvent,
     ReplyCutEvent,
     ReplyEvent,
     ReplyRefusedEvent,
@@ -119,6 +121,10 @@ class OpenSuggestion(msgspec.Struct):
     policy: ApprovalPolicy | None = None  # who must approve it (``SuggestionEvent.policy``)
     asked_by: str | None = None  # whose words asked for it, when the policy separates them from its approvers
     approvers: tuple[str, ...] = ()  # who approved the payload waiting, in order
+    remind_at: float | None = None  # when its deciders are reminded, until they are (``SuggestionEvent``)
+    escalate_at: float | None = None  # when it escalates, until it has
+    escalate_to: tuple[str, ...] = ()  # the roles it escalates to, which may approve it once it has
+    escalated: bool = False
 
     def suggestion(self) -> Suggestion:
         """The record the person decides on."""
@@ -132,6 +138,10 @@ class OpenSuggestion(msgspec.Struct):
             mutates=self.mutates,
             issue=self.issue,
         )
+
+    def approving_roles(self, policy: ApprovalPolicy) -> frozenset[str]:
+        """The roles whose holders may approve it: the policy's, and once it escalated, those it escalated to."""
+        return policy.roles.union(self.escalate_to) if self.escalated else policy.roles
 
     @property
     def deciding(self) -> bool:
@@ -519,6 +529,9 @@ class ConversationState:
         opened.deadline = event.deadline
         opened.policy = event.policy
         opened.asked_by = event.asked_by
+        opened.remind_at = event.remind_at
+        opened.escalate_at = event.escalate_at
+        opened.escalate_to = event.escalate_to
 
     def _check_done_before(self, event: SuggestionEvent) -> None:
         """Refuse a suggestion marked as done before unless the person decides on it and the suggestion it names
@@ -564,6 +577,23 @@ class ConversationState:
         opened = self._open(event.suggestion_id)
         if not opened.deciding or opened.policy is None:
             raise _Refusal(f"suggestion {event.suggestion_id!r} has no approval to refuse")
+
+    def _reminded(self, event: RemindedEvent) -> None:
+        opened = self._open(event.suggestion_id)
+        if not opened.deferred or opened.remind_at is None or self.now < opened.remind_at:
+            raise _Refusal(f"suggestion {event.suggestion_id!r} is not due a reminder")
+        opened.remind_at = None
+
+    def _escalated(self, event: EscalatedEvent) -> None:
+        opened = self._open(event.suggestion_id)
+        if not opened.deferred or opened.escalate_at is None or self.now < opened.escalate_at:
+            raise _Refusal(f"suggestion {event.suggestion_id!r} is not due to escalate")
+        if event.to != opened.escalate_to:
+            raise _Refusal(
+                f"suggestion {event.suggestion_id!r} escalates to {opened.escalate_to!r}, not {event.to!r}"
+            )
+        opened.escalate_at = None
+        opened.escalated = True
 
     def _approval_waiting(self, event: ApprovalWaitingEvent) -> None:
         opened = self._open(event.suggestion_id)
@@ -624,6 +654,8 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
     "action-started": ConversationState._action_started,
     "approval-refused": ConversationState._approval_refused,
     "approval-waiting": ConversationState._approval_waiting,
+    "reminded": ConversationState._reminded,
+    "escalated": ConversationState._escalated,
     "flow-moved": ConversationState._flow_moved,
     "declare": ConversationState._declare,
 }
@@ -638,7 +670,7 @@ def _approved(
     by = event.by
     if by is None or by in before:
         raise _Refusal(f"suggestion {opened.id!r}: an approval names a person who has not approved it yet")
-    if policy.roles and not policy.roles.intersection(event.roles):
+    if policy.roles and not opened.approving_roles(policy).intersection(event.roles):
         raise _Refusal(f"suggestion {opened.id!r}: {by!r} holds none of the roles that approve it")
     opened.approvers = (*before, by)
     return policy.met(opened.approvers, opened.asked_by)
