@@ -83,3 +83,36 @@ SHOWN_JS = """() => [...document.querySelectorAll('dial-chat .dial-log > :not([h
 def shown(page: Page) -> list[list[object]]:
     """What the panel shows of the conversation, node by node (see ``SHOWN_JS``)."""
     return list(page.evaluate(SHOWN_JS))
+
+
+def open_link(context: BrowserContext, url: str) -> Page:
+    """A page of the decision link ``url``, once it shows what the link is for; the page's errors are kept in
+    ``page.errors``."""
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.errors = errors  # type: ignore[attr-defined]
+    page.goto(url)
+    expect(page.locator("dial-decision .dial-decision-title")).to_be_visible()
+    return page
+
+
+#: A node and everything below it as [tag, classes, data attributes, hidden, accessible name, children], text
+#: nodes as their text: two renderings with the same structure give the same list. ``dial-pending`` is left out
+#: (a page's own state), and, given ``false``, the decision controls (``.dial-actions``) a page offers.
+STRUCTURE_JS = """([selector, withActions]) => {
+  const of = (node) => node.nodeType === Node.TEXT_NODE ? ['#text', node.textContent] : [
+    node.tagName,
+    node.className.replace(/\\s*dial-pending/, ''),
+    JSON.stringify(Object.assign({}, node.dataset)),
+    node.hidden,
+    node.getAttribute('aria-label'),
+    !withActions && node.classList.contains('dial-actions') ? [] : [...node.childNodes].map(of),
+  ];
+  return of(document.querySelector(selector));
+}"""
+
+
+def structure(page: Page, selector: str, *, with_actions: bool = True) -> list[object]:
+    """The structure of the node ``selector`` names (see ``STRUCTURE_JS``)."""
+    return list(page.evaluate(STRUCTURE_JS, [selector, with_actions]))

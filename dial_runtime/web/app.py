@@ -11,6 +11,10 @@ person does not decide in this run is ``cancelled``, which leaves it waiting in 
 device) under the same interrupt id; with new words, cancelled cards are superseded. A client that closes a run's
 request (AG-UI's abort) stops the run after a short grace, and the log says who stopped it; a page that goes away
 (a reload) says first that its run should go on without it (``POST /agui/detach``), and the run ends in the log.
+
+With a keyring (``create_app(links=...)``), a card can also be decided from a signed link (``/decide``: a page
+that shows the card as the panel does, and the decision it posts, logged ``via="link"``), and with
+``notifications`` people are told when a card waits for them (with their links) and when it is decided.
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ import json
 import logging
 import math
 import re
+import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
+from urllib.parse import urlencode
 
 import anyio
 from ag_ui.core import (
@@ -43,11 +50,12 @@ from ag_ui.core import (
 from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -58,6 +66,7 @@ from .. import (
     Ask,
     Conversation,
     ConversationBusy,
+    DialError,
     Dismiss,
     Edit,
     LogEntry,
@@ -71,10 +80,22 @@ from .. import (
 from ..agents.prompt import vocabulary
 from ..deadlines import DeadlineScheduler, LocalDeadlines, PostgresDeadlines, conversation_opener, waiting
 from ..driver.built import AgentOnFirstUse, DeferringHuman, DomainOnFirstUse
-from ..runtime.events import Event, InformDeltaEvent
+from ..links import (
+    DECISIONS,
+    DEFAULT_VALID_FOR,
+    Keyring,
+    LinkClaims,
+    LinkRefused,
+    MemoryUsedTokens,
+    UsedTokens,
+    token_from_url,
+)
+from ..notify import Notification, NotificationKind, Notifications
+from ..runtime.events import Event, InformDeltaEvent, OutcomeEvent
 from ..runtime.projection import Card, Notice, Projection, Question, project
 from ..stores.postgres import PostgresStore
-from .mapping import EventMapper, encode_sse, interrupt_for, interrupt_id, messages_of
+from .linking import LINK_VIA, REFUSAL_STATUS, decide_url, decision_links, decision_page
+from .mapping import EventMapper, encode_sse, interrupt_for, interrupt_id, item_view, messages_of
 
 __all__ = ["LOOPBACK_HOSTS", "AgentFactory", "DomainFactory", "create_app", "scripted_agents"]
 
@@ -150,6 +171,14 @@ class _Settings:
     abort_grace: float
     options: dict[str, Any] = field(default_factory=dict)
     deadlines: DeadlineScheduler | None = None
+    links: Keyring | None = None
+    used_tokens: UsedTokens = field(default_factory=MemoryUsedTokens)
+    roles: Callable[[str], Any] | None = None
+    panel: bool = True
+    public_url: str | None = None
+    notifications: Notifications | None = None
+    recipients: Callable[[str, Card], Any] | None = None
+    background: anyio.abc.TaskGroup | None = None  # the lifespan's, while it runs
 
 
 def create_app(
@@ -173,11 +202,18 @@ def create_app(
     heartbeat: float = 15.0,
     abort_grace: float = 1.5,
     deadlines: DeadlineScheduler | Literal["auto"] | None = "auto",
+    links: Keyring | None = None,
+    used_tokens: UsedTokens | None = None,
+    roles: Callable[[str], Iterable[str] | Awaitable[Iterable[str]]] | None = None,
+    public_url: str | None = None,
+    notifications: Notifications | None = None,
+    recipients: Callable[[str, Card], Sequence[str] | Awaitable[Sequence[str]]] | None = None,
 ) -> Starlette:
     """The ASGI application: ``POST /agui`` (AG-UI runs), ``POST /agui/detach``, ``GET /actions`` (the domain's
     actions, which the panel's empty state names), ``GET /conversations``, ``GET
     /conversations/{id}/changes`` (a server-sent event each time a conversation's log grows, in any worker; a
-    comment every ``heartbeat`` seconds while it does not), and the panel at ``/``.
+    comment every ``heartbeat`` seconds while it does not), the panel at ``/``, and, with ``links``, ``GET`` and
+    ``POST /decide`` (decision links, below).
 
     ``store`` is a :class:`StorePort` or its URL (one store holds every conversation; PostgreSQL when several
     workers share it). ``domain`` serves every conversation; or, a domain factory (a callable with no ``run``:
@@ -218,7 +254,54 @@ def create_app(
     starts. They run in the application's lifespan (an ASGI server that runs no lifespan fires none: deadlines then
     fire when their conversation is next opened). ``None``: no scheduler; or a :class:`DeadlineScheduler` of your
     own, whose ``schedule`` is called.
+
+    ``links``, a :class:`~dial_runtime.links.Keyring`, serves decision links (:mod:`dial_runtime.web.linking`,
+    whose :func:`~dial_runtime.web.linking.decision_links` issues them for a waiting card): ``GET
+    /decide?token=...`` is a page, in the panel's look, with the one card the token names, rendered by the panel's
+    own renderer, and only the decisions the token allows; opening it decides nothing and marks nothing used (mail
+    scanners open links), and it is sent ``Cache-Control: no-store``, ``Referrer-Policy: no-referrer`` and a policy
+    that keeps it out of frames. ``POST /decide`` (JSON ``{"token", "decision", "payload"?}``: ``accept``,
+    ``dismiss``, or ``edit`` with the payload to run) takes the decision: the token is verified against the card
+    waiting now (its conversation, suggestion, payload digest, expiry, the decisions it allows), and its decider,
+    or one of its roles, must be the caller's principal from ``auth`` (holding the roles ``roles(principal)``
+    returns, plain or ``async``; none by default: the same roles go with every decision the principal makes, in the
+    panel too, for an action's approval policy). Without ``auth`` every caller is ``"local"``, so a link is then
+    issued for the decider ``"local"``, or for a role ``roles("local")`` returns. ``can_view`` and ``can_decide``
+    apply as to any decision: a link lets its holder decide from elsewhere, never decide what they may not. The
+    decision is ``decide(..., by=principal, shown=<the token's digest>, via="link")``, checked again under the
+    conversation's lock, and the answer (once the call it starts has ended, as a run's does) is ``{"decision",
+    "status", "card"}``, the card as it is then (still waiting, ``status`` ``awaiting``, when an approval policy
+    wants more approvers); after an edit the domain refused, the refused payload waits, and ``token`` is a link's
+    token for it (same person, decisions and expiry). A refusal is ``{"error", "reason", "card"?}``: 400
+    ``malformed``; 401 ``not-signed-in``; 403 ``bad-signature``, ``unknown-key``, ``not-yet-valid``,
+    ``wrong-person``, ``decision-not-allowed``, ``forbidden``; 404 ``unknown-suggestion``; 409 ``payload-changed``,
+    ``busy`` (another call drives the conversation: try again), ``not-waiting``; 410 ``expired``, ``replayed``,
+    ``already-decided``; 413, 415. Each token is used once: its id goes into ``used_tokens`` once its decision is
+    in the log, never for a refusal. The default, :class:`~dial_runtime.links.MemoryUsedTokens`, is this process's
+    memory: with several workers, or across restarts, give a shared :class:`~dial_runtime.links.UsedTokens` (a
+    token whose card has ended is refused anyway, so what it guards is a second decision on a card that still
+    waits). ``public_url`` is where people reach this server (``https://dial.example``): the base of the links
+    notifications carry.
+
+    ``notifications`` (:class:`~dial_runtime.notify.Notifications`) tells people what happens to cards: when a
+    run (or a link's decision) ends with a card waiting that was not waiting before, or waits anew on another
+    payload (after a refused edit), a ``waiting`` notification; when a card is decided (accepted, dismissed,
+    edited, words said instead, or expired, whether through the panel, a link, or a deadline this application's
+    scheduler fires), a ``decided`` one. ``recipients(conversation_id, card)`` (plain or ``async``) names whom to
+    tell, as principals (what ``auth`` returns; each notifier resolves them to addresses): each gets a ``waiting``
+    notification of their own, with links only they can use when there are ``links`` and a ``public_url``
+    (``accept``, unless the payload waiting was refused, ``dismiss``, and ``open``, whose page also offers the
+    editor; valid for a day), its id telling it from another's. Without ``recipients`` one notification, with no
+    recipients and no links, goes to every notifier. They are built when the run ends and sent once its response
+    is complete (a deadline's, in the lifespan), never in its way: a notifier that fails, or ``recipients`` that
+    raises, is logged and the run is unchanged.
     """
+    if (used_tokens is not None or public_url is not None) and links is None:
+        raise ValueError("create_app: used_tokens and public_url go with links (a Keyring)")
+    if recipients is not None and notifications is None:
+        raise ValueError("create_app: recipients go with notifications")
+    if public_url is not None:
+        decide_url(public_url)
     domain_factory: DomainFactory | None = None
     if not callable(getattr(domain, "run", None)):
         if not callable(domain):
@@ -237,6 +320,13 @@ def create_app(
         max_text=max_text,
         heartbeat=heartbeat,
         abort_grace=abort_grace,
+        links=links,
+        used_tokens=MemoryUsedTokens() if used_tokens is None else used_tokens,
+        roles=roles,
+        panel=panel,
+        public_url=public_url,
+        notifications=notifications,
+        recipients=recipients,
         options={
             "timeout": timeout,
             "reply_timeout": reply_timeout,
@@ -245,10 +335,13 @@ def create_app(
             "decide_timeout": decide_timeout,
         },
     )
+    surface = _WebSurface(settings)
     if deadlines == "auto":
         opener = conversation_opener(
             settings.store, agent=agent, domain=domain_factory or domain, describing=domain, **settings.options
         )
+        if notifications is not None:
+            opener = surface.announcing(opener)
         url = getattr(settings.store, "url", None)
         settings.deadlines = (
             PostgresDeadlines(url, open_conversation=opener)
@@ -257,7 +350,6 @@ def create_app(
         )
     else:
         settings.deadlines = deadlines
-    surface = _WebSurface(settings)
     routes: list[Route | Mount] = [
         Route("/agui", surface.agui, methods=["POST"]),
         Route("/agui/detach", surface.detach, methods=["POST"]),
@@ -266,10 +358,14 @@ def create_app(
         Route("/conversations/{thread}/changes", surface.changes, methods=["GET"]),
     ]
     if panel:
+        routes.append(Route("/", _panel, methods=["GET"]))
+    if links is not None:
         routes += [
-            Route("/", _panel, methods=["GET"]),
-            Mount("/static", app=StaticFiles(directory=str(_STATIC)), name="static"),
+            Route("/decide", surface.decide_page, methods=["GET"]),
+            Route("/decide", surface.decide, methods=["POST"]),
         ]
+    if panel or links is not None:
+        routes.append(Mount("/static", app=StaticFiles(directory=str(_STATIC)), name="static"))
     guard = Middleware(_Guard, hosts=_Hosts(allowed_hosts), origins=settings.origins)
     return Starlette(
         routes=routes,
@@ -298,14 +394,17 @@ async def _firing_deadlines(settings: _Settings) -> AsyncIterator[None]:
         return
     try:
         async with anyio.create_task_group() as tasks:
+            settings.background = tasks
             if isinstance(entered, PostgresDeadlines):
                 tasks.start_soon(entered.run)
             else:
                 for conversation_id, waits in (await waiting(settings.store)).items():
                     await entered.schedule(conversation_id, waits)
             yield
+            settings.background = None
             tasks.cancel_scope.cancel()
     finally:
+        settings.background = None
         await scheduler.__aexit__(None, None, None)
 
 
@@ -453,6 +552,92 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+class _LinkRefusal(Exception):
+    """A decision link refused: answered ``{"error", "reason", "card"?}`` with the reason's HTTP status (the page,
+    for ``GET /decide``). ``card`` is the card's view, given only once the caller is known to be the link's."""
+
+    def __init__(
+        self, reason: str, message: str, *, card: dict[str, Any] | None = None, thread: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.card = card
+        self.thread = thread  # the conversation, named once the caller may see it
+
+    @classmethod
+    def of(
+        cls, refused: LinkRefused, *, card: dict[str, Any] | None = None, thread: str | None = None
+    ) -> _LinkRefusal:
+        """The refusal :mod:`dial_runtime.links` gave, in its own words."""
+        words = str(refused).removeprefix(f"decision link refused ({refused.reason}): ")
+        return cls(refused.reason, words, card=card, thread=thread)
+
+    @property
+    def status(self) -> int:
+        return REFUSAL_STATUS.get(self.reason, 400)
+
+    def body(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {"error": str(self), "reason": self.reason}
+        if self.card is not None:
+            shown["card"] = self.card
+        return shown
+
+    def response(self) -> JSONResponse:
+        headers = {"Cache-Control": "no-store"}
+        if self.reason == "busy":
+            headers["Retry-After"] = "1"
+        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+
+
+@dataclass(frozen=True)
+class _Linked:
+    """A decision link checked against its conversation as stored: whose it is, the card it names as it waits,
+    the log's projection it was checked on, and the roles the caller holds."""
+
+    claims: LinkClaims
+    card: Card
+    seen: Projection
+    roles: frozenset[str]
+
+
+#: What a decision page is sent with: never kept (it carries a token), never a referrer, never in a frame.
+_PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+}
+
+#: The keys of a decision's JSON body.
+_DECISION_KEYS = frozenset({"token", "decision", "payload"})
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """What a card was, for telling what changed: waiting or not, on which payload, after how many decisions."""
+
+    waiting: bool
+    digest: str
+    decided: int
+
+
+def _marks(seen: Projection) -> dict[str, _Mark]:
+    """Each card of ``seen`` as :class:`_Mark` says it was."""
+    return {
+        item.id: _Mark(waiting=item.waiting, digest=item.digest, decided=len(item.decisions))
+        for item in seen.items
+        if isinstance(item, Card)
+    }
+
+
+#: How long ``recipients`` may take to name whom to tell, in seconds.
+_RECIPIENTS_TIMEOUT = 10.0
+
+
 class _WebSurface:
     """The handlers, sharing the settings."""
 
@@ -537,12 +722,14 @@ class _WebSurface:
         words = new_words(run)
         if words is not None and len(words) > self.settings.max_text:
             return _error(413, f"the message is over {self.settings.max_text} characters")
+        outbox: list[Notification] = []
         return _EventStream(
-            lambda emit, stop: self._run(run, principal, words, emit, stop),
+            lambda emit, stop: self._run(run, principal, words, emit, stop, outbox),
             run,
             principal,
             runs=self.runs,
             grace=self.settings.abort_grace,
+            after=lambda: self._deliver(outbox),
         )
 
     async def detach(self, request: Request) -> Response:
@@ -575,6 +762,237 @@ class _WebSurface:
         logger.info("run %s of %s goes on without its client", run_id[:64], thread)
         return JSONResponse({"detached": True}, status_code=202)
 
+    async def _roles(self, principal: str) -> frozenset[str]:
+        """The roles ``principal`` holds (``create_app``'s ``roles``; none without it)."""
+        roles = self.settings.roles
+        if roles is None:
+            return frozenset()
+        held = roles(principal)
+        if inspect.isawaitable(held):
+            held = await held
+        if isinstance(held, str):
+            raise TypeError("create_app: roles(principal) returns a collection of roles, not one string")
+        return frozenset(str(role) for role in held)
+
+    async def _check_link(self, token: str, principal: str, decision: str | None) -> _Linked:
+        """The link ``token`` checked for ``principal`` making ``decision`` (``None``: the page, any decision the
+        link allows) on its card as the store holds it now; nothing is marked used. Raises :class:`_LinkRefusal`:
+        first what the token says (its form, signature, validity, whose it is), then what the caller may see and
+        decide, then the card's state (``already-decided`` once it ended, ``payload-changed``, ``replayed``)."""
+        keyring = self.settings.links
+        assert keyring is not None
+        try:
+            claims = keyring.authenticate(token)
+        except LinkRefused as refused:
+            raise _LinkRefusal.of(refused) from None
+        roles = await self._roles(principal)
+        if not claims.may_be_used_by(principal, roles):
+            raise _LinkRefusal("wrong-person", f"the link is not for {principal[:60]!r}")
+        thread, suggestion_id = claims.conversation_id, claims.suggestion_id
+        if not _THREAD_ID.fullmatch(thread):
+            raise _LinkRefusal("malformed", "the link names a conversation id this server does not serve")
+        if not self._may_view(principal, thread):
+            raise _LinkRefusal("forbidden", "you may not see this conversation")
+        entries = await self.settings.store.read(thread)
+        seen = project(entries)
+        card = seen.card(suggestion_id)
+        if card is None:
+            raise _LinkRefusal("unknown-suggestion", f"no proposal {suggestion_id[:60]!r} in this conversation")
+        view = item_view(card)
+        chosen = decision if decision is not None else min(claims.decisions, key=DECISIONS.index)
+        waiting = card.waiting
+        try:
+            keyring.verify(
+                token,
+                conversation_id=thread,
+                suggestion_id=suggestion_id,
+                waiting_digest=card.digest if waiting else claims.digest,
+                principal=principal,
+                principal_roles=roles,
+                decision=chosen,
+                used=self.settings.used_tokens,
+                consume=False,
+            )
+        except LinkRefused as refused:
+            raise _LinkRefusal.of(refused, card=view, thread=thread) from None
+        if not waiting:
+            ended = seen.already_decided(suggestion_id)
+            words = str(ended) if ended is not None else f"{suggestion_id[:60]!r} ended ({card.status})"
+            raise _LinkRefusal("already-decided", words, card=view, thread=thread)
+        domain = self._domain(thread)
+        held = Conversation(agent=_NoAgent(), domain=domain, human=DeferringHuman(), log=entries)
+        if isinstance(domain, DomainOnFirstUse):
+            domain.conversation = held
+        subject = next((each for each in held.pending if each.id == suggestion_id), None)
+        if isinstance(subject, Suggestion) and not self._may_decide(principal, subject):
+            raise _LinkRefusal(
+                "forbidden", f"{principal[:60]} may not decide {suggestion_id[:60]!r}", card=view, thread=thread
+            )
+        return _Linked(claims=claims, card=card, seen=seen, roles=roles)
+
+    def _open_url(self, thread: str) -> str | None:
+        """The panel's page of conversation ``thread``, relative to the decision page (none without a panel)."""
+        if not self.settings.panel:
+            return None
+        return "./?" + urlencode({"thread": thread})
+
+    async def decide_page(self, request: Request) -> Response:
+        """``GET /decide?token=...``: the decision page of a link, the card it names and the decisions it allows
+        (or why it cannot be used, with the HTTP status of the refusal). Decides nothing, marks nothing used."""
+        data: dict[str, Any] = {"token": None, "decisions": [], "card": None}
+        try:
+            token = token_from_url(request.url.query)
+        except LinkRefused as refused:
+            return self._page(_LinkRefusal.of(refused), data)
+        data["token"] = token
+        principal = await self._principal(request)
+        if principal is None:
+            return self._page(_LinkRefusal("not-signed-in", "not signed in"), data)
+        try:
+            linked = await self._check_link(token, principal, None)
+        except _LinkRefusal as refusal:
+            return self._page(refusal, data)
+        claims = linked.claims
+        data.update(
+            decisions=[each for each in DECISIONS if each in claims.decisions],
+            card=item_view(linked.card),
+            expires_at=claims.expires_at,
+            open=self._open_url(claims.conversation_id),
+        )
+        return HTMLResponse(decision_page(data), headers=_PAGE_HEADERS)
+
+    def _page(self, refusal: _LinkRefusal, data: dict[str, Any]) -> Response:
+        """The decision page saying why the link cannot be used."""
+        shown = {**data, **refusal.body(), "decisions": []}
+        if refusal.thread is not None:
+            shown["open"] = self._open_url(refusal.thread)
+        return HTMLResponse(decision_page(shown), status_code=refusal.status, headers=_PAGE_HEADERS)
+
+    async def decide(self, request: Request) -> Response:
+        """``POST /decide`` (JSON ``{"token", "decision", "payload"?}``): the decision a link allows, taken once;
+        the card as it is after it, or the refusal (see ``create_app``)."""
+        principal = await self._principal(request)
+        if principal is None:
+            return _LinkRefusal("not-signed-in", "not signed in").response()
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            return _LinkRefusal("not-json", "a decision is sent as application/json").response()
+        body = await _read_body(request, self.settings.max_body)
+        if body is None:
+            return _LinkRefusal("too-large", f"the request body is over {self.settings.max_body} bytes").response()
+        try:
+            named = json.loads(body)
+        except (ValueError, RecursionError):
+            named = None
+        if not isinstance(named, dict) or not named.keys() <= _DECISION_KEYS:
+            return _LinkRefusal("malformed", 'give {"token", "decision", "payload"?} as JSON').response()
+        token, decision = named.get("token"), named.get("decision")
+        if not isinstance(token, str) or decision not in DECISIONS:
+            return _LinkRefusal("malformed", f"give the token and a decision of {', '.join(DECISIONS)}").response()
+        if (decision == "edit") != ("payload" in named):
+            return _LinkRefusal("malformed", "an edit, and only an edit, gives the payload to run").response()
+        try:
+            linked = await self._check_link(token, principal, decision)
+            return await self._decide_by_link(linked, principal, decision, named.get("payload"))
+        except _LinkRefusal as refusal:
+            return refusal.response()
+
+    async def _decide_by_link(self, linked: _Linked, principal: str, decision: str, payload: Any) -> Response:
+        """Take the decision a checked link allows: ``decide(..., shown=<the token's digest>, via="link")`` under
+        the conversation's lock; its token is marked used once the decision is in the log."""
+        settings = self.settings
+        claims = linked.claims
+        thread, suggestion_id = claims.conversation_id, claims.suggestion_id
+        chosen: Accept | Dismiss | Edit = (
+            Accept() if decision == "accept" else Dismiss() if decision == "dismiss" else Edit(payload)
+        )
+        agent = AgentOnFirstUse(settings.agent, thread)
+        domain = self._domain(thread)
+        conversation: Conversation | None = None
+        before = len(linked.card.decisions)
+        status = "failed"
+        try:
+            try:
+                conversation = await Conversation.open(
+                    settings.store, thread, agent=agent, domain=domain, human=DeferringHuman(), **settings.options
+                )
+                agent.conversation = conversation
+                if isinstance(domain, DomainOnFirstUse):
+                    domain.conversation = conversation
+                subject = next((each for each in conversation.pending if each.id == suggestion_id), None)
+                if isinstance(subject, Suggestion) and not self._may_decide(principal, subject):
+                    raise _LinkRefusal("forbidden", f"{principal[:60]} may not decide {suggestion_id[:60]!r}")
+                result = await conversation.decide(
+                    suggestion_id, chosen, by=principal, shown=claims.digest, via=LINK_VIA, roles=linked.roles
+                )
+                status = result.status
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await agent.aclose()
+        except ConversationBusy:
+            raise _LinkRefusal("busy", "another call is driving this conversation; try again") from None
+        except AlreadyDecided as error:
+            raise _LinkRefusal(
+                "already-decided", str(error), card=self._card_now(conversation, suggestion_id)
+            ) from None
+        except PayloadChanged:
+            raise _LinkRefusal(
+                "payload-changed",
+                "the payload changed after the link was made: show it again",
+                card=self._card_now(conversation, suggestion_id),
+            ) from None
+        except _LinkRefusal:
+            raise
+        except DialError as error:
+            if not self._taken(conversation, suggestion_id, before):
+                raise _LinkRefusal("not-waiting", str(error)[:300]) from None
+            logger.error("the call after a link's decision in %s failed: %s", thread, type(error).__name__)
+        except Exception as error:
+            if not self._taken(conversation, suggestion_id, before):
+                raise
+            logger.error("the call after a link's decision in %s failed: %s", thread, type(error).__name__)
+        assert conversation is not None
+        settings.used_tokens.mark_used(claims.token_id, claims.expires_at)
+        await self._schedule(thread, conversation)
+        card = project(conversation.log).card(suggestion_id)
+        assert card is not None
+        answer: dict[str, Any] = {"decision": decision, "status": status, "card": item_view(card)}
+        outbox: list[Notification] = []
+        if settings.notifications is not None:
+            with anyio.CancelScope(shield=True):
+                outbox = await self._announcements(thread, _marks(linked.seen), project(conversation.log))
+        keyring = settings.links
+        now = math.floor(time.time())
+        refused_edit = decision == "edit" and card.waiting and card.digest != claims.digest
+        if refused_edit and keyring is not None and keyring.current is not None and now < claims.expires_at:
+            follow = LinkClaims(
+                conversation_id=thread,
+                suggestion_id=suggestion_id,
+                digest=card.digest,
+                decider=claims.decider,
+                roles=claims.roles,
+                decisions=claims.decisions,
+                issued_at=now,
+                expires_at=claims.expires_at,
+                token_id=secrets.token_urlsafe(16),
+            )
+            answer["token"] = keyring.sign(follow)
+        later = BackgroundTask(self._deliver, outbox) if outbox else None
+        return JSONResponse(answer, headers={"Cache-Control": "no-store"}, background=later)
+
+    @staticmethod
+    def _card_now(conversation: Conversation | None, suggestion_id: str) -> dict[str, Any] | None:
+        """The card's view as the conversation holds it now (``None`` before it was opened)."""
+        card = None if conversation is None else project(conversation.log).card(suggestion_id)
+        return None if card is None else item_view(card)
+
+    @staticmethod
+    def _taken(conversation: Conversation | None, suggestion_id: str, before: int) -> bool:
+        """Whether the conversation's log holds a decision on the card beyond the ``before`` it had: a call that
+        failed after the decision was recorded (the agent failed to answer) still took it."""
+        card = None if conversation is None else project(conversation.log).card(suggestion_id)
+        return card is not None and len(card.decisions) > before and card.decisions[-1].via == LINK_VIA
+
     async def _run(
         self,
         run: RunAgentInput,
@@ -582,9 +1000,11 @@ class _WebSurface:
         words: str | None,
         emit: Callable[[BaseEvent], None],
         stop: _Stop,
+        outbox: list[Notification],
     ) -> None:
         """Drive the conversation for one run, emitting its AG-UI events (RUN_STARTED is already out); ``stop``
-        is told the conversation once it is open, so a client that aborts the run stops it in words.
+        is told the conversation once it is open, so a client that aborts the run stops it in words. What the
+        run changed that people are told of goes into ``outbox``, however the run ends.
 
         A run whose agent never answered (no reply in time, or the message could not be sent: refused, 401, ...)
         ends ``RUN_ERROR`` with code ``no-reply`` and the log's own words for it, which a reload shows too."""
@@ -602,6 +1022,7 @@ class _WebSurface:
             return f"{run.run_id}:{count}"
 
         mapper = EventMapper(message_ids=message_id, history=entries)
+        before = _marks(mapper.projection) if settings.notifications is not None else None
         opened: list[Conversation] = []
 
         def on_event(event: Event | InformDeltaEvent) -> None:
@@ -637,7 +1058,8 @@ class _WebSurface:
                 opened_at = conversation.log[-1].seq if conversation.log else 0
                 for mapped in catch_up():
                     emit(mapped)
-                plan = self._plan(conversation, mapper.projection, run.resume or [], words, principal)
+                roles = await self._roles(principal) if run.resume else frozenset[str]()
+                plan = self._plan(conversation, mapper.projection, run.resume or [], words, principal, roles)
                 for ignored in plan.ignored:
                     emit(CustomEvent(name="dial.resume-entry-ignored", value=ignored))
                 for step in plan.steps:
@@ -647,6 +1069,8 @@ class _WebSurface:
                     emit(mapped)
                 with anyio.CancelScope(shield=True):
                     await agent.aclose()
+                    if before is not None:
+                        outbox += await self._announcements(thread, before, mapper.projection)
         except ConversationBusy:
             raise _Refused("busy", "another run is driving this conversation; try again") from None
         except AlreadyDecided as error:  # another tab or worker decided it between this run's check and its call
@@ -665,6 +1089,112 @@ class _WebSurface:
         await self._schedule(thread, conversation)
         log = conversation.log
         emit(self._finished(run, principal, conversation, mapper.projection, stored=log[-1].seq if log else 0))
+
+    # Notifications ---------------------------------------------------------------------------------------------
+
+    async def _announcements(self, thread: str, before: dict[str, _Mark], now: Projection) -> list[Notification]:
+        """The notifications of what changed on the cards of ``thread`` since ``before``: a ``decided`` for each
+        card decided that no longer waits, a ``waiting`` for each card waiting that did not (or not on this
+        payload). Never raises: what cannot be built is logged and left out."""
+        built: list[Notification] = []
+        for card in now.items:
+            if not isinstance(card, Card):
+                continue
+            was = before.get(card.id)
+            if card.waiting and (was is None or not was.waiting or was.digest != card.digest):
+                built += await self._notifications("waiting", thread, card)
+            elif (
+                not card.waiting
+                and card.decision is not None
+                and len(card.decisions) > (was.decided if was else 0)
+            ):
+                built += await self._notifications("decided", thread, card)
+        return built
+
+    async def _notifications(self, kind: NotificationKind, thread: str, card: Card) -> list[Notification]:
+        """The notifications of ``kind`` for ``card``: one per recipient for ``waiting`` (each with links of
+        their own), one for them all for ``decided``; one with no recipients without ``recipients``."""
+        settings = self.settings
+        try:
+            people: Sequence[str] = ()
+            if settings.recipients is not None:
+                with anyio.fail_after(_RECIPIENTS_TIMEOUT):
+                    named = settings.recipients(thread, card)
+                    if inspect.isawaitable(named):
+                        named = await named
+                if isinstance(named, str):
+                    raise TypeError("recipients(conversation_id, card) returns a list of principals, not one")
+                people = [str(each) for each in named]
+            if kind == "decided" or not people:
+                return [Notification.from_card(kind, thread, card, recipients=people)]
+            return [
+                Notification.from_card(
+                    kind,
+                    thread,
+                    card,
+                    recipients=[person],
+                    links=self._links_for(thread, card, person),
+                    occasion=f"{card.digest} for {person}",
+                )
+                for person in people
+            ]
+        except Exception:
+            logger.exception("the %s notification of %r in %r could not be built", kind, card.id[:60], thread)
+            return []
+
+    def _links_for(self, thread: str, card: Card, person: str) -> dict[str, str]:
+        """The decision links of a waiting card for ``person``, when this application serves links."""
+        settings = self.settings
+        keyring, base = settings.links, settings.public_url
+        if keyring is None or base is None or keyring.current is None:
+            return {}
+        offered = ("dismiss",) if card.issue is not None else ("accept", "dismiss")
+        every = ("dismiss", "edit") if card.issue is not None else ("accept", "dismiss", "edit")
+        return decision_links(
+            keyring,
+            base,
+            thread,
+            card,
+            decider=person,
+            decisions=offered,
+            open_decisions=every,
+            valid_for=DEFAULT_VALID_FOR,
+        )
+
+    async def _deliver(self, outbox: Sequence[Notification]) -> None:
+        """Send what ``outbox`` holds to every notifier, all at once (each retried as ``Notifications`` does)."""
+        notifications = self.settings.notifications
+        if notifications is None or not outbox:
+            return
+        async with anyio.create_task_group() as group:
+            for notification in outbox:
+                group.start_soon(notifications.send, notification)
+
+    def announcing(
+        self, opener: Callable[[str], Awaitable[Conversation]]
+    ) -> Callable[[str], Awaitable[Conversation]]:
+        """``opener`` (what the deadline scheduler opens conversations with), whose conversations announce each
+        suggestion they expire (its outcome, which the conversation shows as it is stored) as ``decided``, sent
+        in the lifespan's task group."""
+
+        async def open_conversation(conversation_id: str) -> Conversation:
+            conversation = await opener(conversation_id)
+
+            def seen(event: Event | InformDeltaEvent) -> None:
+                group = self.settings.background
+                if group is None or not isinstance(event, OutcomeEvent) or not event.expired:
+                    return
+                card = project(conversation.log).card(event.id)
+                if card is not None and card.decision is not None:
+                    group.start_soon(self._announce_expiry, conversation_id, card)
+
+            conversation.on_event = seen
+            return conversation
+
+        return open_conversation
+
+    async def _announce_expiry(self, thread: str, card: Card) -> None:
+        await self._deliver(await self._notifications("decided", thread, card))
 
     async def _schedule(self, thread: str, conversation: Conversation) -> None:
         """Hand the deadlines of what waits to the scheduler; a scheduler that fails is logged, and the run goes
@@ -769,6 +1299,7 @@ class _WebSurface:
         resume: Sequence[ResumeEntry],
         words: str | None,
         principal: str,
+        roles: frozenset[str] = frozenset(),
     ) -> _Plan:
         """The calls a run makes, every resume entry checked first against the conversation as it was opened
         (``projection``: its log's projection then): its shape, who may decide it, the digest of the payload it
@@ -806,7 +1337,7 @@ class _WebSurface:
                 continue
             if not self._may_decide(principal, subject):
                 raise _Refused("forbidden", f"{principal} may not decide {subject.id!r}")
-            plan.steps.append(_resolution(entry, subject, principal))
+            plan.steps.append(_resolution(entry, subject, principal, roles))
             resolved.add(subject.id)
         if words is not None:
             barred = [
@@ -829,7 +1360,9 @@ class _WebSurface:
         return plan
 
 
-def _resolution(entry: ResumeEntry, subject: Suggestion | Ask, principal: str) -> _Step:
+def _resolution(
+    entry: ResumeEntry, subject: Suggestion | Ask, principal: str, roles: frozenset[str] = frozenset()
+) -> _Step:
     """The call a ``resolved`` resume entry makes; ``_Refused`` for a payload it cannot take."""
     payload = entry.payload
     if not isinstance(payload, dict):
@@ -866,7 +1399,9 @@ def _resolution(entry: ResumeEntry, subject: Suggestion | Ask, principal: str) -
         decision = Accept()
     suggestion_id = subject.id
     return _Step(
-        lambda conversation: conversation.decide(suggestion_id, decision, by=principal, shown=digest, via=VIA)
+        lambda conversation: conversation.decide(
+            suggestion_id, decision, by=principal, shown=digest, via=VIA, roles=roles
+        )
     )
 
 
@@ -1063,8 +1598,10 @@ class _EventStream:
         *,
         runs: _Runs,
         grace: float,
+        after: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._drive = run
+        self._after = after
         self._input = run_input
         self._principal = principal
         self._runs = runs
@@ -1124,6 +1661,11 @@ class _EventStream:
                 group.cancel_scope.cancel()  # the run has ended: nothing left to stop
         if not client_gone:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if self._after is not None:  # the response is complete: what follows keeps no client waiting
+            try:
+                await self._after()
+            except Exception:
+                logger.exception("what follows the run of %s failed", thread)
 
 
 async def _queued(receiver: MemoryObjectReceiveStream[BaseEvent]) -> list[BaseEvent]:

@@ -1,0 +1,174 @@
+// The card a person decides on, as the panel (<dial-chat>) and the decision link page (<dial-decision>) both
+// render it: one renderer, so a card looks and reads the same wherever it is decided. Plain JavaScript, no build
+// step. A card is rendered from the server's JSON view of it (item_view): the domain's preview, the action's id,
+// the destructive mark, the payload as its exact JSON text (payload_json: JSON.parse rounds integers past 2**53),
+// the domain's refusal of an edit, and once it ended its outcome in words.
+
+export function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+// " at 10:02" for a time in seconds since the epoch, in the person's own clock; nothing without one.
+export function clockTime(seconds) {
+  if (typeof seconds !== "number") return "";
+  return ` at ${new Date(seconds * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}`;
+}
+
+export function button(label, className, onClick, name) {
+  const node = el("button", `dial-button ${className}`, label);
+  node.type = "button";
+  if (name) node.setAttribute("aria-label", name);
+  node.addEventListener("click", onClick);
+  return node;
+}
+
+// Text from the domain (a hint, a reason) with `code` spans shown as code, everything else as text.
+export function withCode(text) {
+  const box = document.createDocumentFragment();
+  String(text)
+    .split(/(`[^`]+`)/)
+    .forEach((part) => {
+      if (/^`[^`]+`$/.test(part)) box.append(el("code", "", part.slice(1, -1)));
+      else if (part) box.append(document.createTextNode(part));
+    });
+  return box;
+}
+
+// What a card is called in its buttons' names and its confirmations: the domain's preview, else the action.
+export function cardLabel(view) {
+  return view.preview || view.action;
+}
+
+// A new card's elements (not placed anywhere yet: the caller puts card.root where it belongs).
+export function newCard(view) {
+  const root = el("section", "dial-card");
+  root.dataset.suggestion = view.id;
+  const head = el("header", "dial-card-head");
+  const action = el("code", "dial-action");
+  const mark = el("span", "dial-destructive", "destructive");
+  head.append(action, mark);
+  const preview = el("p", "dial-preview");
+  const repeat = el("p", "dial-done-before");
+  const details = el("details", "dial-details");
+  details.append(el("summary", "dial-summary", "Payload"));
+  const payload = el("pre", "dial-payload");
+  details.append(payload);
+  const issue = el("p", "dial-issue");
+  const actions = el("div", "dial-actions");
+  const result = el("p", "dial-outcome");
+  root.append(head, preview, repeat, details, issue, actions, result);
+  return { id: view.id, root, action, mark, preview, repeat, details, payload, issue, actions, result };
+}
+
+// Show `view` (the card as the server has it now) in `card`; an ended card loses its decision controls. Never the
+// agent's own wording: the preview is the domain's account of what would run.
+export function renderCard(card, view) {
+  const ended = Boolean(view.outcome);
+  card.view = view;
+  const root = card.root;
+  root.setAttribute("aria-label", `${view.destructive ? "destructive " : ""}proposal: ${cardLabel(view)}`);
+  card.action.textContent = view.action;
+  card.preview.textContent = view.preview || "";
+  card.preview.hidden = !view.preview;
+  card.mark.hidden = !view.destructive;
+  root.classList.toggle("dial-is-destructive", Boolean(view.destructive));
+  card.repeat.hidden = !view.done_before;
+  card.repeat.textContent = view.done_before ? `Already done${clockTime(view.done_at)} as ${view.done_before}` : "";
+  card.payload.textContent = view.payload_json !== undefined ? view.payload_json : JSON.stringify(view.payload, null, 2);
+  const issue = !ended && view.issue ? view.issue : null;
+  card.issue.hidden = !issue;
+  card.issue.replaceChildren();
+  if (issue) {
+    card.issue.append(`Refused${issue.field ? ` (${issue.field})` : ""}: `, withCode(issue.hint || issue.code || "not valid"));
+  }
+  root.dataset.status = ended ? view.status : view.status === "pending" || view.status === "deferred-waiting" ? "pending" : "running";
+  if (ended) {
+    root.dataset.outcome = view.status;
+    const code = view.reported && view.reported.code;
+    if (code) root.dataset.code = code; // why it ended, for the page's own styles and tests (interrupted, ...)
+    else delete root.dataset.code;
+    card.result.hidden = false;
+    card.result.replaceChildren(withCode(view.outcome));
+    clearActions(card);
+  } else {
+    delete root.dataset.outcome;
+    delete root.dataset.code;
+    card.result.hidden = root.dataset.status !== "running";
+    card.result.textContent = root.dataset.status === "running" ? "Running…" : "";
+  }
+  return card;
+}
+
+export function clearActions(card) {
+  card.actions.replaceChildren();
+  card.root.classList.remove("dial-pending");
+}
+
+// The decisions offered on a waiting card, each only when its handler is given: accept(), edit(jsonText),
+// dismiss(). `extra` nodes follow the buttons (the panel's "Say something else"). A destructive action runs only
+// after a second, explicit yes; a payload the domain refused is not offered as it is (edit it, or dismiss it),
+// and its editor is open from the start.
+export function offerDecisions(card, { accept, edit, dismiss } = {}, extra = []) {
+  const view = card.view;
+  const label = cardLabel(view);
+  clearActions(card);
+  card.root.classList.add("dial-pending");
+  if (accept && !view.issue) {
+    const onAccept = () => (view.destructive ? confirm(card, label, accept) : accept());
+    card.actions.append(button("Accept", "dial-accept", onAccept, `Accept: ${label}`));
+  }
+  if (edit) card.actions.append(button("Edit", "dial-edit", () => editor(card, label, edit), `Edit: ${label}`));
+  if (dismiss) card.actions.append(button("Dismiss", "dial-dismiss", dismiss, `Dismiss: ${label}`));
+  card.actions.append(...extra);
+  if (edit && view.issue) editor(card, label, edit);
+}
+
+// The second yes a destructive action needs.
+export function confirm(card, label, run) {
+  card.actions.querySelectorAll(".dial-confirm-box").forEach((node) => node.remove());
+  const box = el("div", "dial-confirm-box");
+  box.setAttribute("role", "alertdialog");
+  box.setAttribute("aria-label", `confirm: ${label}`);
+  box.append(el("p", "dial-confirm-text", `This is destructive and may not be undone: ${label}?`));
+  const cancel = button("Cancel", "dial-cancel", () => box.remove(), `Cancel: ${label}`);
+  box.append(button("Yes, run it", "dial-confirm", run, `Yes, run it: ${label}`), cancel);
+  card.actions.append(box);
+  cancel.focus();
+}
+
+// The payload as JSON text to edit; `save(text)` gets the text once it parses as JSON (the text itself goes to
+// the server, so every digit of it reaches the domain).
+export function editor(card, label, save) {
+  card.actions.querySelectorAll(".dial-editor").forEach((node) => node.remove());
+  const box = el("div", "dial-editor");
+  const area = el("textarea", "dial-json");
+  area.rows = Math.min(12, Math.max(3, card.payload.textContent.split("\n").length));
+  area.spellcheck = false;
+  area.setAttribute("aria-label", `payload of ${label}, as JSON`);
+  area.value = card.payload.textContent;
+  const error = el("p", "dial-json-error");
+  error.hidden = true;
+  error.setAttribute("role", "alert");
+  const run = button("Run edited", "dial-save", () => {
+    try {
+      JSON.parse(area.value);
+    } catch (problem) {
+      error.hidden = false;
+      error.textContent = `Not JSON: ${problem.message}`;
+      return;
+    }
+    save(area.value);
+  }, `Run edited: ${label}`);
+  box.append(area, error, run);
+  card.actions.append(box);
+  area.focus();
+}
+
+// A JSON request body with `jsonText` (checked to be JSON) in place of `marker`'s value: a payload goes as the
+// text the person wrote, never as numbers a browser parsed.
+export function withJsonText(body, marker, jsonText) {
+  return JSON.stringify(body).replace(JSON.stringify(marker), () => jsonText.trim());
+}
