@@ -345,6 +345,22 @@ def test_an_approval_policy_counts_each_links_approval_with_its_roles(tmp_path: 
         ]
 
 
+def test_the_panel_passes_the_principals_roles_too(tmp_path: Path) -> None:
+    scripts: dict[str, list[str]] = {}
+    app = links_app(tmp_path / "panel.db", scripts, new_keyring(), MemoryUsedTokens(), domain=ReviewedNotes())
+    with serving(app) as url, httpx.Client(base_url=url, timeout=10.0) as http:
+        thread = start(http, scripts, ADD, ACK)
+        for who in ("rita", "rex"):
+            [shown] = waiting(http, thread)
+            http.post("/agui", json=run_input(thread, resume=[accept(shown)]), headers={"x-user": who})
+        logged = events(tmp_path / "panel.db", thread, "decided")
+        assert [(each.by, each.via, each.roles) for each in logged] == [
+            ("rita", "web", ("reviewers",)),
+            ("rex", "web", ("reviewers",)),
+        ]
+        assert len(events(tmp_path / "panel.db", thread, "action-started")) == 1
+
+
 def test_an_edit_the_domain_refuses_waits_with_a_link_for_the_refused_payload(
     client: httpx.Client, store_path: Path
 ) -> None:
