@@ -14,6 +14,7 @@ from playwright.sync_api import Browser, BrowserContext, expect
 from dial_runtime.links import MemoryUsedTokens
 
 from .browser import open_link, open_thread, structure
+from .test_web_links import ReviewedNotes
 from .web_links_setup import ACK, ADD, REMOVE, digest_of, events, issue, links_app, new_keyring, start
 from .web_server import serving
 
@@ -178,3 +179,23 @@ def test_no_serious_accessibility_finding_on_the_link_pages(
             assert page.errors == []  # type: ignore[attr-defined]
     finally:
         context.close()
+
+
+def test_a_card_under_an_approval_policy_says_how_many_approvals_it_has(
+    context: BrowserContext, tmp_path: Path
+) -> None:
+    scripts: dict[str, list[str]] = {}
+    keyring = new_keyring()
+    app = links_app(tmp_path / "reviewed.db", scripts, keyring, MemoryUsedTokens(), domain=ReviewedNotes())
+    with serving(app) as url, httpx.Client(base_url=url, timeout=10.0) as client:
+        thread = start(client, scripts, ADD, ACK)
+        digest = digest_of(client, thread)
+        rita, ada = (issue(keyring, thread, digest, decider=who) for who in ("rita", "ada"))
+        page = open_link(context, f"{url}/decide?token={ada}")  # the browser is ada's
+        expect(page.locator(f"{CARD} .dial-approvals")).to_have_text("0 of 2 approvals")
+        first = client.post("/decide", json={"token": rita, "decision": "accept"}, headers={"x-user": "rita"})
+        assert first.status_code == 200, first.text
+        page = open_link(context, f"{url}/decide?token={ada}")
+        expect(page.locator(f"{CARD} .dial-approvals")).to_have_text("1 of 2 approvals: rita")
+        panel = open_thread(context, url, thread)
+        expect(panel.locator(f"{CARD} .dial-approvals")).to_have_text("1 of 2 approvals: rita")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from .app import AgentFactory, DomainFactory, create_app, scripted_agents
+from .linking import decision_links
 from .mapping import EventMapper, interrupt_for, messages_from_log, messages_of, payload_digest
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "DomainFactory",
     "EventMapper",
     "create_app",
+    "decision_links",
     "interrupt_for",
     "messages_from_log",
     "messages_of",

@@ -42,6 +42,18 @@ export function cardLabel(view) {
   return view.preview || view.action;
 }
 
+// Where a card's approval policy stands ("1 of 2 approvals: ana"), with its reminder, escalation and the last
+// approval the policy did not take; empty for a card without a policy.
+function approvalsText(view) {
+  if (!view.approvals_needed) return "";
+  const approvers = view.approvers || [];
+  const parts = [`${approvers.length} of ${view.approvals_needed} approvals${approvers.length ? `: ${approvers.join(", ")}` : ""}`];
+  if (view.escalated_to && view.escalated_to.length) parts.push(`escalated to ${view.escalated_to.join(", ")}`);
+  else if (view.reminded) parts.push("reminded");
+  if (view.approval_refused) parts.push(`not taken: ${view.approval_refused}`);
+  return parts.join(" · ");
+}
+
 // A new card's elements (not placed anywhere yet: the caller puts card.root where it belongs).
 export function newCard(view) {
   const root = el("section", "dial-card");
@@ -52,6 +64,7 @@ export function newCard(view) {
   head.append(action, mark);
   const preview = el("p", "dial-preview");
   const repeat = el("p", "dial-done-before");
+  const approvals = el("p", "dial-approvals");
   const details = el("details", "dial-details");
   details.append(el("summary", "dial-summary", "Payload"));
   const payload = el("pre", "dial-payload");
@@ -59,8 +72,8 @@ export function newCard(view) {
   const issue = el("p", "dial-issue");
   const actions = el("div", "dial-actions");
   const result = el("p", "dial-outcome");
-  root.append(head, preview, repeat, details, issue, actions, result);
-  return { id: view.id, root, action, mark, preview, repeat, details, payload, issue, actions, result };
+  root.append(head, preview, repeat, approvals, details, issue, actions, result);
+  return { id: view.id, root, action, mark, preview, repeat, approvals, details, payload, issue, actions, result };
 }
 
 // Show `view` (the card as the server has it now) in `card`; an ended card loses its decision controls. Never the
@@ -77,6 +90,8 @@ export function renderCard(card, view) {
   root.classList.toggle("dial-is-destructive", Boolean(view.destructive));
   card.repeat.hidden = !view.done_before;
   card.repeat.textContent = view.done_before ? `Already done${clockTime(view.done_at)} as ${view.done_before}` : "";
+  card.approvals.hidden = !view.approvals_needed;
+  card.approvals.textContent = approvalsText(view);
   card.payload.textContent = view.payload_json !== undefined ? view.payload_json : JSON.stringify(view.payload, null, 2);
   const issue = !ended && view.issue ? view.issue : null;
   card.issue.hidden = !issue;
