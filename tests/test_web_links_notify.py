@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import msgspec
@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from dial_runtime import ActionSpec
 from dial_runtime.links import MemoryUsedTokens, token_from_url
 from dial_runtime.notify import Notification, Notifications, WebhookNotifier
 from dial_runtime.web import create_app, scripted_agents
@@ -264,3 +265,38 @@ def test_a_deadline_the_server_fires_is_told_as_decided(tmp_path: Path, receiver
         ("ada",),
         "dismissed",
     )
+
+
+class EscalatingNotes(WebNotes):
+    """The notebook, whose notes remind their deciders at once and escalate to the leads a moment later."""
+
+    actions: ClassVar[dict[str, ActionSpec]] = {
+        **WebNotes.actions,
+        "add-note": ActionSpec(
+            mutates=True, remind_after=0.3, escalate_after=0.6, escalate_to=frozenset({"leads"})
+        ),
+    }
+
+
+def test_reminders_and_escalations_the_server_fires_are_told_with_links(
+    tmp_path: Path, receiver: tuple[Receiver, str]
+) -> None:
+    hooks, url = receiver
+    scripts: dict[str, list[str]] = {}
+    keyring = new_keyring()
+    app = create_app(
+        store=f"sqlite:{tmp_path / 'escalating.db'}",
+        domain=EscalatingNotes(),
+        agent=scripted_agents(scripts),
+        links=keyring,
+        public_url="http://127.0.0.1",
+        notifications=quick(f"{url}/hook"),
+        recipients=lambda thread, card: ["lee"] if card.escalated_to else ["ada"],
+    )
+    with serving(app, lifespan="on") as served, httpx.Client(base_url=served, timeout=10.0) as http:
+        thread = start(http, scripts, ADD, ACK)
+        waited, reminded, escalated = hooks.wait(thread, 3)
+    assert [n.kind for n in (waited, reminded, escalated)] == ["waiting", "reminder", "escalated"]
+    assert (reminded.recipients, escalated.recipients) == (("ada",), ("lee",))
+    assert "accept" in reminded.links and "accept" in escalated.links
+    assert len({waited.id, reminded.id, escalated.id}) == 3

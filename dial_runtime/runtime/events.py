@@ -569,6 +569,8 @@ RENDERED = frozenset(
         "phatic",
         "delegate",
         "execute",
+        "reminded",
+        "escalated",
     }
 )
 

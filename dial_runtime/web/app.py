@@ -91,7 +91,7 @@ from ..links import (
     token_from_url,
 )
 from ..notify import Notification, NotificationKind, Notifications
-from ..runtime.events import Event, InformDeltaEvent, OutcomeEvent
+from ..runtime.events import EscalatedEvent, Event, InformDeltaEvent, OutcomeEvent, RemindedEvent
 from ..runtime.projection import Card, Notice, Projection, Question, project
 from ..stores.postgres import PostgresStore
 from .linking import LINK_VIA, REFUSAL_STATUS, decide_url, decision_links, decision_page
@@ -1112,8 +1112,9 @@ class _WebSurface:
         return built
 
     async def _notifications(self, kind: NotificationKind, thread: str, card: Card) -> list[Notification]:
-        """The notifications of ``kind`` for ``card``: one per recipient for ``waiting`` (each with links of
-        their own), one for them all for ``decided``; one with no recipients without ``recipients``."""
+        """The notifications of ``kind`` for ``card``: one per recipient for ``waiting``, ``reminder`` and
+        ``escalated`` (each with links of their own), one for them all for ``decided``; one with no recipients
+        without ``recipients``."""
         settings = self.settings
         try:
             people: Sequence[str] = ()
@@ -1126,7 +1127,8 @@ class _WebSurface:
                     raise TypeError("recipients(conversation_id, card) returns a list of principals, not one")
                 people = [str(each) for each in named]
             if kind == "decided" or not people:
-                return [Notification.from_card(kind, thread, card, recipients=people)]
+                occasion = card.digest if kind in ("reminder", "escalated") else None  # each comes once to a card
+                return [Notification.from_card(kind, thread, card, recipients=people, occasion=occasion)]
             return [
                 Notification.from_card(
                     kind,
@@ -1174,27 +1176,34 @@ class _WebSurface:
         self, opener: Callable[[str], Awaitable[Conversation]]
     ) -> Callable[[str], Awaitable[Conversation]]:
         """``opener`` (what the deadline scheduler opens conversations with), whose conversations announce each
-        suggestion they expire (its outcome, which the conversation shows as it is stored) as ``decided``, sent
-        in the lifespan's task group."""
+        suggestion they expire (its outcome, which the conversation shows as it is stored) as ``decided``, and
+        each reminder and escalation they fire as ``reminder`` and ``escalated`` (``recipients`` sees the card's
+        ``escalated_to`` to choose whom), sent in the lifespan's task group."""
 
         async def open_conversation(conversation_id: str) -> Conversation:
             conversation = await opener(conversation_id)
 
             def seen(event: Event | InformDeltaEvent) -> None:
                 group = self.settings.background
-                if group is None or not isinstance(event, OutcomeEvent) or not event.expired:
+                if group is None:
                     return
-                card = project(conversation.log).card(event.id)
-                if card is not None and card.decision is not None:
-                    group.start_soon(self._announce_expiry, conversation_id, card)
+                if isinstance(event, OutcomeEvent) and event.expired:
+                    card = project(conversation.log).card(event.id)
+                    if card is not None and card.decision is not None:
+                        group.start_soon(self._announce, "decided", conversation_id, card)
+                elif isinstance(event, (RemindedEvent, EscalatedEvent)):
+                    card = project(conversation.log).card(event.suggestion_id)
+                    kind: NotificationKind = "reminder" if isinstance(event, RemindedEvent) else "escalated"
+                    if card is not None:
+                        group.start_soon(self._announce, kind, conversation_id, card)
 
             conversation.on_event = seen
             return conversation
 
         return open_conversation
 
-    async def _announce_expiry(self, thread: str, card: Card) -> None:
-        await self._deliver(await self._notifications("decided", thread, card))
+    async def _announce(self, kind: NotificationKind, thread: str, card: Card) -> None:
+        await self._deliver(await self._notifications(kind, thread, card))
 
     async def _schedule(self, thread: str, conversation: Conversation) -> None:
         """Hand the deadlines of what waits to the scheduler; a scheduler that fails is logged, and the run goes
