@@ -48,6 +48,17 @@ def done_before_words(card: Card) -> str | None:
     return f"already done{at} as {card.done_before}"
 
 
+def approvals_words(card: Card) -> str | None:
+    """Where a card's approval policy stands (``1 of 2 approvals: ada, reminded``), or ``None`` without one."""
+    if not card.approvals_needed:
+        return None
+    who = f": {', '.join(card.approvers)}" if card.approvers else ""
+    words = f"{len(card.approvers)} of {card.approvals_needed} approvals{who}"
+    if card.escalated_to:
+        return f"{words}, escalated to {', '.join(card.escalated_to)}"
+    return f"{words}, reminded" if card.reminded else words
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
@@ -145,6 +156,9 @@ class Transcript:
             repeated = done_before_words(card)
             if repeated is not None:
                 marks.append(repeated)
+            approvals = approvals_words(card)
+            if approvals is not None:
+                marks.append(approvals)
             suffix = f"  [{', '.join(marks)}]" if marks else ""
             self.write(f"agent proposes {card.id}: {card.preview}{suffix}")
             if card.text:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import msgspec
 import pytest
 
 from dial_runtime import (
@@ -33,6 +34,7 @@ from dial_runtime.runtime.events import (
     OutcomeEvent,
 )
 from dial_runtime.stores import MemoryStore
+from dial_runtime.transcript import Transcript, approvals_words
 
 from .fakes import Agent, envelope, suggest
 
@@ -209,3 +211,20 @@ def test_a_typed_action_declares_its_policy() -> None:
     assert ops.actions["drop-table"].policy == ApprovalPolicy(approvals=2, separation=True)
     with pytest.raises(ValueError, match="at least 1"):
         ApprovalPolicy(approvals=0)
+
+
+@pytest.mark.anyio
+async def test_the_terminal_and_the_transcript_say_where_the_policy_stands() -> None:
+    conversation, _ = await waiting(ApprovalPolicy(approvals=2))
+    lines: list[str] = []
+    transcript = Transcript(lines.append)
+    for item in project(conversation.log).items:
+        transcript.render(item)
+    assert any("agent proposes sg-1" in line and "0 of 2 approvals" in line for line in lines), lines
+    await conversation.decide("sg-1", Accept(), by="bob")
+    card = project(conversation.log).card("sg-1")
+    assert card is not None and approvals_words(card) == "1 of 2 approvals: bob"
+    assert approvals_words(msgspec.structs.replace(card, escalated_to=("cto",))) == (
+        "1 of 2 approvals: bob, escalated to cto"
+    )
+    assert approvals_words(msgspec.structs.replace(card, approvals_needed=0)) is None

@@ -40,7 +40,7 @@ from ..errors import AlreadyDecided, ConversationBusy, DialError
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import AgentText, Card, Item, Notice, Question, RefusedProposal, Told, project
 from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, TurnResult
-from ..transcript import Transcript, done_before_words
+from ..transcript import Transcript, approvals_words, done_before_words
 
 #: The choices a person has on a suggestion, as typed at the prompt.
 CHOICES = "a accept · d dismiss · e edit · s say something else · l later"
@@ -208,6 +208,7 @@ class TerminalSurface:
                 item.destructive,
                 note,
                 repeated=done_before_words(item),
+                approvals=approvals_words(item),
             )
             self.console.print(card)
             return
@@ -265,15 +266,19 @@ class TerminalSurface:
         note: str,
         refused: str | None = None,
         repeated: str | None = None,
+        approvals: str | None = None,
     ) -> Panel:
         """A suggestion as a card: the preview, the agent's wording, the payload; destructive ones in red, one
-        that repeats a suggestion done already (``repeated``) marked in yellow."""
+        that repeats a suggestion done already (``repeated``) marked in yellow, where its approval policy stands
+        (``approvals``) in cyan."""
         title = Text(f" {ident} · {action} ")
         if destructive:
             title.append("· DESTRUCTIVE ", style="bold red")
         body: list[RenderableType] = [Text(preview, style="bold")]
         if repeated:
             body.append(Text(repeated, style="bold yellow"))
+        if approvals:
+            body.append(Text(approvals, style="cyan"))
         if text:
             body.append(Text(f"in the agent's words: {text}", style="italic"))
         if refused:
@@ -583,6 +588,7 @@ class TerminalSurface:
                             item.destructive,
                             "waited for your decision",
                             repeated=None if shown is None else done_before_words(shown),
+                            approvals=None if shown is None else approvals_words(shown),
                         )
                     )
                 chosen = await self.decide(item)
