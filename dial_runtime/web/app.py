@@ -91,8 +91,8 @@ from ..links import (
     token_from_url,
 )
 from ..notify import Notification, NotificationKind, Notifications
-from ..runtime.events import EscalatedEvent, Event, InformDeltaEvent, OutcomeEvent, RemindedEvent
-from ..runtime.projection import Card, Notice, Projection, Question, project
+from ..runtime.events import Event, InformDeltaEvent
+from ..runtime.projection import Card, Item, Notice, Projection, Question, project
 from ..stores.postgres import PostgresStore
 from .linking import LINK_VIA, REFUSAL_STATUS, decide_url, decision_links, decision_page
 from .mapping import EventMapper, encode_sse, interrupt_for, interrupt_id, item_view, messages_of
@@ -618,18 +618,27 @@ _DECISION_KEYS = frozenset({"token", "decision", "payload"})
 
 @dataclass(frozen=True)
 class _Mark:
-    """What a card was, for telling what changed: waiting or not, on which payload, after how many decisions."""
+    """What a card was, for telling what changed: waiting or not, on which payload, after how many decisions,
+    reminded or not, escalated to whom."""
 
     waiting: bool
     digest: str
     decided: int
+    reminded: bool = False
+    escalated_to: tuple[str, ...] = ()
 
 
-def _marks(seen: Projection) -> dict[str, _Mark]:
-    """Each card of ``seen`` as :class:`_Mark` says it was."""
+def _marks(items: Iterable[Item]) -> dict[str, _Mark]:
+    """Each card of ``items`` (a projection's) as :class:`_Mark` says it is."""
     return {
-        item.id: _Mark(waiting=item.waiting, digest=item.digest, decided=len(item.decisions))
-        for item in seen.items
+        item.id: _Mark(
+            waiting=item.waiting,
+            digest=item.digest,
+            decided=len(item.decisions),
+            reminded=item.reminded,
+            escalated_to=item.escalated_to,
+        )
+        for item in items
         if isinstance(item, Card)
     }
 
@@ -960,7 +969,9 @@ class _WebSurface:
         outbox: list[Notification] = []
         if settings.notifications is not None:
             with anyio.CancelScope(shield=True):
-                outbox = await self._announcements(thread, _marks(linked.seen), project(conversation.log))
+                outbox = await self._announcements(
+                    thread, _marks(linked.seen.items), project(conversation.log).items
+                )
         keyring = settings.links
         now = math.floor(time.time())
         refused_edit = decision == "edit" and card.waiting and card.digest != claims.digest
@@ -1022,7 +1033,7 @@ class _WebSurface:
             return f"{run.run_id}:{count}"
 
         mapper = EventMapper(message_ids=message_id, history=entries)
-        before = _marks(mapper.projection) if settings.notifications is not None else None
+        before = _marks(mapper.projection.items) if settings.notifications is not None else None
         opened: list[Conversation] = []
 
         def on_event(event: Event | InformDeltaEvent) -> None:
@@ -1070,7 +1081,7 @@ class _WebSurface:
                 with anyio.CancelScope(shield=True):
                     await agent.aclose()
                     if before is not None:
-                        outbox += await self._announcements(thread, before, mapper.projection)
+                        outbox += await self._announcements(thread, before, mapper.projection.items)
         except ConversationBusy:
             raise _Refused("busy", "another run is driving this conversation; try again") from None
         except AlreadyDecided as error:  # another tab or worker decided it between this run's check and its call
@@ -1092,22 +1103,26 @@ class _WebSurface:
 
     # Notifications ---------------------------------------------------------------------------------------------
 
-    async def _announcements(self, thread: str, before: dict[str, _Mark], now: Projection) -> list[Notification]:
-        """The notifications of what changed on the cards of ``thread`` since ``before``: a ``decided`` for each
-        card decided that no longer waits, a ``waiting`` for each card waiting that did not (or not on this
-        payload). Never raises: what cannot be built is logged and left out."""
+    async def _announcements(
+        self, thread: str, before: Mapping[str, _Mark], now: Iterable[Item]
+    ) -> list[Notification]:
+        """The notifications of what changed on the cards of ``thread`` (among the projection's items ``now``)
+        since ``before``: a ``decided`` for each card decided that no longer waits, a ``waiting`` for each card
+        waiting that did not (or not on this payload), a ``reminder`` and an ``escalated`` for a waiting card newly
+        reminded or escalated. Never raises: what cannot be built is logged and left out."""
         built: list[Notification] = []
-        for card in now.items:
+        for card in now:
             if not isinstance(card, Card):
                 continue
             was = before.get(card.id)
             if card.waiting and (was is None or not was.waiting or was.digest != card.digest):
                 built += await self._notifications("waiting", thread, card)
-            elif (
-                not card.waiting
-                and card.decision is not None
-                and len(card.decisions) > (was.decided if was else 0)
-            ):
+            elif card.waiting and was is not None:
+                if card.reminded and not was.reminded:
+                    built += await self._notifications("reminder", thread, card)
+                if card.escalated_to != was.escalated_to:
+                    built += await self._notifications("escalated", thread, card)
+            elif card.decision is not None and len(card.decisions) > (was.decided if was else 0):
                 built += await self._notifications("decided", thread, card)
         return built
 
@@ -1182,28 +1197,35 @@ class _WebSurface:
 
         async def open_conversation(conversation_id: str) -> Conversation:
             conversation = await opener(conversation_id)
+            # The log's projection before the call, fed each entry up to each event the call shows (what the store
+            # holds): the cards that changed are announced as the panel's runs announce theirs.
+            stored = await self.settings.store.read(conversation_id)
+            watched = project(stored)
+            fed = [len(stored)]
+            marks = _marks(watched.items)
 
             def seen(event: Event | InformDeltaEvent) -> None:
-                group = self.settings.background
-                if group is None:
+                log = conversation.log
+                at = next((n for n in range(fed[0], len(log)) if log[n].event is event), None)
+                if at is None:  # the text of a streamed reply, which is not on the log
                     return
-                if isinstance(event, OutcomeEvent) and event.expired:
-                    card = project(conversation.log).card(event.id)
-                    if card is not None and card.decision is not None:
-                        group.start_soon(self._announce, "decided", conversation_id, card)
-                elif isinstance(event, (RemindedEvent, EscalatedEvent)):
-                    card = project(conversation.log).card(event.suggestion_id)
-                    kind: NotificationKind = "reminder" if isinstance(event, RemindedEvent) else "escalated"
-                    if card is not None:
-                        group.start_soon(self._announce, kind, conversation_id, card)
+                changed = _marks(watched.feed_all(log[fed[0] : at + 1]))
+                fed[0] = at + 1
+                group = self.settings.background
+                if group is None or not changed:
+                    return
+                before = {ident: marks[ident] for ident in changed if ident in marks}
+                marks.update(changed)
+                cards = [watched.card(ident) for ident in changed]
+                group.start_soon(self._announce, conversation_id, before, cards)
 
             conversation.on_event = seen
             return conversation
 
         return open_conversation
 
-    async def _announce(self, kind: NotificationKind, thread: str, card: Card) -> None:
-        await self._deliver(await self._notifications(kind, thread, card))
+    async def _announce(self, thread: str, before: Mapping[str, _Mark], cards: Iterable[Item | None]) -> None:
+        await self._deliver(await self._announcements(thread, before, [card for card in cards if card]))
 
     async def _schedule(self, thread: str, conversation: Conversation) -> None:
         """Hand the deadlines of what waits to the scheduler; a scheduler that fails is logged, and the run goes
