@@ -17,10 +17,10 @@ import os
 import sys
 import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import anyio
 import trio
@@ -37,6 +37,9 @@ from .runtime.projection import stopped_in_words as stopped_in_words
 if TYPE_CHECKING:
     from .jsonl import LogFile
     from .stores.chain import ChainCheck, StoredRow
+
+
+T = TypeVar("T")
 
 
 def _decode(raw: bytes, name: str) -> str:
@@ -291,25 +294,36 @@ def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
     """The conversation's stored log, read without creating or writing anything and checked as the conversation
     checks it when it opens; a one-line error when the store holds no such conversation, or a log no run of the
     runtime could have written."""
-    from .runtime.state import fold_log
+    return _checked(url, conversation_id, _read_stored(url, lambda store: store.read(conversation_id)))
 
+
+def _read_stored(url: str, read: Callable[[Any], Awaitable[T]]) -> T:
+    """What ``read(store)`` gives of the store ``url``, opened only to read (nothing is created in it)."""
     store = _open(url, create=False)
 
-    async def read() -> list[LogEntry]:
+    async def work() -> T:
         try:
-            return await store.read(conversation_id)  # type: ignore[no-any-return]
+            return await read(store)
         finally:
             await store.aclose()
 
+    return trio.run(work)
+
+
+def _checked(url: str, conversation_id: str, entries: list[LogEntry]) -> list[LogEntry]:
+    """``entries`` folded as a conversation folds its log when it opens; a one-line error for a log no run of the
+    runtime could have written, or none at all."""
+    from .runtime.state import fold_log
+
     try:
-        entries = fold_log(trio.run(read))
+        checked = fold_log(entries)
     except LogError as error:
         raise _CommandError(f"{_shown(url)} conversation {conversation_id!r}: {error}") from None
-    if not entries:
+    if not checked:
         raise _CommandError(
             f"{_shown(url)} holds no conversation {conversation_id!r} (dial-runtime list --store URL lists them)"
         )
-    return entries
+    return checked
 
 
 def audit_line(entry: LogEntry) -> str | None:
@@ -389,26 +403,10 @@ def _read_log_file(path: str) -> LogFile:
 def _read_rows(url: str, conversation_id: str) -> list[StoredRow]:
     """The conversation's rows as stored, with their hashes, read without creating or writing anything; refused
     as ``_read_log`` refuses the log."""
-    from .runtime.state import fold_log
     from .stores.base import decode
 
-    store = _open(url, create=False)
-
-    async def read() -> list[StoredRow]:
-        try:
-            return await store.rows(conversation_id)  # type: ignore[no-any-return]
-        finally:
-            await store.aclose()
-
-    rows = trio.run(read)
-    try:
-        fold_log([decode(row.text) for row in rows])
-    except LogError as error:
-        raise _CommandError(f"{_shown(url)} conversation {conversation_id!r}: {error}") from None
-    if not rows:
-        raise _CommandError(
-            f"{_shown(url)} holds no conversation {conversation_id!r} (dial-runtime list --store URL lists them)"
-        )
+    rows: list[StoredRow] = _read_stored(url, lambda store: store.rows(conversation_id))
+    _checked(url, conversation_id, [decode(row.text) for row in rows])
     return rows
 
 
