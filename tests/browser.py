@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
@@ -116,3 +118,28 @@ STRUCTURE_JS = """([selector, withActions]) => {
 def structure(page: Page, selector: str, *, with_actions: bool = True) -> list[object]:
     """The structure of the node ``selector`` names (see ``STRUCTURE_JS``)."""
     return list(page.evaluate(STRUCTURE_JS, [selector, with_actions]))
+
+
+#: axe-core, as npm installed it for the browser tests (tests/browser_node).
+AXE = Path(__file__).parent / "browser_node" / "node_modules" / "axe-core" / "axe.min.js"
+
+
+def serious_accessibility_findings(page: Page) -> list[tuple[str, str, list[Any]]]:
+    """What axe-core finds serious or critical on ``page`` as it stands: each rule, its impact, its targets."""
+    page.add_script_tag(path=str(AXE))
+    found = page.evaluate("async () => (await axe.run(document)).violations")
+    return [
+        (v["id"], v["impact"], [n["target"] for n in v["nodes"]])
+        for v in found
+        if v["impact"] in ("serious", "critical")
+    ]
+
+
+def small_targets(page: Page, element: str) -> tuple[int, list[Any]]:
+    """How many buttons and summaries inside ``element`` are visible, and those smaller than 44 by 44 pixels
+    (class, width, height)."""
+    sizes = page.evaluate(
+        f"() => [...document.querySelectorAll('{element} button, {element} summary')]"
+        ".filter((b) => b.offsetParent).map((b) => [b.className, b.offsetWidth, b.offsetHeight])"
+    )
+    return len(sizes), [size for size in sizes if size[1] < 44 or size[2] < 44]

@@ -20,14 +20,13 @@ from starlette.applications import Starlette
 from dial_runtime import LogEntry, ScriptedAgent, open_store
 from dial_runtime.web import create_app, scripted_agents
 
-from .browser import open_thread, say, shown
+from .browser import AXE, open_thread, say, serious_accessibility_findings, shown, small_targets
 from .fakes import envelope, suggest
 from .web_domains import WebNotes
 from .web_server import free_port, serving
 
 STATIC = Path(__file__).parent.parent / "dial_runtime" / "web" / "static"
 BROWSER_NODE = Path(__file__).parent / "browser_node" / "node_modules"
-AXE = BROWSER_NODE / "axe-core" / "axe.min.js"
 
 CHOICE = envelope(
     '<dial-ask id="which" response-type="choice">Which list?'
@@ -472,19 +471,9 @@ def test_no_serious_accessibility_finding_and_targets_a_finger_can_hit(
         say(page, "add milk")
         expect(card(page, "sg-1").locator(".dial-accept")).to_be_visible()
         page.locator(".dial-summary").click()
-        page.add_script_tag(path=str(AXE))
-        found = page.evaluate("async () => (await axe.run(document)).violations")
-        serious = [
-            (v["id"], v["impact"], [n["target"] for n in v["nodes"]])
-            for v in found
-            if v["impact"] in ("serious", "critical")
-        ]
-        assert serious == []
-        sizes = page.evaluate(
-            "() => [...document.querySelectorAll('dial-chat button, dial-chat summary')]"
-            ".filter((b) => b.offsetParent).map((b) => [b.className, b.offsetWidth, b.offsetHeight])"
-        )
-        assert sizes and [size for size in sizes if size[1] < 44 or size[2] < 44] == []
+        assert serious_accessibility_findings(page) == []
+        measured, small = small_targets(page, "dial-chat")
+        assert measured and small == []
         accept = page.get_by_role("button", name="Accept: Add the note 'milk'")
         expect(accept).to_have_count(1)
         accept.focus()

@@ -13,12 +13,11 @@ from playwright.sync_api import Browser, BrowserContext, expect
 
 from dial_runtime.links import MemoryUsedTokens
 
-from .browser import open_link, open_thread, structure
+from .browser import AXE, open_link, open_thread, serious_accessibility_findings, small_targets, structure
 from .test_web_links import ReviewedNotes
 from .web_links_setup import ACK, ADD, REMOVE, digest_of, events, issue, links_app, new_keyring, start
 from .web_server import serving
 
-AXE = Path(__file__).parent / "browser_node" / "node_modules" / "axe-core" / "axe.min.js"
 KEYRING = new_keyring()
 SCRIPTS: dict[str, list[str]] = {}
 CARD = '.dial-card[data-suggestion="sg-1"]'
@@ -163,19 +162,8 @@ def test_no_serious_accessibility_finding_on_the_link_pages(
                 expect(page.locator(".dial-confirm")).to_be_visible()
             else:
                 expect(page.locator(".dial-status")).to_contain_text("This link has expired")
-            page.add_script_tag(path=str(AXE))
-            found = page.evaluate("async () => (await axe.run(document)).violations")
-            serious = [
-                (v["id"], v["impact"], [n["target"] for n in v["nodes"]])
-                for v in found
-                if v["impact"] in ("serious", "critical")
-            ]
-            assert serious == []
-            sizes = page.evaluate(
-                "() => [...document.querySelectorAll('dial-decision button, dial-decision summary')]"
-                ".filter((b) => b.offsetParent).map((b) => [b.className, b.offsetWidth, b.offsetHeight])"
-            )
-            assert [size for size in sizes if size[1] < 44 or size[2] < 44] == []
+            assert serious_accessibility_findings(page) == []
+            assert small_targets(page, "dial-decision")[1] == []
             assert page.errors == []  # type: ignore[attr-defined]
     finally:
         context.close()
