@@ -17,15 +17,15 @@ from typing import Any, TextIO
 import anyio
 import pytest
 
-from dial_runtime import Accept, ActionError, ActionSpec, Conversation, ScriptedAgent, policy_human
+from dial_runtime import ActionError, Conversation, ScriptedAgent, policy_human
 from dial_runtime.mcp import IDEMPOTENCY_KEY, McpDomain, mcp_domain
-from dial_runtime.runtime.core import ConversationCore, idempotency_key
-from dial_runtime.runtime.effects import Answer, Consult, LookUp, Replied, Review, Reviewed, RunAction, Send
-from dial_runtime.runtime.events import ActionStartedEvent, LogEntry, OutcomeEvent
+from dial_runtime.runtime.core import idempotency_key
+from dial_runtime.runtime.events import ActionStartedEvent, OutcomeEvent
 from dial_runtime.stores import MemoryStore
 
 from .fakes import stop
 from .test_mcp import FAULTY, anyio_backend, errlog, wait_for
+from .test_reconcile import died_running
 
 __all__ = ["anyio_backend", "errlog"]  # the fixtures test_mcp defines, used here too
 
@@ -261,7 +261,7 @@ async def test_recovery_after_a_crash_mid_run_reports_done_with_one_effect(
     domain: McpDomain, db: Path, reached: bool
 ) -> None:
     store = MemoryStore()
-    log = died_running()
+    log = died_running(reply=SEND)
     await store.append("c-1", log, expected_seq=0)
     key = idempotency_key("c-1", log[0].time, "sg-1", 1)
     if reached:  # the process died after the server did it, before the outcome was written
@@ -276,24 +276,3 @@ async def test_recovery_after_a_crash_mid_run_reports_done_with_one_effect(
         {"message_id": 1, "to": "ada@example.com"},
     )
     assert [key_ for _, key_, _ in effects(db)] == [key]
-
-
-def died_running() -> list[LogEntry]:
-    """The log of a process that died inside the run of ``sg-1`` (``send_email``), accepted."""
-    core = ConversationCore(conversation_id="c-1")
-    call = core.say("send the minutes")
-    value: object = None
-    while True:
-        effect = call.send(value)
-        if isinstance(effect, Send):
-            value = Replied(SEND)
-        elif isinstance(effect, LookUp):
-            value = ActionSpec(mutates=True)
-        elif isinstance(effect, Review):
-            value = Reviewed(None, "Send the minutes")
-        elif isinstance(effect, Consult):
-            value = Answer(Accept())
-        elif isinstance(effect, RunAction):
-            return list(core.log.entries())
-        else:
-            value = None

@@ -52,8 +52,9 @@ ACK = envelope("<dial-acknowledge>ok</dial-acknowledge>")
 SPEC = ActionSpec(mutates=True)
 
 
-def died_running(conversation_id: str | None = "c-1") -> list[LogEntry]:
-    """The log a process leaves when it dies inside the run of ``sg-1`` (``send-email``), accepted."""
+def died_running(conversation_id: str | None = "c-1", reply: str = SEND) -> list[LogEntry]:
+    """The log a process leaves when it dies inside the run of ``sg-1`` (the one suggestion of ``reply``;
+    ``send-email`` by default), accepted."""
     core = ConversationCore(conversation_id=conversation_id)
     call = core.say("mail ada")
     value: object = None
@@ -62,7 +63,7 @@ def died_running(conversation_id: str | None = "c-1") -> list[LogEntry]:
         if isinstance(effect, GetContext):
             value = None
         elif isinstance(effect, Send):
-            value = Replied(SEND)
+            value = Replied(reply)
         elif isinstance(effect, LookUp):
             value = SPEC
         elif isinstance(effect, Review):
