@@ -95,7 +95,7 @@ from .runtime.events import (
 from .runtime.flow import FlowRules
 from .runtime.records import Accept, ActionSpec, Ask, Defer, Dismiss, Edit, Issue, Say, as_action_spec, as_issue
 
-__all__ = ["NOT_RUN", "Divergence", "NotRun", "ReplayReport", "replay"]
+__all__ = ["NOT_RUN", "Divergence", "HandledReply", "NotRun", "ReplayReport", "handle_reply", "replay"]
 
 #: The code of the outcome of an action a replay did not run, because the recording never ran it.
 NOT_RUN = "not-run-in-replay"
@@ -895,19 +895,18 @@ def replay(
     starts = _starts(recorded)
     if timeout is None and any(event.type == "no-reply" for event in recorded):
         raise ValueError("replay: the recording has a no-reply; replay it with the timeout it was recorded with")
-    asks = [event for event in recorded if event.type == "ask"]
     with_ids = conversation_id is not None and any(getattr(e, "message_id", None) for e in recorded)
     with_keys = with_ids and any(isinstance(e, ActionStartedEvent) and e.key is not None for e in recorded)
-    options = {
-        "timeout": timeout,
-        "reply_timeout": reply_timeout,
-        "idle_timeout": idle_timeout,
-        "call_timeout": call_timeout,
-        "max_turns": max_turns,
-        "decide_timeout": decide_timeout,
-        "answers": not asks or any(getattr(event, "asked", True) for event in asks),
-        "conversation_id": conversation_id if with_ids else None,
-    }
+    options = _options(
+        recorded,
+        timeout=timeout,
+        reply_timeout=reply_timeout,
+        idle_timeout=idle_timeout,
+        call_timeout=call_timeout,
+        max_turns=max_turns,
+        decide_timeout=decide_timeout,
+        conversation_id=conversation_id if with_ids else None,
+    )
     replayer = _Replayer(recorded, times, domain=domain, recheck=recheck, options=options)
     recorded_turns, replayed_turns = _Turns(), _Turns()
     divergences: list[Divergence] = []
@@ -936,6 +935,147 @@ def replay(
         not_run=tuple(replayer.not_run),
         rechecked=recheck,
     )
+
+
+def _options(recorded: Sequence[Event], **given: Any) -> dict[str, Any]:
+    """The conversation's options as the replayer reads them: ``given``, and whether the person could be asked
+    (a recording whose asks were all left unasked was made with a person who had no ``answer``)."""
+    asks = [event for event in recorded if event.type == "ask"]
+    return {**given, "answers": not asks or any(getattr(event, "asked", True) for event in asks)}
+
+
+class _Substituted(_Replayer):
+    """Makes the recorded call that holds the message at ``position`` with another reply to that message, and
+    answers what the core then asks without the recording's person or agent: the turn stops where it would wait
+    for either (see :func:`handle_reply`)."""
+
+    def __init__(self, recorded: Sequence[Event], times: Sequence[float], position: int, reply: str, **rest: Any):
+        super().__init__(recorded, times, **rest)
+        self.at_message = position
+        self.substitute = reply
+        self.handling = False
+        self.unjudged: list[tuple[str, Any]] = []
+
+    def _answer(self, effect: Effect) -> Any:
+        if not self.handling:
+            return super()._answer(effect)
+        if isinstance(effect, (GetContext, Send, AwaitStream, AwaitPerson)):
+            raise _Died  # the next message, or a wait for the person: the reply's turn went as far as it can
+        if isinstance(effect, LookUp):
+            return self._declared(effect.action)
+        if isinstance(effect, Review):
+            return self._domain_review(effect) if self.domain is not None else self._recorded_review(effect)
+        if isinstance(effect, Consult):
+            return Answer(Defer())  # the card (or question) is shown and waits: the next proposal is handled
+        if isinstance(effect, RunAction):
+            return self._recorded_run(effect)
+        return None
+
+    def _reply(self, effect: Send) -> object:
+        if self.position == self.at_message + 1 and not self.handling:
+            self.handling = True
+            return Replied(self.substitute)
+        return super()._reply(effect)
+
+    def _declared(self, action: str) -> ActionSpec | None:
+        """The action's spec: the domain's, else as the recording showed a suggestion of that action (an action
+        the recording never showed counts as one that waits for the person)."""
+        if self.domain is not None:
+            actions = getattr(self.domain, "actions", None)
+            declared = actions.get(action) if isinstance(actions, Mapping) else None
+            return None if declared is None else as_action_spec(declared)
+        shown = next(
+            (e for e in self.recording.events if isinstance(e, SuggestionEvent) and e.action == action), None
+        )
+        if shown is None:
+            return ActionSpec(mutates=True)
+        return ActionSpec(mutates=shown.mutates, destructive=shown.destructive, handoff=shown.handoff)
+
+    def _recorded_review(self, effect: Review) -> Reviewed:
+        """The recording's verdict on the same action and payload; a payload it never judged passes, as a
+        domain without ``validate`` lets it (the evaluation counts it unverified)."""
+        for event in self.recording.events:
+            if isinstance(event, SuggestionEvent) and (event.action, event.payload) == (
+                effect.action,
+                effect.payload,
+            ):
+                return Reviewed(None, event.preview)
+        self.unjudged.append((effect.action, effect.payload))
+        return Reviewed(None, effect.action)
+
+    def _recorded_run(self, effect: RunAction) -> object:
+        """What the recording's run of the same action and payload came to; else not run."""
+        for event in self.recording.events:
+            if isinstance(event, ActionStartedEvent) and (event.action, event.payload) == (
+                effect.action,
+                effect.payload,
+            ):
+                ended = self.recording.about(event.suggestion_id, "outcome")
+                if isinstance(ended, OutcomeEvent):
+                    if ended.status == "failed":
+                        error = ActionError(ended.error or "", code=ended.code, field=ended.field, hint=ended.hint)
+                        return RunFailed(error)
+                    return Ran(ended.result)
+        return RunFailed(ActionError("not run: the recording holds no result for it", code=NOT_RUN))
+
+
+class HandledReply(msgspec.Struct, frozen=True, kw_only=True):
+    """What :func:`handle_reply` came to: the log, and the proposals (action and payload) that passed only because
+    neither the recording nor a domain could judge them."""
+
+    entries: tuple[LogEntry, ...]
+    unjudged: tuple[tuple[str, Any], ...] = ()
+
+
+def handle_reply(
+    entries: Sequence[LogEntry],
+    position: int,
+    reply: str,
+    *,
+    domain: Any = None,
+    max_turns: int = 8,
+    decide_timeout: float | None = None,
+) -> HandledReply:
+    """The log the core writes when the agent answers the message logged at ``entries[position]`` (a ``sent``
+    event) with ``reply`` instead of what the recording holds: the recording up to that message, then what
+    handling ``reply`` records, with nothing run and no one asked.
+
+    The recorded call is made again up to that message, answered from the recording as :func:`replay` does.
+    Handling ``reply`` then goes as far as it can without the recording's agent or person:
+
+    - each proposal is looked up and reviewed by ``domain``'s ``actions``, ``validate`` and ``preview`` when it is
+      given (they must not depend on state the recording changed); else from the recording: an action as the
+      recording showed it, a payload as it judged the same payload, and one it never judged passes and is named
+      in :attr:`HandledReply.unjudged`;
+    - a card or a question is shown and left waiting;
+    - a read-only action answers with the recording's result for the same payload (else it fails
+      ``not-run-in-replay``);
+    - the turn stops before the next message, or a wait.
+
+    ``ValueError`` when ``entries[position]`` is not a message sent.
+    """
+    recorded = [entry.event for entry in entries]
+    if not 0 <= position < len(recorded) or not isinstance(recorded[position], SentEvent):
+        raise ValueError(f"handle_reply: entry {position + 1} is not a message sent to the agent")
+    times = [entry.time for entry in entries]
+    starts = _starts(recorded)
+    start = max(index for index in starts if index <= position)
+    end = next((index for index in starts if index > position), len(recorded))
+    options = _options(
+        recorded,
+        timeout=None,
+        reply_timeout=None,
+        idle_timeout=None,
+        call_timeout=None,
+        max_turns=max_turns,
+        decide_timeout=decide_timeout,
+        conversation_id=None,
+    )
+    handler = _Substituted(recorded, times, position, reply, domain=domain, recheck=False, options=options)
+    handler.core = handler._core(_entries(recorded[:start], times[:start]))
+    handler.recording.call_start, handler.recording.call_end = start, end
+    handler.make(recorded[start])
+    return HandledReply(entries=tuple(handler.core.log.entries()), unjudged=tuple(handler.unjudged))
 
 
 def _entries(events: Sequence[Event], times: Sequence[float]) -> list[LogEntry]:

@@ -1,0 +1,284 @@
+"""Counterfactual replay (dial_runtime.evaluate): candidates answer at every recorded point and are scored against
+what the person did, on hand-made conversations whose answers are known; nothing runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from dial_runtime import Conversation
+from dial_runtime.agents import ScriptedAgent
+from dial_runtime.agents.chat import ChatMessage
+from dial_runtime.cli import main
+from dial_runtime.demo import NotesDomain
+from dial_runtime.domains import Domain
+from dial_runtime.driver import scripted_human
+from dial_runtime.evaluate import EvalReport, evaluate, payload_distance, write_chart
+from dial_runtime.jsonl import export_jsonl
+from dial_runtime.runtime.events import LogEntry
+
+
+def suggest(action: str, payload: dict[str, Any], ident: str = "s") -> str:
+    return (
+        f'<dial><dial-suggest action="{action}" id="{ident}">'
+        f"<dial-payload>{json.dumps(payload)}</dial-payload></dial-suggest></dial>"
+    )
+
+
+def ack(ident: str = "s") -> str:
+    return f'<dial><dial-acknowledge of="{ident}">done</dial-acknowledge></dial>'
+
+
+ASK = '<dial><dial-ask id="q">Which note?</dial-ask></dial>'
+
+
+class Trip(Domain):
+    """Two-field payloads, so an edit can be partly right; ``runs`` counts what ran."""
+
+    def __init__(self) -> None:
+        super().__init__("trips", description="Book trips.")
+        self.runs = 0
+
+        @self.action(preview="Book {city} for {nights} nights")
+        def book(city: str, nights: int) -> dict[str, str]:
+            """Book a trip."""
+            self.runs += 1
+            return {"booked": city}
+
+        @self.action(read_only=True, preview="Look up {city}")
+        def look_up(city: str) -> dict[str, str]:
+            """Look a city up."""
+            self.runs += 1
+            return {"weather": "sun"}
+
+
+def recorded(domain: Any, replies: Sequence[str], steps: Sequence[Any], words: Sequence[str]) -> list[LogEntry]:
+    """A real conversation's log: the scripted agent and person, each ``words`` said in turn."""
+
+    async def run() -> list[LogEntry]:
+        conversation = Conversation(agent=ScriptedAgent(replies), domain=domain, human=scripted_human(steps))
+        for said in words:
+            await conversation.say(said)
+        return list(conversation.log)
+
+    return anyio.run(run)
+
+
+def answering(*replies: str) -> Any:
+    """A candidate factory answering point k with ``replies[k]`` (the history says which point it is), and with
+    prose past them."""
+
+    def make(history: Sequence[ChatMessage]) -> ScriptedAgent:
+        point = len(history) // 2
+        return ScriptedAgent([replies[point] if point < len(replies) else "Done."])
+
+    return make
+
+
+def scored(entries: list[LogEntry], *replies: str, domain: Any = None) -> dict[str, float | None]:
+    """The candidate's scores at the log's first point."""
+    report = anyio.run(lambda: evaluate({"c": entries}, {"cand": answering(*replies)}, domain=domain))
+    return report.conversations[0].points[0].scores["cand"]
+
+
+# One recorded turn per verdict; the candidate's first reply, and the scores it must get (None: not applicable).
+BOOK = {"city": "Oslo", "nights": 2}
+CASES = [
+    ("accepted, same payload", "accept", suggest("book", BOOK), {"accepted_payload": 1.0, "same_action": 1.0}),
+    (
+        "accepted, other payload",
+        "accept",
+        suggest("book", {"city": "Rome", "nights": 2}),
+        {"accepted_payload": 0.0, "same_action": 1.0},
+    ),
+    (
+        "accepted, nothing proposed",
+        "accept",
+        "Sure.",
+        {"accepted_payload": 0.0, "same_action": 0.0, "valid": None},
+    ),
+    (
+        "edited, the person's edit",
+        {"edit": {"city": "Oslo", "nights": 3}},
+        suggest("book", {"city": "Oslo", "nights": 3}),
+        {"edit_distance": 0.0},
+    ),
+    ("edited, half right", {"edit": {"city": "Oslo", "nights": 3}}, suggest("book", BOOK), {"edit_distance": 0.5}),
+    ("edited, not proposed", {"edit": {"city": "Oslo", "nights": 3}}, "Hm.", {"edit_distance": 1.0}),
+    (
+        "dismissed, proposed again",
+        "dismiss",
+        suggest("book", BOOK),
+        {"repeats_dismissed": 1.0, "accepted_payload": None},
+    ),
+    (
+        "dismissed, avoided",
+        "dismiss",
+        suggest("book", {"city": "Bergen", "nights": 2}),
+        {"repeats_dismissed": 0.0},
+    ),
+    ("an invalid payload", "accept", suggest("book", {"city": "Oslo"}), {"valid": 0.0, "parses": 1.0}),
+    ("an unknown action", "accept", suggest("fly", BOOK), {"valid": 0.0, "same_action": 0.0}),
+    ("an envelope that never ends", "accept", "<dial>", {"parses": 0.0}),
+]
+
+
+@pytest.mark.parametrize(("name", "step", "reply", "expected"), CASES, ids=[case[0] for case in CASES])
+def test_a_reply_is_scored_against_the_persons_verdict(
+    name: str, step: Any, reply: str, expected: dict[str, float | None]
+) -> None:
+    entries = recorded(Trip(), [suggest("book", BOOK), ack()], [step], ["book Oslo"])
+    scores = scored(entries, reply, domain=Trip())
+    assert {key: scores[key] for key in expected} == expected, name
+
+
+def test_the_recorded_agent_is_scored_the_same_way() -> None:
+    entries = recorded(Trip(), [suggest("book", BOOK), ack()], [{"edit": {"city": "Oslo", "nights": 4}}], ["go"])
+    report = anyio.run(lambda: evaluate({"c": entries}, {"cand": answering(suggest("book", BOOK), ack())}))
+    first = report.conversations[0].points[0]
+    assert first.scores["recorded"]["edit_distance"] == 0.5  # its payload was half the person's edit
+    assert first.scores["recorded"]["same_action"] == 1.0
+    assert [v.label for v in first.verdicts] == ["edited"]
+
+
+def test_asks_count_where_the_recorded_agent_asked() -> None:
+    entries = recorded(NotesDomain(), [ASK, "fine"], [{"answer": "the first"}], ["remove a note"])
+    asked = scored(entries, '<dial><dial-ask id="x">Which one?</dial-ask></dial>', domain=NotesDomain())
+    silent = scored(entries, "I will remove one.", domain=NotesDomain())
+    assert (asked["asks"], silent["asks"]) == (1.0, 0.0)
+    unasked = recorded(NotesDomain(), ["Hello."], [], ["hi"])
+    assert scored(unasked, ASK, domain=NotesDomain())["asks"] is None
+
+
+def test_without_a_domain_the_recording_judges_and_the_rest_is_unverified() -> None:
+    entries = recorded(Trip(), [suggest("book", BOOK), ack()], ["accept"], ["book"])
+    same = scored(entries, suggest("book", BOOK))
+    other = scored(entries, suggest("book", {"city": "Oslo"}))  # invalid for the domain, never judged by the log
+    assert (same["valid"], other["valid"]) == (1.0, None)
+
+
+def test_nothing_runs_and_the_candidate_sees_the_recorded_history() -> None:
+    domain = Trip()
+    replies = [suggest("look-up", {"city": "Oslo"}, "l"), suggest("book", BOOK), ack()]
+    entries = recorded(domain, replies, ["accept"], ["plan"])
+    runs = domain.runs
+    seen: list[tuple[list[tuple[str, str]], str]] = []
+
+    class Watching:
+        def __init__(self, history: Sequence[ChatMessage]) -> None:
+            self.history = [(m.role, m.content) for m in history]
+
+        def send(self, message: str) -> str:
+            seen.append((self.history, message))
+            return [suggest("look-up", {"city": "Rome"}, "l"), suggest("book", BOOK), ack()][
+                len(self.history) // 2
+            ]
+
+    judge = Trip()
+    report = anyio.run(lambda: evaluate({"c": entries}, {"w": Watching}, domain=judge))
+    assert domain.runs == runs and judge.runs == 0  # the candidate's look-up of Rome was not run either
+    sent = [e.event for e in entries if e.event.type == "sent"]
+    replied = [e.event for e in entries if e.event.type == "reply"]
+    assert [message for _, message in seen] == [event.message for event in sent]  # type: ignore[attr-defined]
+    assert seen[2][0] == [
+        (role, text)
+        for pair in zip(sent[:2], replied[:2], strict=True)
+        for role, text in (("user", pair[0].message), ("assistant", pair[1].text))  # type: ignore[attr-defined]
+    ]
+    assert report.conversations[0].points[0].candidates["w"].proposals[0].valid is True
+
+
+def test_turns_to_the_persons_end_and_the_ab_comparison() -> None:
+    replies = ["Which city?", suggest("book", BOOK), ack()]
+    entries = recorded(Trip(), replies, ["accept"], ["book a trip", "Oslo, 2 nights"])
+    quick = answering(suggest("book", BOOK), ack(), ack())
+    slow = answering("Which city?", "Say again?", ack())
+    report = anyio.run(lambda: evaluate({"c": entries}, {"quick": quick, "slow": slow}, domain=Trip()))
+    conversation = report.conversations[0]
+    assert conversation.turns_to_end == {"recorded": 2, "quick": 1, "slow": None}
+    same = next(c for c in report.comparison if c.score == "same_action")
+    assert (same.points, same.differing) == (3, 1)  # only at the first point: quick proposed, slow asked
+    assert same.difference == pytest.approx(-1 / 3)
+    assert report.summary["quick"]["same_action"].points == ("c#1", "c#2", "c#3")
+
+
+def test_payload_distance() -> None:
+    assert payload_distance({"a": 1, "b": [1, 2]}, {"a": 1, "b": [1, 2]}) == 0.0
+    assert payload_distance({"a": 1, "b": [1, 2]}, {"a": 1, "b": [1, 3]}) == pytest.approx(1 / 3)
+    assert payload_distance({"a": 1}, {"b": 1}) == 1.0
+    assert payload_distance(9007199254740993, 9007199254740992) == 1.0  # numbers exact, as the digest binds them
+
+
+def test_the_report_reads_writes_and_draws(tmp_path: Path) -> None:
+    entries = recorded(Trip(), [suggest("book", BOOK), ack()], ["dismiss"], ["book"])
+    report = anyio.run(lambda: evaluate({"c": entries}, {"cand": answering(suggest("book", BOOK), ack())}))
+    again = msgspec.json.decode(report.to_json(), type=EvalReport)
+    assert again == report
+    text = str(report)
+    assert "worst for cand: point 1" in text and "repeats_dismissed 1.00" in text
+    chart = write_chart(report, tmp_path / "chart.png")
+    assert chart.read_bytes().startswith(b"\x89PNG")
+
+
+def _log_file(tmp_path: Path, entries: list[LogEntry]) -> Path:
+    path = tmp_path / "c.jsonl"
+    with path.open("w", encoding="utf-8") as file:
+        export_jsonl(entries, file, conversation_id="c")
+    return path
+
+
+def test_the_command_scores_logs_and_writes_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    entries = recorded(NotesDomain(), [suggest("add-note", {"text": "milk"}), ack()], ["accept"], ["add milk"])
+    log = _log_file(tmp_path, entries)
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([suggest("add-note", {"text": "milk"}), ack()]))
+    out = tmp_path / "out"
+    status = main(
+        [
+            "eval",
+            "--log",
+            str(log),
+            "--candidate",
+            f"mine=script:{script}",
+            "--domain",
+            "dial_runtime.demo:NotesDomain",
+            "--out",
+            str(out),
+        ]
+    )
+    shown = capsys.readouterr().out
+    assert status == 0 and "mine" in shown
+    report = msgspec.json.decode((out / "report.json").read_bytes(), type=EvalReport)
+    assert report.summary["mine"]["accepted_payload"].mean == 1.0
+    assert "![" in (out / "report.md").read_text() and (out / "chart.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["eval", "--candidate", "script:x.json"], "needs recorded conversations"),
+        (["eval", "--log", "LOG"], "needs a --candidate"),
+        (["eval", "--log", "missing.jsonl", "--candidate", "script:x.json"], "missing.jsonl: cannot read it"),
+        (["eval", "--log", "LOG", "--candidate", "python:no.such.module:make"], "No module named"),
+        (["eval", "--log", "LOG", "--candidate", "python:nothing"], "write python:MODULE:FACTORY"),
+        (["eval", "--log", "LOG", "--candidate", "ftp:x"], "unknown scheme"),
+        (
+            ["eval", "--id", "c", "--log", "LOG", "--candidate", "script:x"],
+            "--id names conversations of a --store",
+        ),
+    ],
+)
+def test_the_command_refuses_bad_input_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], arguments: list[str], said: str
+) -> None:
+    entries = recorded(NotesDomain(), ["Hello."], [], ["hi"])
+    log = str(_log_file(tmp_path, entries))
+    status = main([log if argument == "LOG" else argument for argument in arguments])
+    error = capsys.readouterr().err.strip()
+    assert status != 0 and said in error and "Traceback" not in error and len(error.splitlines()) == 1
