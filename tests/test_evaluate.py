@@ -282,3 +282,24 @@ def test_the_command_refuses_bad_input_in_one_line(
     status = main([log if argument == "LOG" else argument for argument in arguments])
     error = capsys.readouterr().err.strip()
     assert status != 0 and said in error and "Traceback" not in error and len(error.splitlines()) == 1
+
+
+@pytest.mark.llama
+def test_a_real_model_is_scored_at_every_point_and_repeatably(tmp_path: Path) -> None:
+    """SmolLM2 behind llama.cpp's server as the candidate (an agent URI with repeatable settings: greedy, a seed,
+    no prompt cache): it answers at each point with the recorded history, and two evaluations give the same
+    scores."""
+    from .test_llama import llama_server
+
+    entries = recorded(NotesDomain(), [suggest("add-note", {"text": "milk"}), ack()], ["accept"], ["add milk"])
+    with llama_server(tmp_path / "server.log") as (url, _):
+        host = url.removeprefix("http://")
+        candidate = f"llamacpp:smollm2@{host}?temperature=0&seed=1&max_tokens=250&extra.cache_prompt=false"
+        scoring = lambda: evaluate({"c": entries}, {"smol": candidate}, domain=NotesDomain())  # noqa: E731
+        first, second = anyio.run(scoring), anyio.run(scoring)
+    points = first.conversations[0].points
+    replies = [point.candidates["smol"] for point in points]
+    assert len(points) == 2 and any(reply.text for reply in replies)
+    # a reply the model cut at its token limit is a point with no reply, and says so
+    assert all((reply.text is None) == (reply.error is not None) for reply in replies)
+    assert [p.scores for p in points] == [p.scores for p in second.conversations[0].points]
