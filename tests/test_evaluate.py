@@ -303,3 +303,43 @@ def test_a_real_model_is_scored_at_every_point_and_repeatably(tmp_path: Path) ->
     # a reply the model cut at its token limit is a point with no reply, and says so
     assert all((reply.text is None) == (reply.error is not None) for reply in replies)
     assert [p.scores for p in points] == [p.scores for p in second.conversations[0].points]
+
+
+SHAPES = [
+    ("accepted", [suggest("book", BOOK), ack()], ["accept"], ["book"]),
+    ("edited", [suggest("book", BOOK), ack()], [{"edit": {"city": "Oslo", "nights": 5}}], ["book"]),
+    ("dismissed", [suggest("book", BOOK), "Fine."], ["dismiss"], ["book"]),
+    (
+        "read-only, then a card",
+        [suggest("look-up", {"city": "Oslo"}, "l"), suggest("book", BOOK), ack()],
+        ["accept"],
+        ["go"],
+    ),
+    ("an invalid proposal", [suggest("book", {"city": "Oslo"}), suggest("book", BOOK), ack()], ["accept"], ["go"]),
+    ("asked, then two calls", ["Which city?", suggest("book", BOOK), ack()], ["accept"], ["book", "Oslo"]),
+    (
+        "said instead of deciding",
+        [
+            suggest("book", BOOK),
+            "Rome then.",
+        ],
+        [{"say": "no, Rome"}],
+        ["book"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "replies", "steps", "words"), SHAPES, ids=[shape[0] for shape in SHAPES])
+def test_the_recorded_agent_as_candidate_scores_as_the_recording(
+    tmp_path: Path, name: str, replies: list[str], steps: list[Any], words: list[str]
+) -> None:
+    """The recorded agent's own replies (its log as a script) handled again score exactly as the recording:
+    what the core makes of a reply at a point is what it made of it then."""
+    entries = recorded(Trip(), replies, steps, words)
+    log = _log_file(tmp_path, entries)
+    report = anyio.run(lambda: evaluate({"c": entries}, {"same": f"script:{log}"}, domain=Trip()))
+    points = report.conversations[0].points
+    assert points, name
+    for point in points:
+        assert point.scores["same"] == point.scores["recorded"], (name, point.number)
+        assert point.candidates["same"].proposals == point.recorded.proposals
