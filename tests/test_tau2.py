@@ -13,11 +13,11 @@ from typing import Any, TextIO
 import anyio
 import msgspec
 import pytest
-from dial_runtime.evaluate.persona import persona_prompt
 
 from dial_runtime import ActionError, Conversation, Domain, ScriptedAgent, policy_human, system_prompt
 from dial_runtime._command import _CommandError
 from dial_runtime.evaluate import tau2
+from dial_runtime.evaluate.persona import persona_prompt
 from dial_runtime.evaluate.tau2 import (
     ExpectedAction,
     ExpectedActionsAgent,
@@ -352,6 +352,9 @@ async def test_the_agent_sees_no_namespace_and_no_control_tool(state_dir: Path, 
             for name, spec in domain.actions.items():
                 assert spec.mutates == (name in tau2.WRITE_TOOLS), name
                 assert spec.destructive == (name in tau2.DESTRUCTIVE_WRITES), name
+            for each in tau2.load_tasks():
+                for action in each.actions:
+                    assert domain.validate(action.name, action.arguments) is None, (each.id, action.name)
             prompt = system_prompt(domain)
             assert "state_key" not in prompt and "reset_state" not in prompt and "get_call_log" not in prompt
             assert tau2.policy() in prompt
@@ -441,6 +444,22 @@ async def test_a_run_is_bounded_by_the_persons_turns(state_dir: Path, errlog: Te
     (task,) = report.tasks
     assert (task.ended, task.said, task.reward) == ("turn-limit", 2, 0.0)
     assert "ended early (turn-limit)" in task.note
+
+
+class Stalled:
+    """An agent that never answers."""
+
+    async def send(self, message: str) -> str:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.anyio
+async def test_a_run_is_bounded_in_time(state_dir: Path, errlog: TextIO) -> None:
+    report = await run("7", state_dir, errlog, agent=lambda task, domain: Stalled(), task_timeout=0.5)
+    (task,) = report.tasks
+    assert (task.ended, task.reward, task.said, task.turns) == ("timeout", 0.0, 1, 1)
+    assert task.conduct.writes == 0 and "ended early (timeout)" in task.note
 
 
 # --- the command -------------------------------------------------------------------------------------------------

