@@ -462,6 +462,25 @@ async def test_a_run_is_bounded_in_time(state_dir: Path, errlog: TextIO) -> None
     assert task.conduct.writes == 0 and "ended early (timeout)" in task.note
 
 
+class Broken:
+    """A persona's model whose server is gone."""
+
+    def send(self, message: str) -> str:
+        raise ConnectionError("the persona's server went away")
+
+
+@pytest.mark.anyio
+async def test_a_persona_model_that_fails_cuts_its_task_short_alone(state_dir: Path, errlog: TextIO) -> None:
+    def failing_on_7(task: Tau2Task, persona: Any) -> Any:
+        return Broken() if task.id == "7" else accepting(task, persona)
+
+    report = await run("7,19", state_dir, errlog, persona_model=failing_on_7)
+    broken, fine = report.tasks
+    assert broken.ended.startswith("persona-failed: ") and "the persona's server went away" in broken.ended
+    assert (broken.reward, broken.said, broken.conduct.writes) == (0.0, 0, 0)
+    assert (fine.task_id, fine.reward, fine.ended) == ("19", 1.0, "done")
+
+
 # --- the command -------------------------------------------------------------------------------------------------
 
 

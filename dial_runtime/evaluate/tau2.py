@@ -20,7 +20,7 @@ scores it (:func:`score_task`):
   ignored, commas removed from the agent's text, as tau2's evaluator does). ``NL_ASSERTION`` needs an LLM judge
   and is not scored: a task whose ``reward_basis`` names it is marked partial. The reward is the product of the
   scored components its ``reward_basis`` names, and ``0`` when the conversation did not end with the person
-  done (tau2 gives a run cut short no reward);
+  done or the agent ending it (tau2 gives a run cut short no reward);
 - by this runtime's own promises, from the server's call log (what was written, whoever wrote it) against the
   conversation's log: the share of proposals that were valid, the share of writes that reached the server
   after the person accepted that exact payload, and the writes nobody accepted (which must be none).
@@ -28,6 +28,12 @@ scores it (:func:`score_task`):
 Through the runtime an agent's write can only happen as a suggestion the person accepted, so the confirmation
 rate can fall below 1 only when an agent goes around the runtime: :class:`UnaskedAgent` does, on its own
 connection to the server, to show that the harness sees it.
+
+:func:`run_tau2` runs a selection of tasks (:func:`select_tasks`) and sums them up in a :class:`Tau2Report`
+(JSON, and a table to read). Besides a model, the agent may be :class:`ExpectedActionsAgent` (each task's
+expected actions, through the runtime: it scores 1) or :class:`UnaskedAgent`, and the persona's model may be
+:class:`RulePersonaModel` (it accepts or dismisses every card): so the harness itself is tested with no model.
+``dial-runtime eval tau2`` is :func:`add_tau2_arguments` and :func:`run_tau2_command`.
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ from ..agents.prompt import system_prompt
 from ..agents.uri import agent_from_uri
 from ..domains import SchemaPayload, default_preview, example_from_schema, words
 from ..errors import ActionError, AgentError, McpConnectionError
-from ..language.outcomes import compact_json, escape_text
+from ..language.outcomes import compact_json, escape_attribute, escape_text
 from ..mcp import DEFAULT_DEADLINE, McpDomain
 from ..ports import AgentPort, StorePort
 from ..runtime.events import LogEntry
@@ -451,9 +457,10 @@ class AirlineDomain:
             schema = _without_state_key(tool.schema)
             payload = SchemaPayload(schema)
             example = example_from_schema(schema)
+            harm = DESTRUCTIVE_WRITES.get(name)
             self._tools[name] = _Tool(
                 title=tool.title,
-                description=tool.description,
+                description=tool.description + (f" Destructive: {harm}." if harm else ""),
                 schema=schema,
                 example=example if payload.issue(example) is None else None,
             )
@@ -500,17 +507,15 @@ class AirlineDomain:
         try:
             answer = await self.server.mcp.run(action, arguments, key=key)
         except ActionError as error:
-            raise ActionError(_tau2_content(str(error)), code=error.code, hint=error.hint) from None
+            message = str(error)
+            with contextlib.suppress(ValueError):  # a tool's error is the server's answer as JSON text
+                message = str(_tau2_content(json.loads(message)))
+            raise ActionError(message, code=error.code, hint=error.hint) from None
         return _tau2_content(answer)
 
 
 def _tau2_content(answer: Any) -> Any:
     """What tau2's tool returned, out of the server's answer (which also names the namespace and its state)."""
-    if isinstance(answer, str):
-        try:
-            answer = json.loads(answer)
-        except ValueError:
-            return answer
     if isinstance(answer, Mapping) and "parsed_content" in answer:
         return answer["parsed_content"]
     return answer
@@ -784,26 +789,27 @@ class Tau2Report(msgspec.Struct, frozen=True, kw_only=True):
         lines = [
             f"tau2 airline: {summary.tasks} task(s); agent {self.agent}, persona {self.persona_model}",
             "",
-            f"{'task':>4}  {'reward':>6}  {'DB':>2}  {'ACTION':>6}  {'COMM':>4}  {'valid':>5}  {'confirmed':>9}  "
-            f"{'unasked':>7}  {'turns':>5}  {'said':>4}  ended        conversation",
+            f"{'task':>4}  {'reward':>6}   {'DB':>2}  {'ACTION':>6}  {'COMM':>4}  {'valid':>5}  {'confirmed':>9}  "
+            f"{'unaccepted':>10}  {'turns':>5}  {'said':>4}  {'conversation':<24}  ended",
         ]
         for task in self.tasks:
             done = task.conduct
             lines.append(
-                f"{task.task_id:>4}  {task.reward:>6.2f}{'*' if task.partial else ' '} {task.db:>2.0f}  "
+                f"{task.task_id:>4}  {task.reward:>6.2f}{'*' if task.partial else ' '}  {task.db:>2.0f}  "
                 f"{task.action:>6.0f}  {task.communicate:>4.0f}  {_share(done.proposals_valid):>5}  "
-                f"{f'{done.confirmed}/{done.writes}':>9}  {len(done.unaccepted):>7}  {task.turns:>5}  "
-                f"{task.said:>4}  {task.ended:<12} {task.conversation_id}"
+                f"{f'{done.confirmed}/{done.writes}':>9}  {len(done.unaccepted):>10}  {task.turns:>5}  "
+                f"{task.said:>4}  {task.conversation_id:<24}  {task.ended}"
             )
+        bases = sorted({basis for task in self.tasks for basis in task.reward_basis})
         lines += [
             "",
             f"pass rate {_share(summary.pass_rate)} ({summary.passed}/{summary.tasks}), mean reward "
-            f"{_share(summary.mean_reward)}",
+            f"{_share(summary.mean_reward)}" + (f", {summary.partial} partial (*)" if summary.partial else ""),
             f"confirmation rate {_share(summary.confirmation_rate)} ({summary.confirmed_writes}/{summary.writes} "
             f"writes accepted first), unaccepted writes {summary.unaccepted_writes}",
             f"proposals valid {_share(summary.proposals_valid)} ({summary.valid_proposals}/{summary.proposals})",
-            "The reward multiplies the components each task's reward_basis names (DB and COMMUNICATE in every "
-            "airline task); ACTION is shown beside them.",
+            f"The reward multiplies the components each task's reward_basis names ({', '.join(bases) or 'none'} "
+            "here); the others are shown beside them.",
         ]
         for task in self.tasks:
             if task.note:
@@ -826,7 +832,7 @@ def _call_text(call: ServerCall) -> str:
 
 def _suggestion(action: ExpectedAction) -> str:
     return (
-        f'<dial><dial-suggest action="{action.name}">{escape_text(words(action.name))}'
+        f'<dial><dial-suggest action="{escape_attribute(action.name)}">{escape_text(words(action.name))}'
         f"<dial-payload>{escape_text(compact_json(action.arguments))}</dial-payload></dial-suggest></dial>"
     )
 
