@@ -212,14 +212,14 @@ class PersonaHuman:
     (:meth:`next_words`); :meth:`hear` gives it the projection's items as the conversation shows them, from which
     it tells its model what a person would have seen. A reply that holds no answer of the request's form is
     counted in :attr:`unclear` and taken as: words, done; a card, dismissed (a person who does not clearly say
-    yes has not said yes); an ask, the reply's text.
+    yes has not said yes); an ask, the reply's text. :attr:`failure` is what the model raised, once it failed.
     """
 
     def __init__(self, model: AgentPort, persona: Persona) -> None:
         self.model = model
         self.persona = persona
         self.unclear = 0
-        self.failure: BaseException | None = None  # what the model raised, when it failed
+        self.failure: BaseException | None = None
         self._seen: list[str] = []
         self._ended: set[str] = set()
         self._shown_questions: set[str] = set()
