@@ -234,7 +234,7 @@ def test_db_differences(db: dict[str, Any], differences: tuple[str, ...]) -> Non
 
 
 def airline_like() -> Domain:
-    """A typed domain with one write and one read of the airline's names, for logs written by a real run."""
+    """A typed domain with one write and one read named as the airline's, for logs of real conversations."""
     airline = Domain("airline")
 
     @airline.action(name="cancel_reservation")
@@ -283,7 +283,7 @@ CERTIFICATE = call("send_certificate", user_id="u", amount=100)
         ("dismiss", [READ], 0, []),
         ("dismiss", [CANCEL_A], 0, [CANCEL_A]),
     ],
-)  # fmt: skip
+)
 @pytest.mark.anyio
 async def test_conduct_holds_each_write_against_the_persons_accepts(
     decision: str, calls: list[ServerCall], confirmed: int, unaccepted: list[ServerCall]
@@ -296,13 +296,10 @@ async def test_conduct_holds_each_write_against_the_persons_accepts(
 
 
 def scored(
-    task: Tau2Task, *, db: dict[str, Any] = DB, ended: str = "done", said: Sequence[str] = ()
+    task: Tau2Task, *, db: dict[str, Any] = DB, ended: str = "done", said: Sequence[str] = ("ok",)
 ) -> tau2.TaskScore:
-    reply = (
-        envelope(*(f"<dial-inform>{text}</dial-inform>" for text in said))
-        if said
-        else envelope("<dial-inform>ok</dial-inform>")
-    )
+    """The score of a conversation whose agent informs ``said``, the run having left ``db``."""
+    reply = envelope(*(f"<dial-inform>{text}</dial-inform>" for text in said))
     conversation = Conversation(agent=ScriptedAgent([reply]), domain=airline_like(), human=policy_human("accept"))
     anyio.run(conversation.say, "hello")
     return tau2.score_task(
@@ -312,7 +309,7 @@ def scored(
         expected=ServerState(db=DB, calls=()),
         conversation_id="c",
         ended=ended,
-    )  # fmt: skip
+    )
 
 
 def test_the_reward_is_the_product_of_the_basis() -> None:
@@ -359,7 +356,8 @@ async def test_the_agent_sees_no_namespace_and_no_control_tool(state_dir: Path, 
             assert "state_key" not in prompt and "reset_state" not in prompt and "get_call_log" not in prompt
             assert tau2.policy() in prompt
             for name in ("reset_state", "get_call_log"):
-                assert domain.validate(name, {}).code == "unknown-action"  # type: ignore[union-attr]
+                unknown = domain.validate(name, {})
+                assert unknown is not None and unknown.code == "unknown-action"
             issue = domain.validate(
                 "cancel_reservation", {"reservation_id": "XEHM4B", "state_key": "tau2/airline/9"}
             )
@@ -399,17 +397,16 @@ async def test_the_expected_actions_score_one(state_dir: Path, errlog: TextIO, t
     assert [task.turns for task in report.tasks] == [6, 3, 4], "one suggestion a reply, then the informs"
     assert sorted(stored) == sorted(task.conversation_id for task in report.tasks)
     summary = report.summary
-    assert (summary.pass_rate, summary.mean_reward, summary.confirmation_rate, summary.unaccepted_writes) == (
-        1.0,
-        1.0,
-        1.0,
+    assert summary.pass_rate == summary.mean_reward == summary.confirmation_rate == 1.0
+    assert (summary.writes, summary.unaccepted_writes, summary.proposals, summary.proposals_valid) == (
+        8,
         0,
+        10,
+        1.0,
     )
-    assert (summary.writes, summary.proposals, summary.proposals_valid) == (8, 10, 1.0)
     text = str(report)
-    assert (
-        "pass rate 1.00 (3/3)" in text and "confirmation rate 1.00 (8/8" in text and "unaccepted writes 0" in text
-    )
+    assert "pass rate 1.00 (3/3)" in text and "confirmation rate 1.00 (8/8" in text
+    assert "unaccepted writes 0" in text
     assert msgspec.json.decode(report.to_json())["summary"]["pass_rate"] == 1.0
 
 
@@ -511,9 +508,7 @@ def test_the_commands_refusals_are_one_line(arguments: list[str], says: str) -> 
     assert raised.value.status == 2
 
 
-def test_the_command_runs_and_writes_its_report(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], errlog: TextIO
-) -> None:
+def test_the_command_runs_and_writes_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "report.json"
     status = command(
         "--agent", "builtin:unasked", "--persona-model", "builtin:accept", "--tasks", "19",
