@@ -1151,6 +1151,9 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_argument("public", metavar="PUBLIC_PATH", help="the public key to write (what verify needs)")
     keys.set_defaults(run=_keygen)
     _add_serve(commands)
+    from .evaluate.command import add_eval_parser
+
+    add_eval_parser(commands)
     return parser
 
 

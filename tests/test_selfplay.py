@@ -17,11 +17,11 @@ import pytest
 from dial_runtime._command import _CommandError
 from dial_runtime.demo import NotesDomain
 from dial_runtime.evaluate import evaluate
+from dial_runtime.evaluate.command import add_selfplay_arguments
 from dial_runtime.evaluate.persona import (
     Persona,
     SelfPlayManifest,
     SelfPlayRun,
-    add_selfplay_arguments,
     persona_prompt,
     plan_selfplay,
     run_selfplay_command,

@@ -17,6 +17,7 @@ import pytest
 from dial_runtime import ActionError, Conversation, Domain, ScriptedAgent, policy_human, system_prompt
 from dial_runtime._command import _CommandError
 from dial_runtime.evaluate import tau2
+from dial_runtime.evaluate.command import add_tau2_arguments
 from dial_runtime.evaluate.persona import persona_prompt
 from dial_runtime.evaluate.tau2 import (
     ExpectedAction,
@@ -483,7 +484,7 @@ async def test_a_persona_model_that_fails_cuts_its_task_short_alone(state_dir: P
 
 def command(*arguments: str) -> int:
     parser = argparse.ArgumentParser(prog="dial-runtime eval tau2")
-    tau2.add_tau2_arguments(parser)
+    add_tau2_arguments(parser)
     return tau2.run_tau2_command(parser.parse_args(arguments))
 
 

@@ -63,7 +63,6 @@ __all__ = [
     "PlannedConversation",
     "SelfPlayManifest",
     "SelfPlayRun",
-    "add_selfplay_arguments",
     "persona_prompt",
     "plan_selfplay",
     "run_selfplay_command",
@@ -611,33 +610,6 @@ async def selfplay(
 
 
 # --- the command -------------------------------------------------------------------------------------------------
-
-
-def add_selfplay_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``dial-runtime eval selfplay``."""
-    parser.description = (
-        "Hold N conversations of an agent with a simulated person (a model given a persona and a goal) into a "
-        "store, and write a manifest that --repeat holds again; eval then scores them like any recorded one."
-    )
-    parser.add_argument("--agent", metavar="URI", help="the agent under test (an agent URI, script:FILE included)")
-    parser.add_argument("--persona", metavar="FILE", help="the person: a JSON (or YAML) file with a goal")
-    parser.add_argument("--persona-model", metavar="URI", help="the model that plays the person (an agent URI)")
-    parser.add_argument(
-        "--domain", metavar="MODULE:FACTORY", help="the domain, e.g. dial_runtime.demo:NotesDomain"
-    )
-    parser.add_argument(
-        "--store", metavar="URL", help="where the conversations go (sqlite:FILE, postgresql://...)"
-    )
-    parser.add_argument("-n", type=int, metavar="N", help="how many conversations (default: 1)")
-    parser.add_argument(
-        "--seed", type=int, metavar="S", help="conversation i's models send seed S+i (default: each URI's seed)"
-    )
-    parser.add_argument(
-        "--manifest", metavar="OUT.json", help="where the manifest goes (default: selfplay-<run id>.json)"
-    )
-    parser.add_argument(
-        "--repeat", metavar="MANIFEST", help="hold a manifest's run again, into --store (which must not hold it)"
-    )
 
 
 def _manifest(args: argparse.Namespace) -> SelfPlayManifest:

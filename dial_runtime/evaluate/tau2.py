@@ -92,7 +92,6 @@ __all__ = [
     "Tau2Summary",
     "Tau2Task",
     "UnaskedAgent",
-    "add_tau2_arguments",
     "agent_words",
     "check_actions",
     "check_communicate",
@@ -1035,63 +1034,6 @@ async def run_tau2(
 _BUILTIN = "builtin:"
 _AGENTS = ("expected", "unasked")
 _PERSONA_RULES = ("accept", "dismiss")
-
-
-def add_tau2_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``dial-runtime eval tau2``."""
-    parser.add_argument(
-        "--agent",
-        required=True,
-        metavar="URI|builtin:expected|builtin:unasked",
-        help="the agent: a model URI (llamacpp:MODEL@HOST:PORT, ...; it gets the airline's policy in its system "
-        "prompt), builtin:expected (does each task's expected actions through the runtime) or builtin:unasked "
-        "(does them itself, without asking)",
-    )
-    parser.add_argument(
-        "--persona-model",
-        required=True,
-        metavar="URI|builtin:accept|builtin:dismiss",
-        help="the model playing each task's user: a model URI, or a rule (accept or dismiss every card, done "
-        "once a built-in agent has finished)",
-    )
-    parser.add_argument(
-        "--tasks", default="all", metavar="all|0-9|0,3,5", help="the tasks to run, by id (default: all)"
-    )
-    parser.add_argument("--store", metavar="URL", help="keep the conversations in this store (default: in memory)")
-    parser.add_argument("--report", metavar="OUT.json", help="also write the report as JSON")
-    parser.add_argument(
-        "--grammar",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="constrain a model agent's replies to valid DIAL for the airline's tools (llama.cpp, vLLM)",
-    )
-    parser.add_argument(
-        "--max-turns",
-        type=int,
-        default=12,
-        metavar="N",
-        help="things the user says at most per task (default: 12)",
-    )
-    parser.add_argument(
-        "--agent-turns",
-        type=int,
-        default=30,
-        metavar="N",
-        help="replies the agent gives at most to each thing the user says (default: 30)",
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=600.0, metavar="S", help="seconds one reply may take (default: 600)"
-    )
-    parser.add_argument(
-        "--task-timeout",
-        type=float,
-        default=1800.0,
-        metavar="S",
-        help="seconds one task may take in all; then it ends timeout (default: 1800)",
-    )
-    parser.add_argument(
-        "--state-dir", metavar="DIR", help="where the server keeps its state (default: a temporary directory)"
-    )
 
 
 def run_tau2_command(args: argparse.Namespace) -> int:

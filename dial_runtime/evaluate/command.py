@@ -1,0 +1,258 @@
+"""``dial-runtime eval``: score candidate agents on recorded conversations (counterfactual replay), and its
+``selfplay`` and ``tau2`` commands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._command import _CommandError, _described, _usage
+
+if TYPE_CHECKING:
+    from ..runtime.events import LogEntry
+    from .counterfactual import Candidate
+
+__all__ = ["add_eval_parser"]
+
+_FACTORY = "python:"
+
+
+def add_eval_parser(commands: Any) -> None:
+    """Add ``eval`` (and its ``selfplay`` and ``tau2`` commands) to the command line's subcommands; what they run
+    is imported when they run, so the command line starts without the MCP SDK or httpx."""
+
+    scoring = commands.add_parser(
+        "eval",
+        help="score candidate agents at every point of recorded conversations (nothing runs); selfplay, tau2",
+        description=(
+            "Counterfactual replay: each candidate answers where the recorded agent replied, given the same "
+            "history, and is scored against what the person decided. Conversations come from --store (every one, "
+            "or those named by --id) and from --log files."
+        ),
+    )
+    scoring.add_argument("--store", metavar="URL", help="the store holding the recorded conversations")
+    scoring.add_argument("--id", action="append", default=[], metavar="ID", help="a conversation (repeat it)")
+    scoring.add_argument(
+        "--log", action="append", default=[], metavar="FILE", help="a JSON Lines log, as export writes (repeat it)"
+    )
+    scoring.add_argument(
+        "--candidate",
+        action="append",
+        default=[],
+        metavar="[NAME=]AGENT",
+        help=(
+            "an agent URI (script:FILE included) or python:MODULE:FACTORY, FACTORY(history) returning the agent; "
+            "twice for an A/B comparison"
+        ),
+    )
+    scoring.add_argument(
+        "--domain", metavar="MODULE:FACTORY", help="the domain: its checks, previews and system prompt (never run)"
+    )
+    scoring.add_argument("--max-turns", type=int, default=8, metavar="N", help="as recorded (default: 8)")
+    scoring.add_argument("--json", metavar="FILE", help="also write the whole report as JSON")
+    scoring.add_argument("--out", metavar="DIR", help="write report.json, report.md and chart.png into DIR")
+    scoring.set_defaults(run=_run_eval)
+    more = scoring.add_subparsers(dest="eval_command", metavar="{selfplay,tau2}")
+    selfplay = more.add_parser("selfplay", help="run conversations with a simulated person into a store")
+    add_selfplay_arguments(selfplay)
+    selfplay.set_defaults(run=_selfplay)
+    tau2 = more.add_parser("tau2", help="run and score tau2-bench's airline tasks")
+    add_tau2_arguments(tau2)
+    tau2.set_defaults(run=_tau2)
+
+
+def add_selfplay_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``dial-runtime eval selfplay``."""
+    parser.description = (
+        "Hold N conversations of an agent with a simulated person (a model given a persona and a goal) into a "
+        "store, and write a manifest that --repeat holds again; eval then scores them like any recorded one."
+    )
+    parser.add_argument("--agent", metavar="URI", help="the agent under test (an agent URI, script:FILE included)")
+    parser.add_argument("--persona", metavar="FILE", help="the person: a JSON (or YAML) file with a goal")
+    parser.add_argument("--persona-model", metavar="URI", help="the model that plays the person (an agent URI)")
+    parser.add_argument(
+        "--domain", metavar="MODULE:FACTORY", help="the domain, e.g. dial_runtime.demo:NotesDomain"
+    )
+    parser.add_argument(
+        "--store", metavar="URL", help="where the conversations go (sqlite:FILE, postgresql://...)"
+    )
+    parser.add_argument("-n", type=int, metavar="N", help="how many conversations (default: 1)")
+    parser.add_argument(
+        "--seed", type=int, metavar="S", help="conversation i's models send seed S+i (default: each URI's seed)"
+    )
+    parser.add_argument(
+        "--manifest", metavar="OUT.json", help="where the manifest goes (default: selfplay-<run id>.json)"
+    )
+    parser.add_argument(
+        "--repeat", metavar="MANIFEST", help="hold a manifest's run again, into --store (which must not hold it)"
+    )
+
+
+def _selfplay(args: argparse.Namespace) -> int:
+    from .persona import run_selfplay_command
+
+    return run_selfplay_command(args)
+
+
+def add_tau2_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``dial-runtime eval tau2``."""
+    parser.add_argument(
+        "--agent",
+        required=True,
+        metavar="URI|builtin:expected|builtin:unasked",
+        help="the agent: a model URI (llamacpp:MODEL@HOST:PORT, ...; it gets the airline's policy in its system "
+        "prompt), builtin:expected (does each task's expected actions through the runtime) or builtin:unasked "
+        "(does them itself, without asking)",
+    )
+    parser.add_argument(
+        "--persona-model",
+        required=True,
+        metavar="URI|builtin:accept|builtin:dismiss",
+        help="the model playing each task's user: a model URI, or a rule (accept or dismiss every card, done "
+        "once a built-in agent has finished)",
+    )
+    parser.add_argument(
+        "--tasks", default="all", metavar="all|0-9|0,3,5", help="the tasks to run, by id (default: all)"
+    )
+    parser.add_argument("--store", metavar="URL", help="keep the conversations in this store (default: in memory)")
+    parser.add_argument("--report", metavar="OUT.json", help="also write the report as JSON")
+    parser.add_argument(
+        "--grammar",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="constrain a model agent's replies to valid DIAL for the airline's tools (llama.cpp, vLLM)",
+    )
+    parser.add_argument(
+        "--max-turns",
+        type=int,
+        default=12,
+        metavar="N",
+        help="things the user says at most per task (default: 12)",
+    )
+    parser.add_argument(
+        "--agent-turns",
+        type=int,
+        default=30,
+        metavar="N",
+        help="replies the agent gives at most to each thing the user says (default: 30)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, metavar="S", help="seconds one reply may take (default: 600)"
+    )
+    parser.add_argument(
+        "--task-timeout",
+        type=float,
+        default=1800.0,
+        metavar="S",
+        help="seconds one task may take in all; then it ends timeout (default: 1800)",
+    )
+    parser.add_argument(
+        "--state-dir", metavar="DIR", help="where the server keeps its state (default: a temporary directory)"
+    )
+
+
+def _tau2(args: argparse.Namespace) -> int:
+    from .tau2 import run_tau2_command
+
+    return run_tau2_command(args)
+
+
+def _candidates(given: Sequence[str]) -> dict[str, Candidate]:
+    if not given:
+        _usage("eval needs a --candidate (an agent URI, or python:MODULE:FACTORY)")
+    found: dict[str, Candidate] = {}
+    for number, text in enumerate(given, start=1):
+        name, equals, spec = text.partition("=")
+        if not equals or ":" in name or "/" in name:
+            name, spec = (f"candidate-{number}" if len(given) > 1 else "candidate"), text
+        if name in found or name == "recorded":
+            _usage(f"--candidate {text!r}: the name {name!r} is taken; write NAME=AGENT")
+        found[name] = _factory(spec) if spec.startswith(_FACTORY) else spec
+    return found
+
+
+def _factory(spec: str) -> Callable[..., Any]:
+    module_name, colon, attribute = spec.removeprefix(_FACTORY).rpartition(":")
+    if not colon or not module_name or not attribute:
+        _usage(f"--candidate {spec!r}: write python:MODULE:FACTORY")
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise _CommandError(f"--candidate {spec!r}: {_described(error)}") from None
+    if not callable(found):
+        raise _CommandError(f"--candidate {spec!r}: {attribute} is not callable")
+    return found  # type: ignore[no-any-return]
+
+
+def _stored(url: str, wanted: Sequence[str]) -> dict[str, list[LogEntry]]:
+    """The conversations ``wanted`` (every one when none is named) of the store ``url``, each folded as it would
+    open."""
+    import anyio
+
+    from ..runtime.state import fold_log
+    from ..stores import open_store
+
+    async def read() -> dict[str, list[LogEntry]]:
+        store = open_store(url, create=False)
+        try:
+            ids = list(wanted) or await store.conversations()
+            return {conversation: await store.read(conversation) for conversation in ids}
+        finally:
+            await store.aclose()
+
+    try:
+        found = anyio.run(read)
+    except (OSError, ValueError) as error:
+        raise _CommandError(f"--store: {_described(error)}") from None
+    for conversation, entries in found.items():
+        if not entries:
+            raise _CommandError(f"the store holds no conversation {conversation!r}")
+        try:
+            fold_log(entries)
+        except ValueError as error:
+            raise _CommandError(f"conversation {conversation!r}: {error}") from None
+    return found
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..loading import load_domain
+    from .report import EvalReport, markdown, write_chart
+    from .scoring import evaluate, read_jsonl_logs
+
+    if args.id and args.store is None:
+        _usage("--id names conversations of a --store")
+    if args.store is None and not args.log:
+        _usage("eval needs recorded conversations: --store URL (and --id), or --log FILE")
+    candidates = _candidates(args.candidate)
+    conversations = _stored(args.store, args.id) if args.store is not None else {}
+    try:
+        conversations.update(read_jsonl_logs(args.log))
+    except ValueError as error:
+        raise _CommandError(str(error)) from None
+    domain = None if args.domain is None else load_domain(args.domain)
+
+    async def scored() -> EvalReport:
+        return await evaluate(conversations, candidates, domain=domain, max_turns=args.max_turns)
+
+    try:
+        report = anyio.run(scored)
+    except ValueError as error:  # a candidate URI that names no agent
+        raise _CommandError(str(error)) from None
+    print(report)
+    try:
+        if args.json is not None:
+            Path(args.json).write_bytes(report.to_json())
+        if args.out is not None:
+            folder = Path(args.out)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "report.json").write_bytes(report.to_json())
+            write_chart(report, folder / "chart.png")
+            (folder / "report.md").write_text(markdown(report, "chart.png"), encoding="utf-8")
+    except OSError as error:
+        raise _CommandError(f"cannot write the report: {error.strerror or error}") from None
+    return 0
