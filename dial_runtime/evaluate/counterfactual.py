@@ -62,7 +62,6 @@ __all__ = [
     "Verdict",
     "evaluate_conversation",
     "payload_distance",
-    "points_of",
     "score",
 ]
 
@@ -139,12 +138,6 @@ class _PointAt(msgspec.Struct, frozen=True):
     index: int  # the position of the ``sent`` entry in the log
     end: int  # the position after the recorded turn's last entry
     turn: int
-
-
-def points_of(entries: Sequence[LogEntry]) -> list[tuple[int, int]]:
-    """The points of a log, as ``(position of the message, position after its turn)``: each message sent whose
-    reply is on the log."""
-    return [(point.index, point.end) for point in _points(entries)]
 
 
 def _points(entries: Sequence[LogEntry]) -> list[_PointAt]:
