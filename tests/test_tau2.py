@@ -16,6 +16,7 @@ import pytest
 
 from dial_runtime import ActionError, Conversation, Domain, ScriptedAgent, policy_human, system_prompt
 from dial_runtime._command import _CommandError
+from dial_runtime.cli import main
 from dial_runtime.evaluate import tau2
 from dial_runtime.evaluate.command import add_tau2_arguments
 from dial_runtime.evaluate.persona import persona_prompt
@@ -570,3 +571,13 @@ def test_model_uris_play_the_agent_and_the_user(
     assert persona_server.requests[0].messages[0]["content"] == persona_prompt(persona)
     assert "grammar" not in persona_server.requests[0].body
     assert "pass rate 1.00 (1/1)" in capsys.readouterr().out
+
+
+def test_the_command_draws_the_runs_rates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = tmp_path / "tau2.png"
+    players = ["--agent", "builtin:expected", "--persona-model", "builtin:accept"]
+    status = main(
+        ["eval", "tau2", *players, "--tasks", "7", "--state-dir", str(tmp_path / "state"), "--chart", str(chart)]
+    )
+    assert status == 0 and "7" in capsys.readouterr().out
+    assert chart.read_bytes().startswith(b"\x89PNG")

@@ -119,6 +119,7 @@ def add_tau2_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--store", metavar="URL", help="keep the conversations in this store (default: in memory)")
     parser.add_argument("--report", metavar="OUT.json", help="also write the report as JSON")
+    parser.add_argument("--chart", metavar="OUT.png", help="also draw the run's rates as an image")
     parser.add_argument(
         "--grammar",
         action=argparse.BooleanOptionalAction,

@@ -4,14 +4,14 @@ the log); JSON; a chart of each side per score; and the difference between two c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
 
 from .counterfactual import LOWER_IS_BETTER, SCORES, ConversationScore, Point
 
-__all__ = ["Comparison", "EvalReport", "Summary", "markdown", "write_chart"]
+__all__ = ["Comparison", "EvalReport", "Summary", "bar_chart", "markdown", "write_chart"]
 
 #: How many of a conversation's worst points the readable report shows with their excerpts.
 WORST_SHOWN = 3
@@ -150,6 +150,19 @@ def _failing(point: Point, side: str) -> str:
 def write_chart(report: EvalReport, path: str | Path) -> Path:
     """Draw each side's mean per score as grouped bars into the image ``path`` (PNG, or any format matplotlib
     writes by the suffix); needs the ``eval`` extra (matplotlib)."""
+    values = {side: {name: report.summary[side][name].mean for name in SCORES} for side in report.sides}
+    return bar_chart(values, path, ylabel="mean over points", lower_is_better=LOWER_IS_BETTER)
+
+
+def bar_chart(
+    values: Mapping[str, Mapping[str, float | None]],
+    path: str | Path,
+    *,
+    ylabel: str,
+    lower_is_better: Collection[str] = (),
+) -> Path:
+    """Grouped bars on a 0 to 1 scale, one group per measure and one bar per side (``values[side][measure]``;
+    a measure that is ``None`` on every side is left out), written to the image ``path``."""
     try:
         import matplotlib
 
@@ -157,19 +170,20 @@ def write_chart(report: EvalReport, path: str | Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ValueError("the chart needs the eval extra (pip install 'dial-runtime[eval]')") from None
-    names = [name for name in SCORES if any(report.summary[side][name].mean is not None for side in report.sides)]
+    sides = list(values)
+    measures = list(dict.fromkeys(name for side in sides for name in values[side]))
+    names = [name for name in measures if any(values[side].get(name) is not None for side in sides)]
     figure, axes = plt.subplots(figsize=(max(6.0, 1.3 * len(names)), 3.6), dpi=120)
-    width = 0.8 / max(len(report.sides), 1)
-    for offset, side in enumerate(report.sides):
-        values = [report.summary[side][name].mean or 0.0 for name in names]
-        positions = [index + offset * width for index in range(len(names))]
-        axes.bar(positions, values, width=width, label=side)
-    axes.set_xticks([index + width * (len(report.sides) - 1) / 2 for index in range(len(names))])
+    width = 0.8 / max(len(sides), 1)
+    for offset, side in enumerate(sides):
+        heights = [values[side].get(name) or 0.0 for name in names]
+        axes.bar([index + offset * width for index in range(len(names))], heights, width=width, label=side)
+    axes.set_xticks([index + width * (len(sides) - 1) / 2 for index in range(len(names))])
     axes.set_xticklabels(
-        [f"{name}\n(lower best)" if name in LOWER_IS_BETTER else name for name in names], fontsize=8
+        [f"{name}\n(lower best)" if name in lower_is_better else name for name in names], fontsize=8
     )
     axes.set_ylim(0, 1.05)
-    axes.set_ylabel("mean over points")
+    axes.set_ylabel(ylabel)
     axes.legend(fontsize=8)
     figure.tight_layout()
     target = Path(path)

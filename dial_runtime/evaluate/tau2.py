@@ -54,7 +54,7 @@ from typing import Any, TextIO
 import anyio
 import msgspec
 
-from .._command import _CommandError, _usage
+from .._command import _CommandError, _described, _usage
 from ..agents.grammar import domain_grammar
 from ..agents.prompt import system_prompt
 from ..agents.uri import agent_from_uri
@@ -68,6 +68,7 @@ from ..runtime.projection import AgentText, Card, PersonWords, RefusedProposal, 
 from ..runtime.records import ActionSpec, Issue
 from ..stores import MemoryStore, open_store
 from .persona import Persona, PersonaHuman, persona_prompt, self_play
+from .report import bar_chart
 
 __all__ = [
     "CLOSING",
@@ -779,6 +780,18 @@ class Tau2Report(msgspec.Struct, frozen=True, kw_only=True):
         )
         return cls(agent=agent, persona_model=persona_model, tasks=tuple(tasks), summary=summary)
 
+    def write_chart(self, path: str | Path) -> Path:
+        """Draw the run's rates (pass rate, mean reward, proposals valid, confirmation rate) as bars into the
+        image ``path``; needs the ``eval`` extra (matplotlib)."""
+        summary = self.summary
+        rates = {
+            "pass_rate": summary.pass_rate,
+            "mean_reward": summary.mean_reward,
+            "proposals_valid": summary.proposals_valid,
+            "confirmation_rate": summary.confirmation_rate,
+        }
+        return bar_chart({self.agent: rates}, path, ylabel="share of tasks, proposals or writes")
+
     def to_json(self) -> bytes:
         """The report as JSON."""
         return msgspec.json.format(msgspec.json.encode(self), indent=2)
@@ -1089,6 +1102,11 @@ def run_tau2_command(args: argparse.Namespace) -> int:
             Path(args.report).write_bytes(report.to_json())
         except OSError as error:
             raise _CommandError(f"--report: cannot write {args.report}: {error.strerror or error}") from None
+    if args.chart is not None:
+        try:
+            report.write_chart(args.chart)
+        except (OSError, ValueError) as error:
+            raise _CommandError(f"--chart: cannot write {args.chart}: {_described(error)}") from None
     return 0
 
 
