@@ -58,14 +58,19 @@ def binaries() -> tuple[Path, Path] | None:
 
 
 @contextlib.contextmanager
-def llama_server(server: Path, model: Path) -> Iterator[str]:
-    """A healthy llama-server with one slot, its output discarded: its base URL; stopped at the end."""
+def llama_server(
+    server: Path, model: Path, *, context: int = 4096, slots: int = 1, threads: int = 2
+) -> Iterator[str]:
+    """A healthy llama-server with ``slots`` slots sharing ``context`` tokens, its output discarded: its base URL;
+    stopped at the end."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "4096"]
+    command = [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(context)]
     process = subprocess.Popen(
-        [*command, "--parallel", "1", "--threads", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*command, "--parallel", str(slots), "--threads", str(threads)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -19,23 +19,19 @@ must have every write reported unaccepted. It fails only when the harness broke,
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import hashlib
 import importlib.util
 import json
 import os
-import socket
-import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx
-from bench_models import STARTUP, binaries  # this script's folder is on the path
+from bench_models import binaries, llama_server  # this script's folder is on the path
 
 from dial_runtime.agents import agent_from_uri, domain_grammar, system_prompt
 from dial_runtime.ports import AgentPort, StorePort
@@ -69,41 +65,6 @@ def sha256_prefix(path: Path) -> str:
         while chunk := model.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()[:12]
-
-
-@contextlib.contextmanager
-def llama_server(server: Path, model: Path, threads: int) -> Iterator[str]:
-    """A healthy llama-server with :data:`SLOTS` slots sharing :data:`CONTEXT` tokens, its output discarded: its
-    ``HOST:PORT``; stopped at the end. (``bench_models.llama_server`` holds one slot of 4096 tokens.)"""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(CONTEXT)]
-    process = subprocess.Popen(
-        [*command, "--parallel", str(SLOTS), "--threads", str(threads)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    address = f"127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"llama-server exited with status {process.returncode}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://{address}/health", timeout=1.0).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"llama-server not healthy in {STARTUP:.0f}s")
-            time.sleep(0.2)
-        yield address
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 def figures(report: Tau2Report, seconds: float) -> dict[str, Any]:
@@ -284,7 +245,8 @@ def main() -> int:
     if found is None or model is None:
         print(json.dumps({"benchmark": "tau2", "skipped": "no llama-server and model: run .ci/llama.sh"}))
         return 0
-    with llama_server(found[0], model, args.threads) as address:
+    with llama_server(found[0], model, context=CONTEXT, slots=SLOTS, threads=args.threads) as url:
+        address = url.removeprefix("http://")
         report = anyio.run(measure, address, model.stem, tasks, store, args)
     print(
         json.dumps(
