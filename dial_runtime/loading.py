@@ -22,7 +22,7 @@ from .agents.prompt import vocabulary
 from .domains import Domain
 from .runtime.events import LogEntry
 
-__all__ = ["DomainPerConversation", "load_domain", "load_flow"]
+__all__ = ["DomainPerConversation", "load_callable", "load_domain", "load_flow"]
 
 
 class DomainPerConversation:
@@ -45,29 +45,39 @@ class DomainPerConversation:
         return getattr(self._describing, name)
 
 
-def load_domain(spec: str) -> Any:
-    """The domain ``module:factory`` names: the module is imported (looked for in the current directory first, as
-    ``python -m`` and uvicorn do) and ``factory()`` called; what it returns must have a ``run`` method, and
-    ``actions``, when it has them, must map action names to their specs. What returns a domain factory instead (a
-    callable with no ``run``) gives a :class:`DomainPerConversation`, checked on the domain it builds for a new
-    conversation."""
+def load_callable(spec: str, *, option: str, example: str) -> Callable[..., Any]:
+    """The callable ``module:name`` names (``name`` may be dotted), not called: the module is imported, looked
+    for in the current directory first, as ``python -m`` and uvicorn do. A one-line error naming ``option`` (and
+    ``example`` of the form) for a malformed spec, a module that cannot be imported or raises, or no such
+    callable."""
     module_name, _, factory_name = spec.partition(":")
     if not module_name or not factory_name:
-        _usage(f"--domain {spec!r}: expected module:factory, e.g. dial_runtime.demo:NotesDomain")
+        _usage(f"{option} {spec!r}: expected module:factory, e.g. {example}")
     here = os.getcwd()
     if here not in sys.path and "" not in sys.path:
         sys.path.insert(0, here)
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        _usage(f"--domain {spec!r}: cannot import {module_name}: {error}")
+        _usage(f"{option} {spec!r}: cannot import {module_name}: {error}")
     except Exception as error:
-        raise _CommandError(f"--domain {spec!r}: importing {module_name} raised {_described(error)}") from error
-    factory: Any = module
+        raise _CommandError(f"{option} {spec!r}: importing {module_name} raised {_described(error)}") from error
+    found: Any = module
     for name in factory_name.split("."):
-        factory = getattr(factory, name, None)
-    if not callable(factory):
-        _usage(f"--domain {spec!r}: {module_name} has no callable {factory_name}")
+        found = getattr(found, name, None)
+    if not callable(found):
+        _usage(f"{option} {spec!r}: {module_name} has no callable {factory_name}")
+    return found  # type: ignore[no-any-return]
+
+
+def load_domain(spec: str) -> Any:
+    """The domain ``module:factory`` names: the module is imported (looked for in the current directory first, as
+    ``python -m`` and uvicorn do) and ``factory()`` called; what it returns must have a ``run`` method, and
+    ``actions``, when it has them, must map action names to their specs. What returns a domain factory instead (a
+    callable with no ``run``) gives a :class:`DomainPerConversation`, checked on the domain it builds for a new
+    conversation."""
+    factory = load_callable(spec, option="--domain", example="dial_runtime.demo:NotesDomain")
+    factory_name = spec.partition(":")[2]
     try:
         domain = factory()
     except Exception as error:

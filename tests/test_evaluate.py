@@ -266,7 +266,11 @@ def test_the_command_scores_logs_and_writes_the_report(tmp_path: Path, capsys: p
         (["eval", "--log", "LOG"], "needs a --candidate"),
         (["eval", "--log", "missing.jsonl", "--candidate", "script:x.json"], "missing.jsonl: cannot read it"),
         (["eval", "--log", "LOG", "--candidate", "python:no.such.module:make"], "No module named"),
-        (["eval", "--log", "LOG", "--candidate", "python:nothing"], "write python:MODULE:FACTORY"),
+        (
+            ["eval", "--log", "LOG", "--candidate", "python:nothing"],
+            "expected module:factory, e.g. python:my_agents:make",
+        ),
+        (["eval", "--log", "LOG", "--candidate", "python:json:nothing"], "json has no callable nothing"),
         (["eval", "--log", "LOG", "--candidate", "ftp:x"], "unknown scheme"),
         (
             ["eval", "--id", "c", "--log", "LOG", "--candidate", "script:x"],

@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -171,21 +170,14 @@ def _candidates(given: Sequence[str]) -> dict[str, Candidate]:
             name, spec = (f"candidate-{number}" if len(given) > 1 else "candidate"), text
         if name in found or name == "recorded":
             _usage(f"--candidate {text!r}: the name {name!r} is taken; write NAME=AGENT")
-        found[name] = _factory(spec) if spec.startswith(_FACTORY) else spec
+        if spec.startswith(_FACTORY):
+            from ..loading import load_callable
+
+            example = f"{_FACTORY}my_agents:make"
+            found[name] = load_callable(spec.removeprefix(_FACTORY), option="--candidate", example=example)
+        else:
+            found[name] = spec
     return found
-
-
-def _factory(spec: str) -> Callable[..., Any]:
-    module_name, colon, attribute = spec.removeprefix(_FACTORY).rpartition(":")
-    if not colon or not module_name or not attribute:
-        _usage(f"--candidate {spec!r}: write python:MODULE:FACTORY")
-    try:
-        found = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise _CommandError(f"--candidate {spec!r}: {_described(error)}") from None
-    if not callable(found):
-        raise _CommandError(f"--candidate {spec!r}: {attribute} is not callable")
-    return found  # type: ignore[no-any-return]
 
 
 def _stored(url: str, wanted: Sequence[str]) -> dict[str, list[LogEntry]]:
