@@ -17,16 +17,17 @@ import os
 import sys
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 import trio
 import trio.testing
 
 from ._command import USAGE, _CommandError, _described, _usage
+from ._stored import checked_log, open_url, read_log, read_stored, shown_url
 from .errors import DialError, LogError
 from .language.schema import validate
 from .loading import load_domain, load_flow
@@ -37,9 +38,6 @@ from .runtime.projection import stopped_in_words as stopped_in_words
 if TYPE_CHECKING:
     from .jsonl import LogFile
     from .stores.chain import ChainCheck, StoredRow
-
-
-T = TypeVar("T")
 
 
 def _decode(raw: bytes, name: str) -> str:
@@ -73,22 +71,6 @@ def _validate(args: argparse.Namespace) -> int:
     if not issues:
         print(f"{args.file}: valid DIAL ({'strict' if args.strict else 'lenient'} schema)")
     return 1 if issues else 0
-
-
-def _open(url: str, *, create: bool = True) -> Any:
-    """The store ``url`` names (``create=False``: one that is only read, so nothing is created in it)."""
-    from .stores import open_store
-
-    try:
-        return open_store(url, create=create)
-    except ValueError as error:
-        _usage(str(error))
-
-
-def _shown(url: str) -> str:
-    from .stores import redact_url
-
-    return redact_url(url)
 
 
 def _login_name() -> str | None:
@@ -126,7 +108,7 @@ def _chat(args: argparse.Namespace) -> int:
     constrain = agent_options.pop("constrain", False)
     if args.id and not args.store:
         _usage("--id needs --store")
-    store = _open(args.store) if args.store else None
+    store = open_url(args.store) if args.store else None
     ident = args.id or uuid.uuid4().hex[:12]
     surface = TerminalSurface(by=args.person)
 
@@ -163,7 +145,7 @@ def _chat(args: argparse.Namespace) -> int:
                 await surface.chat(Conversation(**options))
                 return 0
             conversation = await Conversation.open(store, ident, **options)
-            surface.recap(conversation, ident, _shown(args.store))
+            surface.recap(conversation, ident, shown_url(args.store))
             if await surface.take_up(conversation):
                 await surface.chat(conversation)
         return 0
@@ -290,42 +272,6 @@ def _diagrams(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_log(url: str, conversation_id: str) -> list[LogEntry]:
-    """The conversation's stored log, read without creating or writing anything and checked as the conversation
-    checks it when it opens; a one-line error when the store holds no such conversation, or a log no run of the
-    runtime could have written."""
-    return _checked(url, conversation_id, _read_stored(url, lambda store: store.read(conversation_id)))
-
-
-def _read_stored(url: str, read: Callable[[Any], Awaitable[T]]) -> T:
-    """What ``read(store)`` gives of the store ``url``, opened only to read (nothing is created in it)."""
-    store = _open(url, create=False)
-
-    async def work() -> T:
-        try:
-            return await read(store)
-        finally:
-            await store.aclose()
-
-    return trio.run(work)
-
-
-def _checked(url: str, conversation_id: str, entries: list[LogEntry]) -> list[LogEntry]:
-    """``entries`` folded as a conversation folds its log when it opens; a one-line error for a log no run of the
-    runtime could have written, or none at all."""
-    from .runtime.state import fold_log
-
-    try:
-        checked = fold_log(entries)
-    except LogError as error:
-        raise _CommandError(f"{_shown(url)} conversation {conversation_id!r}: {error}") from None
-    if not checked:
-        raise _CommandError(
-            f"{_shown(url)} holds no conversation {conversation_id!r} (dial-runtime list --store URL lists them)"
-        )
-    return checked
-
-
 def audit_line(entry: LogEntry) -> str | None:
     """The audit trail's line for a log entry (``None`` when the event is not part of it): its time in ISO-8601
     UTC, its sequence number, what happened, to which suggestion or ask, and who decided."""
@@ -340,7 +286,7 @@ def _audit_text(moment: Moment) -> str:
 
 
 def _log(args: argparse.Namespace) -> int:
-    for moment in project(_read_log(args.store, args.id)).trail:
+    for moment in project(read_log(args.store, args.id)).trail:
         print(_audit_text(moment))
     return 0
 
@@ -353,7 +299,7 @@ def _replay(args: argparse.Namespace) -> int:
     elif args.id is None:
         _usage("replaying from a store needs the conversation's ID")
     else:
-        conversation_id, entries = args.id, _read_log(args.store, args.id)
+        conversation_id, entries = args.id, read_log(args.store, args.id)
     if args.recheck and args.domain is None:
         _usage("replay --recheck asks the domain again: name it with --domain")
     report = replay(
@@ -405,8 +351,8 @@ def _read_rows(url: str, conversation_id: str) -> list[StoredRow]:
     as ``_read_log`` refuses the log."""
     from .stores.base import decode
 
-    rows: list[StoredRow] = _read_stored(url, lambda store: store.rows(conversation_id))
-    _checked(url, conversation_id, [decode(row.text) for row in rows])
+    rows: list[StoredRow] = read_stored(url, lambda store: store.rows(conversation_id))
+    checked_log(url, conversation_id, [decode(row.text) for row in rows])
     return rows
 
 
@@ -433,7 +379,7 @@ def _import(args: argparse.Namespace) -> int:
     if not entries:
         raise _CommandError(f"{args.file} holds no events")
     conversation_id = args.id or read.conversation_id
-    store = _open(args.store)
+    store = open_url(args.store)
 
     async def write() -> list[StoredRow]:
         try:
@@ -446,9 +392,9 @@ def _import(args: argparse.Namespace) -> int:
         stored = trio.run(write)
     except StoreConflict:
         raise _CommandError(
-            f"conversation {conversation_id!r} already has events in {_shown(args.store)}; choose another --id"
+            f"conversation {conversation_id!r} already has events in {shown_url(args.store)}; choose another --id"
         ) from None
-    imported = f"imported {len(entries)} event(s) into {_shown(args.store)} as {conversation_id!r}"
+    imported = f"imported {len(entries)} event(s) into {shown_url(args.store)} as {conversation_id!r}"
     if read.chain is not None:
         imported += _kept(read.rows, stored)
     print(imported)
@@ -501,7 +447,7 @@ def _check_chains(
     from .errors import StoreError
     from .stores.chain import verify_store
 
-    store = _open(url, create=False)
+    store = open_url(url, create=False)
 
     async def check() -> list[ChainCheck]:
         try:
@@ -553,7 +499,7 @@ def _sign(args: argparse.Namespace) -> int:
     (check,) = _check_chains(args.store, [args.id], {})
     if check.entries == 0:
         raise _CommandError(
-            f"{_shown(args.store)} holds no conversation {args.id!r} (dial-runtime list --store URL lists them)"
+            f"{shown_url(args.store)} holds no conversation {args.id!r} (dial-runtime list --store URL lists them)"
         )
     try:
         signed = signing.sign_head(check, key)
@@ -591,7 +537,7 @@ def _verify(args: argparse.Namespace) -> int:
     heads_at = {signed.conversation_id: [signed.seq]} if signed is not None else {}
     checks = _check_chains(args.store, args.ids or None, heads_at)
     if not checks:
-        print(f"{_shown(args.store)} holds no conversation", file=sys.stderr)
+        print(f"{shown_url(args.store)} holds no conversation", file=sys.stderr)
         return 0
     width = max(len(check.conversation_id) for check in checks)
     failed = 0
@@ -623,7 +569,7 @@ def _audit(args: argparse.Namespace) -> int:
     from .errors import StoreError
     from .stores.chain import verify_log
 
-    store = _open(args.store, create=False)
+    store = open_url(args.store, create=False)
 
     async def read() -> tuple[list[Any], list[LogEntry] | LogError]:
         try:
@@ -640,7 +586,8 @@ def _audit(args: argparse.Namespace) -> int:
     except StoreError as error:
         _usage(str(error))
     if not rows:
-        _usage(f"{_shown(args.store)} holds no conversation {args.id!r} (dial-runtime list --store URL lists it)")
+        listing = "dial-runtime list --store URL lists it"
+        _usage(f"{shown_url(args.store)} holds no conversation {args.id!r} ({listing})")
     chain = verify_log(rows, conversation_id=args.id)
     if isinstance(read_back, LogError):
         raise _CommandError(f"{args.id!r}: {chain.summary()}; the log cannot be read: {read_back}")
@@ -660,7 +607,7 @@ def _list(args: argparse.Namespace) -> int:
     error says how many)."""
     from .runtime.state import ConversationState, fold_log
 
-    store = _open(args.store, create=False)
+    store = open_url(args.store, create=False)
 
     async def read() -> list[tuple[str, list[LogEntry] | LogError]]:
         held: list[tuple[str, list[LogEntry] | LogError]] = []
@@ -676,7 +623,7 @@ def _list(args: argparse.Namespace) -> int:
 
     held = trio.run(read)
     if not held:
-        print(f"{_shown(args.store)} holds no conversation", file=sys.stderr)
+        print(f"{shown_url(args.store)} holds no conversation", file=sys.stderr)
     width = max((len(ident) for ident, _ in held), default=0)
     refused = 0
     for ident, entries in held:
@@ -696,7 +643,7 @@ def _list(args: argparse.Namespace) -> int:
         print(f"{ident:<{width}}  {len(entries):>5} events  last {when.replace('+00:00', 'Z')}  {status}")
     if refused:
         raise _CommandError(
-            f"{refused} conversation(s) in {_shown(args.store)} hold a log no run could have written"
+            f"{refused} conversation(s) in {shown_url(args.store)} hold a log no run could have written"
         )
     return 0
 
@@ -728,8 +675,8 @@ def _decide(args: argparse.Namespace) -> int:
         except ValueError as error:
             _usage(f"--payload is not JSON: {error}")
     domain = load_domain(args.domain)
-    _read_log(args.store, args.id)  # the conversation is there (read only: a mistyped store creates nothing)
-    store = _open(args.store)
+    read_log(args.store, args.id)  # the conversation is there (read only: a mistyped store creates nothing)
+    store = open_url(args.store)
 
     async def work() -> str:
         try:
@@ -776,7 +723,7 @@ def _worker(args: argparse.Namespace) -> int:
     from .web.serve import agent_factory
 
     domain = load_domain(args.domain)
-    store = _open(args.store)
+    store = open_url(args.store)
     options = {"decide_timeout": args.decide_timeout, "max_turns": args.max_turns}
     opener = conversation_opener(store, agent=agent_factory(args.agent, domain), domain=domain, **options)
 

@@ -28,7 +28,20 @@ LAYERS: list[tuple[str, ...]] = [
     # what plugs into the runtime: domains, agents, and the homes of a log (the stores, and a JSON Lines file)
     ("domains", "stores", "agents", "jsonl", "notify", "deadlines"),
     # what drives and shows conversations, and the tools built on the public API
-    ("surfaces", "web", "mcp", "transcript", "replay", "audit", "evaluate", "demo", "diagrams", "loading", ""),
+    (
+        "surfaces",
+        "web",
+        "mcp",
+        "transcript",
+        "replay",
+        "audit",
+        "evaluate",
+        "_stored",
+        "demo",
+        "diagrams",
+        "loading",
+        "",
+    ),
     ("cli",),
 ]
 

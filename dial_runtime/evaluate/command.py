@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._command import _CommandError, _described, _usage
+from .._command import _CommandError, _usage
 
 if TYPE_CHECKING:
     from ..runtime.events import LogEntry
@@ -181,33 +181,12 @@ def _candidates(given: Sequence[str]) -> dict[str, Candidate]:
 
 
 def _stored(url: str, wanted: Sequence[str]) -> dict[str, list[LogEntry]]:
-    """The conversations ``wanted`` (every one when none is named) of the store ``url``, each folded as it would
-    open."""
-    import anyio
+    """The conversations ``wanted`` (every one when none is named) of the store ``url``, each checked as it would
+    open (see :func:`~dial_runtime._stored.read_log`)."""
+    from .._stored import read_log, read_stored
 
-    from ..runtime.state import fold_log
-    from ..stores import open_store
-
-    async def read() -> dict[str, list[LogEntry]]:
-        store = open_store(url, create=False)
-        try:
-            ids = list(wanted) or await store.conversations()
-            return {conversation: await store.read(conversation) for conversation in ids}
-        finally:
-            await store.aclose()
-
-    try:
-        found = anyio.run(read)
-    except (OSError, ValueError) as error:
-        raise _CommandError(f"--store: {_described(error)}") from None
-    for conversation, entries in found.items():
-        if not entries:
-            raise _CommandError(f"the store holds no conversation {conversation!r}")
-        try:
-            fold_log(entries)
-        except ValueError as error:
-            raise _CommandError(f"conversation {conversation!r}: {error}") from None
-    return found
+    ids = list(wanted) or read_stored(url, lambda store: store.conversations())
+    return {conversation: read_log(url, conversation) for conversation in ids}
 
 
 def _run_eval(args: argparse.Namespace) -> int:
