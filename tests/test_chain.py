@@ -615,7 +615,8 @@ def test_an_old_postgres_table_gets_the_column_and_chains_onto_its_rows(
     assert run(read_only).predates == 3
     with psycopg.connect(pg_schema_url) as connection:
         columns = connection.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'dial_log'"
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_name = 'dial_log' AND table_schema = current_schema()"
         )
         assert "hash" not in {name for (name,) in columns}
     backend = Postgres(pg_schema_url)
