@@ -10,6 +10,7 @@ only a signed head catches (``tests/test_chain_cli.py``).
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import sqlite3
@@ -25,6 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dial_runtime import Accept, Conversation, Dismiss, LogEntry, scripted_human
+from dial_runtime.jsonl import export_rows, read_jsonl
 from dial_runtime.runtime.events import DecidedEvent, DeclareEvent, SaidEvent, entry_from_dict, entry_to_dict
 from dial_runtime.stores import MemoryStore, PostgresStore, SQLiteStore, StorePort, open_store
 from dial_runtime.stores.base import decode, encode
@@ -34,7 +36,7 @@ from dial_runtime.stores.chain import (
     StoredRow,
     canonical,
     chain_hash,
-    entry_texts,
+    link_through,
     verify_log,
     verify_store,
 )
@@ -224,9 +226,9 @@ def drop(seq: int, *, renumber: bool) -> Callable[[list[Row]], list[Row]]:
 
 
 def approval(seq: int, rows: list[Row]) -> str:
-    """A decision to accept sg-2, by eve, as the entry numbered ``seq`` (in the canonical text a store keeps)."""
+    """A decision to accept sg-2, by eve, as the entry numbered ``seq`` (in the text a store keeps)."""
     decided = DecidedEvent(suggestion_id="sg-2", decision="accept", by="eve")
-    return canonical(entry_to_dict(LogEntry(seq=seq, time=json.loads(rows[seq - 2][1])["time"], event=decided)))
+    return encode(LogEntry(seq=seq, time=json.loads(rows[seq - 2][1])["time"], event=decided))
 
 
 def insert(seq: int, hashed: str) -> Callable[[list[Row]], list[Row]]:
@@ -280,7 +282,7 @@ def rechained(rows: list[Row]) -> list[Row]:
     """Every hash made again, from the first entry on: what a tamperer who knows the scheme does last."""
     link, made = GENESIS, []
     for seq, text, _ in rows:
-        link = chain_hash(link, canonical(json.loads(text)))
+        link = chain_hash(link, StoredRow.of(seq, json.loads(text)).text)  # the text as a store writes it
         made.append((seq, text, link))
     return made
 
@@ -321,8 +323,10 @@ TAMPERINGS: dict[str, Tampering] = {
         swap(20, 21, renumber=True, hashes_follow=True), 20, "reordered", "what was entry 21"
     ),
     "a hash deleted": Tampering(hash_set(10, None), 10, "hash missing", "entry 10 has no hash"),
-    "a hash edited": Tampering(hash_set(10, "1:" + "0" * 63 + "x"), 10, "edited", "not a scheme-1 hash"),
-    "a hash of a later scheme": Tampering(hash_set(10, "2:" + "0" * 64), 10, "unknown scheme", "scheme 2"),
+    "a hash edited": Tampering(
+        hash_set(10, "1:" + "0" * 63 + "x"), 10, "edited", "not a scheme-1 or scheme-2 hash"
+    ),
+    "a hash of a later scheme": Tampering(hash_set(10, "3:" + "0" * 64), 10, "unknown scheme", "scheme 3"),
     "an approval inserted, every hash recomputed": Tampering(
         lambda rows: rechained(insert(20, "own")(rows)), None, None
     ),
@@ -383,8 +387,8 @@ def test_an_intact_chain_verifies_on_every_store(backend: Backend) -> None:
     rows = backend.read()
     assert check.head == rows[-1][2]
     assert check.heads == {0: GENESIS, 14: rows[13][2], 27: rows[-1][2]}
-    assert all(hash_ is not None and hash_.startswith("1:") and len(hash_) == 66 for _, _, hash_ in rows)
-    assert check.summary().startswith("ok: 27 entries, head #27 1:")
+    assert all(hash_ is not None and hash_.startswith("2:") and len(hash_) == 66 for _, _, hash_ in rows)
+    assert check.summary().startswith("ok: 27 entries, head #27 2:")
 
 
 def test_every_store_writes_the_same_chain(tmp_path: Path, pg_schema_url: str) -> None:
@@ -419,20 +423,106 @@ LOG = [
 
 
 def test_the_scheme_is_as_documented() -> None:
-    """Entry n's hash is "1:" + SHA-256(hash of n-1 + "\\n" + canonical text), from 64 zeros."""
+    """Entry n's hash is "2:" + SHA-256(hash of n-1 + "\\n" + the entry's text as stored), from "1:" + 64 zeros."""
     import hashlib
 
-    text = canonical(entry_to_dict(LOG[0]))
-    assert text == '{"event":{"text":"hello","type":"said"},"seq":1,"time":1700000001.0}'
-    expected = "1:" + hashlib.sha256(("1:" + "0" * 64 + "\n" + text).encode("ascii")).hexdigest()
+    text = encode(LOG[0])
+    assert text == '{"seq":1,"time":1700000001.0,"event":{"type":"said","text":"hello"}}'
+    expected = "2:" + hashlib.sha256(("1:" + "0" * 64 + "\n" + text).encode("ascii")).hexdigest()
     assert chain_hash(GENESIS, text) == expected
     rows = [StoredRow.of(entry.seq, entry_to_dict(entry)) for entry in LOG]
+    assert [row.text for row in rows] == [encode(entry) for entry in LOG]
     hashes, link = [], GENESIS
     for row in rows:
         link = chain_hash(link, row.text)
         hashes.append(link)
     chained = [msgspec.structs.replace(row, hash=h) for row, h in zip(rows, hashes, strict=True)]
     assert verify_log(chained).head == hashes[-1]
+
+
+def scheme_1(rows: list[StoredRow], start: str = GENESIS) -> list[StoredRow]:
+    """``rows`` as an earlier version stored them: each text sorted (:func:`canonical`), each hash of scheme 1."""
+    made, link = [], start
+    for row in rows:
+        text = canonical(row.entry)
+        link = chain_hash(link, text, 1)
+        made.append(StoredRow(row.seq, text, link))
+    return made
+
+
+def test_a_log_chained_under_scheme_1_still_verifies_and_scheme_2_takes_over_at_any_entry() -> None:
+    """Scheme 1 (sorted text, "1:" hashes), which earlier versions wrote, verifies; a log whose first entries are
+    of scheme 1 and the rest of scheme 2 (appended by this version) verifies; and an edit is named in either
+    part."""
+    old = scheme_1([StoredRow.of(entry.seq, entry_to_dict(entry)) for entry in LOG])
+    assert old[0].text == '{"event":{"text":"hello","type":"said"},"seq":1,"time":1700000001.0}'
+    assert old[0].hash is not None and old[0].hash.startswith("1:")
+    assert verify_log(old).ok
+    link, mixed = old[1].hash, [*old[:2]]
+    assert link is not None
+    for entry in LOG[2:]:
+        link = chain_hash(link, encode(entry))
+        mixed.append(StoredRow(entry.seq, encode(entry), link))
+    check = verify_log(mixed)
+    assert check.ok and check.head == link
+    for seq in (1, 3):
+        edited, row = list(mixed), mixed[seq - 1]
+        text = json.dumps({**row.entry, "time": 99.0}, separators=(",", ":"))
+        edited[seq - 1] = StoredRow(seq, text, row.hash)
+        broken = verify_log(edited).broken
+        assert broken is not None and (broken.seq, broken.kind) == (seq, "edited")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_store_chained_under_scheme_1_goes_on_under_scheme_2(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A database an earlier version wrote (sorted texts, scheme-1 hashes): the conversation is taken up and goes
+    on, its new entries chained under scheme 2 onto the last scheme-1 hash; the whole chain verifies, from the
+    store and from its export, and an edit is named in either part."""
+    backend: Backend = (
+        SQLite(tmp_path / "x.db") if kind == "sqlite" else Postgres(request.getfixturevalue("pg_schema_url"))
+    )
+    run(lambda: filled(backend))
+    old = scheme_1([StoredRow(seq, text) for seq, text, _ in backend.read()])
+    backend.write([(row.seq, row.text, row.hash) for row in old])
+    assert backend.check().ok
+
+    async def go_on() -> list[StoredRow]:
+        store = backend.store()
+        try:
+            options: dict[str, Any] = {
+                "agent": Agent(replies()),
+                "domain": Notes(),
+                "human": scripted_human(["defer"] * 2),
+            }
+            conversation = await Conversation.open(store, CONVERSATION, **options)
+            assert len(conversation.log) == 27
+            await conversation.say("and bread", by="ada")
+            return await store.rows(CONVERSATION)  # type: ignore[attr-defined, no-any-return]
+        finally:
+            await store.aclose()
+
+    rows = run(go_on)
+    assert len(rows) > 28
+    assert [str(row.hash)[:2] for row in rows] == ["1:"] * 27 + ["2:"] * (len(rows) - 27)
+    assert backend.check().ok
+    exported = io.StringIO()
+    export_rows(rows, exported, conversation_id=CONVERSATION)
+    read = read_jsonl(exported.getvalue().splitlines(keepends=True))
+    assert read.chain is not None and read.chain.ok and read.chain.head == rows[-1].hash
+    for seq in (5, 29):
+        backend.write([(row.seq, row.text, row.hash) for row in rows])
+        backend.write(edit(seq, text="changed")(backend.read()))
+        broken = backend.check().broken
+        assert broken is not None and (broken.seq, broken.kind) == (seq, "edited")
+
+
+def test_a_hash_of_a_scheme_this_version_does_not_know_is_named() -> None:
+    rows = [StoredRow.of(entry.seq, entry_to_dict(entry)) for entry in LOG]
+    rows[0] = msgspec.structs.replace(rows[0], hash="3:" + "ab" * 32)
+    broken = verify_log(rows).broken
+    assert broken is not None and broken.kind == "unknown scheme" and "schemes 1 and 2" in broken.reason
 
 
 # --- canonical text: at append, and read back -----------------------------------------------------------------
@@ -470,15 +560,16 @@ entries = st.builds(
 
 @settings(max_examples=400, deadline=None)
 @given(entries)
-def test_the_canonical_text_is_the_same_at_append_and_read_back(entry: LogEntry) -> None:
-    """What a store hashes when it appends is what verification hashes from the row: byte for byte, NaN, the
-    infinities, -0.0 and lone surrogates included."""
-    stored, hashed = entry_texts(entry)
-    assert stored == hashed
-    assert canonical(entry_to_dict(entry)) == hashed
-    assert canonical(json.loads(stored)) == hashed
-    assert canonical(json.loads(encode(entry))) == hashed  # the rows written before the chain read the same
-    assert hashed.isascii()
+def test_the_stored_text_reads_back_to_itself(entry: LogEntry) -> None:
+    """What a store hashes when it appends (the text it keeps) is what verification hashes from the row, and what
+    a row read back from an exported file (its dict, written again) hashes: byte for byte, NaN, the infinities,
+    -0.0, lone surrogates and non-ASCII included."""
+    stored = encode(entry)
+    assert stored.isascii()
+    assert StoredRow.of(entry.seq, json.loads(stored)).text == stored
+    line = json.loads(json.dumps({**json.loads(stored), "hash": GENESIS}, separators=(",", ":")))  # exported
+    del line["hash"]  # and imported
+    assert StoredRow.of(entry.seq, line).text == stored
     assert decode(stored) == entry or _has_nan(entry)
 
 
@@ -489,16 +580,16 @@ def _has_nan(entry: LogEntry) -> bool:
 
 @pytest.mark.parametrize(
     "value",
-    [{1: "a", 10: "b", 2: "c"}, {None: 1, "b": 2}, {True: "yes", "x": [{3: 4, "3": 5}]}],
+    [{1: "a", 10: "b", 2: "c"}, {None: 1, "b": 2}, {True: "yes", "x": [{3: 4, "4": 5}]}],
     ids=["number keys", "None beside a string", "a bool beside a string"],
 )
 def test_keys_the_runtime_never_writes_still_chain(value: Any, tmp_path: Path) -> None:
     """Keys that are not strings (a caller's own entries; the runtime's payloads have string keys): the stored
-    text still reads back to what its hash covers, so the entry is appended, and verifies from the store and from
-    a file."""
+    text reads back to itself, so the entry is appended, and verifies from the store and from a file. (Keys that
+    collide once written as strings, such as ``3`` beside ``"3"``, are no JSON object: no file can carry them.)"""
     entry = LogEntry(seq=1, time=1.0, event=DeclareEvent(context_key="k", value=value))
-    stored, hashed = entry_texts(entry)
-    assert canonical(json.loads(stored)) == hashed
+    stored = encode(entry)
+    assert StoredRow.of(1, json.loads(stored)).text == stored
 
     async def appended(store: StorePort) -> list[StoredRow]:
         try:
@@ -509,26 +600,31 @@ def test_keys_the_runtime_never_writes_still_chain(value: Any, tmp_path: Path) -
 
     for store in (MemoryStore(), SQLiteStore(tmp_path / f"{len(str(value))}.db")):
         (row,) = run(lambda store=store: appended(store))
-        assert row.hash == chain_hash(GENESIS, hashed) and verify_log([row]).ok
+        assert row.text == stored
+        assert row.hash == chain_hash(GENESIS, stored) and verify_log([row]).ok
         assert verify_log([StoredRow.of(1, json.loads(json.dumps(row.entry)), row.hash)]).ok
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-def test_rows_written_in_a_foreign_format_still_match(
+def test_rows_respelled_keeping_their_keys_order_still_match(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """A row whose text is not canonical (the keys in another order, spaces) but whose dict is what the hash
-    covers verifies: the hash is over the dict as stored, not over its spelling."""
+    """A row written again with other spacing (what a JSON tool that keeps the keys' order does) verifies: its
+    text read back writes the hashed text again. Keys put in another order do not: under scheme 2 the order is
+    part of what the hash covers, so that row is reported edited (scheme 1 rows, sorted, were order-free)."""
     backend: Backend = (
         SQLite(tmp_path / "x.db") if kind == "sqlite" else Postgres(request.getfixturevalue("pg_schema_url"))
     )
     run(lambda: each(backend))
     rows = backend.read()
     respelled = [(seq, json.dumps(json.loads(text), indent=1), hash_) for seq, text, hash_ in rows]
-    respelled[1] = (2, json.dumps({"time": 1.5, "seq": 2, "event": json.loads(rows[1][1])["event"]}), rows[1][2])
     assert all(text != row[1] for (_, text, _), row in zip(respelled, rows, strict=True))
     backend.write(respelled)
     assert backend.check().ok
+    reordered = dict(reversed(json.loads(rows[1][1]).items()))
+    backend.write([*respelled[:1], (2, json.dumps(reordered), rows[1][2]), *respelled[2:]])
+    broken = backend.check().broken
+    assert broken is not None and (broken.seq, broken.kind) == (2, "edited")
 
 
 # --- entries from before the chain ------------------------------------------------------------------------------
@@ -708,7 +804,8 @@ def test_an_append_chains_onto_an_entry_that_lost_its_hash(tmp_path: Path) -> No
     broken = backend.check().broken
     assert broken is not None and (broken.seq, broken.kind) == (5, "hash missing")
     rows = backend.read()
-    link = chain_hash(str(rows[3][2]), canonical(json.loads(rows[4][1])))
+    link = chain_hash(str(rows[3][2]), rows[4][1])  # an unhashed entry, linked as the stores link one
+    assert link == link_through(str(rows[3][2]), [rows[4][1]])
     assert rows[5][2] == chain_hash(link, rows[5][1])
 
 

@@ -233,7 +233,7 @@ def test_verify_says_every_chain_matches(stored: SQLite, capsys: pytest.CaptureF
     status, out, err = cli(["verify", "--store", url(stored)], capsys)
     assert (status, err) == (0, "")
     assert [line.split()[:3] for line in out.splitlines()] == [["c", "ok:", "27"], ["d", "ok:", "27"]]
-    assert cli(["verify", "d", "--store", url(stored)], capsys)[1].startswith("d  ok: 27 entries, head #27 1:")
+    assert cli(["verify", "d", "--store", url(stored)], capsys)[1].startswith("d  ok: 27 entries, head #27 2:")
 
 
 def test_verify_names_the_first_mismatch_of_each_conversation(
@@ -485,7 +485,7 @@ def test_signing_in_the_library() -> None:
     run(lambda: hold(store))
     chain = run(lambda: checked(27))
     signed = sign_head(chain, key)
-    assert (signed.conversation_id, signed.seq, signed.head, signed.scheme) == (CONVERSATION, 27, chain.head, 1)
+    assert (signed.conversation_id, signed.seq, signed.head, signed.scheme) == (CONVERSATION, 27, chain.head, 2)
     assert loads_signed_head(dumps_signed_head(signed)) == signed
     assert verify_head(signed, key.public_key(), chain).status == "head"
     assert verify_head(signed, generate_key().public_key(), chain).status == "other key"

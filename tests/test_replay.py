@@ -607,7 +607,7 @@ def test_import_then_export_gives_the_file_back(store: str, tmp_path: Path, caps
         assert run(["export", name, "--store", store, "-o", str(out)], capsys) == (0, "", "")
         with out.open(encoding="utf-8") as exported, path.open(encoding="utf-8") as original:
             assert import_jsonl(exported) == import_jsonl(original)  # the same entries, now with their hashes
-        assert all('"hash":"1:' in line for line in out.read_text(encoding="utf-8").splitlines()[1:])
+        assert all('"hash":"2:' in line for line in out.read_text(encoding="utf-8").splitlines()[1:])
 
 
 def test_import_refuses_a_conversation_that_has_events(store: str, capsys: Any) -> None:

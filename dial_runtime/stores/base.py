@@ -24,6 +24,7 @@ from ..ports import StorePort
 from ..runtime.events import LogEntry, entry_from_dict
 
 __all__ = [
+    "ENTRY_TEXT",
     "ChangeFeed",
     "Changes",
     "StoreClosed",
@@ -163,7 +164,9 @@ def check_entries(entries: Sequence[LogEntry], expected_seq: int) -> None:
             raise ValueError(f"entry {offset} has seq {entry.seq}, expected {expected_seq + offset}")
 
 
-_COMPACT = json.JSONEncoder(separators=(",", ":"))
+#: How a stored entry is written (:func:`encode`), and how the chain writes an entry's dict again: compact, in the
+#: dict's order of keys, ASCII escapes, ``NaN``/``Infinity`` kept.
+ENTRY_TEXT = json.JSONEncoder(separators=(",", ":"))
 
 
 def encode(entry: LogEntry) -> str:
@@ -172,7 +175,7 @@ def encode(entry: LogEntry) -> str:
 
     The entry's builtin form goes to the encoder as it is: its tuples are written as arrays, so the copy with
     lists that :func:`entry_to_dict` makes is not needed on this path, which every write takes."""
-    return _COMPACT.encode(msgspec.to_builtins(entry))
+    return ENTRY_TEXT.encode(msgspec.to_builtins(entry))
 
 
 def decode(text: str) -> LogEntry:

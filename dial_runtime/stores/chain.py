@@ -1,24 +1,31 @@
 """A log that shows tampering: every stored entry carries a hash that chains it onto the entry before it.
 
-Scheme version 1 (:data:`SCHEME`):
+Scheme version 2 (:data:`SCHEME`, what every store writes):
 
-- An entry's *canonical text* is its dict ``{"seq": ..., "time": ..., "event": ...}`` exactly as stored (as
-  ``json.loads`` of the stored row gives it back), written as :func:`canonical` writes it: ``json.dumps(data,
-  sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)``. The text is ASCII.
-- Entry ``n``'s hash is ``"1:" + SHA-256(previous + "\\n" + canonical_n).hexdigest()`` (:func:`chain_hash`), the
-  SHA-256 taken over the ASCII bytes of entry ``n - 1``'s hash as stored (``"1:"`` and 64 lowercase hex digits), a
-  newline (0x0A) and entry ``n``'s canonical text. Entry 1's ``previous`` is :data:`GENESIS`, ``"1:"`` and 64
-  zeros. The scheme's version is the prefix of every hash, so a later scheme (``"2:..."``) can take over at any
-  entry without rewriting the ones before it.
+- An entry's *text* is its JSON text exactly as the store keeps it, which is the text
+  :func:`~dial_runtime.stores.base.encode` writes for it: ``{"seq": ..., "time": ..., "event": ...}``, keys in the
+  order the event's fields are declared, no spaces, ASCII escapes, ``NaN``/``Infinity`` as Python's JSON writes
+  them (``json.dumps(data, separators=(",", ":"))``). That text is canonical in the sense that matters here: it
+  reads back (``json.loads``, which keeps the order of keys) to a dict that writes it again byte for byte, so a
+  row carried through a JSON Lines export and import hashes the same.
+- Entry ``n``'s hash is ``"2:" + SHA-256(previous + "\\n" + text_n).hexdigest()`` (:func:`chain_hash`), the
+  SHA-256 taken over the UTF-8 bytes of entry ``n - 1``'s hash as stored, a newline (0x0A) and entry ``n``'s
+  text. Entry 1's ``previous`` is :data:`GENESIS`, ``"1:"`` and 64 zeros. The scheme's version is the prefix of
+  every hash, so a scheme can take over at any entry without rewriting the ones before it.
+- Scheme 1, which earlier versions wrote, is the same but for the text: the entry's dict with its keys sorted at
+  every level (:func:`canonical`), so a store had to write the entry a second time, sorted, at every append.
+  Scheme 1 hashes still verify, and a log may hold both: entries chained under scheme 1, then under scheme 2 from
+  the first append by this version on.
 - The hash is kept beside the row, in the column ``dial_log.hash`` (SQLite and PostgreSQL; the in-process store
   keeps it beside each entry), written by the store in the transaction of the append that checks the seq.
 
 Entries stored before the chain existed (a database made by an older version) have no hash. They must come
 first: such a prefix ``1..k`` *predates the chain* (:attr:`ChainCheck.predates`). The chain still runs through
-it (an unhashed entry's link is computed as its hash would have been), so entry ``k + 1``'s stored hash covers
-entries ``1..k`` from the moment it is written; a log that is all prefix is covered by no hash until its next
-append. An entry without a hash after one with a hash is tampering, or a write by an older version or by a store
-with the chain turned off: it is reported as ``"hash missing"``.
+it, each unhashed entry linked as the scheme of entry ``k + 1``'s hash links an entry (the scheme that wrote
+it), so entry ``k + 1``'s stored hash covers entries ``1..k`` from the moment it is written; a log that is all
+prefix is covered by no hash until its next append (and is linked as :data:`SCHEME` links). An entry without a
+hash after one with a hash is tampering, or a write by an older version or by a store with the chain turned off:
+it is reported as ``"hash missing"``.
 
 Verification hashes the rows as stored (:class:`StoredRow`), never entries decoded and encoded again by this
 version of the code, which would write an old entry differently once its event class gains a field.
@@ -39,11 +46,12 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from ..ports import StorePort
-from ..runtime.events import LogEntry
+from .base import ENTRY_TEXT
 
 __all__ = [
     "GENESIS",
     "SCHEME",
+    "SCHEMES",
     "ChainBreak",
     "ChainCheck",
     "ChainReport",
@@ -52,67 +60,55 @@ __all__ = [
     "Tampering",
     "canonical",
     "chain_hash",
-    "entry_texts",
     "link_through",
     "parsed",
+    "scheme_of",
     "verify_log",
     "verify_store",
     "well_formed",
 ]
 
-#: The version of the hash-chain scheme this module writes and checks.
-SCHEME = 1
+#: The version of the hash-chain scheme the stores write.
+SCHEME = 2
 
-#: What entry 1's hash chains onto.
+#: The versions this module checks.
+SCHEMES = (1, 2)
+
+#: What entry 1's hash chains onto (under either scheme).
 GENESIS = "1:" + "0" * 64
 
-_PREFIX = f"{SCHEME}:"
 _HEX = frozenset("0123456789abcdef")
+_PREFIXES = frozenset(str(scheme) for scheme in SCHEMES)
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
-_COMPACT = json.JSONEncoder(separators=(",", ":"))  # what stores.base.encode writes
+_ENCODERS = {1: _CANONICAL, 2: ENTRY_TEXT}
 
 #: How an entry fails to match its chain.
 Tampering = Literal["edited", "removed", "inserted", "reordered", "hash missing", "unknown scheme"]
 
 
 def canonical(data: Any) -> str:
-    """The canonical text of an entry's dict (or of any JSON value): sorted keys, no spaces, ASCII escapes, and
-    ``NaN``/``Infinity`` as Python's JSON writes them."""
+    """Scheme 1's text of an entry's dict (or the canonical text of any JSON value): sorted keys, no spaces, ASCII
+    escapes, and ``NaN``/``Infinity`` as Python's JSON writes them."""
     return _CANONICAL.encode(data)
 
 
-def chain_hash(previous: str, text: str) -> str:
-    """The scheme-1 hash of an entry whose canonical text is ``text``, chained onto ``previous``."""
-    return _PREFIX + hashlib.sha256(f"{previous}\n{text}".encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def entry_texts(entry: LogEntry) -> tuple[str, str]:
-    """The text a chaining store keeps for ``entry`` and the canonical text its hash covers.
-
-    They are one text, the entry's canonical text, which reads back to itself (number keys are written as the
-    strings JSON makes of them, and sorted as such), so verification hashes the stored text as it is. A mapping
-    whose keys cannot be sorted together (``None`` or a bool beside strings; the runtime logs none: its payloads
-    and results have string keys) is kept as :func:`~dial_runtime.stores.base.encode` writes it, and its hash
-    covers the canonical text of that text read back.
-    """
-    try:
-        text = _CANONICAL.encode(msgspec.to_builtins(entry, str_keys=True))
-    except TypeError:
-        stored = _COMPACT.encode(msgspec.to_builtins(entry))
-        return stored, _CANONICAL.encode(json.loads(stored))
-    return text, text
+def chain_hash(previous: str, text: str, scheme: int = SCHEME) -> str:
+    """The hash of an entry whose text (under ``scheme``) is ``text``, chained onto the link ``previous``."""
+    return f"{scheme}:" + hashlib.sha256(f"{previous}\n{text}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def link_through(previous: str, texts: Iterable[str]) -> str:
     """The chain's link after stored texts that have no hash of their own, starting from ``previous`` (how a
-    store chains onto entries that predate the chain, or lost their hash)."""
+    store chains onto entries that predate the chain, or lost their hash), each linked as :data:`SCHEME` links
+    an entry."""
     for text in texts:
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = text  # not JSON: no log can be read from it, and verification reports it
-        previous = chain_hash(previous, _CANONICAL.encode(data))
+        previous = chain_hash(previous, text)
     return previous
+
+
+def scheme_of(value: object) -> int | None:
+    """The scheme of a well-formed hash (``None`` for anything else)."""
+    return int(value[0]) if well_formed(value) else None  # type: ignore[index]
 
 
 def parsed(text: str) -> Any:
@@ -124,15 +120,21 @@ def parsed(text: str) -> Any:
 
 
 def well_formed(value: object) -> bool:
-    """Whether ``value`` is a scheme-1 hash: ``"1:"`` and 64 lowercase hex digits."""
-    return isinstance(value, str) and len(value) == 66 and value.startswith(_PREFIX) and _HEX.issuperset(value[2:])
+    """Whether ``value`` is a hash of a scheme this module checks: the scheme's digit, ``":"`` and 64 lowercase
+    hex digits."""
+    return (
+        isinstance(value, str)
+        and len(value) == 66
+        and value[0] in _PREFIXES
+        and value[1] == ":"
+        and _HEX.issuperset(value[2:])
+    )
 
 
 class StoredRow(msgspec.Struct, frozen=True):
     """One entry as its store holds it: its seq (the store's key), its JSON text as stored, and its hash
-    (``None``: none is stored). A chaining store keeps the entry's canonical text, so the hash covers ``text``
-    itself; a row whose text is not canonical (written before the chain, or by other code) is checked by the
-    canonical text of :attr:`entry`."""
+    (``None``: none is stored). A scheme-2 hash covers ``text`` itself; a scheme-1 hash covers :func:`canonical`
+    of :attr:`entry` (which is ``text`` itself when the text is sorted, as scheme-1 stores wrote it)."""
 
     seq: int
     text: str
@@ -145,8 +147,9 @@ class StoredRow(msgspec.Struct, frozen=True):
 
     @classmethod
     def of(cls, seq: int, data: Any, hash: str | None = None) -> StoredRow:
-        """The row of an entry held as a dict (a store that keeps no text, a line of a file)."""
-        return cls(seq, _CANONICAL.encode(data), hash)
+        """The row of an entry held as a dict (a line of a file), its text written as a store writes it, in the
+        dict's own order of keys (so a stored row read back from a file has its stored text again)."""
+        return cls(seq, ENTRY_TEXT.encode(data), hash)
 
 
 class ChainBreak(msgspec.Struct, frozen=True):
@@ -255,13 +258,15 @@ def verify_log(
     links: list[str] = []
     link = GENESIS
     predates = 0
+    first = next((row.hash for row in rows if row.hash is not None), None)
+    prefix = _scheme(first) if first is not None and _scheme(first) else SCHEME  # how unhashed entries link
     for index, row in enumerate(rows):
         seq = index + 1
         stored = row.hash
-        if stored is not None and row.seq == seq and chain_hash(link, row.text) == stored:
-            link = stored  # the stored text is the canonical text its hash covers: the common case, and cheap
+        if stored is not None and row.seq == seq and chain_hash(link, row.text, _scheme(stored)) == stored:
+            link = stored  # the stored text is the text its hash covers: the common case, and cheap
         else:
-            broken = _checked(rows, index, links, predates)
+            broken = _checked(rows, index, links, predates, prefix)
             if isinstance(broken, ChainBreak):
                 return ChainCheck(
                     conversation_id=conversation_id,
@@ -288,15 +293,17 @@ def verify_log(
     )
 
 
-def _checked(rows: Sequence[StoredRow], index: int, links: list[str], predates: int) -> str | ChainBreak:
+def _checked(
+    rows: Sequence[StoredRow], index: int, links: list[str], predates: int, prefix: int
+) -> str | ChainBreak:
     """The chain's link after row ``index``, whose stored text is not what its hash covers (or which has no
-    hash); or why the row does not match. ``links``: the verified link through each row before it."""
+    hash); or why the row does not match. ``links``: the verified link through each row before it; ``prefix``:
+    the scheme that links the entries that predate the chain."""
     link = links[-1] if links else GENESIS
     row, seq = rows[index], index + 1
     broken = _misplaced(rows, index)
     if broken is not None:
         return broken
-    text = _CANONICAL.encode(row.entry)
     if row.hash is None:
         if predates < index:
             return ChainBreak(
@@ -306,11 +313,12 @@ def _checked(rows: Sequence[StoredRow], index: int, links: list[str], predates: 
                 "deleted, or it was written without the chain (by an older version, or a store with the chain "
                 "turned off)",
             )
-        return chain_hash(link, text)
-    if not well_formed(row.hash):
+        return chain_hash(link, row.text if prefix == 2 else _CANONICAL.encode(row.entry), prefix)
+    scheme = scheme_of(row.hash)
+    if scheme is None:
         return _bad_hash(seq, row.hash)
-    if chain_hash(link, text) == row.hash:
-        return row.hash  # its text is not canonical, but holds what its hash covers
+    if chain_hash(link, _ENCODERS[scheme].encode(row.entry), scheme) == row.hash:
+        return row.hash  # its text is not written as its scheme writes it, but holds what its hash covers
     return _Diagnosis(rows, links, predates).at(index)
 
 
@@ -345,16 +353,24 @@ def _misplaced(rows: Sequence[StoredRow], index: int) -> ChainBreak | None:
     return None
 
 
+def _scheme(value: str) -> int:
+    """The scheme a stored hash names (its first character; 0 when that is not a scheme this module checks, so
+    the hash matches nothing)."""
+    return int(value[0]) if value[:1] in _PREFIXES else 0
+
+
 def _bad_hash(seq: int, value: str) -> ChainBreak:
     version, colon, _ = value.partition(":")
-    if colon and version.isdigit() and int(version) != SCHEME:
+    known = " and ".join(str(scheme) for scheme in SCHEMES)
+    if colon and version.isdigit() and int(version) not in SCHEMES:
         return ChainBreak(
             seq,
             "unknown scheme",
             f"entry {seq}'s hash is of chain scheme {int(version)}, which this version of dial-runtime cannot "
-            f"check (it knows scheme {SCHEME})",
+            f"check (it knows schemes {known})",
         )
-    return ChainBreak(seq, "edited", f"entry {seq}'s hash was edited: it is not a scheme-{SCHEME} hash")
+    kinds = " or ".join(f"scheme-{scheme}" for scheme in SCHEMES)
+    return ChainBreak(seq, "edited", f"entry {seq}'s hash was edited: it is not a {kinds} hash")
 
 
 class _Diagnosis:
@@ -369,7 +385,7 @@ class _Diagnosis:
         self.rows = rows
         self.links = links  # the verified link through each row before the break
         self.predates = predates
-        self._relabelled: dict[int, Callable[[int], str]] = {}
+        self._relabelled: dict[tuple[int, int], Callable[[int], str]] = {}
 
     def hash_at(self, index: int) -> str | None:
         stored = self.rows[index].hash if 0 <= index < len(self.rows) else None
@@ -383,12 +399,19 @@ class _Diagnosis:
             return self.links[seq - 2]
         return self.hash_at(seq - 2)
 
-    def text(self, index: int, seq: int) -> str:
-        """Row ``index``'s canonical text, had it been numbered ``seq``."""
-        relabelled = self._relabelled.get(index)
+    def text(self, index: int, seq: int, scheme: int) -> str:
+        """Row ``index``'s text under ``scheme``, had it been numbered ``seq``."""
+        relabelled = self._relabelled.get((index, scheme))
         if relabelled is None:
-            relabelled = self._relabelled[index] = _relabeller(self.rows[index].entry)
+            relabelled = self._relabelled[index, scheme] = _relabeller(self.rows[index].entry, scheme)
         return relabelled(seq)
+
+    def makes(self, previous: str, index: int, seq: int, target: str | None) -> bool:
+        """Whether row ``index``, numbered ``seq`` and chained onto ``previous``, gives the hash ``target``."""
+        if target is None:
+            return False
+        scheme = _scheme(target)
+        return chain_hash(previous, self.text(index, seq, scheme), scheme) == target
 
     def placed(self, index: int, seq: int, previous: str | None = None) -> bool:
         """Whether row ``index``, numbered ``seq``, chains onto ``previous`` (by default the link before ``seq``)
@@ -397,8 +420,9 @@ class _Diagnosis:
             previous = self.prior(seq)
         if previous is None:
             return False
-        made = chain_hash(previous, self.text(index, seq))
-        return made == self.rows[index].hash or made == self.hash_at(seq - 1)
+        return self.makes(previous, index, seq, self.hash_at(index)) or self.makes(
+            previous, index, seq, self.hash_at(seq - 1)
+        )
 
     def at(self, index: int) -> ChainBreak:
         rows, seq = self.rows, index + 1
@@ -443,7 +467,7 @@ class _Diagnosis:
         assert stored is not None
         seq = index + 2
         for shift in range(len(self.rows) + 1):
-            if chain_hash(stored, self.text(index + 1, seq + shift)) == following:
+            if self.makes(stored, index + 1, seq + shift, following):
                 return shift
         return None
 
@@ -494,13 +518,18 @@ class _Diagnosis:
         )
 
 
-def _relabeller(entry: Any) -> Callable[[int], str]:
-    """The canonical text of ``entry`` for any seq: the event and time are written once (a stored entry has
-    exactly the keys event, seq and time, which sort in that order)."""
-    if isinstance(entry, dict) and entry.keys() == {"event", "seq", "time"}:
-        start = '{"event":' + _CANONICAL.encode(entry["event"]) + ',"seq":'
-        end = ',"time":' + _CANONICAL.encode(entry["time"]) + "}"
-        return lambda seq: f"{start}{seq}{end}"
-    if isinstance(entry, dict):
-        return lambda seq: _CANONICAL.encode({**entry, "seq": seq})
-    return lambda seq: _CANONICAL.encode(entry)
+def _relabeller(entry: Any, scheme: int) -> Callable[[int], str]:
+    """The text of ``entry`` under ``scheme`` for any seq: the rest of the entry is written once, around a mark
+    where its seq goes."""
+    encoder = _ENCODERS.get(scheme, ENTRY_TEXT)
+    if not isinstance(entry, dict) or "seq" not in entry:
+        return lambda seq: encoder.encode(entry)
+    marked = encoder.encode({**entry, "seq": _MARK})
+    if marked.count(_MARK_TEXT) != 1:  # the entry holds the mark itself: written whole for each seq
+        return lambda seq: encoder.encode({**entry, "seq": seq})
+    start, _, end = marked.partition(_MARK_TEXT)
+    return lambda seq: f"{start}{seq}{end}"
+
+
+_MARK = "\x00seq\x00"
+_MARK_TEXT = json.dumps(_MARK)

@@ -7,8 +7,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from ..errors import ConversationBusy, StoreClosed, StoreConflict
 from ..runtime.events import LogEntry
-from .base import ChangeFeed, Changes, check_entries
-from .chain import GENESIS, StoredRow, chain_hash, entry_texts
+from .base import ChangeFeed, Changes, check_entries, encode
+from .chain import GENESIS, StoredRow, chain_hash, link_through
 
 
 class MemoryStore:
@@ -16,8 +16,9 @@ class MemoryStore:
     the event loop. Closed, it refuses every call (:class:`~dial_runtime.errors.StoreClosed`), as the durable
     stores do, so code tested against it behaves the same on them.
 
-    Each entry is kept with its hash (:mod:`~dial_runtime.stores.chain`), over the entry's canonical text, which
-    is the text :meth:`rows` gives for it. ``chain=False`` keeps no hash (the entries it appends have none).
+    Each entry is kept with its hash (:mod:`~dial_runtime.stores.chain`), over the entry's text as a durable
+    store writes it (:func:`~dial_runtime.stores.base.encode`), which is the text :meth:`rows` gives for it.
+    ``chain=False`` keeps no hash (the entries it appends have none).
     """
 
     def __init__(self, *, chain: bool = True) -> None:
@@ -47,7 +48,7 @@ class MemoryStore:
             if self.chain:
                 link = self._link(conversation_id)
                 for entry in entries:
-                    link = chain_hash(link, entry_texts(entry)[1])
+                    link = chain_hash(link, encode(entry))
                     hashes.append(link)
             else:
                 hashes.extend([None] * len(entries))
@@ -64,16 +65,14 @@ class MemoryStore:
             if found is not None:
                 link, start = found, index + 1
                 break
-        for entry in log[start:]:
-            link = chain_hash(link, entry_texts(entry)[1])
-        return link
+        return link_through(link, (encode(entry) for entry in log[start:]))
 
     async def rows(self, conversation_id: str) -> list[StoredRow]:
         """The conversation's entries as kept (each as the text a chaining store keeps), with their hashes."""
         self._check_open()
         log, hashes = self._logs.get(conversation_id, []), self._hashes.get(conversation_id, [])
         return [
-            StoredRow(entry.seq, entry_texts(entry)[0], hashes[index] if index < len(hashes) else None)
+            StoredRow(entry.seq, encode(entry), hashes[index] if index < len(hashes) else None)
             for index, entry in enumerate(log)
         ]
 

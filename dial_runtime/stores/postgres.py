@@ -20,7 +20,7 @@ except ImportError as error:
 from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
 from .base import ChangeFeed, Changes, check_entries, decode, encode, redact_url
-from .chain import GENESIS, StoredRow, entry_texts, link_through
+from .chain import GENESIS, SCHEME, StoredRow, link_through
 
 T = TypeVar("T")
 
@@ -58,8 +58,8 @@ SELECT count(*), pg_notify('dial_log', %(notice)s) FROM appended HAVING count(*)
 """
 # The same, with each entry's hash (see .chain) computed in the statement, so in the transaction that checks the
 # seq: chained onto the stored hash of entry %(expected)s (GENESIS for the first entry; %(derived)s, the link the
-# caller computed, when that entry has no hash), over the canonical texts the caller made (NULL: the
-# stored text is canonical). sha256() needs PostgreSQL 11 or later.
+# caller computed, when that entry has no hash), over each entry's text as stored. sha256() needs PostgreSQL 11
+# or later.
 _APPEND_CHAINED = """
 WITH RECURSIVE
 last AS (
@@ -72,15 +72,14 @@ start AS (
 ),
 given AS (
     SELECT * FROM unnest(
-        %(seqs)s::bigint[], %(times)s::double precision[], %(entries)s::text[], %(canonicals)s::text[]
-    ) WITH ORDINALITY AS u (seq, time, entry, canonical, n)
+        %(seqs)s::bigint[], %(times)s::double precision[], %(entries)s::text[]
+    ) WITH ORDINALITY AS u (seq, time, entry, n)
 ),
 chain (n, hash) AS (
     SELECT 0::bigint, hash FROM start WHERE hash IS NOT NULL
     UNION ALL
-    SELECT given.n, '1:' || encode(sha256(convert_to(
-        chain.hash || E'\\n' || coalesce(given.canonical, given.entry), 'UTF8'
-    )), 'hex')
+    SELECT given.n,
+        %(scheme)s::text || encode(sha256(convert_to(chain.hash || E'\\n' || given.entry, 'UTF8')), 'hex')
     FROM chain JOIN given ON given.n = chain.n + 1
 ),
 appended AS (
@@ -155,7 +154,7 @@ class PostgresStore:
 
     The hash chain (:mod:`~dial_runtime.stores.chain`): each entry's hash is in the column ``hash``, computed by
     the append's one statement (so in its transaction, chained onto the stored hash of entry ``expected_seq``)
-    from the canonical texts this process makes; the server needs ``sha256()`` (PostgreSQL 11 or later). A table
+    over the entries' texts as stored; the server needs ``sha256()`` (PostgreSQL 11 or later). A table
     from before the chain gets the column when the store first connects (not with ``create=False``, which then
     appends without hashes); its rows keep none, and the first append chains onto them. ``chain=False`` writes
     no hashes (to measure what they cost; a chained log appended to so is reported as missing hashes).
@@ -229,21 +228,19 @@ class PostgresStore:
     async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
         """Append ``entries`` in one transaction iff the log ends at ``expected_seq``; else StoreConflict."""
         check_entries(entries, expected_seq)
-        texts = [entry_texts(entry) for entry in entries] if self.chain else None
         params: dict[str, Any] = {
             "id": conversation_id,
             "seqs": [entry.seq for entry in entries],
             "times": [entry.time for entry in entries],
-            "entries": [encode(entry) for entry in entries] if texts is None else [text for text, _ in texts],
+            "entries": [encode(entry) for entry in entries],
             "expected": expected_seq,
             "notice": conversation_id if len(conversation_id.encode()) <= NOTICE_LIMIT else "",
         }
-        if texts is not None:  # a canonical text that is the stored one is not sent twice
-            canonicals = [None if text is stored else text for stored, text in texts]
-            params.update(canonicals=canonicals, genesis=GENESIS, derived=None)
+        if self.chain:
+            params.update(scheme=f"{SCHEME}:", genesis=GENESIS, derived=None)
 
         def insert(connection: psycopg.Connection[Any]) -> bool:
-            chained = texts is not None and self._chained
+            chained = self.chain and self._chained
             try:
                 row = connection.execute(_APPEND_CHAINED if chained else _APPEND, params, prepare=True).fetchone()
             except psycopg.errors.UniqueViolation:
@@ -256,7 +253,7 @@ class PostgresStore:
                 return last == expected_seq
             if insert(connection):
                 return True
-            if texts is None or not self._chained or expected_seq == 0:
+            if not self.chain or not self._chained or expected_seq == 0:
                 return False
             # Nothing went in: another writer got there first, or entry expected_seq has no hash to chain onto
             # (it predates the chain, or lost its hash). Then the link through it is computed here, and the

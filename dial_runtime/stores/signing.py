@@ -34,7 +34,7 @@ try:
 except ImportError as error:  # pragma: no cover - the package is a dependency of signing only
     raise ImportError("signing chain heads needs cryptography: pip install 'dial-runtime[sign]'") from error
 
-from .chain import SCHEME, ChainCheck, canonical, well_formed
+from .chain import SCHEME, SCHEMES, ChainCheck, canonical, scheme_of, well_formed
 
 __all__ = [
     "FORMAT",
@@ -170,7 +170,7 @@ def sign_head(check: ChainCheck, key: Ed25519PrivateKey, *, signed_at: datetime 
         conversation_id=check.conversation_id,
         seq=check.head_seq,
         head=check.head,
-        scheme=SCHEME,
+        scheme=scheme_of(check.head) or SCHEME,  # the scheme of the hash signed
         signed_at=when.isoformat(timespec="seconds").replace("+00:00", "Z"),
         key=fingerprint(key),
         signature="",
@@ -196,8 +196,9 @@ def loads_signed_head(text: str) -> SignedHead:
         signed = msgspec.convert(data, SignedHead)
     except msgspec.ValidationError as error:
         raise ValueError(f"not a signature document: {error}") from None
-    if signed.scheme != SCHEME:
-        raise ValueError(f"the signature is of chain scheme {signed.scheme}; this version knows scheme {SCHEME}")
+    if signed.scheme not in SCHEMES:
+        known = " and ".join(str(scheme) for scheme in SCHEMES)
+        raise ValueError(f"the signature is of chain scheme {signed.scheme}; this version knows schemes {known}")
     if signed.seq < 1 or not well_formed(signed.head):
         raise ValueError("not a signature document: its seq or head is not one a chain has")
     return signed

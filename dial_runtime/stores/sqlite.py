@@ -22,7 +22,7 @@ import anyio.to_thread
 from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
 from .base import ChangeFeed, Changes, check_entries, decode, encode
-from .chain import GENESIS, StoredRow, chain_hash, entry_texts, link_through
+from .chain import GENESIS, StoredRow, chain_hash, link_through
 
 T = TypeVar("T")
 
@@ -95,15 +95,14 @@ def _append(
     conversation_id: str,
     rows: list[tuple[str, int, float, str]],
     expected_seq: int,
-    canonicals: list[str] | None,
+    chained: bool,
     connection: sqlite3.Connection,
 ) -> None:
-    """One append's transaction: check where the log ends, insert (with each entry's hash, chained onto the
-    stored hash of the log's last entry, when ``canonicals`` gives the entries' canonical texts); rolled back on
-    any error."""
+    """One append's transaction: check where the log ends, insert (``chained``: with each entry's hash over its
+    stored text, chained onto the stored hash of the log's last entry); rolled back on any error."""
     connection.execute("BEGIN IMMEDIATE")
     try:
-        if canonicals is None:
+        if not chained:
             (last,) = connection.execute(_LAST, (conversation_id,)).fetchone()
             if last != expected_seq:
                 raise StoreConflict(f"conversation {conversation_id!r} is at seq {last}, not {expected_seq}")
@@ -115,11 +114,11 @@ def _append(
                 raise StoreConflict(f"conversation {conversation_id!r} is at seq {last}, not {expected_seq}")
             if link is None:
                 link = _link(connection, conversation_id, expected_seq)
-            chained = []
-            for (_, seq, when, text), canonical_text in zip(rows, canonicals, strict=True):
-                link = chain_hash(link, canonical_text)
-                chained.append((conversation_id, seq, when, text, link))
-            connection.executemany(_INSERT_CHAINED, chained)
+            hashed = []
+            for row in rows:
+                link = chain_hash(link, row[3])
+                hashed.append((*row, link))
+            connection.executemany(_INSERT_CHAINED, hashed)
         connection.execute("COMMIT")
     except BaseException:
         if connection.in_transaction:
@@ -326,17 +325,8 @@ class SQLiteStore:
     async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
         """Append ``entries`` in one transaction iff the log ends at ``expected_seq``; else StoreConflict."""
         check_entries(entries, expected_seq)
-        if self.chain:
-            texts = [entry_texts(entry) for entry in entries]
-            rows = [
-                (conversation_id, entry.seq, entry.time, text)
-                for entry, (text, _) in zip(entries, texts, strict=True)
-            ]
-            canonicals: list[str] | None = [text for _, text in texts]
-        else:
-            rows = [(conversation_id, entry.seq, entry.time, encode(entry)) for entry in entries]
-            canonicals = None
-        work = functools.partial(_append, conversation_id, rows, expected_seq, canonicals)
+        rows = [(conversation_id, entry.seq, entry.time, encode(entry)) for entry in entries]
+        work = functools.partial(_append, conversation_id, rows, expected_seq, self.chain)
         await self._run(work, on_loop=self.durability == "normal", shield=True)
         if rows:
             self._changes.publish(conversation_id)
