@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
         "surfaces",
         "web",
         "mcp",
+        "http_domain",
         "transcript",
         "replay",
         "audit",
