@@ -440,6 +440,22 @@ def test_the_scheme_is_as_documented() -> None:
     assert verify_log(chained).head == hashes[-1]
 
 
+def test_hashes_made_in_many_threads_at_once_are_each_sha_256_of_their_own_text() -> None:
+    """The stores hash in worker threads too, and every hash starts from one shared empty hasher's copy: each must
+    be the SHA-256 of its own text, whatever runs beside it."""
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    def hashes(worker: int) -> list[tuple[str, str]]:
+        texts = [f'{{"seq":{n},"event":"{worker}-{n}{"x" * (n % 300)}"}}' for n in range(2000)]
+        return [(text, chain_hash(GENESIS, text)) for text in texts]
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        made = [pair for result in pool.map(hashes, range(6)) for pair in result]
+    for text, hash_ in made:
+        assert hash_ == "2:" + hashlib.sha256(f"{GENESIS}\n{text}".encode()).hexdigest()
+
+
 def scheme_1(rows: list[StoredRow], start: str = GENESIS) -> list[StoredRow]:
     """``rows`` as an earlier version stored them: each text sorted (:func:`canonical`), each hash of scheme 1."""
     made, link = [], start
