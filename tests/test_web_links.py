@@ -345,6 +345,32 @@ def test_an_approval_policy_counts_each_links_approval_with_its_roles(tmp_path: 
         ]
 
 
+def test_a_link_used_on_one_worker_is_refused_replayed_on_another_and_after_a_restart(tmp_path: Path) -> None:
+    """Two workers serving one SQLite store (two apps, as ``serve --workers 2`` runs them), the used tokens kept
+    where they are by default: the store's database. A link used on one, while its card still waits for a second
+    approval, is refused ``replayed`` on the other, and by a worker started afterwards."""
+    scripts: dict[str, list[str]] = {}
+    keyring = new_keyring()
+    path = tmp_path / "shared.db"
+    first = links_app(path, scripts, keyring, None, domain=ReviewedNotes())
+    second = links_app(path, scripts, keyring, None, domain=ReviewedNotes())
+    with (
+        serving(first) as one,
+        serving(second) as two,
+        httpx.Client(base_url=one, timeout=10.0) as http,
+        httpx.Client(base_url=two, timeout=10.0) as other,
+    ):
+        thread = start(http, scripts, ADD, ACK)
+        rita = issue(keyring, thread, digest_of(http, thread), decider="rita")
+        assert post(http, rita, "accept", user="rita").json()["status"] == "awaiting"
+        replayed = post(other, rita, "accept", user="rita")
+        assert replayed.status_code == 410 and replayed.json()["reason"] == "replayed"
+    restarted = links_app(path, scripts, keyring, None, domain=ReviewedNotes())
+    with serving(restarted) as url, httpx.Client(base_url=url, timeout=10.0) as http:
+        assert post(http, rita, "accept", user="rita").json()["reason"] == "replayed"
+    assert len(events(path, thread, "decided")) == 1
+
+
 def test_the_panel_passes_the_principals_roles_too(tmp_path: Path) -> None:
     scripts: dict[str, list[str]] = {}
     app = links_app(tmp_path / "panel.db", scripts, new_keyring(), MemoryUsedTokens(), domain=ReviewedNotes())

@@ -39,10 +39,10 @@ def roles_of(principal: str) -> set[str]:
 
 
 def links_app(
-    store: Path, scripts: dict[str, list[str]], keyring: Keyring, used: MemoryUsedTokens, **options: Any
+    store: Path, scripts: dict[str, list[str]], keyring: Keyring, used: MemoryUsedTokens | None, **options: Any
 ) -> Starlette:
     """The web surface with decision links, on the notes domain (or ``domain=``): ``viewer`` may see but decide
-    nothing."""
+    nothing; ``used=None`` keeps the used tokens where the app does by default (the store's database)."""
     settings: dict[str, Any] = {
         "auth": principal,
         "roles": roles_of,

@@ -21,6 +21,7 @@ from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
 from .base import ChangeFeed, Changes, check_entries, decode, encode, redact_url
 from .chain import GENESIS, SCHEME, StoredRow, link_through
+from .tokens import PostgresUsedTokens
 
 T = TypeVar("T")
 
@@ -283,6 +284,11 @@ class PostgresStore:
             return await self._run(work)
         except _NoLog:
             return []
+
+    def used_tokens(self) -> PostgresUsedTokens:
+        """A keeper of used decision-link tokens in this store's database (see :mod:`~dial_runtime.stores.tokens`):
+        what every worker serving the store shares."""
+        return PostgresUsedTokens(self.url)
 
     async def rows(self, conversation_id: str) -> list[StoredRow]:
         """The conversation's entries as stored, in seq order, each with its hash (``None``: it has none)."""

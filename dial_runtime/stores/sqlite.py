@@ -23,6 +23,7 @@ from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
 from .base import ChangeFeed, Changes, check_entries, decode, encode
 from .chain import GENESIS, StoredRow, chain_hash, link_through
+from .tokens import SQLiteUsedTokens
 
 T = TypeVar("T")
 
@@ -340,6 +341,11 @@ class SQLiteStore:
             return connection.execute(_READ, (conversation_id, after_seq)).fetchall()
 
         return [decode(text) for (text,) in await self._run(work)]
+
+    def used_tokens(self) -> SQLiteUsedTokens:
+        """A keeper of used decision-link tokens in this store's database file (see
+        :mod:`~dial_runtime.stores.tokens`): what every worker serving the store shares."""
+        return SQLiteUsedTokens(self.path, busy_timeout=BUSY_TIMEOUT)
 
     async def rows(self, conversation_id: str) -> list[StoredRow]:
         """The conversation's entries as stored, in seq order, each with its hash (``None``: it has none)."""

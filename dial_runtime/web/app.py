@@ -20,6 +20,7 @@ that shows the card as the panel does, and the decision it posts, logged ``via="
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import json
 import logging
@@ -277,11 +278,12 @@ def create_app(
     ``wrong-person``, ``decision-not-allowed``, ``forbidden``; 404 ``unknown-suggestion``; 409 ``payload-changed``,
     ``busy`` (another call drives the conversation: try again), ``not-waiting``; 410 ``expired``, ``replayed``,
     ``already-decided``; 413, 415. Each token is used once: its id goes into ``used_tokens`` once its decision is
-    in the log, never for a refusal. The default, :class:`~dial_runtime.links.MemoryUsedTokens`, is this process's
-    memory: with several workers, or across restarts, give a shared :class:`~dial_runtime.links.UsedTokens` (a
-    token whose card has ended is refused anyway, so what it guards is a second decision on a card that still
-    waits). ``public_url`` is where people reach this server (``https://dial.example``): the base of the links
-    notifications carry.
+    in the log, never for a refusal. By default they are kept where the store keeps its logs (a SQLite or
+    PostgreSQL store's own database, :mod:`~dial_runtime.stores.tokens`), so every worker serving it and every
+    restart sees them; with a store that offers none (the in-process one), in this process's memory
+    (:class:`~dial_runtime.links.MemoryUsedTokens`). A token whose card has ended is refused anyway, so what
+    they guard is a second decision on a card that still waits (an approval policy's). ``public_url`` is where
+    people reach this server (``https://dial.example``): the base of the links notifications carry.
 
     ``notifications`` (:class:`~dial_runtime.notify.Notifications`) tells people what happens to cards: when a
     run (or a link's decision) ends with a card waiting that was not waiting before, or waits anew on another
@@ -307,8 +309,11 @@ def create_app(
         if not callable(domain):
             raise TypeError("create_app: domain must be a domain (with a run method) or a domain factory")
         domain_factory, domain = domain, domain(_DESCRIBING_ID, [])
+    store = open_store(store) if isinstance(store, str) else store
+    if used_tokens is None and links is not None:
+        used_tokens = _shared_used_tokens(store)
     settings = _Settings(
-        store=open_store(store) if isinstance(store, str) else store,
+        store=store,
         domain=domain,
         domain_factory=domain_factory,
         agent=agent,
@@ -371,14 +376,35 @@ def create_app(
         routes=routes,
         middleware=[guard],
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
-        lifespan=lambda app: _firing_deadlines(settings),
+        lifespan=lambda app: _lifespan(settings),
     )
+
+
+def _shared_used_tokens(store: StorePort) -> UsedTokens:
+    """Where the links' used tokens are kept by default: the store's own database when it offers a keeper (every
+    worker and restart shares it), else this process's memory."""
+    keeper = getattr(store, "used_tokens", None)
+    return keeper() if callable(keeper) else MemoryUsedTokens()
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(settings: _Settings) -> AsyncIterator[None]:
+    """The application's lifespan: the deadline scheduler runs while it serves, and the used tokens' connection
+    (a PostgreSQL keeper's) is closed when it stops."""
+    try:
+        async with _firing_deadlines(settings):
+            yield
+    finally:
+        close = getattr(settings.used_tokens, "close", None)
+        if callable(close):
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(close)
 
 
 @contextlib.asynccontextmanager
 async def _firing_deadlines(settings: _Settings) -> AsyncIterator[None]:
-    """The application's lifespan: the deadline scheduler runs while it serves (one that cannot, Procrastinate's
-    off asyncio, is logged and left out: deadlines then fire when their conversation is next opened)."""
+    """The deadline scheduler, run while the application serves (one that cannot, Procrastinate's off asyncio, is
+    logged and left out: deadlines then fire when their conversation is next opened)."""
     scheduler = settings.deadlines
     if not isinstance(scheduler, (LocalDeadlines, PostgresDeadlines)):
         yield
@@ -810,18 +836,20 @@ class _WebSurface:
         view = item_view(card)
         chosen = decision if decision is not None else min(claims.decisions, key=DECISIONS.index)
         waiting = card.waiting
+        checked = functools.partial(
+            keyring.verify,
+            token,
+            conversation_id=thread,
+            suggestion_id=suggestion_id,
+            waiting_digest=card.digest if waiting else claims.digest,
+            principal=principal,
+            principal_roles=roles,
+            decision=chosen,
+            used=self.settings.used_tokens,
+            consume=False,
+        )
         try:
-            keyring.verify(
-                token,
-                conversation_id=thread,
-                suggestion_id=suggestion_id,
-                waiting_digest=card.digest if waiting else claims.digest,
-                principal=principal,
-                principal_roles=roles,
-                decision=chosen,
-                used=self.settings.used_tokens,
-                consume=False,
-            )
+            await anyio.to_thread.run_sync(checked)  # the used tokens may be a database's
         except LinkRefused as refused:
             raise _LinkRefusal.of(refused, card=view, thread=thread) from None
         if not waiting:
@@ -961,7 +989,8 @@ class _WebSurface:
                 raise
             logger.error("the call after a link's decision in %s failed: %s", thread, type(error).__name__)
         assert conversation is not None
-        settings.used_tokens.mark_used(claims.token_id, claims.expires_at)
+        with anyio.CancelScope(shield=True):  # the decision is on the log: the token is used, whoever hangs up
+            await anyio.to_thread.run_sync(settings.used_tokens.mark_used, claims.token_id, claims.expires_at)
         await self._schedule(thread, conversation)
         card = project(conversation.log).card(suggestion_id)
         assert card is not None

@@ -1,0 +1,98 @@
+"""Used decision-link tokens kept in the store's own database: each id is marked once, whoever marks it, on a real
+SQLite file and a real PostgreSQL server, from several processes at once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dial_runtime.links import UsedTokens
+from dial_runtime.stores import PostgresStore, SQLiteStore
+from dial_runtime.stores.tokens import FORGET_AFTER, PostgresUsedTokens, SQLiteUsedTokens
+
+IDS = [f"token-{n}" for n in range(40)]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """A kind of store and where its database is (a file's path, or a server's URL in a schema of its own)."""
+    if request.param == "sqlite":
+        return "sqlite", str(tmp_path / "logs.db")
+    return "postgres", str(request.getfixturevalue("pg_schema_url"))
+
+
+KEEPERS: list[Any] = []
+
+
+def keeper(kind: str, location: str) -> Any:
+    """A keeper of the kind, closed when the test ends."""
+    made = SQLiteUsedTokens(location) if kind == "sqlite" else PostgresUsedTokens(location)
+    KEEPERS.append(made)
+    return made
+
+
+@pytest.fixture(autouse=True)
+def closed() -> Iterator[None]:
+    yield
+    while KEEPERS:
+        KEEPERS.pop().close()
+
+
+def test_a_token_is_marked_used_once(where: tuple[str, str]) -> None:
+    used: UsedTokens = keeper(*where)
+    later = int(time.time()) + 600
+    assert not used.is_used("a")
+    assert used.mark_used("a", later) is True
+    assert used.mark_used("a", later) is False
+    assert used.is_used("a") and not used.is_used("b")
+    again: UsedTokens = keeper(*where)  # another worker, or the same after a restart
+    assert again.is_used("a") and again.mark_used("a", later) is False
+
+
+def test_a_token_long_expired_is_forgotten(where: tuple[str, str]) -> None:
+    used = keeper(*where)
+    now = int(time.time())
+    assert used.mark_used("old", now - FORGET_AFTER - 60)
+    assert used.mark_used("recent", now - 60)  # expired, but within the day verifiers may still be behind by
+    assert used.mark_used("new", now + 600)
+    assert not used.is_used("old") and used.is_used("recent") and used.is_used("new")
+    assert len(used) == 2
+
+
+def test_the_stores_give_a_keeper_in_their_own_database(where: tuple[str, str]) -> None:
+    kind, location = where
+    store = SQLiteStore(location) if kind == "sqlite" else PostgresStore(location)
+    used = store.used_tokens()
+    KEEPERS.append(used)
+    assert used.mark_used("x", int(time.time()) + 60)
+    assert keeper(kind, location).is_used("x")
+
+
+def _mark_all(kind: str, location: str, start: Any) -> list[str]:
+    """In a process of its own: wait for the start, then mark every id, returning the ones this process marked."""
+    used = keeper(kind, location)
+    start.wait(30)
+    try:
+        return [token for token in IDS if used.mark_used(token, int(time.time()) + 600)]
+    finally:
+        used.close()
+
+
+def test_workers_marking_the_same_tokens_at_once_mark_each_exactly_once(where: tuple[str, str]) -> None:
+    kind, location = where
+    keeper(kind, location).is_used("warm")  # the table exists before the race
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        start = manager.Event()
+        with context.Pool(4) as pool:
+            pending = [pool.apply_async(_mark_all, (kind, location, start)) for _ in range(4)]
+            time.sleep(0.5)
+            start.set()
+            marked = [pending_result.get(timeout=60) for pending_result in pending]
+    every = [token for each in marked for token in each]
+    assert sorted(every) == sorted(IDS)  # each id marked by exactly one worker
