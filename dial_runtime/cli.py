@@ -30,7 +30,7 @@ from ._command import USAGE, _CommandError, _described, _usage
 from ._stored import checked_log, open_url, read_log, read_stored, shown_url
 from .errors import DialError, LogError
 from .language.schema import validate
-from .loading import load_domain, load_flow
+from .loading import load_callable, load_domain, load_flow
 from .runtime.events import LogEntry
 from .runtime.projection import Moment, project
 from .runtime.projection import stopped_in_words as stopped_in_words
@@ -709,8 +709,11 @@ def _decide(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace) -> int:
     """``dial-runtime worker``: fire the deadlines of conversations stored on PostgreSQL, with nobody watching,
     until interrupted (it prints ``ready`` once it takes jobs). The conversations are built as ``serve`` builds
-    them; an expiry talks to the agent only when a turn follows anyway."""
+    them; an expiry talks to the agent only when a turn follows anyway. ``--announce MODULE:FACTORY``:
+    ``FACTORY()`` returns a :class:`~dial_runtime.web.announce.Announcer`, which tells people of the expiries,
+    reminders and escalations this worker fires, as the web surface tells of those it fires."""
     import asyncio
+    import contextlib
 
     if not args.store.startswith(("postgresql://", "postgres://")):
         _usage(
@@ -723,24 +726,42 @@ def _worker(args: argparse.Namespace) -> int:
     from .web.serve import agent_factory
 
     domain = load_domain(args.domain)
+    announcer = _announcer(args.announce) if args.announce is not None else None
     store = open_url(args.store)
     options = {"decide_timeout": args.decide_timeout, "max_turns": args.max_turns}
     opener = conversation_opener(store, agent=agent_factory(args.agent, domain), domain=domain, **options)
+    if announcer is not None:
+        opener = announcer.announcing(opener, store)
 
     async def work() -> None:
         try:
-            await run_worker(
-                args.store,
-                opener,
-                ready=lambda: print("ready", flush=True),
-                poll=args.poll,
-                concurrency=args.concurrency,
-            )
+            async with announcer if announcer is not None else contextlib.nullcontext():
+                await run_worker(
+                    args.store,
+                    opener,
+                    ready=lambda: print("ready", flush=True),
+                    poll=args.poll,
+                    concurrency=args.concurrency,
+                )
         finally:
             await store.aclose()
 
     asyncio.run(work())
     return 0
+
+
+def _announcer(spec: str) -> Any:
+    """The announcer ``--announce MODULE:FACTORY`` names (``FACTORY()``'s); a one-line error for anything else."""
+    from .web.announce import Announcer
+
+    factory = load_callable(spec, option="--announce", example="myapp.notify:announcer")
+    try:
+        made = factory()
+    except Exception as error:
+        raise _CommandError(f"--announce {spec!r}: the factory raised {_described(error)}") from error
+    if not isinstance(made, Announcer):
+        _usage(f"--announce {spec!r}: the factory returned {type(made).__name__}, not an Announcer")
+    return made
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -875,6 +896,12 @@ def _add_serve(commands: Any) -> None:
         "--poll", type=float, default=0.2, metavar="S", help="seconds between looks for due jobs (default: 0.2)"
     )
     working.add_argument("--concurrency", type=int, default=8, metavar="N", help="jobs at once (default: 8)")
+    working.add_argument(
+        "--announce",
+        metavar="MODULE:FACTORY",
+        help="FACTORY() returns a dial_runtime.web.announce.Announcer: people are told of the expiries, reminders "
+        "and escalations this worker fires (mail, webhooks, with decision links)",
+    )
     working.set_defaults(run=_worker)
 
     serving = commands.add_parser("serve", help="serve the chat panel and AG-UI (/agui) over HTTP with uvicorn")

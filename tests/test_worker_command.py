@@ -3,6 +3,7 @@ the conversation, prints ``ready``, stops cleanly at SIGTERM, and refuses a stor
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +12,15 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from dial_runtime import Conversation, scripted_human
 from dial_runtime.deadlines import PostgresDeadlines
+from dial_runtime.stores import PostgresStore
 
-from .test_deadline_jobs import anyio_backend, check_expired_once, deferred, expired
+from .fakes import Agent
+from .test_deadline_jobs import PROPOSE, anyio_backend, check_expired_once, deferred, expired
+from .test_web_links_notify import Receiver
+from .web_server import serving
+from .worker_announcer import RemindingNotes
 
 __all__ = ["anyio_backend"]  # the fixture test_deadline_jobs defines: asyncio, real clocks
 
@@ -57,5 +64,81 @@ async def test_the_worker_command_fires_a_deadline(pg_schema_url: str, tmp_path:
 async def test_a_store_it_cannot_serve_is_one_line(store: str, says: str, tmp_path: Path) -> None:
     argv = ["worker", "--store", store, "--agent", "script:x.json", "--domain", "tests.fakes:Notes"]
     done = await anyio.run_process([*COMMAND, *argv], check=False, cwd=ROOT)
+    err = done.stderr.decode()
+    assert done.returncode == 2 and err.count("\n") == 1 and says in err, err
+
+
+async def test_the_worker_tells_of_the_reminders_and_expiries_it_fires(pg_schema_url: str, tmp_path: Path) -> None:
+    """``--announce``: a reminder and an expiry fired by the worker process, with nobody else holding the
+    conversation, reach a real webhook receiver, as the web surface tells of those it fires itself."""
+    script = tmp_path / "replies.json"
+    script.write_text("[]", encoding="utf-8")
+    receiver = Receiver()
+    with serving(receiver.app()) as hooks:
+        argv = [
+            "worker",
+            "--store",
+            pg_schema_url,
+            "--agent",
+            f"script:{script}",
+            "--domain",
+            "tests.worker_announcer:RemindingNotes",
+            "--announce",
+            "tests.worker_announcer:announcer",
+        ]
+        errors = tmp_path / "worker.err"
+        environment = {**os.environ, "DIAL_TEST_HOOK": f"{hooks}/hook"}
+        with errors.open("wb") as stderr:
+            process = await anyio.open_process(
+                [*COMMAND, *argv], stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT, env=environment
+            )
+        try:
+            assert process.stdout is not None
+            lines = BufferedByteReceiveStream(process.stdout)
+            with anyio.fail_after(30):
+                assert await lines.receive_until(b"\n", 1024) == b"ready", errors.read_text()
+            store = PostgresStore(pg_schema_url)
+            try:
+                conversation = await Conversation.open(
+                    store,
+                    "c-1",
+                    agent=Agent([PROPOSE]),
+                    domain=RemindingNotes(),
+                    human=scripted_human(["defer"]),
+                    decide_timeout=1.5,
+                )
+                assert (await conversation.say("add milk")).status == "awaiting"
+                deadlines = conversation.deadlines
+            finally:
+                await store.aclose()
+            async with PostgresDeadlines(pg_schema_url) as scheduler:
+                await scheduler.schedule("c-1", deadlines)
+            reminded, decided = await anyio.to_thread.run_sync(receiver.wait, "c-1", 2)
+        finally:
+            with anyio.CancelScope(shield=True):
+                if process.returncode is None:
+                    process.terminate()
+                    with anyio.move_on_after(15):
+                        await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                await process.aclose()
+    assert process.returncode == 0, errors.read_text()
+    assert (reminded.kind, reminded.recipients, reminded.suggestion_id) == ("reminder", ("ada",), "sg-1")
+    assert (decided.kind, decided.suggestion_id) == ("decided", "sg-1")
+    assert decided.status == "dismissed"
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("tests.worker_announcer:not_an_announcer", "returned str, not an Announcer"),
+        ("tests.worker_announcer:nothing", "tests.worker_announcer:nothing"),
+        ("no_such_module:announcer", "cannot import no_such_module"),
+    ],
+)
+async def test_an_announcer_it_cannot_use_is_one_line(spec: str, says: str, pg_schema_url: str) -> None:
+    argv = ["worker", "--store", pg_schema_url, "--agent", "script:x.json", "--domain", "tests.fakes:Notes"]
+    done = await anyio.run_process([*COMMAND, *argv, "--announce", spec], check=False, cwd=ROOT)
     err = done.stderr.decode()
     assert done.returncode == 2 and err.count("\n") == 1 and says in err, err

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from .announce import Announcer
 from .app import AgentFactory, DomainFactory, create_app, scripted_agents
 from .linking import decision_links
 from .mapping import EventMapper, interrupt_for, messages_from_log, messages_of, payload_digest
 
 __all__ = [
     "AgentFactory",
+    "Announcer",
     "DomainFactory",
     "EventMapper",
     "create_app",

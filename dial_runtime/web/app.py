@@ -83,7 +83,6 @@ from ..deadlines import DeadlineScheduler, LocalDeadlines, PostgresDeadlines, co
 from ..driver.built import AgentOnFirstUse, DeferringHuman, DomainOnFirstUse
 from ..links import (
     DECISIONS,
-    DEFAULT_VALID_FOR,
     Keyring,
     LinkClaims,
     LinkRefused,
@@ -91,11 +90,12 @@ from ..links import (
     UsedTokens,
     token_from_url,
 )
-from ..notify import Notification, NotificationKind, Notifications
+from ..notify import Notification, Notifications
 from ..runtime.events import Event, InformDeltaEvent
-from ..runtime.projection import Card, Item, Notice, Projection, Question, project
+from ..runtime.projection import Card, Notice, Projection, Question, project
 from ..stores.postgres import PostgresStore
-from .linking import LINK_VIA, REFUSAL_STATUS, decide_url, decision_links, decision_page
+from .announce import Announcer, marks
+from .linking import LINK_VIA, REFUSAL_STATUS, decide_url, decision_page
 from .mapping import EventMapper, encode_sse, interrupt_for, interrupt_id, item_view, messages_of
 
 __all__ = ["LOOPBACK_HOSTS", "AgentFactory", "DomainFactory", "create_app", "scripted_agents"]
@@ -177,9 +177,7 @@ class _Settings:
     roles: Callable[[str], Any] | None = None
     panel: bool = True
     public_url: str | None = None
-    notifications: Notifications | None = None
-    recipients: Callable[[str, Card], Any] | None = None
-    background: anyio.abc.TaskGroup | None = None  # the lifespan's, while it runs
+    announcer: Announcer | None = None  # with notifications
 
 
 def create_app(
@@ -330,8 +328,9 @@ def create_app(
         roles=roles,
         panel=panel,
         public_url=public_url,
-        notifications=notifications,
-        recipients=recipients,
+        announcer=None
+        if notifications is None
+        else Announcer(notifications, recipients=recipients, links=links, public_url=public_url),
         options={
             "timeout": timeout,
             "reply_timeout": reply_timeout,
@@ -345,8 +344,8 @@ def create_app(
         opener = conversation_opener(
             settings.store, agent=agent, domain=domain_factory or domain, describing=domain, **settings.options
         )
-        if notifications is not None:
-            opener = surface.announcing(opener)
+        if settings.announcer is not None:
+            opener = settings.announcer.announcing(opener, settings.store)
         url = getattr(settings.store, "url", None)
         settings.deadlines = (
             PostgresDeadlines(url, open_conversation=opener)
@@ -420,17 +419,18 @@ async def _firing_deadlines(settings: _Settings) -> AsyncIterator[None]:
         return
     try:
         async with anyio.create_task_group() as tasks:
-            settings.background = tasks
+            if settings.announcer is not None:
+                settings.announcer.background = tasks
             if isinstance(entered, PostgresDeadlines):
                 tasks.start_soon(entered.run)
             else:
                 for conversation_id, waits in (await waiting(settings.store)).items():
                     await entered.schedule(conversation_id, waits)
             yield
-            settings.background = None
             tasks.cancel_scope.cancel()
     finally:
-        settings.background = None
+        if settings.announcer is not None:
+            settings.announcer.background = None
         await scheduler.__aexit__(None, None, None)
 
 
@@ -640,37 +640,6 @@ _PAGE_HEADERS = {
 
 #: The keys of a decision's JSON body.
 _DECISION_KEYS = frozenset({"token", "decision", "payload"})
-
-
-@dataclass(frozen=True)
-class _Mark:
-    """What a card was, for telling what changed: waiting or not, on which payload, after how many decisions,
-    reminded or not, escalated to whom."""
-
-    waiting: bool
-    digest: str
-    decided: int
-    reminded: bool = False
-    escalated_to: tuple[str, ...] = ()
-
-
-def _marks(items: Iterable[Item]) -> dict[str, _Mark]:
-    """Each card of ``items`` (a projection's) as :class:`_Mark` says it is."""
-    return {
-        item.id: _Mark(
-            waiting=item.waiting,
-            digest=item.digest,
-            decided=len(item.decisions),
-            reminded=item.reminded,
-            escalated_to=item.escalated_to,
-        )
-        for item in items
-        if isinstance(item, Card)
-    }
-
-
-#: How long ``recipients`` may take to name whom to tell, in seconds.
-_RECIPIENTS_TIMEOUT = 10.0
 
 
 class _WebSurface:
@@ -996,10 +965,10 @@ class _WebSurface:
         assert card is not None
         answer: dict[str, Any] = {"decision": decision, "status": status, "card": item_view(card)}
         outbox: list[Notification] = []
-        if settings.notifications is not None:
+        if settings.announcer is not None:
             with anyio.CancelScope(shield=True):
-                outbox = await self._announcements(
-                    thread, _marks(linked.seen.items), project(conversation.log).items
+                outbox = await settings.announcer.announcements(
+                    thread, marks(linked.seen.items), project(conversation.log).items
                 )
         keyring = settings.links
         now = math.floor(time.time())
@@ -1062,7 +1031,8 @@ class _WebSurface:
             return f"{run.run_id}:{count}"
 
         mapper = EventMapper(message_ids=message_id, history=entries)
-        before = _marks(mapper.projection.items) if settings.notifications is not None else None
+        announcer = settings.announcer
+        before = marks(mapper.projection.items) if announcer is not None else None
         opened: list[Conversation] = []
 
         def on_event(event: Event | InformDeltaEvent) -> None:
@@ -1109,8 +1079,8 @@ class _WebSurface:
                     emit(mapped)
                 with anyio.CancelScope(shield=True):
                     await agent.aclose()
-                    if before is not None:
-                        outbox += await self._announcements(thread, before, mapper.projection.items)
+                    if announcer is not None and before is not None:
+                        outbox += await announcer.announcements(thread, before, mapper.projection.items)
         except ConversationBusy:
             raise _Refused("busy", "another run is driving this conversation; try again") from None
         except AlreadyDecided as error:  # another tab or worker decided it between this run's check and its call
@@ -1130,131 +1100,10 @@ class _WebSurface:
         log = conversation.log
         emit(self._finished(run, principal, conversation, mapper.projection, stored=log[-1].seq if log else 0))
 
-    # Notifications ---------------------------------------------------------------------------------------------
-
-    async def _announcements(
-        self, thread: str, before: Mapping[str, _Mark], now: Iterable[Item]
-    ) -> list[Notification]:
-        """The notifications of what changed on the cards of ``thread`` (among the projection's items ``now``)
-        since ``before``: a ``decided`` for each card decided that no longer waits, a ``waiting`` for each card
-        waiting that did not (or not on this payload), a ``reminder`` and an ``escalated`` for a waiting card newly
-        reminded or escalated. Never raises: what cannot be built is logged and left out."""
-        built: list[Notification] = []
-        for card in now:
-            if not isinstance(card, Card):
-                continue
-            was = before.get(card.id)
-            if card.waiting and (was is None or not was.waiting or was.digest != card.digest):
-                built += await self._notifications("waiting", thread, card)
-            elif card.waiting and was is not None:
-                if card.reminded and not was.reminded:
-                    built += await self._notifications("reminder", thread, card)
-                if card.escalated_to != was.escalated_to:
-                    built += await self._notifications("escalated", thread, card)
-            elif card.decision is not None and len(card.decisions) > (was.decided if was else 0):
-                built += await self._notifications("decided", thread, card)
-        return built
-
-    async def _notifications(self, kind: NotificationKind, thread: str, card: Card) -> list[Notification]:
-        """The notifications of ``kind`` for ``card``: one per recipient for ``waiting``, ``reminder`` and
-        ``escalated`` (each with links of their own), one for them all for ``decided``; one with no recipients
-        without ``recipients``."""
-        settings = self.settings
-        try:
-            people: Sequence[str] = ()
-            if settings.recipients is not None:
-                with anyio.fail_after(_RECIPIENTS_TIMEOUT):
-                    named = settings.recipients(thread, card)
-                    if inspect.isawaitable(named):
-                        named = await named
-                if isinstance(named, str):
-                    raise TypeError("recipients(conversation_id, card) returns a list of principals, not one")
-                people = [str(each) for each in named]
-            if kind == "decided" or not people:
-                occasion = card.digest if kind in ("reminder", "escalated") else None  # each comes once to a card
-                return [Notification.from_card(kind, thread, card, recipients=people, occasion=occasion)]
-            return [
-                Notification.from_card(
-                    kind,
-                    thread,
-                    card,
-                    recipients=[person],
-                    links=self._links_for(thread, card, person),
-                    occasion=f"{card.digest} for {person}",
-                )
-                for person in people
-            ]
-        except Exception:
-            logger.exception("the %s notification of %r in %r could not be built", kind, card.id[:60], thread)
-            return []
-
-    def _links_for(self, thread: str, card: Card, person: str) -> dict[str, str]:
-        """The decision links of a waiting card for ``person``, when this application serves links."""
-        settings = self.settings
-        keyring, base = settings.links, settings.public_url
-        if keyring is None or base is None or keyring.current is None:
-            return {}
-        offered = ("dismiss",) if card.issue is not None else ("accept", "dismiss")
-        every = ("dismiss", "edit") if card.issue is not None else ("accept", "dismiss", "edit")
-        return decision_links(
-            keyring,
-            base,
-            thread,
-            card,
-            decider=person,
-            decisions=offered,
-            open_decisions=every,
-            valid_for=DEFAULT_VALID_FOR,
-        )
-
     async def _deliver(self, outbox: Sequence[Notification]) -> None:
-        """Send what ``outbox`` holds to every notifier, all at once (each retried as ``Notifications`` does)."""
-        notifications = self.settings.notifications
-        if notifications is None or not outbox:
-            return
-        async with anyio.create_task_group() as group:
-            for notification in outbox:
-                group.start_soon(notifications.send, notification)
-
-    def announcing(
-        self, opener: Callable[[str], Awaitable[Conversation]]
-    ) -> Callable[[str], Awaitable[Conversation]]:
-        """``opener`` (what the deadline scheduler opens conversations with), whose conversations announce each
-        suggestion they expire (its outcome, which the conversation shows as it is stored) as ``decided``, and
-        each reminder and escalation they fire as ``reminder`` and ``escalated`` (``recipients`` sees the card's
-        ``escalated_to`` to choose whom), sent in the lifespan's task group."""
-
-        async def open_conversation(conversation_id: str) -> Conversation:
-            conversation = await opener(conversation_id)
-            # The log's projection before the call, fed each entry up to each event the call shows (what the store
-            # holds): the cards that changed are announced as the panel's runs announce theirs.
-            stored = await self.settings.store.read(conversation_id)
-            watched = project(stored)
-            fed = [len(stored)]
-            marks = _marks(watched.items)
-
-            def seen(event: Event | InformDeltaEvent) -> None:
-                log = conversation.log
-                at = next((n for n in range(fed[0], len(log)) if log[n].event is event), None)
-                if at is None:  # the text of a streamed reply, which is not on the log
-                    return
-                changed = _marks(watched.feed_all(log[fed[0] : at + 1]))
-                fed[0] = at + 1
-                group = self.settings.background
-                if group is None or not changed:
-                    return
-                before = {ident: marks[ident] for ident in changed if ident in marks}
-                marks.update(changed)
-                cards = [watched.card(ident) for ident in changed]
-                group.start_soon(self._announce, conversation_id, before, cards)
-
-            conversation.on_event = seen
-            return conversation
-
-        return open_conversation
-
-    async def _announce(self, thread: str, before: Mapping[str, _Mark], cards: Iterable[Item | None]) -> None:
-        await self._deliver(await self._announcements(thread, before, [card for card in cards if card]))
+        """Send what ``outbox`` holds (once a response is complete)."""
+        if self.settings.announcer is not None:
+            await self.settings.announcer.deliver(outbox)
 
     async def _schedule(self, thread: str, conversation: Conversation) -> None:
         """Hand the deadlines of what waits to the scheduler; a scheduler that fails is logged, and the run goes
