@@ -147,7 +147,7 @@ def _chat(args: argparse.Namespace) -> int:
             conversation = await Conversation.open(store, ident, **options)
             surface.recap(conversation, ident, shown_url(args.store))
             if await surface.take_up(conversation):
-                await surface.chat(conversation)
+                await surface.chat(conversation, store=store)
         return 0
 
     try:

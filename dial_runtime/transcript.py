@@ -59,6 +59,33 @@ def approvals_words(card: Card) -> str | None:
     return f"{words}, reminded" if card.reminded else words
 
 
+def elsewhere_words(was: Card | None, card: Card) -> str | None:
+    """What changed on ``card`` since ``was`` (the same card as a surface last showed it), when someone else
+    changed it (another surface or process deciding, approving, or a deadline firing): an approval (``sg-1: 1 of 2
+    approvals: rex``), a reminder or an escalation, or its end (``sg-1 was decided elsewhere by rex via web``;
+    the outcome itself is the card's own line). ``None`` when nothing a person follows changed."""
+    if card.outcome and (was is None or not was.outcome):
+        last = card.decisions[-1] if card.decisions else None
+        expired = card.reported is not None and card.reported.expired
+        if expired or (last is not None and last.decision == "expire"):
+            return f"{card.id} expired: nobody decided in time"
+        if last is None:
+            return None
+        by = f" by {last.by}" if last.by else ""
+        via = f" via {last.via}" if last.via else ""
+        return f"{card.id} was decided elsewhere{by}{via}: {last.decision}"
+    if was is None or card.outcome:
+        return None
+    if card.approvers != was.approvers or card.escalated_to != was.escalated_to or card.reminded != was.reminded:
+        approvals = approvals_words(card)
+        if approvals is not None:
+            return f"{card.id}: {approvals}"
+        if card.escalated_to != was.escalated_to:
+            return f"{card.id}: escalated to {', '.join(card.escalated_to)}"
+        return f"{card.id}: its deciders were reminded" if card.reminded else None
+    return None
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 

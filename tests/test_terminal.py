@@ -489,6 +489,30 @@ def test_two_sessions_on_one_conversation(tmp_path: Path, terminal: Start) -> No
     assert "Traceback" not in bob.screen
 
 
+def test_approvals_given_elsewhere_show_at_the_prompt_as_they_are_stored(
+    tmp_path: Path, terminal: Start, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A card two people must approve, left for later: while ann is at the prompt, rex approves from the command
+    line and bob from another; each approval shows above her prompt as it is stored (the count, who), then the
+    card's end, and the session goes on."""
+    store, chat = _milk_chat(tmp_path, "k")
+    chat = tuple("tests.terminal_domains:ReviewedNotes" if part == DOMAIN else part for part in chat)
+    ann = terminal(*chat, "--as", "ann")
+    ann.type("add milk", after="you:")
+    ann.expect("0 of 2 approvals")
+    ann.type("l", after="sg-1 ›")
+    ann.expect("sg-1 waiting for you", "you:")
+    decide = ["decide", "k", "sg-1", "accept", "--store", store, "--agent", chat[2], "--domain", chat[4]]
+    assert main([*decide, "--as", "rex"]) == 0
+    ann.expect("(sg-1: 1 of 2 approvals: rex)", "you:")
+    assert main([*decide, "--as", "bob"]) == 0
+    ann.expect("(sg-1 was decided elsewhere by bob via cli: accept)", "done: Add the note 'buy milk'")
+    capsys.readouterr()
+    ann.type("/quit", after="you:")
+    assert ann.finish() == 0
+    assert "Traceback" not in ann.screen
+
+
 @pytest.mark.parametrize(
     ("deltas", "final", "shown"),
     [

@@ -11,6 +11,7 @@ holds no rules of its own: the conversation decides what happens, the surface sh
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -25,6 +26,7 @@ from typing import Any, NoReturn
 import anyio
 import anyio.lowlevel
 from prompt_toolkit import PromptSession
+from prompt_toolkit.application import run_in_terminal
 from prompt_toolkit.completion import Completer, PathCompleter
 from prompt_toolkit.history import InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
@@ -37,10 +39,11 @@ from rich.text import Text
 from ..driver import Conversation
 from ..driver.conversation import accepts_message_id
 from ..errors import AlreadyDecided, ConversationBusy, DialError
+from ..ports import StorePort
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import AgentText, Card, Item, Notice, Question, RefusedProposal, Told, project
 from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, TurnResult
-from ..transcript import Transcript, approvals_words, done_before_words
+from ..transcript import Transcript, approvals_words, done_before_words, elsewhere_words
 
 #: The choices a person has on a suggestion, as typed at the prompt.
 CHOICES = "a accept · d dismiss · e edit · s say something else · l later"
@@ -498,15 +501,19 @@ class TerminalSurface:
 
     # Driving -------------------------------------------------------------------------------------------------
 
-    async def chat(self, conversation: Conversation) -> None:
+    async def chat(self, conversation: Conversation, *, store: StorePort | None = None) -> None:
         """Hold the conversation: read the person's words and say them, until ``/quit``, Ctrl-C or Ctrl-D at an
         empty prompt (or ``/quit`` or Ctrl-D at a decision or a question, which then stays waiting), or the end of
-        the conversation. ``/help`` and ``/pending`` are answered here and never sent to the agent."""
+        the conversation. ``/help`` and ``/pending`` are answered here and never sent to the agent.
+
+        With the ``store`` the conversation is kept in, what others do to its cards while the person is at the
+        prompt (another surface or process approving, deciding, a deadline reminding, escalating or expiring) is
+        shown as it is stored, above the prompt."""
         self.console.print(Text(CHAT_HELP, style="dim"))
         async with self.interruptible():
             while not conversation.ended and not self.leaving:
                 try:
-                    words = await self._session("words").prompt_async("you: ", handle_sigint=False)
+                    words = await self._words(conversation, store)
                 except (KeyboardInterrupt, EOFError):
                     break
                 command = words.strip()
@@ -523,6 +530,58 @@ class TerminalSurface:
                     await self.turn(conversation, words)
                     self._waiting(conversation)
         self._left_waiting(conversation)
+
+    async def _words(self, conversation: Conversation, store: StorePort | None) -> str:
+        """The person's next words, read at the prompt; meanwhile, with a ``store``, what others store on the
+        conversation's cards is shown."""
+        prompt = self._session("words").prompt_async("you: ", handle_sigint=False)
+        if store is None or conversation.id is None:
+            return await prompt
+        words = ""
+        left: KeyboardInterrupt | EOFError | None = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._hear_others, conversation, store)
+            try:
+                words = await prompt
+            except (KeyboardInterrupt, EOFError) as leaving:  # raised here, not wrapped in the group's exceptions
+                left = leaving
+            finally:
+                group.cancel_scope.cancel()
+        if left is not None:
+            raise left
+        return words
+
+    async def _hear_others(self, conversation: Conversation, store: StorePort) -> None:
+        """Show what others append to the conversation while the person is at the prompt: each card they change,
+        in the transcript's words (:func:`~dial_runtime.transcript.elsewhere_words`)."""
+        assert conversation.id is not None
+        known = len(conversation.log)  # this session has shown everything up to here
+        watched = project(conversation.log)
+        async with store.watch(conversation.id) as changes:
+            async for _ in changes:
+                appended = await store.read(conversation.id, after_seq=known)
+                if not appended:
+                    continue
+                known = appended[-1].seq
+                before = {item.id: item for item in watched.items if isinstance(item, Card)}
+                lines = []
+                for item in watched.feed_all(appended):
+                    if isinstance(item, Card):
+                        words = elsewhere_words(before.get(item.id), item)
+                        if words is not None:
+                            lines.append(f"   ({words})")
+                        if item.outcome and not before.get(item.id, item).outcome:
+                            start = len(self.lines)
+                            self.transcript.render(item)
+                            lines.extend(self.lines[start:])
+                            del self.lines[start:]
+                if lines:
+                    with anyio.CancelScope(shield=True):  # the prompt ending meanwhile waits for the lines
+                        await run_in_terminal(functools.partial(self._print_elsewhere, lines))
+
+    def _print_elsewhere(self, lines: list[str]) -> None:
+        for line in lines:
+            self.note(line, "yellow")
 
     def _waiting(self, conversation: Conversation) -> None:
         """Say what waits for the person, if anything, and what a new message does to it."""
