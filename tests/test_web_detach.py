@@ -97,15 +97,39 @@ def test_a_detached_run_ends_in_the_log_and_a_snapshot_meanwhile_says_it_runs(tm
         ]
 
 
+def test_a_detach_that_reaches_another_worker_lets_the_run_go_on(tmp_path: Path) -> None:
+    """The page's beacon lands on another worker than the run's (``serve --workers 2``): it is noted in the
+    store's database, and the run's worker, once its client has gone and the grace has passed, lets it end."""
+    store = tmp_path / "c.db"
+    reply = Reply(envelope(f"<dial-inform>{STORY}</dial-inform>"), chunks=PIECES, interval=INTERVAL)
+    with OpenAIServer([reply]) as model, server(store, model) as first, server(store, model) as second:
+        body = run_input("tale", words="tell me a story")
+        with streaming_run(first, body):
+            detached = second.post("/agui/detach", json={"threadId": "tale", "runId": body["runId"]})
+            assert detached.status_code == 202 and detached.json() == {"detached": True, "noted": True}
+        log = wait_for_log(store, "tale", "finished")
+        assert "interrupted" not in [entry.event.type for entry in log] and notices(log) == []
+        ended = snapshot(first, "tale")
+        assert {"role": "assistant", "content": STORY} in [
+            {"role": m["role"], "content": m.get("content")} for m in ended[1]["messages"]
+        ]
+
+
 def test_a_detach_for_a_run_unknown_or_someone_elses_changes_nothing(tmp_path: Path) -> None:
+    """Refused where the run is served (someone else's, a foreign origin, no JSON, nobody signed in); noted for
+    another worker when the run is not here (an unknown id, or someone else's detach reaching another worker),
+    where it counts for nothing: the run stops after the grace, cancelled by its own principal."""
     store = tmp_path / "c.db"
     never_ends = Reply(envelope(f"<dial-inform>{STORY}</dial-inform>"), chunks=PIECES, hold_after=PIECES // 2)
-    with OpenAIServer([never_ends]) as model, server(store, model) as client:
+    with OpenAIServer([never_ends]) as model, server(store, model) as client, server(store, model) as other:
         body = run_input("kept", words="tell me a story")
         run_id = body["runId"]
         with streaming_run(client, body):
-            refusals = [
+            noted = [
                 client.post("/agui/detach", json={"threadId": "kept", "runId": "no-such-run"}),
+                other.post("/agui/detach", json={"threadId": "kept", "runId": run_id}, headers={"x-user": "eve"}),
+            ]
+            refusals = [
                 client.post("/agui/detach", json={"threadId": "kept", "runId": run_id}, headers={"x-user": "eve"}),
                 client.post(
                     "/agui/detach",
@@ -115,7 +139,8 @@ def test_a_detach_for_a_run_unknown_or_someone_elses_changes_nothing(tmp_path: P
                 client.post("/agui/detach", content=b"not json"),
                 client.post("/agui/detach", json={"threadId": "kept"}, headers={"x-user": ""}),
             ]
-        assert [response.status_code for response in refusals] == [404, 404, 403, 422, 401]
+        assert [response.status_code for response in noted] == [202, 202]
+        assert [response.status_code for response in refusals] == [404, 403, 422, 401]
         assert all(set(response.json()) == {"error"} for response in refusals)
         log = wait_for_log(store, "kept", "finished")
     (interrupted,) = [entry.event for entry in log if entry.event.type == "interrupted"]

@@ -21,7 +21,7 @@ from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
 from .base import ChangeFeed, Changes, check_entries, decode, encode, redact_url
 from .chain import GENESIS, SCHEME, StoredRow, link_through
-from .tokens import PostgresUsedTokens
+from .shared import PostgresDetaches, PostgresUsedTokens
 
 T = TypeVar("T")
 
@@ -286,9 +286,14 @@ class PostgresStore:
             return []
 
     def used_tokens(self) -> PostgresUsedTokens:
-        """A keeper of used decision-link tokens in this store's database (see :mod:`~dial_runtime.stores.tokens`):
+        """A keeper of used decision-link tokens in this store's database (see :mod:`~dial_runtime.stores.shared`):
         what every worker serving the store shares."""
         return PostgresUsedTokens(self.url)
+
+    def detaches(self) -> PostgresDetaches:
+        """A keeper of the runs asked to go on without their client, in this store's database (see
+        :mod:`~dial_runtime.stores.shared`): how a detach that reaches another worker reaches the run's."""
+        return PostgresDetaches(self.url)
 
     async def rows(self, conversation_id: str) -> list[StoredRow]:
         """The conversation's entries as stored, in seq order, each with its hash (``None``: it has none)."""

@@ -23,7 +23,7 @@ from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
 from .base import ChangeFeed, Changes, check_entries, decode, encode
 from .chain import GENESIS, StoredRow, chain_hash, link_through
-from .tokens import SQLiteUsedTokens
+from .shared import SQLiteDetaches, SQLiteUsedTokens
 
 T = TypeVar("T")
 
@@ -344,8 +344,13 @@ class SQLiteStore:
 
     def used_tokens(self) -> SQLiteUsedTokens:
         """A keeper of used decision-link tokens in this store's database file (see
-        :mod:`~dial_runtime.stores.tokens`): what every worker serving the store shares."""
+        :mod:`~dial_runtime.stores.shared`): what every worker serving the store shares."""
         return SQLiteUsedTokens(self.path, busy_timeout=BUSY_TIMEOUT)
+
+    def detaches(self) -> SQLiteDetaches:
+        """A keeper of the runs asked to go on without their client, in this store's database file (see
+        :mod:`~dial_runtime.stores.shared`): how a detach that reaches another worker reaches the run's."""
+        return SQLiteDetaches(self.path, busy_timeout=BUSY_TIMEOUT)
 
     async def rows(self, conversation_id: str) -> list[StoredRow]:
         """The conversation's entries as stored, in seq order, each with its hash (``None``: it has none)."""

@@ -178,6 +178,7 @@ class _Settings:
     panel: bool = True
     public_url: str | None = None
     announcer: Announcer | None = None  # with notifications
+    detaches: Any = None  # where a detach for another worker's run is noted (the store's database)
 
 
 def create_app(
@@ -241,10 +242,12 @@ def create_app(
     ``abort_grace`` seconds later, logged as ``cancelled by <principal>``, unless ``POST /agui/detach`` (JSON
     ``{"threadId", "runId"}``, from the principal who started the run, as the panel sends it with
     ``navigator.sendBeacon`` when its page goes away) said the run should go on without its client: it then ends
-    in the log, and a snapshot taken meanwhile says a turn is running. A worker knows only its own runs: a detach
-    that reaches another worker is answered 404 and changes nothing. ``timeout``, ``reply_timeout``,
-    ``idle_timeout``, ``max_turns`` and ``decide_timeout`` are each conversation's (see
-    :class:`~dial_runtime.Conversation`).
+    in the log, and a snapshot taken meanwhile says a turn is running. A detach that reaches another worker than
+    the run's is noted in the store's database (SQLite, PostgreSQL: :mod:`~dial_runtime.stores.shared`) and
+    answered 202 ``{"detached": true, "noted": true}``; the run's worker reads it once the grace has passed, and
+    lets the run go on only for the run's own principal. With the in-process store a worker knows only its own
+    runs, and a detach for another is 404. ``timeout``, ``reply_timeout``, ``idle_timeout``, ``max_turns`` and
+    ``decide_timeout`` are each conversation's (see :class:`~dial_runtime.Conversation`).
 
     ``deadlines`` fires the deadlines of what waits with nobody watching (see :mod:`dial_runtime.deadlines`):
     each run that ends with suggestions waiting schedules them. ``"auto"``: on a PostgreSQL store, Procrastinate
@@ -277,7 +280,7 @@ def create_app(
     ``busy`` (another call drives the conversation: try again), ``not-waiting``; 410 ``expired``, ``replayed``,
     ``already-decided``; 413, 415. Each token is used once: its id goes into ``used_tokens`` once its decision is
     in the log, never for a refusal. By default they are kept where the store keeps its logs (a SQLite or
-    PostgreSQL store's own database, :mod:`~dial_runtime.stores.tokens`), so every worker serving it and every
+    PostgreSQL store's own database, :mod:`~dial_runtime.stores.shared`), so every worker serving it and every
     restart sees them; with a store that offers none (the in-process one), in this process's memory
     (:class:`~dial_runtime.links.MemoryUsedTokens`). A token whose card has ended is refused anyway, so what
     they guard is a second decision on a card that still waits (an approval policy's). ``public_url`` is where
@@ -310,8 +313,10 @@ def create_app(
     store = open_store(store) if isinstance(store, str) else store
     if used_tokens is None and links is not None:
         used_tokens = _shared_used_tokens(store)
+    keeper = getattr(store, "detaches", None)
     settings = _Settings(
         store=store,
+        detaches=keeper() if callable(keeper) else None,
         domain=domain,
         domain_factory=domain_factory,
         agent=agent,
@@ -394,10 +399,11 @@ async def _lifespan(settings: _Settings) -> AsyncIterator[None]:
         async with _firing_deadlines(settings):
             yield
     finally:
-        close = getattr(settings.used_tokens, "close", None)
-        if callable(close):
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(close)
+        for keeper in (settings.used_tokens, settings.detaches):
+            close = getattr(keeper, "close", None)
+            if callable(close):
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(close)
 
 
 @contextlib.asynccontextmanager
@@ -733,6 +739,7 @@ class _WebSurface:
             principal,
             runs=self.runs,
             grace=self.settings.abort_grace,
+            detaches=self.settings.detaches,
             after=lambda: self._deliver(outbox),
         )
 
@@ -760,6 +767,11 @@ class _WebSurface:
         if not self._may_view(principal, thread):
             return _error(403, "you may not see this conversation")
         stop = self.runs.find(thread, run_id)
+        if stop is None and self.settings.detaches is not None:  # another worker's run, maybe: noted for it
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.settings.detaches.note, thread, run_id, principal)
+            logger.info("run %s of %s: a detach noted for the worker serving it", run_id[:64], thread)
+            return JSONResponse({"detached": True, "noted": True}, status_code=202)
         if stop is None or stop.principal != principal:
             return _error(404, "no run of yours by that id is running here")
         stop.detached.set()
@@ -1507,14 +1519,29 @@ class _EventStream:
         *,
         runs: _Runs,
         grace: float,
+        detaches: Any = None,
         after: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._drive = run
+        self._detaches = detaches
         self._after = after
         self._input = run_input
         self._principal = principal
         self._runs = runs
         self._grace = grace
+
+    async def _detached_elsewhere(self, thread: str, run_id: str) -> bool:
+        """Whether the run's own principal asked another worker to let it go on (noted in the store's database);
+        ``False`` when it cannot be told, so the run stops as a closed request says."""
+        if self._detaches is None:
+            return False
+        try:
+            with anyio.CancelScope(shield=True):
+                noted = await anyio.to_thread.run_sync(self._detaches.noted, thread, run_id, self._principal)
+        except Exception as error:
+            logger.error("could not read the detaches of %s: %s", thread, type(error).__name__)
+            return False
+        return bool(noted)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [
@@ -1553,7 +1580,7 @@ class _EventStream:
             client_gone = True
             with anyio.move_on_after(self._grace):
                 await stop.detached.wait()
-            if not stop.detached.is_set():
+            if not stop.detached.is_set() and not await self._detached_elsewhere(thread, run_id):
                 stop()
 
         started = RunStartedEvent(thread_id=thread, run_id=run_id)

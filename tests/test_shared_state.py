@@ -1,5 +1,6 @@
-"""Used decision-link tokens kept in the store's own database: each id is marked once, whoever marks it, on a real
-SQLite file and a real PostgreSQL server, from several processes at once."""
+"""What the workers serving one store share through its database, on a real SQLite file and a real PostgreSQL
+server: used decision-link tokens (each id marked once, whoever marks it, from several processes at once) and
+detached runs (noted by one worker, read by another, for the run's own principal only)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ import pytest
 
 from dial_runtime.links import UsedTokens
 from dial_runtime.stores import PostgresStore, SQLiteStore
-from dial_runtime.stores.tokens import FORGET_AFTER, PostgresUsedTokens, SQLiteUsedTokens
+from dial_runtime.stores.shared import (
+    DETACH_KEPT,
+    FORGET_AFTER,
+    PostgresDetaches,
+    PostgresUsedTokens,
+    SQLiteDetaches,
+    SQLiteUsedTokens,
+)
 
 IDS = [f"token-{n}" for n in range(40)]
 
@@ -96,3 +104,33 @@ def test_workers_marking_the_same_tokens_at_once_mark_each_exactly_once(where: t
             marked = [pending_result.get(timeout=60) for pending_result in pending]
     every = [token for each in marked for token in each]
     assert sorted(every) == sorted(IDS)  # each id marked by exactly one worker
+
+
+def detaches(kind: str, location: str) -> Any:
+    made = SQLiteDetaches(location) if kind == "sqlite" else PostgresDetaches(location)
+    KEEPERS.append(made)
+    return made
+
+
+def test_a_detach_noted_by_one_worker_is_read_by_another_for_its_principal_only(where: tuple[str, str]) -> None:
+    kind, location = where
+    noting, reading = detaches(kind, location), detaches(kind, location)
+    assert not reading.noted("c-1", "run-1", "ada")
+    noting.note("c-1", "run-1", "ada")
+    noting.note("c-1", "run-1", "ada")  # a beacon sent twice
+    assert reading.noted("c-1", "run-1", "ada")
+    assert not reading.noted("c-1", "run-1", "eve") and not reading.noted("c-2", "run-1", "ada")
+    store = SQLiteStore(location) if kind == "sqlite" else PostgresStore(location)
+    from_store = store.detaches()
+    KEEPERS.append(from_store)
+    assert from_store.noted("c-1", "run-1", "ada")
+
+
+def test_a_detach_long_past_is_forgotten(where: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    kind, location = where
+    kept = detaches(kind, location)
+    kept.note("c-1", "old", "ada")
+    later = time.time() + DETACH_KEPT + 60
+    monkeypatch.setattr(time, "time", lambda: later)
+    kept.note("c-1", "new", "ada")
+    assert not kept.noted("c-1", "old", "ada") and kept.noted("c-1", "new", "ada")
