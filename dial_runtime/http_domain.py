@@ -1,7 +1,8 @@
 """Actions that are calls to an HTTP service, each sent with the run's idempotency key as ``Idempotency-Key``.
 
 An :class:`HttpDomain` is a domain whose actions are :class:`HttpEndpoint` s of one service: the payload is the
-JSON body (a ``GET``'s query), the response's JSON (else its text) is the result, and a response that is not 2xx
+JSON body (a ``GET``'s query), checked against the endpoint's JSON Schema (with ``jsonschema``: the ``schema``
+extra), the response's JSON (else its text) is the result, and a response that is not 2xx
 fails the action with the code ``http-<status>``. Every request that may change something carries the run's key
 (:class:`~dial_runtime.ports.ReconcilingDomainPort`) in the ``Idempotency-Key`` header, the header of the IETF
 draft "The Idempotency-Key HTTP Header Field" (``draft-ietf-httpapi-idempotency-key-header``) that Stripe,
