@@ -15,7 +15,9 @@ import httpx
 import pytest
 
 from dial_runtime import LogEntry, agent_from_uri
+from dial_runtime.errors import StoreError
 from dial_runtime.runtime.projection import Notice, project
+from dial_runtime.stores import SQLiteStore
 from dial_runtime.web import create_app
 
 from .fakes import envelope
@@ -138,3 +140,43 @@ def test_a_detach_for_a_run_unknown_or_someone_elses_changes_nothing(tmp_path: P
     (interrupted,) = [entry.event for entry in log if entry.event.type == "interrupted"]
     assert interrupted.reason == "cancelled by ada"
     assert notices(log) == ["turn 1 stopped: cancelled by ada"]
+
+
+class UnreachableDetaches:
+    """Detaches kept in a database that cannot be reached."""
+
+    def note(self, conversation_id: str, run_id: str, principal: str) -> None:
+        raise StoreError("the database went away")
+
+    def noted(self, conversation_id: str, run_id: str, principal: str) -> bool:
+        raise StoreError("the database went away")
+
+
+class StoreWithoutItsDatabase(SQLiteStore):
+    def detaches(self) -> UnreachableDetaches:  # type: ignore[override]
+        return UnreachableDetaches()
+
+
+def test_a_detach_that_cannot_be_noted_is_refused_and_the_run_stops(tmp_path: Path) -> None:
+    """The shared database failing: a detach for another worker's run is refused 503 in one line, and the run's
+    worker, unable to read it, stops the run after the grace as a closed request says."""
+    store = tmp_path / "c.db"
+    never_ends = Reply(envelope(f"<dial-inform>{STORY}</dial-inform>"), chunks=PIECES, hold_after=PIECES // 2)
+    app = create_app(
+        store=StoreWithoutItsDatabase(store),
+        domain=WebNotes(),
+        agent=lambda conversation, log: agent_from_uri(f"{model.base_url}#m", max_retries=0),
+        auth=lambda request: request.headers.get("x-user") or None,
+    )
+    with (
+        OpenAIServer([never_ends]) as model,
+        serving(app) as url,
+        httpx.Client(base_url=url, timeout=10.0, headers={"x-user": "ada"}) as client,
+    ):
+        body = run_input("kept", words="tell me a story")
+        with streaming_run(client, body):
+            refused = client.post("/agui/detach", json={"threadId": "kept", "runId": "elsewhere"})
+        assert refused.status_code == 503 and set(refused.json()) == {"error"}
+        log = wait_for_log(store, "kept", "finished")
+    (interrupted,) = [entry.event for entry in log if entry.event.type == "interrupted"]
+    assert interrupted.reason == "cancelled by ada"

@@ -5,6 +5,7 @@ leaves the card waiting, runs nothing and leaves the token as it was."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from dial_runtime import ActionSpec, ApprovalPolicy, open_store
+from dial_runtime.errors import StoreError
 from dial_runtime.links import REFUSAL_REASONS, Keyring, MemoryUsedTokens, generate_key, token_from_url
 from dial_runtime.web import create_app, scripted_agents
 from dial_runtime.web.linking import REFUSAL_STATUS, decision_links, decision_page
@@ -369,6 +371,29 @@ def test_a_link_used_on_one_worker_is_refused_replayed_on_another_and_after_a_re
     with serving(restarted) as url, httpx.Client(base_url=url, timeout=10.0) as http:
         assert post(http, rita, "accept", user="rita").json()["reason"] == "replayed"
     assert len(events(path, thread, "decided")) == 1
+
+
+class ForgetfulTokens(MemoryUsedTokens):
+    """Used tokens kept in a database that went away once the check was made."""
+
+    def mark_used(self, token_id: str, expires_at: int) -> bool:
+        raise StoreError("the database went away")
+
+
+def test_a_decision_stands_when_its_token_cannot_be_kept(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The token's store failing after the decision is on the log: the answer is the decision's (200, the card
+    done), the failure is logged for the operator, and a replay is refused as the ended card says."""
+    scripts: dict[str, list[str]] = {}
+    keyring = new_keyring()
+    app = links_app(tmp_path / "forgetful.db", scripts, keyring, ForgetfulTokens())
+    with serving(app) as url, httpx.Client(base_url=url, timeout=10.0) as http:
+        thread = start(http, scripts, ADD, ACK)
+        token = issue(keyring, thread, digest_of(http, thread), decider="ada")
+        with caplog.at_level(logging.ERROR, logger="dial_runtime"):
+            decided = post(http, token, "accept")
+        assert decided.status_code == 200 and decided.json()["card"]["outcome"] == "Done", decided.text
+        assert "could not be kept" in caplog.text
+        assert post(http, token, "accept").json()["reason"] == "already-decided"
 
 
 def test_the_panel_passes_the_principals_roles_too(tmp_path: Path) -> None:

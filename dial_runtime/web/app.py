@@ -393,8 +393,8 @@ def _shared_used_tokens(store: StorePort) -> UsedTokens:
 
 @contextlib.asynccontextmanager
 async def _lifespan(settings: _Settings) -> AsyncIterator[None]:
-    """The application's lifespan: the deadline scheduler runs while it serves, and the used tokens' connection
-    (a PostgreSQL keeper's) is closed when it stops."""
+    """The application's lifespan: the deadline scheduler runs while it serves, and the connections of the state
+    shared through the store (used tokens, detaches: a PostgreSQL keeper's) are closed when it stops."""
     try:
         async with _firing_deadlines(settings):
             yield
@@ -768,8 +768,12 @@ class _WebSurface:
             return _error(403, "you may not see this conversation")
         stop = self.runs.find(thread, run_id)
         if stop is None and self.settings.detaches is not None:  # another worker's run, maybe: noted for it
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self.settings.detaches.note, thread, run_id, principal)
+            try:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self.settings.detaches.note, thread, run_id, principal)
+            except Exception as error:
+                logger.error("a detach of %s could not be noted: %s", thread, type(error).__name__)
+                return _error(503, "the detach could not be noted; the run stops when its client has gone")
             logger.info("run %s of %s: a detach noted for the worker serving it", run_id[:64], thread)
             return JSONResponse({"detached": True, "noted": True}, status_code=202)
         if stop is None or stop.principal != principal:
@@ -970,8 +974,11 @@ class _WebSurface:
                 raise
             logger.error("the call after a link's decision in %s failed: %s", thread, type(error).__name__)
         assert conversation is not None
-        with anyio.CancelScope(shield=True):  # the decision is on the log: the token is used, whoever hangs up
-            await anyio.to_thread.run_sync(settings.used_tokens.mark_used, claims.token_id, claims.expires_at)
+        try:
+            with anyio.CancelScope(shield=True):  # the decision is on the log: the token is used, whoever hangs up
+                await anyio.to_thread.run_sync(settings.used_tokens.mark_used, claims.token_id, claims.expires_at)
+        except Exception as error:  # the decision stands: a card that ended, or a person counted, refuses a replay
+            logger.error("the used link token of %s could not be kept: %s", thread, type(error).__name__)
         await self._schedule(thread, conversation)
         card = project(conversation.log).card(suggestion_id)
         assert card is not None
