@@ -41,6 +41,9 @@ FORGET_AFTER = 86_400
 #: Seconds a detach is kept (a run goes on for at most a call's budget after its client went).
 DETACH_KEPT = 3_600
 
+#: The advisory lock PostgreSQL's tables are made under.
+_LOCK = "dial_runtime.stores.shared"
+
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS dial_used_tokens (token_id TEXT PRIMARY KEY, expires_at BIGINT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS dial_used_tokens_expiry ON dial_used_tokens (expires_at)",
@@ -105,8 +108,12 @@ class _Postgres:
                 try:
                     if self._connection is None or self._connection.closed:
                         self._connection = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
-                        for schema in _SCHEMA:
-                            self._connection.execute(schema)
+                        with self._connection.transaction():  # two workers creating at once would conflict
+                            self._connection.execute(
+                                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_LOCK,)
+                            )
+                            for schema in _SCHEMA:
+                                self._connection.execute(schema)
                     with self._connection.transaction():
                         cursor = None
                         for query, params in statements:
@@ -117,6 +124,8 @@ class _Postgres:
                     self._connection = None  # the server went away: one more try on a new connection
                     if attempt == 2:
                         raise StoreError(f"shared state in {redact_url(self.url)}: {error}") from error
+                except psycopg.Error as error:
+                    raise StoreError(f"shared state in {redact_url(self.url)}: {error}") from error
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -140,14 +149,18 @@ class _Database(Protocol):
     def close(self) -> None: ...
 
 
-class _UsedTokens:
-    """:class:`~dial_runtime.links.UsedTokens` on a database's ``dial_used_tokens``."""
+class _Kept:
+    """State kept in a database's table of shared state."""
 
     def __init__(self, database: _Database) -> None:
         self._database = database
 
     def close(self) -> None:
         self._database.close()
+
+
+class _UsedTokens(_Kept):
+    """:class:`~dial_runtime.links.UsedTokens` on a database's ``dial_used_tokens``."""
 
     def is_used(self, token_id: str) -> bool:
         done = self._database.run([("SELECT 1 FROM dial_used_tokens WHERE token_id = ?", (token_id,))])
@@ -170,14 +183,8 @@ class _UsedTokens:
         return int(done.rows[0][0])
 
 
-class _Detaches:
+class _Detaches(_Kept):
     """The runs asked to go on without their client, on a database's ``dial_detached_runs``."""
-
-    def __init__(self, database: _Database) -> None:
-        self._database = database
-
-    def close(self) -> None:
-        self._database.close()
 
     def note(self, conversation_id: str, run_id: str, principal: str) -> None:
         """Keep that ``principal`` asked for the run ``run_id`` of ``conversation_id`` to go on without its
