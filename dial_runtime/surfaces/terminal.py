@@ -564,24 +564,21 @@ class TerminalSurface:
                     continue
                 known = appended[-1].seq
                 before = {item.id: item for item in watched.items if isinstance(item, Card)}
-                lines = []
-                for item in watched.feed_all(appended):
-                    if isinstance(item, Card):
-                        words = elsewhere_words(before.get(item.id), item)
-                        if words is not None:
-                            lines.append(f"   ({words})")
-                        if item.outcome and not before.get(item.id, item).outcome:
-                            start = len(self.lines)
-                            self.transcript.render(item)
-                            lines.extend(self.lines[start:])
-                            del self.lines[start:]
-                if lines:
+                changed = [
+                    (before.get(item.id), item) for item in watched.feed_all(appended) if isinstance(item, Card)
+                ]
+                if changed:
                     with anyio.CancelScope(shield=True):  # the prompt ending meanwhile waits for the lines
-                        await run_in_terminal(functools.partial(self._print_elsewhere, lines))
+                        await run_in_terminal(functools.partial(self._show_elsewhere, changed))
 
-    def _print_elsewhere(self, lines: list[str]) -> None:
-        for line in lines:
-            self.note(line, "yellow")
+    def _show_elsewhere(self, changed: list[tuple[Card | None, Card]]) -> None:
+        """Each card someone else changed: what changed, in words, then (a card that ended) its outcome line."""
+        for was, card in changed:
+            words = elsewhere_words(was, card)
+            if words is not None:
+                self.note(f"   ({words})", "yellow")
+            if card.outcome and was is not None and not was.outcome:
+                self._show(_style(card), self.transcript.render, card)
 
     def _waiting(self, conversation: Conversation) -> None:
         """Say what waits for the person, if anything, and what a new message does to it."""
