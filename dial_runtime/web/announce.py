@@ -93,17 +93,15 @@ class Announcer:
         self.links = links
         self.public_url = public_url
         self.background: anyio.abc.TaskGroup | None = None  # where announcing()'s conversations send
-        self._group: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> Announcer:
-        self._group = anyio.create_task_group()
-        self.background = await self._group.__aenter__()
+        self.background = await anyio.create_task_group().__aenter__()
         return self
 
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> bool | None:
-        group, self._group, self.background = self._group, None, None
+        group, self.background = self.background, None
         assert group is not None
         return await group.__aexit__(kind, error, trace)
 
