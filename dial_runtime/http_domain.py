@@ -169,9 +169,9 @@ class HttpDomain:
     async def reconcile(self, action: str, payload: Any, *, key: str) -> Any:
         """What became of the run under ``key`` that a dead process left without an outcome: the same request sent
         again with the same key, answered by a ``keyed`` service as it answered the first (or, if the first never
-        reached it, run now, once); mapped as :meth:`run` maps it. ``LookupError`` (it cannot tell) for a service
-        not declared ``keyed``, for an action that sends no key, and for an answer that says nothing of the first
-        request (409, 422, 425, 429, 5xx) or none at all."""
+        reached it, run now, once); mapped as :meth:`run` maps it (a ``GET``, read-only, is simply sent again).
+        ``LookupError`` (it cannot tell) for a service not declared ``keyed``, and for an answer that says nothing
+        of the first request (409, 422, 425, 429, 5xx) or none at all."""
         endpoint = self.endpoints.get(action)
         if endpoint is None:
             raise LookupError(f"the HTTP domain has no action {action!r}")
@@ -232,7 +232,7 @@ class HttpDomain:
                 await anyio.sleep(min(0.2 * 2**attempt, 2.0))
             try:
                 return await client.request(endpoint.method, url, headers=headers, timeout=self.timeout, **sent)
-            except (httpx.TransportError, httpx.TimeoutException):
+            except httpx.TransportError:  # refused, reset, timed out: no answer came
                 continue
         return None
 

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from dial_runtime import Conversation, policy_human
+from dial_runtime import ActionError, Conversation, policy_human
 from dial_runtime.http_domain import IDEMPOTENCY_HEADER, HttpDomain, HttpEndpoint
 from dial_runtime.jsonl import check_log
 from dial_runtime.runtime.events import ActionStartedEvent, OutcomeEvent
@@ -249,9 +249,9 @@ def test_a_service_not_declared_keyed_is_never_sent_a_request_again(
         assert served.seen == []
         served.slow = 1.5
         async with domain(url, keyed=False, timeout=0.5) as http:
-            with pytest.raises(Exception, match="did not answer") as raised:
+            with pytest.raises(ActionError, match="did not answer") as raised:
                 await http.run("send-email", TO, key="k-3")
-        assert getattr(raised.value, "code", None) == "http-unreachable"
+        assert raised.value.code == "http-unreachable"
         assert len(served.seen) == 1
 
     anyio.run(work, backend=real_clocks)
@@ -263,9 +263,9 @@ def test_failures_are_action_errors_with_the_status_as_code(
     async def work() -> None:
         served, url = service
         async with domain(url) as http:
-            with pytest.raises(Exception, match=r"400 Bad Request: .*no such mailbox") as refused:
+            with pytest.raises(ActionError, match=r"400 Bad Request: .*no such mailbox") as refused:
                 await http.run("send-email", {"to": "x@invalid"}, key="k-4")
-            assert getattr(refused.value, "code", None) == "http-400"
+            assert refused.value.code == "http-400"
             assert await http.run("count-inbox", {"to": "ada@example.org", "limit": 5}, key="k-5") == {
                 "count": 0,
                 "limit": 5,
@@ -273,9 +273,9 @@ def test_failures_are_action_errors_with_the_status_as_code(
         assert served.seen[-1] == ("GET", "/inbox", None)  # a read sends no key
         async with domain(f"http://127.0.0.1:{free_port()}", timeout=0.5, retries=1) as nowhere:
             began = time.monotonic()
-            with pytest.raises(Exception, match="after 2 attempt") as unreachable:
+            with pytest.raises(ActionError, match="after 2 attempt") as unreachable:
                 await nowhere.run("send-email", TO, key="k-6")
-            assert getattr(unreachable.value, "code", None) == "http-unreachable"
+            assert unreachable.value.code == "http-unreachable"
             assert time.monotonic() - began < 5
             with pytest.raises(LookupError, match="did not answer"):
                 await nowhere.reconcile("send-email", TO, key="k-6")
