@@ -267,7 +267,7 @@ def verify_log(
     link = GENESIS
     predates = 0
     first = next((row.hash for row in rows if row.hash is not None), None)
-    prefix = _scheme(first) if first is not None and _scheme(first) else SCHEME  # how unhashed entries link
+    prefix = (_scheme(first) if first is not None else 0) or SCHEME  # how the unhashed entries link
     for index, row in enumerate(rows):
         seq = index + 1
         stored = row.hash

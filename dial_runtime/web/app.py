@@ -31,7 +31,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlencode
 
 import anyio
@@ -156,6 +156,14 @@ class _Plan:
     ignored: list[dict[str, str]] = field(default_factory=list)
 
 
+class _Detaches(Protocol):
+    """Where detaches meant for another worker are kept (:mod:`~dial_runtime.stores.shared`)."""
+
+    def note(self, conversation_id: str, run_id: str, principal: str) -> None: ...
+
+    def noted(self, conversation_id: str, run_id: str, principal: str) -> bool: ...
+
+
 @dataclass
 class _Settings:
     store: StorePort
@@ -178,7 +186,7 @@ class _Settings:
     panel: bool = True
     public_url: str | None = None
     announcer: Announcer | None = None  # with notifications
-    detaches: Any = None  # where a detach for another worker's run is noted (the store's database)
+    detaches: _Detaches | None = None  # where a detach for another worker's run is noted (the store's database)
 
 
 def create_app(
@@ -1526,7 +1534,7 @@ class _EventStream:
         *,
         runs: _Runs,
         grace: float,
-        detaches: Any = None,
+        detaches: _Detaches | None = None,
         after: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._drive = run
