@@ -38,6 +38,7 @@ from .runtime.projection import stopped_in_words as stopped_in_words
 if TYPE_CHECKING:
     from .jsonl import LogFile
     from .stores.chain import ChainCheck, StoredRow
+    from .web.announce import Announcer
 
 
 def _decode(raw: bytes, name: str) -> str:
@@ -750,7 +751,7 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _announcer(spec: str) -> Any:
+def _announcer(spec: str) -> Announcer:
     """The announcer ``--announce MODULE:FACTORY`` names (``FACTORY()``'s); a one-line error for anything else."""
     from .web.announce import Announcer
 
