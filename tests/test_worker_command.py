@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
+from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from dial_runtime import Conversation, scripted_human
@@ -30,22 +33,21 @@ ROOT = Path(__file__).parents[1]
 COMMAND = [sys.executable, "-c", "import sys; from dial_runtime.cli import main; sys.exit(main(sys.argv[1:]))"]
 
 
-async def test_the_worker_command_fires_a_deadline(pg_schema_url: str, tmp_path: Path) -> None:
-    script = tmp_path / "replies.json"
-    script.write_text("[]", encoding="utf-8")  # an expiry sends the agent nothing
-    argv = ["worker", "--store", pg_schema_url, "--agent", f"script:{script}", "--domain", "tests.fakes:Notes"]
+@asynccontextmanager
+async def worker_command(argv: list[str], tmp_path: Path, **env: str) -> AsyncIterator[Process]:
+    """A ``dial-runtime worker`` process, ready (it printed ``ready``); at the block's end it is sent SIGTERM and
+    must stop cleanly (status 0) within 15 s, and is killed otherwise."""
     errors = tmp_path / "worker.err"
     with errors.open("wb") as stderr:
-        process = await anyio.open_process([*COMMAND, *argv], stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT)
+        process = await anyio.open_process(
+            [*COMMAND, *argv], stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT, env={**os.environ, **env}
+        )
     try:
         assert process.stdout is not None
         lines = BufferedByteReceiveStream(process.stdout)
         with anyio.fail_after(30):
             assert await lines.receive_until(b"\n", 1024) == b"ready", errors.read_text()
-        deadlines = await deferred(pg_schema_url, "c-1", 1.0)
-        async with PostgresDeadlines(pg_schema_url) as scheduler:
-            await scheduler.schedule("c-1", deadlines)
-        check_expired_once(await expired(pg_schema_url, "c-1", within=10), deadlines[0][1])
+        yield process
         process.terminate()
         with anyio.fail_after(15):
             await process.wait()
@@ -55,6 +57,17 @@ async def test_the_worker_command_fires_a_deadline(pg_schema_url: str, tmp_path:
             if process.returncode is None:
                 process.kill()
             await process.aclose()
+
+
+async def test_the_worker_command_fires_a_deadline(pg_schema_url: str, tmp_path: Path) -> None:
+    script = tmp_path / "replies.json"
+    script.write_text("[]", encoding="utf-8")  # an expiry sends the agent nothing
+    argv = ["worker", "--store", pg_schema_url, "--agent", f"script:{script}", "--domain", "tests.fakes:Notes"]
+    async with worker_command(argv, tmp_path):
+        deadlines = await deferred(pg_schema_url, "c-1", 1.0)
+        async with PostgresDeadlines(pg_schema_url) as scheduler:
+            await scheduler.schedule("c-1", deadlines)
+        check_expired_once(await expired(pg_schema_url, "c-1", within=10), deadlines[0][1])
 
 
 @pytest.mark.parametrize(
@@ -86,17 +99,7 @@ async def test_the_worker_tells_of_the_reminders_and_expiries_it_fires(pg_schema
             "--announce",
             "tests.worker_announcer:announcer",
         ]
-        errors = tmp_path / "worker.err"
-        environment = {**os.environ, "DIAL_TEST_HOOK": f"{hooks}/hook"}
-        with errors.open("wb") as stderr:
-            process = await anyio.open_process(
-                [*COMMAND, *argv], stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT, env=environment
-            )
-        try:
-            assert process.stdout is not None
-            lines = BufferedByteReceiveStream(process.stdout)
-            with anyio.fail_after(30):
-                assert await lines.receive_until(b"\n", 1024) == b"ready", errors.read_text()
+        async with worker_command(argv, tmp_path, DIAL_TEST_HOOK=f"{hooks}/hook"):
             store = PostgresStore(pg_schema_url)
             try:
                 conversation = await Conversation.open(
@@ -114,16 +117,6 @@ async def test_the_worker_tells_of_the_reminders_and_expiries_it_fires(pg_schema
             async with PostgresDeadlines(pg_schema_url) as scheduler:
                 await scheduler.schedule("c-1", deadlines)
             reminded, decided = await anyio.to_thread.run_sync(receiver.wait, "c-1", 2)
-        finally:
-            with anyio.CancelScope(shield=True):
-                if process.returncode is None:
-                    process.terminate()
-                    with anyio.move_on_after(15):
-                        await process.wait()
-                if process.returncode is None:
-                    process.kill()
-                await process.aclose()
-    assert process.returncode == 0, errors.read_text()
     assert (reminded.kind, reminded.recipients, reminded.suggestion_id) == ("reminder", ("ada",), "sg-1")
     assert (decided.kind, decided.suggestion_id) == ("decided", "sg-1")
     assert decided.status == "dismissed"
