@@ -652,31 +652,35 @@ class Conversation:
             )
             try:
                 pieces = chunks.__aiter__()
-                idle_by = until = math.inf  # the first chunk: the wait for it bounds it
+                idle_by = math.inf
                 reply_by_or_call = min(reply_by, call_by)
-                while read <= effect.stream_limit:
-                    with anyio.CancelScope(deadline=until) as waiting:
+                # One scope for the whole reading, its deadline moved as chunks come: a scope per chunk costs
+                # several times as much (a timer, the task looked up, entered and left), for every chunk.
+                with anyio.CancelScope() as reading:  # the first chunk: the wait for it bounds it
+                    while read <= effect.stream_limit:
                         try:
                             chunk = await pieces.__anext__()
                         except StopAsyncIteration:
                             break
-                    if waiting.cancelled_caught:
-                        if call_by < reply_by and call_by <= idle_by:
-                            passed = DeadlinePassed(deadline="call", seconds=self.call_timeout or 0.0)
-                        elif reply_by <= idle_by:
-                            passed = DeadlinePassed(deadline="reply", seconds=reply_timeout or 0.0)
-                        else:
-                            passed = DeadlinePassed(deadline="idle", seconds=idle_timeout or 0.0)
-                        break
-                    arrived.append(chunk)
-                    read += len(chunk)
-                    woken[0].set()
-                    if sum(map(len, arrived)) >= READ_AHEAD:  # the call is busy: wait until it takes this
-                        await room[0].wait()
-                        room[0] = anyio.Event()
-                    if idle_timeout is not None:
-                        idle_by = anyio.current_time() + idle_timeout
-                    until = min(reply_by_or_call, idle_by)
+                        arrived.append(chunk)
+                        read += len(chunk)
+                        woken[0].set()
+                        if sum(map(len, arrived)) >= READ_AHEAD:  # the call is busy: wait until it takes this
+                            reading.deadline = math.inf
+                            await room[0].wait()
+                            room[0] = anyio.Event()
+                        if idle_timeout is not None:
+                            idle_by = anyio.current_time() + idle_timeout
+                        until = min(reply_by_or_call, idle_by)
+                        if until != reading.deadline:
+                            reading.deadline = until
+                if reading.cancelled_caught:
+                    if call_by < reply_by and call_by <= idle_by:
+                        passed = DeadlinePassed(deadline="call", seconds=self.call_timeout or 0.0)
+                    elif reply_by <= idle_by:
+                        passed = DeadlinePassed(deadline="reply", seconds=reply_timeout or 0.0)
+                    else:
+                        passed = DeadlinePassed(deadline="idle", seconds=idle_timeout or 0.0)
             except Exception as error:
                 failure = error
             finally:
