@@ -1,9 +1,8 @@
 """The bytes of the web surface's server-sent events: each event as ag-ui's ``EventEncoder`` writes it, whatever
-its text, and a run's queued events taken all at once, none held back."""
+its text, and a run's queued events taken all at once, none held back, none lost."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import anyio
@@ -19,11 +18,11 @@ from ag_ui.core import (
     TextMessageStartEvent,
 )
 from ag_ui.encoder import EventEncoder
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_core import PydanticSerializationError
 
-from dial_runtime.web.app import _queued
+from dial_runtime.web.app import _Outbox
 from dial_runtime.web.mapping import encode_sse
 
 #: Any text a string holds but a lone surrogate (which neither encoder can write in UTF-8): control characters,
@@ -88,22 +87,73 @@ def test_a_lone_surrogate_fails_as_ag_ui_fails() -> None:
 
 @pytest.mark.anyio
 async def test_queued_events_are_taken_together_and_none_waits_for_more() -> None:
-    sender, receiver = anyio.create_memory_object_stream[BaseEvent](math.inf)
+    outbox = _Outbox()
     events = [TextMessageContentEvent(message_id="m-1", delta=str(n)) for n in range(3)]
-    async with receiver:
-        for event in events:
-            sender.send_nowait(event)
-        assert await _queued(receiver) == events  # all that was queued, in one take
-        async with anyio.create_task_group() as group:
+    for event in events:
+        outbox.put(event)
+    assert await outbox.take() == events  # all that was queued, in one take
+    async with anyio.create_task_group() as group:
 
-            async def later() -> None:
-                await anyio.sleep(0.01)
-                sender.send_nowait(events[0])
+        async def later() -> None:
+            await anyio.sleep(0.01)
+            outbox.put(events[0])
 
-            group.start_soon(later)
-            with anyio.fail_after(5):
-                assert await _queued(receiver) == [events[0]]  # taken as it comes, not waiting for a second
-        sender.send_nowait(events[1])
-        sender.close()
-        assert await _queued(receiver) == [events[1]]  # what was queued before the end
-        assert await _queued(receiver) == []  # then the end
+        group.start_soon(later)
+        with anyio.fail_after(5):
+            assert await outbox.take() == [events[0]]  # taken as it comes, not waiting for a second
+    outbox.put(events[1])
+    outbox.end()
+    outbox.put(events[2])  # after the run's end: nothing is emitted any more
+    assert await outbox.take() == [events[1]]  # what was queued before the end
+    assert await outbox.take() == []  # then the end
+
+
+@pytest.mark.anyio
+async def test_a_take_with_nothing_queued_waits_until_an_event_comes() -> None:
+    outbox = _Outbox()
+    outbox.put(TextMessageContentEvent(message_id="m-1", delta="a"))
+    await outbox.take()
+    with anyio.move_on_after(0.05) as waited:
+        await outbox.take()  # what the first take left behind does not end this one
+    assert waited.cancelled_caught
+
+
+@pytest.mark.anyio
+async def test_what_a_run_emits_once_its_response_stopped_reading_is_dropped() -> None:
+    outbox = _Outbox()
+    outbox.put(TextMessageContentEvent(message_id="m-1", delta="a"))
+    outbox.close()
+    outbox.put(TextMessageContentEvent(message_id="m-1", delta="b"))
+    outbox.end()
+    assert await outbox.take() == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.integers(min_value=0, max_value=4), max_size=12), pauses=st.lists(st.booleans(), min_size=12, max_size=12))
+def test_every_event_put_is_taken_once_in_order(batches: list[int], pauses: list[bool]) -> None:
+    """Whatever the interleaving of a run's puts and its response's takes, the response sends every event once,
+    in the order emitted, and then sees the end."""
+
+    async def scenario() -> list[BaseEvent]:
+        outbox = _Outbox()
+        taken: list[BaseEvent] = []
+
+        async def run() -> None:
+            for number, size in enumerate(batches):
+                for index in range(size):
+                    outbox.put(TextMessageContentEvent(message_id="m-1", delta=f"{number}.{index}"))
+                if pauses[number]:
+                    await anyio.lowlevel.checkpoint()
+            outbox.end()
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                while events := await outbox.take():
+                    taken.extend(events)
+        return taken
+
+    expected = [f"{number}.{index}" for number, size in enumerate(batches) for index in range(size)]
+    for backend in ("asyncio", "trio"):
+        taken = anyio.run(scenario, backend=backend)
+        assert [event.delta for event in taken] == expected  # type: ignore[attr-defined]

@@ -48,7 +48,6 @@ from ag_ui.core import (
     RunFinishedSuccessOutcome,
     RunStartedEvent,
 )
-from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -1565,28 +1564,26 @@ class _EventStream:
             (b"x-accel-buffering", b"no"),
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        sender, receiver = anyio.create_memory_object_stream[BaseEvent](math.inf)
+        outbox = _Outbox()
         stop = _Stop(self._principal)
         thread, run_id = self._input.thread_id, self._input.run_id
         client_gone = False
 
-        def emit(event: BaseEvent) -> None:
-            with contextlib.suppress(anyio.BrokenResourceError):  # the server cancelled the request: none reads
-                sender.send_nowait(event)
-
         async def produce() -> None:
-            with sender:
+            try:
                 with stop.scope:
                     try:
-                        await self._drive(emit, stop)
+                        await self._drive(outbox.put, stop)
                     except _Refused as refusal:
-                        emit(RunErrorEvent(message=str(refusal), code=refusal.code))
+                        outbox.put(RunErrorEvent(message=str(refusal), code=refusal.code))
                     except Exception as error:
                         logger.error("run of %s failed: %s", thread, type(error).__name__)
-                        emit(RunErrorEvent(message=_failure(error), code="run-failed"))
+                        outbox.put(RunErrorEvent(message=_failure(error), code="run-failed"))
                 if stop.scope.cancelled_caught:
                     cancelled = RunFinishedCancelledOutcome()
-                    emit(RunFinishedEvent(thread_id=thread, run_id=run_id, outcome=cancelled))
+                    outbox.put(RunFinishedEvent(thread_id=thread, run_id=run_id, outcome=cancelled))
+            finally:
+                outbox.end()
 
         async def aborted() -> None:
             nonlocal client_gone
@@ -1604,11 +1601,13 @@ class _EventStream:
                 group.start_soon(produce)
                 group.start_soon(aborted)
                 await send({"type": "http.response.body", "body": encode_sse(started), "more_body": True})
-                async with receiver:
-                    while queued := await _queued(receiver):
+                try:
+                    while queued := await outbox.take():
                         if not client_gone:
                             body = b"".join(map(encode_sse, queued))
                             await send({"type": "http.response.body", "body": body, "more_body": True})
+                finally:
+                    outbox.close()
                 group.cancel_scope.cancel()  # the run has ended: nothing left to stop
         if not client_gone:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -1619,23 +1618,46 @@ class _EventStream:
                 logger.exception("what follows the run of %s failed", thread)
 
 
-async def _queued(receiver: MemoryObjectReceiveStream[BaseEvent]) -> list[BaseEvent]:
-    """Every event queued in ``receiver`` now, taken without a round of the event loop each; when none is, the
-    next one, waited for. Empty once the stream has ended. One body carries them all: a send per batch, not per
-    event, and no event waits for another to be sent."""
-    queued: list[BaseEvent] = []
-    while True:
-        try:
-            queued.append(receiver.receive_nowait())
-        except anyio.WouldBlock:
-            if queued:
-                return queued
-            try:
-                queued.append(await receiver.receive())
-            except anyio.EndOfStream:
-                return queued
-        except anyio.EndOfStream:
-            return queued
+class _Outbox:
+    """The events a run emitted that its response has not sent yet, in order.
+
+    The response takes every event queued at once (one body for them all, and no event waits for another to be
+    sent) and waits only when none is. A memory object stream does the same with a round of the event loop
+    before every take: one more task step for every streamed chunk. Once the response stops reading (the server
+    cancelled the request), what the run emits is dropped, as nothing would send it.
+    """
+
+    def __init__(self) -> None:
+        self._events: list[BaseEvent] = []
+        self._arrived = anyio.Event()
+        self._ended = False
+        self._closed = False
+
+    def put(self, event: BaseEvent) -> None:
+        """Queue ``event`` for the response (dropped once the run has ended or the response stopped reading)."""
+        if not (self._ended or self._closed):
+            self._events.append(event)
+            self._arrived.set()
+
+    def end(self) -> None:
+        """The run has ended: the response takes what is queued, then nothing."""
+        self._ended = True
+        self._arrived.set()
+
+    def close(self) -> None:
+        """The response reads no more: what is queued or emitted later is dropped."""
+        self._closed = True
+        self._events = []
+
+    async def take(self) -> list[BaseEvent]:
+        """Every event queued now, waited for while there is none; empty once the run has ended and all were
+        taken."""
+        while not self._events and not self._ended:
+            if self._arrived.is_set():  # by what was taken before: waiting on it would not wait
+                self._arrived = anyio.Event()
+            await self._arrived.wait()
+        events, self._events = self._events, []
+        return events
 
 
 def _failure(error: Exception) -> str:
