@@ -3,8 +3,9 @@
 The server is ``create_app`` under one uvicorn worker, in a process of its own (this script with ``--serve``), on
 the in-process store (``--store sqlite``: a SQLite file in a temporary directory). Its agents stream one inform in
 chunks, each chunk naming its stream, its index and the system-wide monotonic clock (``time.monotonic_ns``:
-CLOCK_MONOTONIC, one clock for every process of the machine) as the agent yields it. The clients are httpx async
-streams in this process, each reading its run's server-sent events as they come.
+CLOCK_MONOTONIC, one clock for every process of the machine) as the agent yields it. The clients are in this
+process: each run on a connection of its own, HTTP/1.1 written and read by hand, its server-sent events read as
+they come (httpx costs about as much per event as the server, on the same cores: it delayed what it measured).
 
 - ``latency``: ``--streams`` runs at once (100), each streaming ``--chunks`` chunks (100) about ``--interval``
   seconds apart (0.02: a language model's pace; each gap drawn from 0.5 to 1.5 times it, the first from 0 to 1
@@ -248,26 +249,71 @@ class RunRead:
         return found
 
 
-async def read_run(client: httpx.AsyncClient, thread: str, first_chunk: anyio.Event | None = None) -> RunRead:
+class HttpError(Exception):
+    """A run's response that is not an event stream."""
+
+
+async def post_events(url: str, data: dict[str, Any]) -> AsyncIterator[tuple[int, list[bytes]]]:
+    """POST ``data`` to ``url``'s ``/agui`` on a connection of its own and yield, as each read completes them, the
+    read's time (``time.monotonic_ns``) and the server-sent events' ``data`` fields.
+
+    HTTP/1.1 written and read here (the chunked body decoded as it comes), not by httpx: on the machine's cores
+    beside the server, httpx's cost per event (about as much as the server's) delayed every read it measured.
+    """
+    address = httpx.URL(url)
+    payload = json.dumps(data).encode()
+    head = (
+        f"POST /agui HTTP/1.1\r\nHost: {address.host}:{address.port}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+    )
+    async with await anyio.connect_tcp(address.host, address.port or 80) as connection:
+        await connection.send(head.encode() + payload)
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += await connection.receive()
+        headers, _, received = received.partition(b"\r\n\r\n")
+        status = headers.split(b" ", 2)[1]
+        if status != b"200" or b"transfer-encoding: chunked" not in headers.lower():
+            raise HttpError(f"HTTP {status.decode()}")
+        now = time.monotonic_ns()
+        events = b""
+        ended = False
+        while True:
+            while (size_end := received.find(b"\r\n")) >= 0:  # every whole chunk of the body read so far
+                size = int(received[:size_end], 16)
+                if size == 0:
+                    ended = True
+                    break
+                end = size_end + 2 + size
+                if len(received) < end + 2:
+                    break
+                events += received[size_end + 2 : end]
+                received = received[end + 2 :]
+            *blocks, events = events.split(b"\n\n")
+            found = [block[len(b"data: ") :] for block in blocks if block.startswith(b"data: ")]
+            if found:
+                yield now, found
+            if ended:
+                return
+            try:
+                piece = await connection.receive()
+            except anyio.EndOfStream:
+                raise HttpError("the response ended before its last chunk") from None
+            now = time.monotonic_ns()
+            received += piece
+
+
+async def read_run(url: str, thread: str, first_chunk: anyio.Event | None = None) -> RunRead:
     """POST a run and read its server-sent events to the end, noting when each stamp (in the text the
     ``TEXT_MESSAGE_CONTENT`` deltas carry) arrived: at the read that completed it. ``first_chunk`` is set when the
     first stamp has."""
     read = RunRead(thread)
     texts: dict[str, str] = {}
     scanned: dict[str, int] = {}
-    async with client.stream("POST", "/agui", json=body(thread, "go")) as response:
-        if response.status_code != 200:
-            read.errors.append(f"{thread}: HTTP {response.status_code}")
-            return read
-        buffer = b""
-        async for piece in response.aiter_raw():
-            now = time.monotonic_ns()
-            buffer += piece
-            *blocks, buffer = buffer.split(b"\n\n")
-            for block in blocks:
-                if not block.startswith(b"data: "):
-                    continue
-                event = json.loads(block[len(b"data: ") :])
+    try:
+        async for now, found in post_events(url, body(thread, "go")):
+            for data in found:
+                event = json.loads(data)
                 read.kinds.append(event["type"])
                 if event["type"] == "RUN_ERROR":
                     read.errors.append(f"{thread}: RUN_ERROR {event.get('code')}: {event.get('message')}")
@@ -279,11 +325,13 @@ async def read_run(client: httpx.AsyncClient, thread: str, first_chunk: anyio.Ev
                         scanned[message] = match.end()
                     if first_chunk is not None and read.arrived:
                         first_chunk.set()
+    except HttpError as error:
+        read.errors.append(f"{thread}: {error}")
     return read
 
 
 async def read_runs(
-    client: httpx.AsyncClient, threads: Sequence[str], within: float, started: list[anyio.Event] | None = None
+    url: str, threads: Sequence[str], within: float, started: list[anyio.Event] | None = None
 ) -> tuple[list[RunRead], list[str]]:
     """Read the runs of ``threads`` at once, each within ``within`` seconds; what they read, and what failed.
     ``started[i]`` is set once run ``i`` has shown its first chunk, or has ended."""
@@ -295,8 +343,8 @@ async def read_runs(
         shown = started[position] if started else None
         with anyio.move_on_after(within) as waited:
             try:
-                reads.append(await read_run(client, thread, shown))
-            except (httpx.HTTPError, OSError) as error:
+                reads.append(await read_run(url, thread, shown))
+            except OSError as error:
                 failures.append(f"{thread}: {type(error).__name__}: {error}")
         if waited.cancelled_caught:
             failures.append(f"{thread}: not finished within {within:.0f} s")
@@ -350,12 +398,12 @@ async def latency(url: str, pid: int, streams: int, pace: Pace) -> tuple[dict[st
     """The latency phase, after a few warm-up runs (the first runs of a process import and build lazily)."""
     within = pace.chunks * pace.interval * 5 + 120
     async with httpx.AsyncClient(base_url=url, timeout=30, limits=client_limits(streams)) as client:
-        await read_runs(client, [f"lat-warm-{n}" for n in range(min(streams, 5))], within)
+        await read_runs(url, [f"lat-warm-{n}" for n in range(min(streams, 5))], within)
         await client.get("/bench/sent")
         processes = {"server": pid, "clients": os.getpid()}
         before = {name: scheduled_seconds(each) for name, each in processes.items()}
         started = time.monotonic()
-        reads, problems = await read_runs(client, [f"lat-run-{n}" for n in range(streams)], within)
+        reads, problems = await read_runs(url, [f"lat-run-{n}" for n in range(streams)], within)
         elapsed = time.monotonic() - started
         after = {name: scheduled_seconds(each) for name, each in processes.items()}
         handed: dict[str, int] = (await client.get("/bench/sent")).json()
@@ -407,7 +455,7 @@ async def held(url: str, pid: int, runs: int, pace: Pace) -> tuple[dict[str, Any
             readings = [before]
 
             async def read_all() -> None:
-                found.append(await read_runs(client, threads, HELD_WITHIN * 2, started))
+                found.append(await read_runs(url, threads, HELD_WITHIN * 2, started))
 
             async with anyio.create_task_group() as group:
                 group.start_soon(read_all)
