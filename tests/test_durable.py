@@ -24,7 +24,16 @@ import pytest
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from dial_runtime import Accept, Conversation, ConversationBusy, policy_human, scripted_human
+from dial_runtime import (
+    Accept,
+    AlreadyDecided,
+    Conversation,
+    ConversationBusy,
+    Defer,
+    Dismiss,
+    policy_human,
+    scripted_human,
+)
 from dial_runtime.runtime.core import UNKNOWN_EFFECT
 from dial_runtime.runtime.events import LogEntry, SaidEvent
 from dial_runtime.runtime.state import ConversationState
@@ -262,6 +271,70 @@ async def test_a_second_driver_is_turned_away_while_one_drives(
     checked(stored)
     assert [entry.event.text for entry in stored if entry.event.type == "said"] == ["one", "two"]
     assert list(second.log) == stored and first.log == second.log[: len(first.log)]
+
+
+TWO_CARDS = envelope(suggest("add-note", '{"text":"a"}'), suggest("add-note", '{"text":"b"}'))
+
+
+async def test_calls_made_within_holding_have_nobody_between_them(
+    url: str, connect: Callable[[str], StorePort], conversation_id: str
+) -> None:
+    """Another worker's decision between two of the holder's calls is turned away, so what the holder checked
+    before its first call still holds for its second; once the block ends, the other worker's call is taken."""
+
+    def opened(*replies: str) -> Conversation:
+        return Conversation(
+            agent=Agent(list(replies)),
+            domain=Notes(),
+            human=scripted_human([Defer(), Defer()]),
+            store=connect(url),
+            conversation_id=conversation_id,
+        )
+
+    holder, other = opened(TWO_CARDS, OK), opened()
+    assert (await holder.say("two notes")).status == "awaiting"
+    async with holder.holding():
+        assert [each.id for each in holder.pending] == ["sg-1", "sg-2"]
+        assert (await holder.decide("sg-1", Accept())).status == "awaiting"
+        with pytest.raises(ConversationBusy):
+            await other.decide("sg-2", Dismiss())
+        with pytest.raises(ConversationBusy):
+            async with holder.holding():  # held already
+                pass
+        assert (await holder.decide("sg-2", Accept())).status == "idle"  # both ran: the agent answered
+    with pytest.raises(AlreadyDecided):
+        await other.decide("sg-2", Dismiss())
+    stored = await connect(url).read(conversation_id)
+    assert [entry.event.status for entry in stored if entry.event.type == "outcome"] == ["done", "done"]
+    assert (await other.say("")).status == "idle"  # the conversation is free again
+
+
+async def test_holding_refuses_while_another_worker_drives(
+    url: str, connect: Callable[[str], StorePort], conversation_id: str
+) -> None:
+    arrived, release = anyio.Event(), anyio.Event()
+
+    async def held(message: str) -> str:
+        arrived.set()
+        await release.wait()
+        return OK
+
+    def opened(agent: Agent) -> Conversation:
+        return Conversation(
+            agent=agent, domain=Notes(), human=policy_human(), store=connect(url), conversation_id=conversation_id
+        )
+
+    first, second = opened(Agent([held])), opened(Agent([]))
+    async with anyio.create_task_group() as group:
+        group.start_soon(first.say, "one")
+        with anyio.fail_after(10):
+            await arrived.wait()
+        with pytest.raises(ConversationBusy):
+            async with second.holding():
+                pass
+        release.set()
+    async with second.holding():  # reads what the first stored meanwhile
+        assert [entry.event.type for entry in second.log].count("said") == 1
 
 
 ASKED = envelope('<dial-ask id="q">Which list?</dial-ask>')

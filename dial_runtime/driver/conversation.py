@@ -11,12 +11,13 @@ the last write, never the record of an effect.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Mapping
 from types import GeneratorType
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
@@ -153,6 +154,7 @@ class Conversation:
         "_budget",
         "_core",
         "_gate",
+        "_holder",
         "_identified",
         "_interrupting",
         "_keyed",
@@ -224,6 +226,7 @@ class Conversation:
         self._stored = folded if store is None else 0
         self._stale = store is not None  # a stored conversation reads its log on its first call
         self._gate = CALL.initial
+        self._holder: object = None  # the task holding the conversation across its calls (see holding)
         self._shown = folded  # the events before this are not shown to on_event
         self._writing: tuple[object, anyio.Lock] | None = None
         self._thinking: Awaitable[Any] | None = None
@@ -444,6 +447,28 @@ class Conversation:
         it, soonest first: when a scheduler should call :meth:`expire_due`."""
         return self._core.deadlines()
 
+    @contextlib.asynccontextmanager
+    async def holding(self) -> AsyncIterator[None]:
+        """Hold the conversation, in the store across processes, for every call this task makes within the block:
+        no other worker's or task's call comes between them, so what the calls decide is decided together (the
+        web surface takes a resume's decisions so). Entering reads what others stored meanwhile, so whatever is
+        checked within the block holds until its end. Raises :class:`ConversationBusy` at once when someone else
+        holds the conversation, and when this object is held already. Without a store it holds nothing: the calls
+        of one object are made one at a time anyway.
+        """
+        if self._store is None:
+            yield
+            return
+        if self._holder is not None:
+            raise ConversationBusy("Conversation: this conversation is held already")
+        async with self._store.lock(self.id or ""):
+            self._holder = anyio.get_current_task().id
+            try:
+                await self._catch_up()
+                yield
+            finally:
+                self._holder = None
+
     async def _hold(self, start: Callable[[], Call | None]) -> TurnResult:
         """Hold the conversation for one call (in this process, and in the store across processes), close what a
         dead process left open, then ``start`` the call and drive it (none: an idle result); with a store, the
@@ -458,7 +483,8 @@ class Conversation:
                 expired = await self._recover()
                 call = start()
                 return (expired or IDLE) if call is None else await self._perform(call)
-            async with self._store.lock(self.id or ""):
+            held = self._holder is not None and self._holder == anyio.get_current_task().id
+            async with contextlib.nullcontext() if held else self._store.lock(self.id or ""):
                 await self._catch_up()
                 try:
                     expired = await self._recover()

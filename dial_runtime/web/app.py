@@ -1091,15 +1091,16 @@ class _WebSurface:
                     domain.conversation = conversation
                 stop.conversation = conversation
                 opened.append(conversation)
-                opened_at = conversation.log[-1].seq if conversation.log else 0
-                for mapped in catch_up():
-                    emit(mapped)
-                roles = await self._roles(principal) if run.resume else frozenset[str]()
-                plan = self._plan(conversation, mapper.projection, run.resume or [], words, principal, roles)
-                for ignored in plan.ignored:
-                    emit(CustomEvent(name="dial.resume-entry-ignored", value=ignored))
-                for step in plan.steps:
-                    last = await step.call(conversation)
+                async with conversation.holding():  # the plan is checked and carried out with nobody between
+                    opened_at = conversation.log[-1].seq if conversation.log else 0
+                    for mapped in catch_up():
+                        emit(mapped)
+                    roles = await self._roles(principal) if run.resume else frozenset[str]()
+                    plan = self._plan(conversation, mapper.projection, run.resume or [], words, principal, roles)
+                    for ignored in plan.ignored:
+                        emit(CustomEvent(name="dial.resume-entry-ignored", value=ignored))
+                    for step in plan.steps:
+                        last = await step.call(conversation)
             finally:
                 for mapped in [*catch_up(), *mapper.close()]:
                     emit(mapped)
@@ -1109,7 +1110,7 @@ class _WebSurface:
                         outbox += await announcer.announcements(thread, before, mapper.projection.items)
         except ConversationBusy:
             raise _Refused("busy", "another run is driving this conversation; try again") from None
-        except AlreadyDecided as error:  # another tab or worker decided it between this run's check and its call
+        except AlreadyDecided as error:  # what the plan decides ended before its call came (the call says why)
             raise _already(error) from None
         except PayloadChanged as error:
             raise _Refused("digest-mismatch", f"{error}; reload") from None
