@@ -485,7 +485,8 @@ class Conversation:
                 return (expired or IDLE) if call is None else await self._perform(call)
             held = self._holder is not None and self._holder == anyio.get_current_task().id
             async with contextlib.nullcontext() if held else self._store.lock(self.id or ""):
-                await self._catch_up()
+                if not held or self._stale:  # holding() read the store, and nobody has written since
+                    await self._catch_up()
                 try:
                     expired = await self._recover()
                     call = start()
