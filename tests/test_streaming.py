@@ -7,11 +7,13 @@ from functools import partial
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
-from dial_runtime import Accept, Conversation, policy_human, scripted_human
+from dial_runtime import Accept, Conversation, open_store, policy_human, scripted_human
 from dial_runtime.agents import ChatMessage
 from dial_runtime.agents.chat import history_from_log
+from dial_runtime.driver.conversation import READ_AHEAD
 from dial_runtime.language.stream import StreamParser
 from dial_runtime.runtime.events import LogEntry, entry_from_dict, entry_to_dict
 
@@ -495,3 +497,57 @@ async def test_text_after_a_suggestion_shows_once_the_reply_ended_and_the_person
     kinds = [event.type for event in events if event.type in ("outcome", "inform-delta", "inform")]
     assert kinds[:4] == ["inform-delta", "inform", "outcome", "inform"]
     assert "".join(e.text for e in events if e.type == "inform-delta") == "before the suggestion"
+
+
+class SlowAppends:
+    """An in-process store whose appends take ``seconds``: the call is busy writing while the agent streams on."""
+
+    def __init__(self, seconds: float) -> None:
+        self._store = open_store("memory:")
+        self.seconds = seconds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def append(self, conversation_id: str, entries: Any, *, expected_seq: int) -> None:
+        await anyio.sleep(self.seconds)
+        await self._store.append(conversation_id, entries, expected_seq=expected_seq)
+
+
+class Flood:
+    """Streams one inform of more text than the driver reads ahead, as fast as it can."""
+
+    chunk, chunks = "x" * 10_000, 8
+
+    def send(self, message: str) -> str:
+        raise AssertionError("this agent streams")
+
+    async def stream(self, message: str) -> AsyncIterator[str]:
+        yield "<dial><dial-inform>"
+        for _ in range(self.chunks):
+            yield self.chunk
+            await anyio.lowlevel.checkpoint()
+        yield "</dial-inform></dial>"
+
+
+async def test_waiting_for_a_busy_call_to_take_the_read_ahead_is_not_idle() -> None:
+    """While the call is busy (a slow write) and more than the read-ahead has arrived, the reader waits; no
+    deadline bounds that wait, and the idle deadline counts from its end, so the reply is read whole."""
+    assert len(Flood.chunk) * Flood.chunks > READ_AHEAD
+    shown: list[object] = []
+    conversation = Conversation(
+        agent=Flood(),
+        domain=Notes(),
+        human=policy_human(),
+        on_event=shown.append,
+        idle_timeout=0.05,
+        store=SlowAppends(0.3),
+        conversation_id="flood",
+    )
+    with anyio.fail_after(10):
+        result = await conversation.say("go")
+    types = [entry.event.type for entry in conversation.log]
+    assert "reply-cut" not in types and "reply-refused" not in types
+    (inform,) = [entry.event for entry in conversation.log if entry.event.type == "inform"]
+    assert inform.text == Flood.chunk * Flood.chunks
+    assert result.status == "idle"

@@ -129,7 +129,10 @@ async def test_what_a_run_emits_once_its_response_stopped_reading_is_dropped() -
 
 
 @settings(max_examples=200, deadline=None)
-@given(batches=st.lists(st.integers(min_value=0, max_value=4), max_size=12), pauses=st.lists(st.booleans(), min_size=12, max_size=12))
+@given(
+    batches=st.lists(st.integers(min_value=0, max_value=4), max_size=12),
+    pauses=st.lists(st.booleans(), min_size=12, max_size=12),
+)
 def test_every_event_put_is_taken_once_in_order(batches: list[int], pauses: list[bool]) -> None:
     """Whatever the interleaving of a run's puts and its response's takes, the response sends every event once,
     in the order emitted, and then sees the end."""
