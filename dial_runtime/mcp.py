@@ -20,7 +20,9 @@ name:
   content; ``isError`` fails the action with the server's text;
 - a tool that cannot be made an action (its ``inputSchema`` is not a valid JSON Schema, or nests deeper than
   :data:`~dial_runtime.domains.payloads.MAX_DEPTH`) is refused alone: it is left out of the actions and
-  :attr:`McpDomain.refused` says why, while the server's other tools serve.
+  :attr:`McpDomain.refused` says why, while the server's other tools serve. Over stdio this holds at any depth:
+  a line the SDK's JSON parser refuses for nesting too deep (past about 200 levels) is read again without that
+  limit, where the SDK alone would drop the whole ``tools/list`` answer.
 
 Every call has a deadline (``deadline`` seconds, 60 by default). A call that runs past it, a server that dies
 or closes the connection mid-call, a protocol error: each fails the action with an
@@ -38,27 +40,33 @@ for the tools named in ``keyed_tools``: for any other, it cannot tell what becam
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
+import re
 import shlex
 import sys
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType, TracebackType
-from typing import Any, Literal, TextIO, cast
+from typing import Any, Literal, Protocol, TextIO, cast
 
 import anyio
 import anyio.abc
 import attrs
 
 from .domains import SchemaPayload, default_preview, example_from_schema, words
+from .domains.payloads import MAX_DEPTH
 from .errors import McpConnectionError
 from .runtime.records import ActionError, ActionSpec, Issue
 
 try:
     import mcp_types
     from mcp import Client, MCPError, StdioServerParameters
+    from mcp.client import Transport
     from mcp.client.stdio import stdio_client
+    from mcp.shared.message import SessionMessage
+    from pydantic import ValidationError
 except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError("dial_runtime.mcp needs the mcp SDK: pip install 'dial-runtime[mcp]'") from error
 
@@ -263,7 +271,9 @@ class McpDomain:
         """The session's own task: connect, list the tools, then keep the session open until the domain closes
         or the connection fails (which ends the session and is remembered, not raised into the caller)."""
         server = self.server
-        transport: Any = server if isinstance(server, str) else stdio_client(server, errlog=self.errlog)
+        transport: Any = (
+            server if isinstance(server, str) else _rereading_deep_lines(stdio_client(server, errlog=self.errlog))
+        )
         started = False
         try:
             async with Client(transport, message_handler=self._heard) as client:
@@ -282,7 +292,7 @@ class McpDomain:
                 self._ended = "the domain was closed"
 
     async def _heard(self, message: Any) -> None:
-        """What the SDK hands on besides responses: a line from the server it could not read comes as an
+        """What the SDK hands on besides responses: a line from the server that could not be read comes as an
         exception, kept to say why a connection that waits for an answer got none (the SDK drops the line)."""
         if isinstance(message, Exception):
             self._unreadable = _first_line(message)
@@ -477,7 +487,155 @@ def _first_line(error: Exception) -> str:
 
 
 def _reason(error: BaseException) -> str:
-    """What went wrong, through exception groups to the first leaf."""
+    """What went wrong, through exception groups to the first leaf, on one line (pydantic errors take several)."""
     while getattr(error, "exceptions", None):  # an exception group (BaseExceptionGroup needs Python 3.11)
         error = error.exceptions[0]  # type: ignore[attr-defined]
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class _Receiving(Protocol):
+    """What a transport reads from the server, as :class:`_DeepLinesReread` needs of it."""
+
+    async def receive(self) -> SessionMessage | Exception: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _DeepLinesReread(anyio.abc.ObjectReceiveStream[SessionMessage | Exception]):
+    """A transport's messages from the server, with each line its JSON parser refused only for nesting too deep
+    read again: the SDK would drop that line, and with it a ``tools/list`` answer whole for one deep tool.
+
+    The line is decoded at any depth (:func:`_json_at_any_depth`), each listed tool's ``inputSchema`` is cut to
+    :data:`~dial_runtime.domains.payloads.MAX_DEPTH` levels (so one too deep still nests too deep, and the domain
+    refuses it alone for that), and the SDK reads the line so cut as any other: one still too deep for it
+    elsewhere (a tool's result, say) stays unread, as without this stream."""
+
+    def __init__(self, stream: _Receiving) -> None:
+        self._stream = stream
+
+    async def receive(self) -> SessionMessage | Exception:
+        received = await self._stream.receive()
+        line = _line_too_deep(received)
+        if line is None:
+            return received
+        try:
+            message = _json_at_any_depth(line)
+            _cut_input_schemas(message)
+            return SessionMessage(
+                mcp_types.jsonrpc_message_adapter.validate_json(json.dumps(message), by_name=False)
+            )
+        except ValueError as error:  # not JSON when read in full, or not JSON-RPC: still unreadable
+            return error
+        except RecursionError:  # too deep for json.dumps even once cut: as unreadable as the SDK found it
+            return received
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+def _cut_input_schemas(message: Any) -> None:
+    """In a ``tools/list`` answer, each tool's ``inputSchema`` cut to :data:`MAX_DEPTH` levels; any other message
+    is left as it is."""
+    result = message.get("result") if isinstance(message, dict) else None
+    tools = result.get("tools") if isinstance(result, dict) else None
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, dict) and "inputSchema" in tool:
+            tool["inputSchema"] = _cut_below(tool["inputSchema"], MAX_DEPTH)
+
+
+def _cut_below(value: Any, levels: int) -> Any:
+    """``value`` (JSON data) with its objects and arrays ``levels`` deep emptied: it nests more than ``levels``
+    deep if and only if ``value`` does. Recursive, but never more than ``levels`` calls deep."""
+    if isinstance(value, dict):
+        return {key: _cut_below(item, levels - 1) for key, item in value.items()} if levels else {}
+    if isinstance(value, list):
+        return [_cut_below(item, levels - 1) for item in value] if levels else []
+    return value
+
+
+@contextlib.asynccontextmanager
+async def _rereading_deep_lines(transport: Transport) -> AsyncIterator[tuple[_DeepLinesReread, object]]:
+    """``transport``, its messages from the server read by :class:`_DeepLinesReread`."""
+    async with transport as (read_stream, write_stream):
+        yield _DeepLinesReread(read_stream), write_stream
+
+
+def _line_too_deep(received: SessionMessage | Exception) -> str | None:
+    """The line the SDK's parser refused when ``received`` says it nests too deep for it, else ``None``."""
+    if not isinstance(received, ValidationError):
+        return None
+    (first, *_) = received.errors()
+    line = first.get("input")
+    too_deep = first["type"] == "json_invalid" and "recursion limit" in first["msg"]
+    return line if too_deep and isinstance(line, str) else None
+
+
+def _refuse_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are no JSON, to the SDK's parser as here."""
+    raise ValueError(f"{name} is not JSON")
+
+
+_SCALARS = json.JSONDecoder(parse_constant=_refuse_constant)
+_NOT_SPACE = re.compile(r"[^ \t\n\r]")
+_CLOSING = {"{": "}", "[": "]"}
+
+
+def _json_at_any_depth(text: str) -> Any:
+    """``text`` decoded as JSON, its open objects and arrays kept on a list rather than the call stack, so that no
+    depth is too deep (the SDK's parser gives up past 200 levels, the standard library's past about 1000); the
+    standard library reads each string, number and constant. ``ValueError`` (:class:`json.JSONDecodeError`) for
+    text that is not JSON."""
+    parents: list[tuple[dict[str, Any] | list[Any], str]] = []  # each open container, and its next value's key
+    index = _after_space(text, 0)
+    while True:
+        opening = text[index : index + 1]
+        if opening in _CLOSING:
+            index = _after_space(text, index + 1)
+            value: Any = {} if opening == "{" else []
+            if text[index : index + 1] != _CLOSING[opening]:
+                index, key = _key(text, index, value)
+                parents.append((value, key))
+                continue
+            index += 1
+        else:
+            value, index = _SCALARS.raw_decode(text, index)
+        while parents:  # the value goes into its container, which may end with it, and so up
+            container, key = parents[-1]
+            if isinstance(container, dict):
+                container[key] = value
+            else:
+                container.append(value)
+            index = _after_space(text, index)
+            if text[index : index + 1] == ",":
+                index, key = _key(text, _after_space(text, index + 1), container)
+                parents[-1] = (container, key)
+                break
+            if text[index : index + 1] != ("}" if isinstance(container, dict) else "]"):
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, index)
+            value, index = container, index + 1
+            parents.pop()
+        else:
+            if _after_space(text, index) != len(text):
+                raise json.JSONDecodeError("Extra data", text, index)
+            return value
+
+
+def _after_space(text: str, index: int) -> int:
+    """Where the white space at ``index`` ends."""
+    found = _NOT_SPACE.search(text, index)
+    return len(text) if found is None else found.start()
+
+
+def _key(text: str, index: int, container: dict[str, Any] | list[Any]) -> tuple[int, str]:
+    """Where a value in ``container`` starts, read at ``index``, and its key: an object's member name and its
+    colon read (``""`` for an array's item)."""
+    if isinstance(container, list):
+        return index, ""
+    if text[index : index + 1] != '"':
+        raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, index)
+    key, index = _SCALARS.raw_decode(text, index)
+    index = _after_space(text, index)
+    if text[index : index + 1] != ":":
+        raise json.JSONDecodeError("Expecting ':' delimiter", text, index)
+    return _after_space(text, index + 1), key

@@ -1,19 +1,23 @@
 """An MCP server of the tests' own, for what real servers rarely do on purpose: fail, hang, and die mid-call.
 
 ``python tests/mcp_faulty_server.py`` serves over stdio; ``--http PORT`` over streamable HTTP on 127.0.0.1;
-``--nested-schema DEPTH`` adds a tool whose input schema nests DEPTH objects deep; ``--garbage then-serve`` (or
-``then-exit``) writes lines that are not JSON-RPC to stdout first.
+``--nested-schema DEPTH`` adds a tool whose input schema nests DEPTH objects deep (over stdio at any depth;
+``--cut-nested`` leaves its text a brace short, so that the line listing it is not JSON); ``--garbage then-serve``
+(or ``then-exit``) writes lines that are not JSON-RPC to stdout first.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import os
 import sys
 from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
@@ -51,17 +55,33 @@ def die() -> str:
     os._exit(3)
 
 
-def nested_schema(depth: int) -> dict[str, Any]:
-    """An object schema whose property ``inner`` is an object schema, ``depth`` levels deep."""
-    schema: dict[str, Any] = {"type": "string"}
-    for _ in range(depth):
-        schema = {"type": "object", "properties": {"inner": schema}}
-    return schema
+#: The nested tool's inputSchema as the SDK writes it over stdio, where each line the server writes has the deep
+#: schema's text in its place: the SDK cannot serialize a schema past about 125 levels; a server of another make
+#: can.
+SPLICE_MARK = '{"type":"object","x-spliced":"nested"}'
 
 
-def add_nested_tool(depth: int) -> None:
-    """The tool ``nested``, whose ``inputSchema`` nests ``depth`` levels (as a server generating schemas from a
-    recursive type might)."""
+def nested_schema_text(depth: int) -> str:
+    """The JSON text of an object schema whose property ``inner`` is an object schema, ``depth`` levels deep."""
+    return '{"type":"object","properties":{"inner":' * depth + '{"type":"string"}' + "}}" * depth
+
+
+class SplicingOutput(io.TextIOBase):
+    """Standard output with the text of the nested schema in place of :data:`SPLICE_MARK`."""
+
+    def __init__(self, schema_text: str) -> None:
+        self.schema_text = schema_text
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text.replace(SPLICE_MARK, self.schema_text))
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
+def add_nested_tool(schema: dict[str, Any]) -> None:
+    """The tool ``nested``, whose ``inputSchema`` is ``schema`` (as a server generating schemas from a recursive
+    type might nest it)."""
 
     @server.tool()
     def nested() -> str:
@@ -70,13 +90,22 @@ def add_nested_tool(depth: int) -> None:
 
     tool = server._tool_manager.get_tool("nested")
     assert tool is not None
-    tool.parameters = nested_schema(depth)
+    tool.parameters = schema
+
+
+async def serve_spliced(schema_text: str) -> None:
+    """Serve over stdio, writing through :class:`SplicingOutput`."""
+    output = anyio.wrap_file(SplicingOutput(schema_text))
+    async with stdio_server(stdout=output) as (read_stream, write_stream):
+        lowlevel = server._lowlevel_server
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, metavar="PORT")
     parser.add_argument("--nested-schema", type=int, metavar="DEPTH", help="add the tool nested, DEPTH deep")
+    parser.add_argument("--cut-nested", action="store_true", help="leave the nested schema's text a brace short")
     parser.add_argument(
         "--garbage",
         choices=["then-serve", "then-exit"],
@@ -84,12 +113,15 @@ if __name__ == "__main__":
     )
     arguments = parser.parse_args()
     if arguments.nested_schema is not None:
-        add_nested_tool(arguments.nested_schema)
+        text = nested_schema_text(arguments.nested_schema)
+        add_nested_tool(json.loads(SPLICE_MARK if arguments.http is None else text))
     if arguments.garbage is not None:
         print("Starting the faulty server...\n{not json", flush=True)
         if arguments.garbage == "then-exit":
             sys.exit(1)
-    if arguments.http is None:
-        server.run()
-    else:
+    if arguments.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=arguments.http)
+    elif arguments.nested_schema is not None:
+        anyio.run(serve_spliced, text[:-1] if arguments.cut_nested else text)
+    else:
+        server.run()

@@ -4,6 +4,7 @@ Conversation so that every proposal is seen to get exactly one outcome."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import shutil
@@ -255,11 +256,18 @@ async def test_a_domain_used_outside_its_block_fails_its_actions(errlog: TextIO)
 @pytest.fixture
 def http_server(tmp_path: Path) -> Iterator[str]:
     """The faulty server over streamable HTTP on a free loopback port; its URL once it answers."""
+    with faulty_over_http(tmp_path) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def faulty_over_http(tmp_path: Path, *options: str) -> Iterator[str]:
+    """The faulty server with ``options`` over streamable HTTP on a free loopback port; its URL once it answers."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with (tmp_path / "http-server.log").open("w") as log:
-        process = subprocess.Popen([*FAULTY, "--http", str(port)], stdout=log, stderr=log)
+        process = subprocess.Popen([*FAULTY, "--http", str(port), *options], stdout=log, stderr=log)
         url = f"http://127.0.0.1:{port}/mcp"
         try:
             with anyio.from_thread.start_blocking_portal() as portal:

@@ -11,15 +11,18 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+import anyio
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dial_runtime import Conversation, ScriptedAgent, policy_human
 from dial_runtime.domains.payloads import MAX_DEPTH
-from dial_runtime.mcp import McpConnectionError, McpDomain
+from dial_runtime.mcp import McpConnectionError, McpDomain, _json_at_any_depth
 
 from .fakes import envelope, suggest
-from .test_mcp import DONE, FAULTY, anyio_backend, errlog
+from .test_mcp import DONE, FAULTY, anyio_backend, errlog, faulty_over_http
 from .test_web_serve import serving_in_a_terminal
 from .web_server import decode, run_input
 
@@ -27,11 +30,14 @@ __all__ = ["anyio_backend", "errlog"]  # the fixtures test_mcp defines, used her
 
 #: Depths (objects nested in objects) that pass what the SDK itself reads but not what a payload schema may hold.
 TOO_DEEP = [MAX_DEPTH // 2, 90]
+#: Depths (each schema level is two JSON levels) past what the SDK's JSON parser reads (about 100), past what the
+#: standard library's reads (about 490), and far past both: the answer listing the tool is read all the same.
+TOO_DEEP_FOR_PARSERS = [110, 300, 2000, 100_000]
 CLI = [sys.executable, "-m", "dial_runtime.cli"]
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("depth", TOO_DEEP)
+@pytest.mark.parametrize("depth", TOO_DEEP + TOO_DEEP_FOR_PARSERS)
 async def test_a_tool_whose_schema_nests_too_deep_is_refused_and_the_others_serve(
     depth: int, errlog: TextIO
 ) -> None:
@@ -103,10 +109,78 @@ def test_garbage_before_the_protocol_goes_to_the_mcp_log_and_the_server_serves(t
 
 
 @pytest.mark.anyio
-async def test_a_listing_too_deep_for_the_sdk_to_read_says_so_when_the_connection_gives_up(errlog: TextIO) -> None:
-    """Past about 100 levels the SDK's JSON parser cannot read the server's answer at all (it drops the line), so
-    no tool can be refused alone: connecting waits for an answer that never comes, and the error says why."""
-    server = McpDomain.stdio([*FAULTY, "--nested-schema", "110"], errlog=errlog, connect_timeout=15)
-    with pytest.raises(McpConnectionError, match=r"what it wrote last could not be read: .*recursion limit"):
+async def test_a_listing_too_deep_for_the_sdk_that_is_not_json_either_says_so_when_the_connection_gives_up(
+    errlog: TextIO,
+) -> None:
+    """A line too deep for the SDK's parser that is no JSON when read again (here a brace short): it stays
+    unread, so connecting waits for an answer that never comes, and the one-line error says why."""
+    command = [*FAULTY, "--nested-schema", "100000", "--cut-nested"]
+    server = McpDomain.stdio(command, errlog=errlog, connect_timeout=10)
+    with anyio.fail_after(30), pytest.raises(McpConnectionError) as raised:
         async with server:
             pass
+    message = str(raised.value)
+    assert "\n" not in message and "no answer within 10 s while connecting" in message
+    assert "what it wrote last could not be read: Expecting ',' delimiter" in message
+
+
+@pytest.mark.anyio
+async def test_over_streamable_http_a_listing_too_deep_for_the_sdk_fails_connecting_at_once_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """Over streamable HTTP the SDK fails the ``tools/list`` request itself on an answer too deep for its parser,
+    keeping nothing of the answer to read again: connecting fails at once, and the one-line error says why."""
+    with (
+        faulty_over_http(tmp_path, "--nested-schema", "110") as url,
+        anyio.fail_after(30),
+        pytest.raises(McpConnectionError) as raised,
+    ):
+        async with McpDomain.http(url, connect_timeout=15):
+            pass
+    message = str(raised.value)
+    assert "\n" not in message and "cannot connect: MCPError: Failed to parse" in message
+    assert "recursion limit exceeded" in message
+
+
+#: JSON values of any shape: what the reader of deep lines must decode as the standard library does.
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_VALUES, indent=st.sampled_from([None, 0, 2]), separators=st.sampled_from([None, (",", ":")]))
+def test_a_line_read_at_any_depth_decodes_as_the_standard_library_reads_it(
+    value: object, indent: int | None, separators: tuple[str, str] | None
+) -> None:
+    text = json.dumps(value, indent=indent, separators=separators)
+    assert _json_at_any_depth(f" {text}\n") == json.loads(text)
+
+
+@given(text=st.text(alphabet='{}[],:" \n0123456789.eE+-truefalsn\\', max_size=30))
+def test_text_is_refused_at_any_depth_as_the_standard_library_refuses_it(text: str) -> None:
+    """Text both readers take they read alike; what the standard library refuses, the reader of deep lines
+    refuses with a ``ValueError`` too."""
+    try:
+        expected = json.loads(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            _json_at_any_depth(text)
+    else:
+        assert _json_at_any_depth(text) == expected
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity", '{"a":[NaN]}'])
+def test_the_constants_json_has_not_are_refused_at_any_depth(constant: str) -> None:
+    with pytest.raises(ValueError, match="is not JSON"):
+        _json_at_any_depth(constant)
+
+
+def test_a_line_a_hundred_thousand_levels_deep_is_read_without_the_call_stack() -> None:
+    depth = 100_000
+    value = _json_at_any_depth('{"a":' * depth + "[]" + "}" * depth)
+    for _ in range(depth):
+        value = value["a"]
+    assert value == []
