@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from lxml import etree
 
 from dial_runtime import Outcome, outcome_reply, parse, validate
-from dial_runtime.language.outcomes import refusal_reply
+from dial_runtime.language.outcomes import compact_json, refusal_reply
 
 from .strategies import any_outcomes, any_text, outcomes
 
@@ -150,3 +152,15 @@ def test_any_refusal_is_well_formed(reply_id: str, reason: str) -> None:
     reply = refusal_reply(reply_id, reason)
     etree.fromstring(reply.encode())
     assert validate(reply) == []
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_JSON_VALUES)
+def test_compact_json_is_the_standard_encoders_text(value: object) -> None:
+    assert compact_json(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
