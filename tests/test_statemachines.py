@@ -325,6 +325,30 @@ def test_a_remembered_transition_gives_what_the_guards_give_and_a_refusal_is_nev
             TURN_LOOP.fire("handling", "handled", endng=True)
 
 
+@pytest.mark.parametrize("table", [LIFE, TURN_LOOP, SUGGESTION, CALL], ids=lambda table: table.name)
+def test_a_guard_fires_as_the_table_does_with_the_same_flags_as_keywords(table: Table) -> None:
+    for event in sorted(table.events):
+        guarded = [t for t in table.transitions if t.event == event]
+        names = tuple(sorted({flag for t in guarded for flag in (*t.cond, *t.unless)}))
+        guard = table.guard(event, *names)
+        for state, values in itertools.product(table.states, itertools.product((False, True), repeat=len(names))):
+            for _ in range(2):  # the second round reads what the first remembered
+                try:
+                    expected = table.fire(state, event, **dict(zip(names, values, strict=True)))
+                except IllegalTransition:
+                    with pytest.raises(IllegalTransition):
+                        guard.fire(state, *values)
+                else:
+                    assert guard.fire(state, *values) == expected
+
+
+def test_a_guard_refuses_an_unknown_flag_or_event_when_made() -> None:
+    with pytest.raises(TypeError, match="unknown flags \\['endng'\\]"):
+        TURN_LOOP.guard("handled", "ending", "endng")
+    with pytest.raises(ValueError, match="unknown event 'handle'"):
+        TURN_LOOP.guard("handle", "ending")
+
+
 @pytest.mark.parametrize("method", ["allowed", "is_final"])
 def test_unknown_state_is_a_value_error(method: str) -> None:
     with pytest.raises(ValueError, match="unknown state 'nowhere'"):

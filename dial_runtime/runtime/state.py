@@ -88,6 +88,22 @@ OUTCOME_KEY_PREFIX = "outcome:"
 _NUMBERED = re.compile(r"(?:sg|ask)-([1-9][0-9]*)")
 
 
+#: The guarded events the fold fires for every turn or suggestion, with their flags in the order passed.
+_BEGIN = TURN_LOOP.guard("begin", "ending", "nothing_to_send")
+_HANDLED = TURN_LOOP.guard(
+    "handled",
+    "person_pending",
+    "cut_short",
+    "ending",
+    "call_spent",
+    "words_pending",
+    "needs_reply",
+    "unusable_reply",
+)
+_REVIEW = SUGGESTION.guard("review", "overtaken", "read_only", "handoff")
+_START_RUN = SUGGESTION.guard("start", "accepted", "handoff")
+
+
 def proposal_key(action: str, payload: Any) -> bytes:
     """What makes two proposals the same: the action and the (JSON-ready) payload, keys sorted (msgspec's
     encoding, a twentieth of the time ``payload_digest`` takes: the fold keys every action done by it)."""
@@ -277,7 +293,7 @@ class ConversationState:
     def _said(self, event: SaidEvent) -> None:
         life = LIFE.fire(self.life, "begin")
         nothing_to_send = not event.text and not self.owes()
-        self.loop = TURN_LOOP.fire(self.loop, "begin", ending=life in ENDED, nothing_to_send=nothing_to_send)
+        self.loop = _BEGIN.fire(self.loop, life in ENDED, nothing_to_send)
         self.life = life
         self.turn = 0
         self.unusable = None
@@ -360,16 +376,15 @@ class ConversationState:
         self.streaming = False
 
     def _handled(self, event: HandledEvent) -> None:
-        self.loop = TURN_LOOP.fire(
+        self.loop = _HANDLED.fire(
             self.loop,
-            "handled",
-            person_pending=self.awaits_person(),
-            cut_short=not event.complete,
-            ending=self.ended,
-            call_spent=self.call_spent,
-            words_pending=bool(self.owed_words),
-            needs_reply=self._owes_a_reply(),
-            unusable_reply=bool(self.owed_refusals),
+            self.awaits_person(),
+            not event.complete,
+            self.ended,
+            self.call_spent,
+            bool(self.owed_words),
+            self._owes_a_reply(),
+            bool(self.owed_refusals),
         )
         self.unusable = self.reply if self.owed_refusals else None
 
@@ -509,13 +524,7 @@ class ConversationState:
     def _suggestion(self, event: SuggestionEvent) -> None:
         opened = self._open(event.id)
         _same_proposal(opened, event.action, event.payload, "shows")
-        target = SUGGESTION.fire(
-            opened.state,
-            "review",
-            overtaken=self.instead is not None,
-            read_only=not event.mutates,
-            handoff=event.handoff,
-        )
+        target = _REVIEW.fire(opened.state, self.instead is not None, not event.mutates, event.handoff)
         if target in SUGGESTION.finals:
             raise _Refusal(f"suggestion {event.id!r} is shown, but its review ends it {target!r}")
         if event.done_before is not None:
@@ -617,7 +626,7 @@ class ConversationState:
     def _action_started(self, event: ActionStartedEvent) -> None:
         opened = self._open(event.suggestion_id)
         _same_proposal(opened, event.action, event.payload, "runs")
-        opened.state = SUGGESTION.fire(opened.state, "start", accepted=opened.accepted, handoff=opened.handoff)
+        opened.state = _START_RUN.fire(opened.state, opened.accepted, opened.handoff)
         opened.preview = event.preview
         opened.key = event.key
 
