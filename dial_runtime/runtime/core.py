@@ -1398,14 +1398,19 @@ def _approval_refusal(
 
 
 def idempotency_key(conversation: str | None, began: float | None, suggestion_id: str, attempt: int) -> str:
-    """The idempotency key of a run: 32 hex digits of SHA-256 over the conversation (its id, ``None`` for one
+    """The idempotency key of a run: 32 hex digits of BLAKE2b over the conversation (its id, ``None`` for one
     without, and the time its log began), the suggestion and the attempt. It is the same wherever the log is
     read, differs for an id used again for another log, fits an HTTP header or an MCP ``_meta`` value, and tells
-    nothing of the conversation's id."""
+    nothing of the conversation's id.
+
+    The time is written in hexadecimal (``float.hex``: exact, as ``repr`` is, in a third of its instructions) and
+    hashed with BLAKE2b (two thirds of SHA-256's): this runs once per action, on the turn's path. A run started
+    before keys were derived so keeps the key its ``action-started`` event records."""
     # Each text is prefixed with its length, so no two sets of values write the same text.
     named = "~" if conversation is None else f"{len(conversation)}:{conversation}"
-    named = f"{named}|{began!r}|{len(suggestion_id)}:{suggestion_id}|{attempt}"
-    return hashlib.sha256(named.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    stamp = "~" if began is None else began.hex()
+    named = f"{named}|{stamp}|{len(suggestion_id)}:{suggestion_id}|{attempt}"
+    return hashlib.blake2b(named.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def _reply_number(ident: str) -> int:
