@@ -216,11 +216,11 @@ def test_keys_differ_by_conversation_log_suggestion_and_attempt_and_fit_a_header
     keys = {
         idempotency_key(conversation, began, suggestion, attempt)
         for conversation in ("c-1", "c-2", "c-1/sg-1", "é\udc80", None)
-        for began in (1.5, 2.5)
+        for began in (1.5, 2.5, None)
         for suggestion in ("sg-1", "sg-2")
         for attempt in (1, 2)
     }
-    assert len(keys) == 40
+    assert len(keys) == 60
     assert all(len(key) == 32 and key.isascii() and key.isalnum() for key in keys)
 
 
