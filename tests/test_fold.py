@@ -18,14 +18,25 @@ from dial_runtime.runtime.core import ConversationCore
 from dial_runtime.runtime.events import (
     EVENT_TYPES,
     ActionStartedEvent,
+    AskEvent,
     DecidedEvent,
+    DeclareEvent,
+    DelegateEvent,
+    ExecuteEvent,
+    InformEvent,
     LogEntry,
     OutcomeEvent,
+    PhaticEvent,
+    ProposedEvent,
+    ReplyEvent,
+    ReplyRefusedEvent,
+    SaidEvent,
     SentEvent,
+    UnconfirmedEvent,
     event_from_dict,
     event_to_dict,
 )
-from dial_runtime.runtime.state import ConversationState, fold_log
+from dial_runtime.runtime.state import _APPLY, ConversationState, fold_log
 
 from .fakes import Agent, Notes, envelope, suggest
 from .test_core import ACK, TEXT, World, drive
@@ -78,6 +89,42 @@ def test_a_real_log_folds_back_to_the_same_state() -> None:
     state = ConversationState()
     fold_log(stored(core), state)
     assert state == core.state
+
+
+def test_the_fold_takes_every_kind_of_event() -> None:
+    assert set(_APPLY) == set(EVENT_TYPES)
+
+
+#: An event of every kind that says which element of the reply it comes from, at element 5.
+PLACED_EVENTS = [
+    AskEvent(id="q", text="Which list?", element=5),
+    DeclareEvent(context_key="list", value="groceries", element=5),
+    DelegateEvent(to="billing", element=5),
+    ExecuteEvent(element=5),
+    InformEvent(text="Hello.", element=5),
+    PhaticEvent(signal="greeting", element=5),
+    ProposedEvent(id="sg-1", action="add-note", payload={}, numbered=True, element=5),
+    ReplyRefusedEvent(turn=1, reply_id="reply-1", reason="unusable", element=5),
+    UnconfirmedEvent(reason="no such suggestion", element=5),
+]
+
+
+def test_every_kind_of_event_that_has_an_element_is_placed() -> None:
+    assert {event.type for event in PLACED_EVENTS} == {
+        kind for kind, cls in EVENT_TYPES.items() if "element" in cls.__struct_fields__
+    }
+
+
+@pytest.mark.parametrize("event", PLACED_EVENTS, ids=lambda event: event.type)
+def test_an_event_moves_the_cursor_to_its_element_and_never_back(event: Any) -> None:
+    """A resumed call carries on after the last element the log accounts for, whatever kind of event did."""
+    state = ConversationState.fold(
+        [SaidEvent(text="go"), SentEvent(turn=1, message="go"), ReplyEvent(turn=1, text="<dial></dial>")]
+    )
+    state.apply(event)
+    assert state.cursor == 5
+    state.apply(InformEvent(text="Earlier.", element=2))
+    assert state.cursor == 5
 
 
 def _corruptions() -> list[Any]:

@@ -22,7 +22,6 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import attrs
 import msgspec
 
 from ..errors import IllegalTransition, LogError
@@ -165,30 +164,29 @@ class OpenSuggestion(msgspec.Struct):
         return self.state in DECIDING
 
 
-def _flow_start(state: ConversationState) -> str | None:
-    return None if state.flow is None else state.flow.initial
-
-
-@attrs.define
-class ConversationState:
+class ConversationState(msgspec.Struct, kw_only=True):
     """Everything a conversation remembers, kept current by :meth:`apply`.
 
     ``flow`` is the table of the domain's flow, when it has one: ``flow_state`` starts at its initial state and
     each ``flow-moved`` must be a move the table makes. Folded without the table (a log read on its own),
     ``flow_state`` is unknown until the first ``flow-moved``, and the moves need only follow one another.
     ``result`` is the final flow state that ended the conversation.
+
+    A mutable Struct, as :class:`OpenSuggestion` is: one is made for every ``Conversation``, and msgspec builds it
+    in C where an attrs class runs a generated ``__init__`` of some 130 bytecodes.
     """
 
     life: str = LIFE.initial
     loop: str = TURN_LOOP.initial
     turn: int = 0
-    owed_outcomes: list[Outcome] = attrs.Factory(list)
+    owed_outcomes: list[Outcome] = msgspec.field(default_factory=list)
     owed_refusals: tuple[ReplyRefusedEvent, ...] = ()  # tuples: rarely owed, and an empty one costs nothing
     owed_words: tuple[str, ...] = ()
     owed_corrections: tuple[str, ...] = ()
-    ended_suggestions: dict[str, str] = attrs.Factory(dict)  # every suggestion with an outcome: its status
+    # Every suggestion with an outcome: its status.
+    ended_suggestions: dict[str, str] = msgspec.field(default_factory=dict)
     # The last suggestion the person decided on that ran done, by its action and payload (proposal_key).
-    done_proposals: dict[bytes, str] = attrs.Factory(dict)
+    done_proposals: dict[bytes, str] = msgspec.field(default_factory=dict)
     suggestions_numbered: int = 0
     asks_numbered: int = 0
     replies: int = 0
@@ -199,16 +197,20 @@ class ConversationState:
     cursor: int = -2
     instead: str | None = None
     speaker: str | None = None  # who said the words of the call being made, when the log says
-    open_suggestions: dict[str, OpenSuggestion] = attrs.Factory(dict)
-    asked: dict[str, Ask] = attrs.Factory(dict)
-    open_asks: dict[str, Ask] = attrs.Factory(dict)
+    open_suggestions: dict[str, OpenSuggestion] = msgspec.field(default_factory=dict)
+    asked: dict[str, Ask] = msgspec.field(default_factory=dict)
+    open_asks: dict[str, Ask] = msgspec.field(default_factory=dict)
     given_ids: set[str] | None = None  # the ids the agent chose (made at the first: most agents choose none)
-    facts: dict[str, Any] = attrs.Factory(dict)
-    flow: Table | None = attrs.field(default=None, kw_only=True)
-    flow_state: str | None = attrs.field(default=attrs.Factory(_flow_start, takes_self=True), kw_only=True)
-    result: str | None = attrs.field(default=None, kw_only=True)
+    facts: dict[str, Any] = msgspec.field(default_factory=dict)
+    flow: Table | None = None
+    flow_state: str | None = None  # starts at the flow's initial state when the state is made with its table
+    result: str | None = None
     # The time of the entry being folded (a decision is checked against its suggestion's deadline with it).
-    now: float = attrs.field(default=0.0, kw_only=True, eq=False)
+    now: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.flow is not None and self.flow_state is None:
+            self.flow_state = self.flow.initial
 
     @classmethod
     def fold(cls, events: Iterable[Event], *, flow: Table | None = None) -> ConversationState:
@@ -273,16 +275,21 @@ class ConversationState:
     def apply(self, event: Event) -> None:
         """Advance the state by one event; an event that cannot stand here raises and changes nothing the
         machines hold (``_Refusal`` or ``IllegalTransition``)."""
-        kind = event.type
-        if kind not in _ADMITTED[self.life]:
-            raise _Refusal(_not_admitted(self.life, kind))
-        handler = _APPLY.get(kind)
-        if handler is not None:
-            handler(self, event)
-        if kind in _PLACED:
-            element = event.element  # type: ignore[union-attr]
-            if element is not None and element > self.cursor:
-                self.cursor = element
+        try:
+            handler = _ADMITTED[self.life][event.type]
+        except KeyError:
+            raise _Refusal(_not_admitted(self.life, event.type)) from None
+        handler(self, event)
+
+    def _place(self, event: Any) -> None:
+        """Move the cursor to the element of the reply an event comes from (its ``element``), if it is further
+        on: a resumed call carries on after it."""
+        element = event.element
+        if element is not None and element > self.cursor:
+            self.cursor = element
+
+    def _nothing(self, event: Any) -> None:
+        """An event that changes nothing the state holds (its admission is the whole check)."""
 
     def _open(self, suggestion_id: str) -> OpenSuggestion:
         opened = self.open_suggestions.get(suggestion_id)
@@ -441,11 +448,13 @@ class ConversationState:
         if self.loop != "handling":
             raise _Refusal("a reply is refused only while it is handled")
         self.owed_refusals = (*self.owed_refusals, event)
+        self._place(event)
 
     def _unconfirmed(self, event: UnconfirmedEvent) -> None:
         if self.loop != "handling":
             raise _Refusal("an acknowledgement is found unconfirmed only while its reply is handled")
         self.owed_corrections = (*self.owed_corrections, event.reason)
+        self._place(event)
 
     def _reply_cut(self, event: ReplyCutEvent) -> None:
         if self.loop != "handling" or self.reply is None or event.turn != self.turn:
@@ -475,6 +484,7 @@ class ConversationState:
                 options=event.options,
                 timeout=event.timeout,
             )
+        self._place(event)
 
     def _use_id(self, ident: str, prefix: str, assigned: bool) -> None:
         """Take an id, unique within the conversation: an assigned one moves the counter on to it (it must be
@@ -520,6 +530,7 @@ class ConversationState:
         self.open_suggestions[event.id] = OpenSuggestion(
             id=event.id, action=event.action, text=event.text, payload=event.payload
         )
+        self._place(event)
 
     def _suggestion(self, event: SuggestionEvent) -> None:
         opened = self._open(event.id)
@@ -633,6 +644,7 @@ class ConversationState:
     def _declare(self, event: DeclareEvent) -> None:
         if not event.context_key.startswith(OUTCOME_KEY_PREFIX):
             self.facts[event.context_key] = event.value
+        self._place(event)
 
 
 _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
@@ -667,7 +679,13 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
     "escalated": ConversationState._escalated,
     "flow-moved": ConversationState._flow_moved,
     "declare": ConversationState._declare,
+    "inform": ConversationState._place,
+    "phatic": ConversationState._place,
+    "delegate": ConversationState._place,
+    "execute": ConversationState._place,
+    "reply-progress": ConversationState._nothing,
 }
+"""How the fold takes each kind of event (every kind has its own: a test holds them to ``EVENT_TYPES``)."""
 
 
 def _approved(
@@ -703,19 +721,17 @@ def _not_admitted(life: str, kind: str) -> str:
     return f"a {kind!r} happens only during a call"
 
 
-#: The kinds of event each life state admits: between calls only what BETWEEN_CALLS names; during a call
-#: anything, but once the conversation has ended, nothing SILENT (one set lookup per event instead of four).
-_ADMITTED: dict[str, frozenset[str]] = {
-    life: (
-        frozenset(EVENT_TYPES) - (SILENT if life in ENDED else frozenset())
-        if life in IN_CALL
-        else frozenset(BETWEEN_CALLS)
-    )
+#: The kinds of event each life state admits, each with how the fold takes it: between calls only what
+#: BETWEEN_CALLS names; during a call anything, but once the conversation has ended, nothing SILENT (one lookup
+#: per event admits it and finds its handler).
+_ADMITTED: dict[str, dict[str, Callable[[ConversationState, Any], None]]] = {
+    life: {
+        kind: handler
+        for kind, handler in _APPLY.items()
+        if ((kind not in SILENT or life not in ENDED) if life in IN_CALL else kind in BETWEEN_CALLS)
+    }
     for life in LIFE.states
 }
-
-#: The kinds of event that say which element of the reply they come from, and so move the cursor.
-_PLACED = frozenset(kind for kind, cls in EVENT_TYPES.items() if "element" in cls.__struct_fields__)
 
 
 def checked_entry(entry: object, expected_seq: int) -> LogEntry:
