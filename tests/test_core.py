@@ -323,3 +323,18 @@ def test_nothing_to_say_is_idle_at_once() -> None:
     assert drive(core.say(""), world).status == "idle"
     assert world.effects == []
     assert core.resume() is None
+
+
+def test_the_driver_answers_exactly_the_immediate_effects_at_once() -> None:
+    """The driver dispatches an effect on its class: every immediate effect is answered at once, every other one
+    is performed (EndStream only ends the reading of a stream, which waits for it)."""
+    from dial_runtime.driver.conversation import _ANSWERS, _PERFORMERS
+    from dial_runtime.runtime import effects
+
+    kinds = {
+        kind
+        for kind in vars(effects).values()
+        if isinstance(kind, type) and issubclass(kind, Effect) and kind is not Effect
+    }
+    assert set(_ANSWERS) == {kind for kind in kinds if kind.immediate}
+    assert set(_PERFORMERS) == {kind for kind in kinds if not kind.immediate} - {effects.EndStream}

@@ -237,6 +237,24 @@ def test_an_event_of_an_unknown_type_is_named_as_such() -> None:
         fold_log(odd)
 
 
+class Impostor(msgspec.Struct, frozen=True, kw_only=True):
+    """A record that claims a type of the log's without being its event."""
+
+    type: ClassVar[str] = "said"
+    text: str
+    by: str | None = None
+
+
+def test_a_record_that_only_claims_an_events_type_is_refused() -> None:
+    log = a_log()
+    ended = len(log)
+    odd = [*log, LogEntry(seq=ended + 1, time=1.0, event=Impostor(text="hi"))]  # type: ignore[arg-type]
+    with pytest.raises(
+        LogError, match=f"log entry {ended + 1} \\(said\\): Impostor is not the log's 'said' event"
+    ):
+        fold_log(odd)
+
+
 # --- random conversations, and random corruptions of their logs ------------------------------------------------
 
 ELEMENTS = st.sampled_from(

@@ -568,11 +568,10 @@ class Conversation:
             except BaseException:
                 self._show()
                 raise
-            if (
-                self._on_event is not None
-            ):  # without one nothing is shown (its setter starts from the log as it is)
+            if self._on_event is not None:  # without one nothing is shown (its setter starts from the log)
                 self._show()
-            if type(effect) is until:
+            kind = type(effect)
+            if until is not None and kind is until:
                 return None
             error = None
             try:
@@ -583,10 +582,13 @@ class Conversation:
                     or (self._on_event is not None and (effect.faces_person or not effect.immediate))
                 ):
                     await self.flush()
-                if effect.immediate:
-                    value = _ANSWERS[type(effect)](self, effect)
+                # Dispatched on the effect's class: its ``immediate`` is a class attribute, which an instance
+                # reads through the generic attribute lookup (a test holds _ANSWERS to the immediate effects).
+                answer = _ANSWERS.get(kind)
+                if answer is not None:
+                    value = answer(self, effect)
                 else:
-                    value = await _PERFORMERS[type(effect)](self, call, effect)
+                    value = await _PERFORMERS[kind](self, call, effect)
             except BaseException as raised:
                 value, error = None, raised
 

@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import attrs
 import msgspec
 
 from ..errors import IllegalTransition, LogError
@@ -164,29 +165,30 @@ class OpenSuggestion(msgspec.Struct):
         return self.state in DECIDING
 
 
-class ConversationState(msgspec.Struct, kw_only=True):
+def _flow_start(state: ConversationState) -> str | None:
+    return None if state.flow is None else state.flow.initial
+
+
+@attrs.define
+class ConversationState:
     """Everything a conversation remembers, kept current by :meth:`apply`.
 
     ``flow`` is the table of the domain's flow, when it has one: ``flow_state`` starts at its initial state and
     each ``flow-moved`` must be a move the table makes. Folded without the table (a log read on its own),
     ``flow_state`` is unknown until the first ``flow-moved``, and the moves need only follow one another.
     ``result`` is the final flow state that ended the conversation.
-
-    A mutable Struct, as :class:`OpenSuggestion` is: one is made for every ``Conversation``, and msgspec builds it
-    in C where an attrs class runs a generated ``__init__`` of some 130 bytecodes.
     """
 
     life: str = LIFE.initial
     loop: str = TURN_LOOP.initial
     turn: int = 0
-    owed_outcomes: list[Outcome] = msgspec.field(default_factory=list)
+    owed_outcomes: list[Outcome] = attrs.Factory(list)
     owed_refusals: tuple[ReplyRefusedEvent, ...] = ()  # tuples: rarely owed, and an empty one costs nothing
     owed_words: tuple[str, ...] = ()
     owed_corrections: tuple[str, ...] = ()
-    # Every suggestion with an outcome: its status.
-    ended_suggestions: dict[str, str] = msgspec.field(default_factory=dict)
+    ended_suggestions: dict[str, str] = attrs.Factory(dict)  # every suggestion with an outcome: its status
     # The last suggestion the person decided on that ran done, by its action and payload (proposal_key).
-    done_proposals: dict[bytes, str] = msgspec.field(default_factory=dict)
+    done_proposals: dict[bytes, str] = attrs.Factory(dict)
     suggestions_numbered: int = 0
     asks_numbered: int = 0
     replies: int = 0
@@ -197,20 +199,16 @@ class ConversationState(msgspec.Struct, kw_only=True):
     cursor: int = -2
     instead: str | None = None
     speaker: str | None = None  # who said the words of the call being made, when the log says
-    open_suggestions: dict[str, OpenSuggestion] = msgspec.field(default_factory=dict)
-    asked: dict[str, Ask] = msgspec.field(default_factory=dict)
-    open_asks: dict[str, Ask] = msgspec.field(default_factory=dict)
+    open_suggestions: dict[str, OpenSuggestion] = attrs.Factory(dict)
+    asked: dict[str, Ask] = attrs.Factory(dict)
+    open_asks: dict[str, Ask] = attrs.Factory(dict)
     given_ids: set[str] | None = None  # the ids the agent chose (made at the first: most agents choose none)
-    facts: dict[str, Any] = msgspec.field(default_factory=dict)
-    flow: Table | None = None
-    flow_state: str | None = None  # starts at the flow's initial state when the state is made with its table
-    result: str | None = None
+    facts: dict[str, Any] = attrs.Factory(dict)
+    flow: Table | None = attrs.field(default=None, kw_only=True)
+    flow_state: str | None = attrs.field(default=attrs.Factory(_flow_start, takes_self=True), kw_only=True)
+    result: str | None = attrs.field(default=None, kw_only=True)
     # The time of the entry being folded (a decision is checked against its suggestion's deadline with it).
-    now: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.flow is not None and self.flow_state is None:
-            self.flow_state = self.flow.initial
+    now: float = attrs.field(default=0.0, kw_only=True, eq=False)
 
     @classmethod
     def fold(cls, events: Iterable[Event], *, flow: Table | None = None) -> ConversationState:
@@ -276,9 +274,9 @@ class ConversationState(msgspec.Struct, kw_only=True):
         """Advance the state by one event; an event that cannot stand here raises and changes nothing the
         machines hold (``_Refusal`` or ``IllegalTransition``)."""
         try:
-            handler = _ADMITTED[self.life][event.type]
+            handler = _ADMITTED[self.life][type(event)]
         except KeyError:
-            raise _Refusal(_not_admitted(self.life, event.type)) from None
+            raise _Refusal(_not_admitted(self.life, event)) from None
         handler(self, event)
 
     def _place(self, event: Any) -> None:
@@ -712,21 +710,25 @@ def _same_proposal(opened: OpenSuggestion, action: str, payload: Any, does: str)
         raise _Refusal(f"suggestion {opened.id!r} {does} a payload that is not the one waiting for it")
 
 
-def _not_admitted(life: str, kind: str) -> str:
-    """Why an event of ``kind`` cannot stand while the conversation's life is ``life``."""
-    if kind not in EVENT_TYPES:
+def _not_admitted(life: str, event: object) -> str:
+    """Why ``event`` cannot stand while the conversation's life is ``life``."""
+    kind = getattr(event, "type", None)
+    if not isinstance(kind, str) or kind not in EVENT_TYPES:
         return f"unknown event type {kind!r}"
+    if type(event) is not EVENT_TYPES[kind]:
+        return f"{type(event).__name__} is not the log's {kind!r} event"
     if life in IN_CALL:
         return f"a conversation that has ended sends nothing (no {kind!r})"
     return f"a {kind!r} happens only during a call"
 
 
 #: The kinds of event each life state admits, each with how the fold takes it: between calls only what
-#: BETWEEN_CALLS names; during a call anything, but once the conversation has ended, nothing SILENT (one lookup
-#: per event admits it and finds its handler).
-_ADMITTED: dict[str, dict[str, Callable[[ConversationState, Any], None]]] = {
+#: BETWEEN_CALLS names; during a call anything, but once the conversation has ended, nothing SILENT. Keyed by the
+#: event's class, not its ``type``: ``type`` is a class attribute, which an instance reads through the generic
+#: attribute lookup, and one lookup per event both admits it and finds its handler.
+_ADMITTED: dict[str, dict[type, Callable[[ConversationState, Any], None]]] = {
     life: {
-        kind: handler
+        EVENT_TYPES[kind]: handler
         for kind, handler in _APPLY.items()
         if ((kind not in SILENT or life not in ENDED) if life in IN_CALL else kind in BETWEEN_CALLS)
     }
