@@ -7,9 +7,12 @@ has them take ``--passes`` passes in turn, each over fresh conversations, the ba
 in the next. A pass takes a fifth of a second, so the two passes of a pair see the machine in the same state even
 when its speed swings within seconds, as a shared machine's does. The report gives each side's best pass, the
 median of the pairs' ratios (new over base) and their quartiles, which say how far to trust the median.
-``--instructions`` also counts each side's instructions per turn with valgrind's callgrind: the difference
-between ``--conversations`` and one conversation, over their turns, with hash randomisation off, so the figure
-does not swing with the machine's load as wall time does.
+``--instructions`` also counts, per turn, each side's instructions, first-level cache misses (data and
+instructions) and mispredicted branches with valgrind's cachegrind: the difference between ``--conversations``
+and one conversation, over their turns, with hash randomisation off, so the figures do not swing with the
+machine's load as wall time does. Instructions alone understate what a change costs in time: a miss or a
+mispredicted branch costs the time of many instructions, and Python code that touches more objects and more
+bytecode (more functions, more calls) misses more per instruction.
 
 ``--public`` measures scenario (a) as a program that uses the package pays for it: through the public API only
 (``ScriptedAgent``, ``policy_human("accept")``, a plain domain class), a new ``Conversation`` built inside the
@@ -263,22 +266,38 @@ def quartiles(values: list[float]) -> tuple[float, float]:
     return first, third
 
 
-def count_instructions(tree: Path, conversations: int, scratch: Path, *, as_user: bool = False) -> int:
-    """Instructions per turn of scenario (a) with the package in ``tree``: callgrind's totals for
-    ``conversations`` conversations minus one conversation's, over their two turns each (``as_user``: of the
+#: What ``--instructions`` reports per turn: the name in the report, and the cachegrind events it sums.
+SIMULATED = {
+    "instructions": ("Ir",),
+    "l1_data_misses": ("D1mr", "D1mw"),
+    "l1_instruction_misses": ("I1mr",),
+    "mispredicted_branches": ("Bcm", "Bim"),
+}
+
+
+def count_events(tree: Path, conversations: int, scratch: Path, *, as_user: bool = False) -> dict[str, int]:
+    """Per turn of scenario (a) with the package in ``tree``, each :data:`SIMULATED` figure: cachegrind's totals
+    for ``conversations`` conversations minus one conversation's, over their two turns each (``as_user``: of the
     ``--public`` program, building each conversation included)."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise CompareError("--instructions needs valgrind (Debian's valgrind package)")
     totals = []
     for count in (1, conversations):
-        output = scratch / f"callgrind.{tree.name}.{count}"
+        output = scratch / f"cachegrind.{tree.name}.{count}"
         if as_user:
             command, env = public(tree, 1, count)
         else:
             command, env = passes(tree, count), dict(os.environ)
         subprocess.run(
-            [valgrind, "--tool=callgrind", f"--callgrind-out-file={output}", *command],
+            [
+                valgrind,
+                "--tool=cachegrind",
+                "--cache-sim=yes",
+                "--branch-sim=yes",
+                f"--cachegrind-out-file={output}",
+                *command,
+            ],
             input="\n",  # one pass
             capture_output=True,
             text=True,
@@ -287,11 +306,15 @@ def count_instructions(tree: Path, conversations: int, scratch: Path, *, as_user
             env={**env, "PYTHONHASHSEED": "0"},
             cwd=tree,
         )
-        summary = next(
-            line for line in output.read_text().splitlines() if line.startswith(("summary:", "totals:"))
-        )
-        totals.append(int(summary.split()[1]))
-    return (totals[1] - totals[0]) // (2 * (conversations - 1))
+        lines = output.read_text().splitlines()
+        events = next(line for line in lines if line.startswith("events:")).split()[1:]
+        summary = next(line for line in lines if line.startswith(("summary:", "totals:"))).split()[1:]
+        totals.append(dict(zip(events, map(int, summary), strict=True)))
+    turns = 2 * (conversations - 1)
+    return {
+        name: sum(totals[1][event] - totals[0][event] for event in events) // turns
+        for name, events in SIMULATED.items()
+    }
 
 
 def main() -> None:
@@ -305,7 +328,11 @@ def main() -> None:
     )
     parser.add_argument("--conversations", type=int, help="conversations per pass (default: 1000; --public: 300)")
     parser.add_argument("--public", action="store_true", help="time a user's program: see above")
-    parser.add_argument("--instructions", action="store_true", help="also count instructions with callgrind")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count instructions, cache misses and mispredicted branches with cachegrind",
+    )
     parser.add_argument("--smoke", action="store_true", help="small sizes, to check the benchmark runs")
     options = parser.parse_args()
     defaults = (6, 5, 300) if options.public else (5, 10, 1000)
@@ -344,11 +371,12 @@ def main() -> None:
             if options.instructions:
                 count = 21 if options.smoke else 401
                 as_user = options.public
-                base_count = count_instructions(base_tree, count, Path(scratch), as_user=as_user)
-                new_count = count_instructions(new_tree, count, Path(scratch), as_user=as_user)
-                report["a_base_instructions_per_turn"] = base_count
-                report["a_new_instructions_per_turn"] = new_count
-                report["a_instructions_ratio"] = round(new_count / base_count, 3)
+                base_counts = count_events(base_tree, count, Path(scratch), as_user=as_user)
+                new_counts = count_events(new_tree, count, Path(scratch), as_user=as_user)
+                for name in SIMULATED:
+                    report[f"a_base_{name}_per_turn"] = base_counts[name]
+                    report[f"a_new_{name}_per_turn"] = new_counts[name]
+                    report[f"a_{name}_ratio"] = round(new_counts[name] / max(base_counts[name], 1), 3)
     except CompareError as error:
         sys.exit(f"bench_compare: {error}")
     except subprocess.CalledProcessError as error:
