@@ -303,9 +303,14 @@ def test_a_real_model_is_scored_at_every_point_and_repeatably(tmp_path: Path) ->
         first, second = anyio.run(scoring), anyio.run(scoring)
     points = first.conversations[0].points
     replies = [point.candidates["smol"] for point in points]
-    assert len(points) == 2 and any(reply.text for reply in replies)
-    # a reply the model cut at its token limit is a point with no reply, and says so
-    assert all((reply.text is None) == (reply.error is not None) for reply in replies)
+    # The model answers every point: with a reply, or with one it wrote past max_tokens, which is a point with no
+    # reply that says so (greedy decoding is repeatable on one machine, but where it stops depends on the CPU's
+    # arithmetic: on some machines SmolLM2 writes past 250 tokens at both points).
+    assert len(points) == 2
+    assert all(
+        reply.text if reply.error is None else reply.text is None and "finish_reason length" in reply.error
+        for reply in replies
+    )
     assert [p.scores for p in points] == [p.scores for p in second.conversations[0].points]
 
 
