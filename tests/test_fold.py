@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+import attrs
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -40,6 +41,7 @@ from dial_runtime.runtime.state import _APPLY, ConversationState, fold_log
 
 from .fakes import Agent, Notes, envelope, suggest
 from .test_core import ACK, TEXT, World, drive
+from .test_flow_conversations import RULES
 
 
 def stored(core: ConversationCore) -> list[LogEntry]:
@@ -89,6 +91,13 @@ def test_a_real_log_folds_back_to_the_same_state() -> None:
     state = ConversationState()
     fold_log(stored(core), state)
     assert state == core.state
+
+
+def test_a_new_state_sets_every_field() -> None:
+    """The state's ``__init__`` is written out: a field it forgot would be missing on every new conversation."""
+    state = ConversationState()
+    assert all(hasattr(state, field.name) for field in attrs.fields(ConversationState))
+    assert ConversationState(flow=RULES.table).flow_state == RULES.table.initial
 
 
 def test_the_fold_takes_every_kind_of_event() -> None:

@@ -165,11 +165,7 @@ class OpenSuggestion(msgspec.Struct):
         return self.state in DECIDING
 
 
-def _flow_start(state: ConversationState) -> str | None:
-    return None if state.flow is None else state.flow.initial
-
-
-@attrs.define
+@attrs.define(init=False)
 class ConversationState:
     """Everything a conversation remembers, kept current by :meth:`apply`.
 
@@ -177,38 +173,72 @@ class ConversationState:
     each ``flow-moved`` must be a move the table makes. Folded without the table (a log read on its own),
     ``flow_state`` is unknown until the first ``flow-moved``, and the moves need only follow one another.
     ``result`` is the final flow state that ended the conversation.
+
+    A new state is always the start of a conversation, so its ``__init__`` takes only ``flow`` and is written out:
+    attrs' own would bind 28 keyword parameters to their defaults, 60% more instructions, and one state is made
+    for every ``Conversation``. attrs gives the class its slots, ``repr`` and ``==``.
     """
 
-    life: str = LIFE.initial
-    loop: str = TURN_LOOP.initial
-    turn: int = 0
-    owed_outcomes: list[Outcome] = attrs.Factory(list)
-    owed_refusals: tuple[ReplyRefusedEvent, ...] = ()  # tuples: rarely owed, and an empty one costs nothing
-    owed_words: tuple[str, ...] = ()
-    owed_corrections: tuple[str, ...] = ()
-    ended_suggestions: dict[str, str] = attrs.Factory(dict)  # every suggestion with an outcome: its status
+    life: str
+    loop: str
+    turn: int
+    owed_outcomes: list[Outcome]
+    owed_refusals: tuple[ReplyRefusedEvent, ...]  # tuples: rarely owed, and an empty one costs nothing
+    owed_words: tuple[str, ...]
+    owed_corrections: tuple[str, ...]
+    ended_suggestions: dict[str, str]  # every suggestion with an outcome: its status
     # The last suggestion the person decided on that ran done, by its action and payload (proposal_key).
-    done_proposals: dict[bytes, str] = attrs.Factory(dict)
-    suggestions_numbered: int = 0
-    asks_numbered: int = 0
-    replies: int = 0
-    reply: str | None = None
-    streaming: bool = False
-    call_spent: bool = False  # the call's deadline cut the reply being handled, or it repeats: the call stops
-    unusable: str | None = None  # the text of the call's last reply handled, when it could not be used
-    cursor: int = -2
-    instead: str | None = None
-    speaker: str | None = None  # who said the words of the call being made, when the log says
-    open_suggestions: dict[str, OpenSuggestion] = attrs.Factory(dict)
-    asked: dict[str, Ask] = attrs.Factory(dict)
-    open_asks: dict[str, Ask] = attrs.Factory(dict)
-    given_ids: set[str] | None = None  # the ids the agent chose (made at the first: most agents choose none)
-    facts: dict[str, Any] = attrs.Factory(dict)
-    flow: Table | None = attrs.field(default=None, kw_only=True)
-    flow_state: str | None = attrs.field(default=attrs.Factory(_flow_start, takes_self=True), kw_only=True)
-    result: str | None = attrs.field(default=None, kw_only=True)
+    done_proposals: dict[bytes, str]
+    suggestions_numbered: int
+    asks_numbered: int
+    replies: int
+    reply: str | None
+    streaming: bool
+    call_spent: bool  # the call's deadline cut the reply being handled, or it repeats: the call stops
+    unusable: str | None  # the text of the call's last reply handled, when it could not be used
+    cursor: int
+    instead: str | None
+    speaker: str | None  # who said the words of the call being made, when the log says
+    open_suggestions: dict[str, OpenSuggestion]
+    asked: dict[str, Ask]
+    open_asks: dict[str, Ask]
+    given_ids: set[str] | None  # the ids the agent chose (made at the first: most agents choose none)
+    facts: dict[str, Any]
+    flow: Table | None
+    flow_state: str | None
+    result: str | None
     # The time of the entry being folded (a decision is checked against its suggestion's deadline with it).
-    now: float = attrs.field(default=0.0, kw_only=True, eq=False)
+    now: float = attrs.field(eq=False)
+
+    def __init__(self, *, flow: Table | None = None) -> None:
+        self.life = LIFE.initial
+        self.loop = TURN_LOOP.initial
+        self.turn = 0
+        self.owed_outcomes = []
+        self.owed_refusals = ()
+        self.owed_words = ()
+        self.owed_corrections = ()
+        self.ended_suggestions = {}
+        self.done_proposals = {}
+        self.suggestions_numbered = 0
+        self.asks_numbered = 0
+        self.replies = 0
+        self.reply = None
+        self.streaming = False
+        self.call_spent = False
+        self.unusable = None
+        self.cursor = -2
+        self.instead = None
+        self.speaker = None
+        self.open_suggestions = {}
+        self.asked = {}
+        self.open_asks = {}
+        self.given_ids = None
+        self.facts = {}
+        self.flow = flow
+        self.flow_state = None if flow is None else flow.initial
+        self.result = None
+        self.now = 0.0
 
     @classmethod
     def fold(cls, events: Iterable[Event], *, flow: Table | None = None) -> ConversationState:
