@@ -10,6 +10,9 @@ import anyio
 import anyio.lowlevel
 
 from dial_runtime import ActionError, ActionSpec, Conversation, policy_human
+from dial_runtime.runtime.core import ConversationCore
+from dial_runtime.runtime.state import ConversationState, fold_log
+from dial_runtime.statemachines.compiled import Table
 
 
 def suggest(action: str, payload: str | None = None, *, ident: str | None = None, text: str = "") -> str:
@@ -168,3 +171,11 @@ def stop(process: subprocess.Popen[Any], *, grace: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=10)
+
+
+def folded(core: ConversationCore, flow: Table | None = None) -> ConversationState:
+    """The state the core's log folds to from scratch (with the domain flow's table, when it has one), each entry
+    at its time: a live state must equal it."""
+    state = ConversationState(flow=flow)
+    fold_log(core.log.entries(), state)
+    return state

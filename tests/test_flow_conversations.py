@@ -45,7 +45,7 @@ from dial_runtime.runtime.flow import FlowRules
 from dial_runtime.runtime.state import ConversationState, fold_log
 from dial_runtime.stores import open_store
 
-from .fakes import Agent, Notes, envelope, suggest
+from .fakes import Agent, Notes, envelope, folded, suggest
 from .test_core import drive
 from .test_flows import Order
 
@@ -80,13 +80,6 @@ def show_order(order_id: str) -> dict[str, str]:
 
 RULES = orders.flow_rules
 assert RULES is not None
-
-
-def refolded(core: ConversationCore) -> ConversationState:
-    """The state the core's log folds to with the flow's table, each entry at its time."""
-    state = ConversationState(flow=RULES.table)
-    fold_log(core.log.entries(), state)
-    return state
 
 
 # --- the core on its own: no event loop -------------------------------------------------------------------------
@@ -229,7 +222,7 @@ def test_a_call_moves_the_flow_only_by_done_outcomes(
     assert (result.status, [(o.id, o.status, o.code) for o in result.outcomes]) == (status, expected)
     assert core.state.flow_state == flow_state
     assert world.replies == [] and world.decisions == []
-    assert refolded(core) == core.state
+    assert folded(core, RULES.table) == core.state
 
 
 @given(st.lists(st.tuples(st.sampled_from(list(orders.actions)), st.booleans()), max_size=10))
@@ -252,7 +245,7 @@ def test_the_conversations_flow_follows_the_declared_machine(steps: list[tuple[s
             declared.send(event)
         assert core.state.flow_state == declared.current_state_value
         assert core.state.ended is declared.is_terminated
-    assert refolded(core) == core.state
+    assert folded(core, RULES.table) == core.state
 
 
 def test_the_refusal_names_the_state_and_the_allowed_actions() -> None:

@@ -43,10 +43,10 @@ from dial_runtime.runtime.effects import (
 )
 from dial_runtime.runtime.events import ActionStartedEvent, LogEntry, OutcomeEvent, SaidEvent
 from dial_runtime.runtime.records import Suggestion
-from dial_runtime.runtime.state import ConversationState, fold_log
+from dial_runtime.runtime.state import fold_log
 from dial_runtime.stores import MemoryStore
 
-from .fakes import Agent, Notes, envelope, suggest
+from .fakes import Agent, Notes, envelope, folded, suggest
 from .test_core import ACK, TEXT, World
 
 
@@ -86,12 +86,6 @@ class RandomWorld(World):
                 len(effect.suggestion_id) % 3
             ]
         return super().respond(effect)
-
-
-def folded(core: ConversationCore) -> ConversationState:
-    state = ConversationState()
-    fold_log(core.log.entries(), state)
-    return state
 
 
 class Driver:
