@@ -1329,6 +1329,8 @@ def test_any_reply_parses_without_raising(reply: str) -> None:
     assert prose in {(reply[:at] + reply[at + len(raw) :]).strip() for at in places}
     assert result.prose == prose
     assert {issue.code for issue in result.issues} <= ISSUE_CODES
+    if result.elements and not result.usable:  # the core takes an envelope with no issue as usable
+        assert "empty-envelope" in {issue.code for issue in result.issues}
     for element in result.elements:
         assert type(element) is ELEMENT_TYPES[element.type]
         assert element.line is not None and 1 <= element.line <= reply.count("\n") + 1

@@ -113,16 +113,8 @@ IDLE = TurnResult(status="idle", turns=0)
 """The result of a call with nothing to do."""
 
 
-def _flow_rules(domain: object) -> FlowRules | None:
-    """The domain's flow, read once: its ``flow_rules`` when it offers a :class:`FlowRules` (a ``Domain`` with a
-    flow does), else ``None``."""
-    rules = getattr(domain, "flow_rules", None)
-    return rules if isinstance(rules, FlowRules) else None
-
-
-def _require(obj: object, role: str, method: str) -> None:
-    if not callable(getattr(obj, method, None)):
-        raise TypeError(f"Conversation: {role} needs a {method}() method")
+def _missing(role: str, method: str) -> TypeError:
+    return TypeError(f"Conversation: {role} needs a {method}() method")
 
 
 class Conversation:
@@ -195,9 +187,13 @@ class Conversation:
         conversation_id: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        _require(agent, "agent", "send")
-        _require(human, "human", "decide")
-        _require(domain, "domain", "run")
+        # Checked here, not in a helper per port: a conversation is often built for one call.
+        if not callable(getattr(agent, "send", None)):
+            raise _missing("agent", "send")
+        if not callable(getattr(human, "decide", None)):
+            raise _missing("human", "decide")
+        if not callable(getattr(domain, "run", None)):
+            raise _missing("domain", "run")
         if (store is None) != (conversation_id is None):
             raise TypeError("Conversation: a store needs a conversation_id, and a conversation_id a store")
         if store is not None and log:
@@ -217,7 +213,8 @@ class Conversation:
             max_turns=max_turns,
             decide_timeout=decide_timeout,
             answers=callable(getattr(human, "answer", None)),
-            flow=_flow_rules(domain),
+            # The domain's flow: its flow_rules when it offers FlowRules (a Domain with a flow does).
+            flow=rules if isinstance(rules := getattr(domain, "flow_rules", None), FlowRules) else None,
             conversation_id=conversation_id,
             clock=clock,
         )
@@ -260,6 +257,7 @@ class Conversation:
         """Replace the callback: it is shown what is recorded from now on, not what came before."""
         self._on_event = value
         self._shown = len(self._core.log.events)
+        self._text = ()
 
     @property
     def max_turns(self) -> int:
@@ -524,6 +522,8 @@ class Conversation:
         and, with a store, the store has acknowledged; then the text of a streamed reply that the person may read
         now, unless a rendered event before it still waits for its write (its exceptions are logged and go no
         further)."""
+        if self._on_event is None:  # nothing to show it to: the setter starts from the log
+            return
         core = self._core
         events = core.log.events
         start = self._shown
@@ -533,7 +533,7 @@ class Conversation:
         notices: tuple[InformDeltaEvent, ...] = ()
         if self._text and not waiting:
             notices, self._text = self._text, ()
-        if self._on_event is None or (start == limit and not notices):
+        if start == limit and not notices:
             return
         shown = [event for event in events[start:limit] if event.type in RENDERED]
         for event in [*shown, *notices] if notices else shown:
@@ -553,10 +553,12 @@ class Conversation:
             try:
                 if error is None:
                     effect = call.send(value)
-                elif isinstance(error, Exception) or self._interrupting is None:
-                    effect = call.throw(error)
-                else:  # a cancellation someone put in words: the core logs those words
-                    effect = call.throw(Interruption(self._interrupting, error))
+                else:
+                    thrown, error = error, None
+                    if isinstance(thrown, Exception) or self._interrupting is None:
+                        effect = call.throw(thrown)
+                    else:  # a cancellation someone put in words: the core logs those words
+                        effect = call.throw(Interruption(self._interrupting, thrown))
             except StopIteration as stop:
                 self._show()
                 if until is not None:
@@ -573,7 +575,6 @@ class Conversation:
             kind = type(effect)
             if until is not None and kind is until:
                 return None
-            error = None
             try:
                 # With a store, the log is written first before an effect that reaches outside the process, and,
                 # for a watched conversation (shown only what is stored), before any wait or the person's turn.
@@ -803,36 +804,36 @@ class Conversation:
             self.human.decide(question) if isinstance(question, Suggestion) else self.human.answer(question)
         )
         if not _awaitable(reply):
-            return Answer(reply, by=self._person(), via=self._surface(), roles=self._roles())
+            return self._answered(reply)
         self._thinking = reply
         return Thinking()
 
-    def _roles(self) -> tuple[str, ...]:
-        """The roles of whoever answers for the human, when it says (a ``roles`` attribute)."""
-        roles = getattr(self.human, "roles", ())
-        return (
-            tuple(role for role in roles if isinstance(role, str))
-            if isinstance(roles, (list, tuple, set, frozenset))
-            else ()
+    def _answered(self, reply: object) -> Answer:
+        """The human's reply, with who gave it, through which surface and holding which roles, when the human
+        says (its ``by``, ``via`` and ``roles`` attributes, as the terminal's person has; read at each answer: a
+        surface may set them per request)."""
+        human = self.human
+        by = getattr(human, "by", None)
+        via = getattr(human, "via", None)
+        roles = getattr(human, "roles", ())
+        return Answer(
+            reply,
+            by=by if isinstance(by, str) else None,
+            via=via if isinstance(via, str) else None,
+            roles=(
+                tuple(role for role in roles if isinstance(role, str))
+                if isinstance(roles, (list, tuple, set, frozenset)) and roles
+                else ()
+            ),
         )
-
-    def _surface(self) -> str | None:
-        """Through which surface the human decides, when it says (a ``via`` attribute, as the terminal's has)."""
-        via = getattr(self.human, "via", None)
-        return via if isinstance(via, str) else None
-
-    def _person(self) -> str | None:
-        """Who answers for the human, when it says (a ``by`` attribute, as the terminal's person has)."""
-        by = getattr(self.human, "by", None)
-        return by if isinstance(by, str) else None
 
     async def _await_person(self, call: Call, effect: AwaitPerson) -> object:
         reply, self._thinking = self._thinking, None
         assert reply is not None
         if effect.deadline is None:
-            return Answer(await reply, by=self._person(), via=self._surface(), roles=self._roles())
+            return self._answered(await reply)
         with anyio.move_on_after(effect.deadline):
-            return Answer(await reply, by=self._person(), via=self._surface(), roles=self._roles())
+            return self._answered(await reply)
         return Expired()
 
     async def _run(self, call: Call, effect: RunAction) -> object:

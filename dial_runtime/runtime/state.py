@@ -304,7 +304,7 @@ class ConversationState:
         """Advance the state by one event; an event that cannot stand here raises and changes nothing the
         machines hold (``_Refusal`` or ``IllegalTransition``)."""
         try:
-            handler = _ADMITTED[self.life][type(event)]
+            handler = ADMITTED[self.life][type(event)]
         except KeyError:
             raise _Refusal(_not_admitted(self.life, event)) from None
         handler(self, event)
@@ -756,7 +756,7 @@ def _not_admitted(life: str, event: object) -> str:
 #: BETWEEN_CALLS names; during a call anything, but once the conversation has ended, nothing SILENT. Keyed by the
 #: event's class, not its ``type``: ``type`` is a class attribute, which an instance reads through the generic
 #: attribute lookup, and one lookup per event both admits it and finds its handler.
-_ADMITTED: dict[str, dict[type, Callable[[ConversationState, Any], None]]] = {
+ADMITTED: dict[str, dict[type, Callable[[ConversationState, Any], None]]] = {
     life: {
         EVENT_TYPES[kind]: handler
         for kind, handler in _APPLY.items()
