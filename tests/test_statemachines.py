@@ -333,13 +333,28 @@ def test_a_guard_fires_as_the_table_does_with_the_same_flags_as_keywords(table: 
         guard = table.guard(event, *names)
         for state, values in itertools.product(table.states, itertools.product((False, True), repeat=len(names))):
             for _ in range(2):  # the second round reads what the first remembered
+                key = (state, *values) if names else state
                 try:
                     expected = table.fire(state, event, **dict(zip(names, values, strict=True)))
                 except IllegalTransition:
                     with pytest.raises(IllegalTransition):
                         guard.fire(state, *values)
+                    with pytest.raises(IllegalTransition):
+                        guard[key]
+                    assert key not in guard  # a refusal is never remembered
                 else:
                     assert guard.fire(state, *values) == expected
+                    assert guard[key] == expected
+
+
+def test_a_guard_is_looked_up_by_a_state_and_each_of_its_flags() -> None:
+    guard = TURN_LOOP.guard("handled", "ending")
+    for key in ["handling", ("handling",), ("handling", True, False)]:
+        with pytest.raises(TypeError, match=r"'handled' takes a state and a value for each of \('ending',\)"):
+            guard[key]
+    with pytest.raises(IllegalTransition):
+        TURN_LOOP.guard("reply")[None]
+    assert TURN_LOOP.guard("reply")["awaiting_reply"] == TURN_LOOP.fire("awaiting_reply", "reply")
 
 
 def test_a_guard_refuses_an_unknown_flag_or_event_when_made() -> None:

@@ -109,6 +109,10 @@ def _reads_keyword(function: Any, keyword: str) -> bool:
     return parameter is not None and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
 
 
+#: Taking and giving back the conversation for a call (lookups: see ``Guard``).
+_ACQUIRE = CALL.guard("acquire")
+_RELEASE = CALL.guard("release")
+
 IDLE = TurnResult(status="idle", turns=0)
 """The result of a call with nothing to do."""
 
@@ -472,7 +476,7 @@ class Conversation:
         dead process left open, then ``start`` the call and drive it (none: an idle result); with a store, the
         log is written when the call ends, however it ends."""
         try:
-            self._gate = CALL.fire(self._gate, "acquire")
+            self._gate = _ACQUIRE[self._gate]
         except IllegalTransition:
             raise ConversationBusy("Conversation: a call is already driving this conversation") from None
         self._budget = self.call_timeout
@@ -494,7 +498,7 @@ class Conversation:
                         await self.flush()
         finally:
             self._interrupting = None
-            self._gate = CALL.fire(self._gate, "release")
+            self._gate = _RELEASE[self._gate]
 
     async def _catch_up(self) -> None:
         """Fold in what other workers stored since this object last saw the store (all of it when stale)."""

@@ -88,7 +88,14 @@ OUTCOME_KEY_PREFIX = "outcome:"
 _NUMBERED = re.compile(r"(?:sg|ask)-([1-9][0-9]*)")
 
 
-#: The guarded events the fold fires for every turn or suggestion, with their flags in the order passed.
+#: The events the fold fires for every call, turn or suggestion, with the flags their guards read in the order
+#: given (see ``Guard``: a lookup, not a call).
+_LIFE_BEGIN = LIFE.guard("begin")
+_LIFE_FINISH = LIFE.guard("finish")
+_START_TURN = TURN_LOOP.guard("start_turn")
+_REPLY = TURN_LOOP.guard("reply")
+_SUCCEED = SUGGESTION.guard("succeed")
+_FAIL = SUGGESTION.guard("fail")
 _BEGIN = TURN_LOOP.guard("begin", "ending", "nothing_to_send")
 _HANDLED = TURN_LOOP.guard(
     "handled",
@@ -326,16 +333,16 @@ class ConversationState:
         return opened
 
     def _said(self, event: SaidEvent) -> None:
-        life = LIFE.fire(self.life, "begin")
+        life = _LIFE_BEGIN[self.life]
         nothing_to_send = not event.text and not self.owes()
-        self.loop = _BEGIN.fire(self.loop, life in ENDED, nothing_to_send)
+        self.loop = _BEGIN[self.loop, life in ENDED, nothing_to_send]
         self.life = life
         self.turn = 0
         self.unusable = None
         self.speaker = event.by
 
     def _resumed(self, event: ResumedEvent) -> None:
-        life = LIFE.fire(self.life, "begin")
+        life = _LIFE_BEGIN[self.life]
         self.loop = TURN_LOOP.fire(self.loop, "resume")
         self.life = life
         self.call_spent = False  # a call of its own, with its own time
@@ -344,7 +351,7 @@ class ConversationState:
     def _finished(self, event: FinishedEvent) -> None:
         if event.status != "interrupted" and CALL_STATUS.get(self.loop) != event.status:
             raise _Refusal(f"a call cannot finish {event.status!r} with its turn loop {self.loop!r}")
-        self.life = LIFE.fire(self.life, "finish")
+        self.life = _LIFE_FINISH[self.life]
 
     def _ended(self, event: EndedEvent) -> None:
         if event.result is not None:
@@ -370,7 +377,7 @@ class ConversationState:
     def _sent(self, event: SentEvent) -> None:
         if event.turn != self.turn + 1:
             raise _Refusal(f"turn {event.turn} follows turn {self.turn}")
-        self.loop = TURN_LOOP.fire(self.loop, "start_turn")
+        self.loop = _START_TURN[self.loop]
         self.turn = event.turn
 
     def _turn_limit(self, event: TurnLimitEvent) -> None:
@@ -388,7 +395,7 @@ class ConversationState:
         self.streaming = True
 
     def _begin_reply(self) -> None:
-        self.loop = TURN_LOOP.fire(self.loop, "reply")
+        self.loop = _REPLY[self.loop]
         self.replies += 1
         self.reply = ""
         self.cursor = -2
@@ -411,7 +418,7 @@ class ConversationState:
         self.streaming = False
 
     def _handled(self, event: HandledEvent) -> None:
-        self.loop = _HANDLED.fire(
+        self.loop = _HANDLED[
             self.loop,
             self.awaits_person(),
             not event.complete,
@@ -420,7 +427,7 @@ class ConversationState:
             bool(self.owed_words),
             self._owes_a_reply(),
             bool(self.owed_refusals),
-        )
+        ]
         self.unusable = self.reply if self.owed_refusals else None
 
     def _owes_a_reply(self) -> bool:
@@ -461,7 +468,7 @@ class ConversationState:
             if event.code == "interrupted":
                 opened.state = SUGGESTION.fire(state, "interrupt")
             else:
-                opened.state = SUGGESTION.fire(state, "succeed" if status in SUCCEEDED.values() else "fail")
+                opened.state = (_SUCCEED if status in SUCCEEDED.values() else _FAIL)[state]
         elif status == "superseded":
             if state in DECIDING:
                 opened.state = SUGGESTION.fire(state, "supersede")
@@ -563,7 +570,7 @@ class ConversationState:
     def _suggestion(self, event: SuggestionEvent) -> None:
         opened = self._open(event.id)
         _same_proposal(opened, event.action, event.payload, "shows")
-        target = _REVIEW.fire(opened.state, self.instead is not None, not event.mutates, event.handoff)
+        target = _REVIEW[opened.state, self.instead is not None, not event.mutates, event.handoff]
         if target in SUGGESTION.finals:
             raise _Refusal(f"suggestion {event.id!r} is shown, but its review ends it {target!r}")
         if event.done_before is not None:
@@ -665,7 +672,7 @@ class ConversationState:
     def _action_started(self, event: ActionStartedEvent) -> None:
         opened = self._open(event.suggestion_id)
         _same_proposal(opened, event.action, event.payload, "runs")
-        opened.state = _START_RUN.fire(opened.state, opened.accepted, opened.handoff)
+        opened.state = _START_RUN[opened.state, opened.accepted, opened.handoff]
         opened.preview = event.preview
         opened.key = event.key
 

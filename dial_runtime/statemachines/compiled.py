@@ -106,8 +106,8 @@ class Table:
         return target
 
     def guard(self, event: str, *names: str) -> Guard:
-        """``event`` with the flags its guards read, named once, for a caller that fires it often: see
-        :class:`Guard`."""
+        """``event`` with the flags its guards read (none: all false), named once, for a caller that fires it
+        often: see :class:`Guard`."""
         return Guard(self, event, names)
 
     def _resolve(self, state: str, event: str, flags: dict[str, bool]) -> str:
@@ -165,17 +165,22 @@ class Table:
         raise ValueError(f"{self.name}: unknown state {state!r}")
 
 
-class Guard:
-    """One event of a :class:`Table` and the flags its guards read, in a fixed order: :meth:`fire` takes their
-    values by position and gives what :meth:`Table.fire` gives with them as keywords.
+class Guard(dict[object, str]):
+    """One event of a :class:`Table` and the flags its guards read, in a fixed order, as a mapping:
+    ``guard[state, *values]`` (``guard[state]`` when it names no flags) is the state the event leads to from
+    ``state`` when the flags in :attr:`names` have ``values``, in their order: what :meth:`Table.fire` gives with
+    them as keywords, and ``IllegalTransition`` where it raises it. Flags not named are false.
 
-    Keyword flags make a call cost four times the instructions of the lookup it does (the fold fires the turn
-    loop's ``handled``, with seven flags, at the end of every turn). An unknown flag is a ``TypeError`` here,
-    once, instead of at a call."""
+    The fold fires a table for nearly every event. Keyword flags make a call cost four times the instructions of
+    the lookup it does, and a Python call is itself worth a dozen bytecodes: here a transition taken before is a
+    dict's own lookup, in C, and the first lookup of each key resolves it through the table (``__missing__``)
+    and remembers it (a refusal is not remembered). An unknown flag is a ``TypeError`` here, once, instead of at
+    a lookup."""
 
-    __slots__ = ("_table", "_taken", "event", "names")
+    __slots__ = ("_table", "event", "names")
 
     def __init__(self, table: Table, event: str, names: tuple[str, ...]) -> None:
+        super().__init__()
         if event not in table.events:
             raise ValueError(f"{table.name}: unknown event {event!r}")
         if not table.flags.issuperset(names):
@@ -183,18 +188,24 @@ class Guard:
         self._table = table
         self.event = event
         self.names = names
-        self._taken: dict[tuple[str, tuple[bool, ...]], str] = {}
+
+    def __missing__(self, key: object) -> str:
+        if not self.names:
+            state, values = key, ()
+        elif isinstance(key, tuple) and len(key) == len(self.names) + 1:
+            state, values = key[0], key[1:]
+        else:
+            raise TypeError(
+                f"{self._table.name}: {self.event!r} takes a state and a value for each of {self.names}"
+            )
+        if not isinstance(state, str):
+            raise IllegalTransition(self._table.name, repr(state), self.event)
+        target = self[key] = self._table._resolve(state, self.event, dict(zip(self.names, values, strict=True)))
+        return target
 
     def fire(self, state: str, *values: bool) -> str:
-        """The state the event leads to from ``state`` when the flags in :attr:`names` have ``values``, in their
-        order; ``IllegalTransition`` as :meth:`Table.fire` raises it. A transition taken is remembered by its
-        state and flag values, as :meth:`Table.fire` remembers it."""
-        key = (state, values)
-        target = self._taken.get(key)
-        if target is None:
-            flags = dict(zip(self.names, values, strict=True))
-            target = self._taken[key] = self._table._resolve(state, self.event, flags)
-        return target
+        """``self[state, *values]``: for a caller that does not fire it often."""
+        return self[(state, *values)] if self.names else self[state]
 
 
 def compile_machine(cls: type[StateMachine]) -> Table:
