@@ -212,15 +212,17 @@ class Conversation:
         self.call_timeout = call_timeout
         self._budget: float | None = None  # what is left of the call's time for the agent (None: no bound)
         self.id = conversation_id
+        # The domain's flow: its flow_rules when it offers FlowRules (a Domain with a flow does).
+        flow = rules if isinstance(rules := getattr(domain, "flow_rules", None), FlowRules) else None
+        # By position: keywords would build a dict for every conversation built.
         self._core = ConversationCore(
             log if store is None else (),
-            max_turns=max_turns,
-            decide_timeout=decide_timeout,
-            answers=callable(getattr(human, "answer", None)),
-            # The domain's flow: its flow_rules when it offers FlowRules (a Domain with a flow does).
-            flow=rules if isinstance(rules := getattr(domain, "flow_rules", None), FlowRules) else None,
-            conversation_id=conversation_id,
-            clock=clock,
+            max_turns,
+            decide_timeout,
+            callable(getattr(human, "answer", None)),  # whether the person can answer asks
+            flow,
+            conversation_id,
+            clock,
         )
         folded = len(self._core.log.events)
         self._store = store
@@ -625,7 +627,7 @@ class Conversation:
         return NoReply(timeout or 0.0)
 
     async def _send_whole(self, effect: Send) -> object:
-        ids = self._ids(effect, streamed=False)
+        ids = None if effect.message_id is None else self._ids(effect, streamed=False)
         reply: object = self.agent.send(effect.message, **ids) if ids else self.agent.send(effect.message)
         if not _awaitable(reply):  # a plain send answered at once: it cannot be waited for, nor cut
             return Replied("" if reply is None else str(reply))

@@ -150,6 +150,10 @@ TURNING = frozenset(
     if not TURN_LOOP.is_final(state) and "resume" not in TURN_LOOP.allowed(state)
 )
 STARTING = TURN_LOOP.sources("start_turn")
+#: The loop states that take new words as they stand (in any other, the words supersede what waits), and those
+#: that end a call: read once, as TURNING is, for the checks every call makes.
+BEGINNING = TURN_LOOP.sources("begin")
+FINALS = TURN_LOOP.finals
 
 #: Where :meth:`ConversationCore.context_in` finds the context in a composed message (a private-use character).
 _SLOT = "\ue000"
@@ -340,7 +344,6 @@ class ConversationCore:
     def __init__(
         self,
         entries: Iterable[LogEntry] = (),
-        *,
         max_turns: int = 8,
         decide_timeout: float | None = None,
         answers: bool = True,
@@ -454,13 +457,13 @@ class ConversationCore:
         """Send the person's words (``by`` who spoke, when known) with whatever is owed, and run turns until the
         agent needs nothing back."""
         state = self.state
-        if "begin" not in TURN_LOOP.allowed(state.loop):  # new words supersede what waits for the person
+        if state.loop not in BEGINNING:  # new words supersede what waits for the person
             self.record(ResumedEvent(call="say"))
             self._abandon(OVERTAKEN)
             self.record(InterruptedEvent(turn=state.turn, reason=OVERTAKEN))
             self.record(FinishedEvent(status="interrupted", turns=state.turn))
         self.record(SaidEvent(text=words, by=by))
-        if TURN_LOOP.is_final(state.loop):  # nothing to send, or the conversation has ended
+        if state.loop in FINALS:  # nothing to send, or the conversation has ended
             return self._finished_at_once()
         return self._drive(words, None)
 
