@@ -418,14 +418,15 @@ class ConversationState:
         self.streaming = False
 
     def _handled(self, event: HandledEvent) -> None:
+        # Written out where it is cheap to: this runs at the end of every turn.
         self.loop = _HANDLED[
             self.loop,
-            self.awaits_person(),
+            bool(self.open_asks or self.open_suggestions) and self.awaits_person(),
             not event.complete,
-            self.ended,
+            self.life in ENDED,
             self.call_spent,
             bool(self.owed_words),
-            self._owes_a_reply(),
+            bool(self.owed_outcomes) and self._owes_a_reply(),
             bool(self.owed_refusals),
         ]
         self.unusable = self.reply if self.owed_refusals else None
