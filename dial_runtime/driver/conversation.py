@@ -396,7 +396,7 @@ class Conversation:
         drives the conversation, and the original exception of a failed send.
         """
         words = text or ""
-        return await self._hold(lambda: self._core.say(words, by))
+        return await self._hold(self._core.say, words, by)
 
     async def decide(
         self,
@@ -473,10 +473,10 @@ class Conversation:
             finally:
                 self._holder = None
 
-    async def _hold(self, start: Callable[[], Call | None]) -> TurnResult:
+    async def _hold(self, start: Callable[..., Call | None], *arguments: Any) -> TurnResult:
         """Hold the conversation for one call (in this process, and in the store across processes), close what a
-        dead process left open, then ``start`` the call and drive it (none: an idle result); with a store, the
-        log is written when the call ends, however it ends."""
+        dead process left open, then start the call (``start(*arguments)``) and drive it (none: an idle result);
+        with a store, the log is written when the call ends, however it ends."""
         try:
             self._gate = _ACQUIRE[self._gate]
         except IllegalTransition:
@@ -485,7 +485,7 @@ class Conversation:
         try:
             if self._store is None:
                 expired = await self._recover()
-                call = start()
+                call = start(*arguments)
                 return (expired or IDLE) if call is None else await self._perform(call)
             held = self._holder is not None and self._holder == anyio.get_current_task().id
             async with contextlib.nullcontext() if held else self._store.lock(self.id or ""):
@@ -493,7 +493,7 @@ class Conversation:
                     await self._catch_up()
                 try:
                     expired = await self._recover()
-                    call = start()
+                    call = start(*arguments)
                     return (expired or IDLE) if call is None else await self._perform(call)
                 finally:
                     with anyio.CancelScope(shield=True):

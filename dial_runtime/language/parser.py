@@ -1140,7 +1140,7 @@ def parse(
         size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
         if size > max_reply_size:
             raise DialSizeError(size, max_reply_size, what="reply")
-    code = _inline_code(text)
+    code = _InlineCode(text) if "`" in text else None  # _inline_code, written out: every reply is parsed
     found = _locate(text, 0, code)
     if found is None:
         return None
@@ -1169,7 +1169,7 @@ def parse(
         attributes=candidate.attributes,
         elements=candidate.elements,
         raw=candidate.raw,
-        issues=issues.result(),
+        issues=issues.result() if issues.counts else (),
         prose=(text[:start] + text[end:]).strip(),
         candidates=candidates,
     )

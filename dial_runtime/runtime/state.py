@@ -272,6 +272,8 @@ class ConversationState:
 
     def pending(self) -> tuple[Suggestion | Ask, ...]:
         """The suggestions and asks waiting for a decision or an answer that was deferred."""
+        if not self.open_suggestions:  # as at the end of most calls: no list to build
+            return tuple(self.open_asks.values())
         deferred = [each.suggestion() for each in self.open_suggestions.values() if each.deferred]
         return (*deferred, *self.open_asks.values())
 
