@@ -205,7 +205,8 @@ class Guard(dict[object, str]):
 
     def fire(self, state: str, *values: bool) -> str:
         """``self[state, *values]``: for a caller that does not fire it often."""
-        return self[(state, *values)] if self.names else self[state]
+        key = (state, *values) if self.names else state
+        return self[key]
 
 
 def compile_machine(cls: type[StateMachine]) -> Table:
