@@ -9,6 +9,7 @@ suggestion, running a payload nobody proposed, reporting another action's outcom
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 from xml.sax.saxutils import escape
 
@@ -63,6 +64,8 @@ ELEMENTS = st.sampled_from(
         suggest("list-notes", "{}"),
         suggest("open-poll", "{}"),
         suggest("fly", "{}"),
+        suggest("add-note", TEXT, ident="mine"),  # ids the agent chose: one of its own, one like an assigned one
+        suggest("add-note", TEXT, ident="sg-2"),
         "<dial-ask>Which list?</dial-ask>",
         "<dial-inform>Noted.</dial-inform>",
     ]
@@ -159,6 +162,18 @@ def run(
 def test_the_live_state_is_the_fold_of_the_log_after_every_step(conversation: Any) -> None:
     core = run(*conversation)
     assert folded(core) == core.state
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversation=conversations)
+def test_every_suggestion_the_state_holds_has_an_id_the_numbering_counts_as_used(conversation: Any) -> None:
+    # ConversationState.used answers at once for an id it holds a suggestion of: the ids' own rule must agree.
+    state = run(*conversation).state
+    for ident in [*state.ended_suggestions, *state.open_suggestions]:
+        numbered = re.fullmatch(r"sg-([1-9][0-9]*)", ident)
+        assert (state.given_ids is not None and ident in state.given_ids) or (
+            numbered is not None and int(numbered.group(1)) <= state.suggestions_numbered
+        ), ident
 
 
 # -- tamperings: each must be refused, naming the tampered entry ---------------------------------------------

@@ -292,6 +292,8 @@ class ConversationState:
         The runtime assigns ``sg-N`` and ``ask-N`` in order, skipping the agent's own ids, so an assigned-looking
         id numbered up to the counter is taken either way.
         """
+        if ident in self.ended_suggestions or ident in self.open_suggestions:  # as an acknowledgement's is
+            return True
         if self.given_ids is not None and ident in self.given_ids:
             return True
         numbered = _NUMBERED.fullmatch(ident)
