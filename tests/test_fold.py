@@ -37,9 +37,9 @@ from dial_runtime.runtime.events import (
     event_from_dict,
     event_to_dict,
 )
-from dial_runtime.runtime.state import _APPLY, ConversationState, fold_log
+from dial_runtime.runtime.state import _APPLY, ConversationState, _Refusal, fold_log
 
-from .fakes import Agent, Notes, envelope, suggest
+from .fakes import Agent, Notes, envelope, folded, suggest
 from .test_core import ACK, TEXT, World, drive
 from .test_flow_conversations import RULES
 
@@ -262,6 +262,24 @@ def test_a_record_that_only_claims_an_events_type_is_refused() -> None:
         LogError, match=f"log entry {ended + 1} \\(said\\): Impostor is not the log's 'said' event"
     ):
         fold_log(odd)
+
+
+@pytest.mark.parametrize(
+    ("event", "why"),
+    [
+        (SentEvent(turn=1, message="hi"), "a 'sent' happens only during a call"),
+        (Impostor(text="hi"), "Impostor is not the log's 'said' event"),
+    ],
+    ids=["not-admitted-between-calls", "an-impostor"],
+)
+def test_the_core_records_nothing_the_state_does_not_admit(event: Any, why: str) -> None:
+    # record() looks the handler up itself: what it does not find is refused as the fold refuses it.
+    core = ConversationCore()
+    drive(core.say("hello"), World([envelope("<dial-inform>Hi.</dial-inform>")]))
+    before, state = list(core.log.entries()), core.state
+    with pytest.raises(_Refusal, match=why):
+        core.record(event)
+    assert core.log.entries() == before and core.state is state and folded(core) == state
 
 
 # --- random conversations, and random corruptions of their logs ------------------------------------------------

@@ -1140,7 +1140,7 @@ def parse(
         size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
         if size > max_reply_size:
             raise DialSizeError(size, max_reply_size, what="reply")
-    code = _InlineCode(text) if "`" in text else None  # _inline_code, written out: every reply is parsed
+    code = _inline_code(text)
     found = _locate(text, 0, code)
     if found is None:
         return None

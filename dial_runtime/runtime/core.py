@@ -150,10 +150,9 @@ TURNING = frozenset(
     if not TURN_LOOP.is_final(state) and "resume" not in TURN_LOOP.allowed(state)
 )
 STARTING = TURN_LOOP.sources("start_turn")
-#: The loop states that take new words as they stand (in any other, the words supersede what waits), and those
-#: that end a call: read once, as TURNING is, for the checks every call makes.
+#: The loop states that take new words as they stand (in any other, the words supersede what waits): read once,
+#: as TURNING is, for the check every call makes.
 BEGINNING = TURN_LOOP.sources("begin")
-FINALS = TURN_LOOP.finals
 
 #: Where :meth:`ConversationCore.context_in` finds the context in a composed message (a private-use character).
 _SLOT = "\ue000"
@@ -463,7 +462,7 @@ class ConversationCore:
             self.record(InterruptedEvent(turn=state.turn, reason=OVERTAKEN))
             self.record(FinishedEvent(status="interrupted", turns=state.turn))
         self.record(SaidEvent(text=words, by=by))
-        if state.loop in FINALS:  # nothing to send, or the conversation has ended
+        if state.loop in TURN_LOOP.finals:  # nothing to send, or the conversation has ended
             return self._finished_at_once()
         return self._drive(words, None)
 
