@@ -111,7 +111,7 @@ def _chat(args: argparse.Namespace) -> int:
         _usage("--id needs --store")
     store = open_url(args.store) if args.store else None
     ident = args.id or uuid.uuid4().hex[:12]
-    surface = TerminalSurface(by=args.person)
+    surface = TerminalSurface(by=args.person, roles=args.roles)
 
     async def hold() -> int:
         async with contextlib.AsyncExitStack() as stack:
@@ -686,6 +686,8 @@ def _decide(args: argparse.Namespace) -> int:
                 store, args.id, agent=agent, domain=domain, human=DeferringHuman()
             )
             agent.conversation = conversation
+            shown = project(conversation.log).card(args.suggestion)
+            decided_before = 0 if shown is None else len(shown.decisions)
             try:
                 result = await conversation.decide(
                     args.suggestion, decision, by=args.by, shown=args.shown, via="cli", roles=args.roles
@@ -693,6 +695,8 @@ def _decide(args: argparse.Namespace) -> int:
             finally:
                 await agent.aclose()
             card = project(conversation.log).card(args.suggestion)
+            if card is not None and card.approval_refused and len(card.decisions) == decided_before:
+                raise _CommandError(f"{args.suggestion} still waits: {card.approval_refused}")
             told = card.outcome if card is not None and card.outcome else "waiting"
             approvals = ""
             if card is not None and card.approvals_needed:
@@ -993,6 +997,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=_login_name(),
         metavar="NAME",
         help="who decides and answers, recorded with each decision (default: your login name)",
+    )
+    chat.add_argument(
+        "--role",
+        dest="roles",
+        action="append",
+        default=[],
+        metavar="ROLE",
+        help="a role you hold, which an action's approval policy may require (repeatable)",
     )
     chat.add_argument(
         "--no-stream",

@@ -42,6 +42,7 @@ from .runtime.core import (
     ConversationCore,
     deadline_words,
     no_reply_words,
+    reason,
 )
 from .runtime.effects import (
     Answer,
@@ -335,7 +336,7 @@ class _Replayer:
         try:
             call = self._call(start)
         except Exception as refused:  # the call is refused at once (a decision on what no longer waits)
-            return _described(refused)
+            return reason(refused)
         return self._drive(call)
 
     def _call(self, start: Event) -> Call | None:
@@ -349,7 +350,7 @@ class _Replayer:
         elif isinstance(start, ResumedEvent) and start.call == "say":
             said = self.recording.after(self.position + 1, "said")
             self._words = said.text if isinstance(said, SaidEvent) else ""
-            call = core.say(self._words, said.by if isinstance(said, SaidEvent) else None)
+            call = core.say(self._words, said.by if isinstance(said, SaidEvent) else None, start.roles)
         elif isinstance(start, ResumedEvent) and start.call == "decide":
             given = self.recording.after(self.position + 1, "decided", "deferred", "refused", "approval-refused")
             call = self._decide(given)
@@ -369,11 +370,16 @@ class _Replayer:
     def _decide(self, given: Event | None) -> Call:
         core = self.core
         if isinstance(given, DecidedEvent):
-            return core.decide(given.suggestion_id, _decision(given), given.by, via=given.via, roles=given.roles)
+            return core.decide(
+                given.suggestion_id, _decision(given), given.by, via=given.via, roles=given.roles, link=given.link
+            )
         if isinstance(given, DeferredEvent):
             return core.decide(given.subject_id, Defer(), None)
-        if isinstance(given, ApprovalRefusedEvent):  # an approval its policy did not take
-            return core.decide(given.suggestion_id, Accept(), given.by, roles=given.roles)
+        if isinstance(given, ApprovalRefusedEvent):  # a decision its policy did not take
+            refused = (
+                Dismiss() if given.decision == "dismiss" else Say("") if given.decision == "say" else Accept()
+            )
+            return core.decide(given.suggestion_id, refused, given.by, roles=given.roles)
         if isinstance(given, RefusedEvent):  # an edit refused before it was taken (a payload too large to keep)
             waiting = core.state.open_suggestions.get(given.suggestion_id)
             return core.decide(given.suggestion_id, Edit(waiting.payload if waiting else None), None)
@@ -393,7 +399,7 @@ class _Replayer:
             except Interruption as stopped:
                 return stopped.why
             except Exception as raised:
-                return _described(raised)
+                return reason(raised)
             value, error = None, None
             try:
                 value = self._answer(effect)
@@ -725,14 +731,6 @@ def _decision(event: DecidedEvent) -> Accept | Dismiss | Edit | Say:
     if event.decision == "say":
         return Say(event.text or "")
     return Accept()
-
-
-def _described(error: BaseException) -> str:
-    """An exception as the runtime logs it (``"TypeName: message"``, or the bare name; a recorded one as
-    recorded)."""
-    if isinstance(error, RecordedError):
-        return str(error)
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def _starts(events: Sequence[Event]) -> list[int]:

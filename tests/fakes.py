@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import anyio
 import anyio.lowlevel
 
-from dial_runtime import ActionError, ActionSpec, Conversation, policy_human
+from dial_runtime import ActionError, ActionSpec, ApprovalPolicy, Conversation, policy_human
 from dial_runtime.runtime.core import ConversationCore
 from dial_runtime.runtime.state import ConversationState, fold_log
 from dial_runtime.statemachines.compiled import Table
@@ -179,3 +179,12 @@ def folded(core: ConversationCore, flow: Table | None = None) -> ConversationSta
     state = ConversationState(flow=flow)
     fold_log(core.log.entries(), state)
     return state
+
+
+class OpsNotes(Notes):
+    """The notes domain whose notes are added only on the word of someone holding ``ops``."""
+
+    actions: ClassVar[dict[str, Any]] = {
+        **Notes.actions,
+        "add-note": ActionSpec(mutates=True, policy=ApprovalPolicy(roles=frozenset({"ops"}))),
+    }

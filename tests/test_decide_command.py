@@ -88,3 +88,40 @@ def test_a_stale_digest_or_a_bad_edit_is_refused_in_one_line(
     status, _, err = cli(["decide", "c-9", "sg-1", "accept", *argv], capsys)
     assert status == 1 and "holds no conversation 'c-9'" in err, err
     assert not [e for e in stored(url) if isinstance(e.event, DecidedEvent)]  # nothing was decided
+
+
+def test_the_policy_refuses_an_outsiders_dismissal_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A card the policy reserves for ``ops``: a dismissal by someone without the role is refused in one line,
+    with a non-zero exit, and logged; a holder of the role ends it."""
+    db = tmp_path / "ops.db"
+
+    async def make() -> None:
+        store = SQLiteStore(db)
+        try:
+            conversation = await Conversation.open(
+                store, "c-1", agent=Agent([PROPOSE]), domain=_ops(), human=scripted_human(["defer"])
+            )
+            assert (await conversation.say("add milk", by="ada")).status == "awaiting"
+        finally:
+            await store.aclose()
+
+    anyio.run(make)
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([ACK]), encoding="utf-8")
+    url = f"sqlite:{db}"
+    argv = ["--store", url, "--agent", f"script:{script}", "--domain", "tests.fakes:OpsNotes"]
+    status, out, err = cli(["decide", "c-1", "sg-1", "dismiss", *argv, "--as", "eve"], capsys)
+    assert (status, out) == (1, "") and err.count("\n") == 1 and "decided by one of: ops" in err, err
+    assert [e.event.type for e in stored(url)][-4:] == ["resumed", "approval-refused", "handled", "finished"]
+    status, out, err = cli(["decide", "c-1", "sg-1", "dismiss", *argv, "--as", "olga", "--role", "ops"], capsys)
+    assert (status, err) == (0, "") and out.startswith("sg-1: Dismissed"), out
+    (decided,) = [e.event for e in stored(url) if isinstance(e.event, DecidedEvent)]
+    assert (decided.by, decided.roles, decided.via) == ("olga", ("ops",), "cli")
+
+
+def _ops() -> object:
+    from .fakes import OpsNotes
+
+    return OpsNotes()

@@ -19,7 +19,9 @@ from dial_runtime import (
     Dismiss,
     Domain,
     Edit,
+    LinkRefused,
     LogError,
+    Say,
     project,
     replay,
     scripted_human,
@@ -32,6 +34,7 @@ from dial_runtime.runtime.events import (
     DecidedEvent,
     LogEntry,
     OutcomeEvent,
+    ResumedEvent,
 )
 from dial_runtime.stores import MemoryStore
 from dial_runtime.transcript import Transcript, approvals_words
@@ -228,3 +231,104 @@ async def test_the_terminal_and_the_transcript_say_where_the_policy_stands() -> 
         "1 of 2 approvals: bob, escalated to cto"
     )
     assert approvals_words(msgspec.structs.replace(card, approvals_needed=0)) is None
+
+
+#: Every way to end a card, and who tries: a card the policy reserves for ``ops`` ends only by a named holder of
+#: ``ops``, through every means; anyone else's attempt is refused and logged, and the card waits on.
+ENDINGS: dict[str, Any] = {
+    "accept": lambda conversation, who: conversation.decide("sg-1", Accept(), **who),
+    "edit": lambda conversation, who: conversation.decide("sg-1", Edit({"table": "sessions"}), **who),
+    "dismiss": lambda conversation, who: conversation.decide("sg-1", Dismiss(), **who),
+    "say instead": lambda conversation, who: conversation.decide("sg-1", Say("never mind"), **who),
+    "new words": lambda conversation, who: conversation.say("never mind", **who),
+}
+OUTSIDERS: dict[str, tuple[dict[str, Any], str]] = {
+    "nobody named": ({}, "unknown-decider"),
+    "eve without roles": ({"by": "eve"}, "not-a-decider"),
+    "eve with another role": ({"by": "eve", "roles": ["dev"]}, "not-a-decider"),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("means", list(ENDINGS))
+@pytest.mark.parametrize("outsider", list(OUTSIDERS))
+async def test_only_a_decider_the_policy_admits_ends_a_card_by_any_means(means: str, outsider: str) -> None:
+    who, code = OUTSIDERS[outsider]
+    conversation, domain = await waiting(ApprovalPolicy(roles=frozenset({"ops"})))
+    before = [entry.event.type for entry in conversation.log]
+    result = await ENDINGS[means](conversation, who)
+    assert result.status == "awaiting" and result.outcomes == ()
+    assert [s.id for s in conversation.pending] == ["sg-1"] and domain.ran == []
+    (refused,) = events(conversation, ApprovalRefusedEvent)
+    assert (refused.suggestion_id, refused.code, refused.by) == ("sg-1", code, who.get("by"))
+    added = [entry.event.type for entry in conversation.log][len(before) :]
+    assert "decided" not in added and "said" not in added and "outcome" not in added
+    card = project(conversation.log).card("sg-1")
+    assert card is not None and card.waiting and card.approval_refused == refused.hint
+    check_log(list(conversation.log))
+    assert replay(conversation.log, conversation_id="c-1").divergences == ()
+    # The one the policy admits ends it, by the same means.
+    ended = await ENDINGS[means](conversation, {"by": "olga", "roles": ["ops"]})
+    assert "sg-1" not in [s.id for s in conversation.pending], ended
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("decision", ["dismiss", "say"])
+async def test_the_fold_refuses_a_log_where_an_outsider_ended_a_reserved_card(decision: str) -> None:
+    conversation, _ = await waiting(ApprovalPolicy(roles=frozenset({"ops"})))
+    await conversation.decide("sg-1", Dismiss(), by="olga", roles=["ops"])
+    log = list(conversation.log)
+    at = next(n for n, entry in enumerate(log) if isinstance(entry.event, DecidedEvent))
+    check_log(log)
+    forged_event = msgspec.structs.replace(log[at].event, decision=decision, by="eve", roles=())
+    forged = [*log[:at], msgspec.structs.replace(log[at], event=forged_event), *log[at + 1 :]]
+    with pytest.raises(LogError, match="may not be ended"):
+        check_log(forged)
+
+
+@pytest.mark.anyio
+async def test_the_fold_refuses_a_log_where_an_outsiders_words_superseded_a_reserved_card() -> None:
+    conversation, _ = await waiting(ApprovalPolicy(roles=frozenset({"ops"})))
+    await conversation.say("never mind", by="olga", roles=["ops"])
+    log = list(conversation.log)
+    at = next(n for n, entry in enumerate(log) if isinstance(entry.event, ResumedEvent))
+    assert log[at].event == ResumedEvent(call="say", by="olga", roles=("ops",))
+    check_log(log)
+    forged = [
+        *log[:at],
+        msgspec.structs.replace(log[at], event=ResumedEvent(call="say", by="eve")),
+        *log[at + 1 :],
+    ]
+    with pytest.raises(LogError, match="may not be superseded"):
+        check_log(forged)
+
+
+@pytest.mark.anyio
+async def test_a_vote_against_needs_the_role_too() -> None:
+    conversation, _ = await waiting(ApprovalPolicy(approvals=2, roles=frozenset({"ops"}), dismissal_ends=False))
+    await conversation.decide("sg-1", Dismiss(), by="eve")
+    (refused,) = events(conversation, ApprovalRefusedEvent)
+    assert refused.code == "not-a-decider" and not events(conversation, DecidedEvent)
+    await conversation.decide("sg-1", Dismiss(), by="olga", roles=["ops"])
+    assert [(d.decision, d.by) for d in events(conversation, DecidedEvent)] == [("dismiss", "olga")]
+    assert [s.id for s in conversation.pending] == ["sg-1"]
+
+
+@pytest.mark.anyio
+async def test_a_link_decides_a_card_once() -> None:
+    conversation, _ = await waiting(ApprovalPolicy(approvals=3, roles=frozenset({"ops"})))
+    await conversation.decide("sg-1", Accept(), by="olga", roles=["ops"], link="jti-1")
+    with pytest.raises(LinkRefused) as refused:
+        await conversation.decide("sg-1", Accept(), by="oscar", roles=["ops"], link="jti-1")
+    assert refused.value.reason == "replayed"
+    assert [(d.by, d.link) for d in events(conversation, DecidedEvent)] == [("olga", "jti-1")]
+    log = list(conversation.log)
+    again = DecidedEvent(suggestion_id="sg-1", decision="accept", by="oscar", roles=("ops",), link="jti-1")
+    with pytest.raises(LogError, match="single-use link"):
+        check_log(
+            [
+                *log,
+                LogEntry(seq=len(log) + 1, time=log[-1].time, event=ResumedEvent(call="decide")),
+                LogEntry(seq=len(log) + 2, time=log[-1].time, event=again),
+            ]
+        )

@@ -110,3 +110,70 @@ async def test_the_web_surface_never_sends_an_unexpected_exception_s_text() -> N
     wire = json.dumps([accepted, snapshot])
     assert SECRET not in wire
     assert "the action raised RuntimeError" in wire
+
+
+class RaisingNotes(Notes):
+    """Notes whose callback ``where`` raises an unexpected error with a secret in its text."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+
+    def _raise_in(self, where: str) -> None:
+        if where == self.where:
+            raise ValueError(f"cannot reach {SECRET}")
+
+    def validate(self, action: str, payload: Any) -> Any:
+        self._raise_in("validate")
+        return super().validate(action, payload)
+
+    def context(self) -> str:
+        self._raise_in("context")
+        return ""
+
+
+class RaisingHuman:
+    def decide(self, suggestion: Any) -> Any:
+        raise ValueError(f"the approvals database {SECRET} is down")
+
+    def answer(self, ask: Any) -> Any:
+        raise ValueError(f"the approvals database {SECRET} is down")
+
+
+class RaisingAgent(Agent):
+    def send(self, message: str) -> str:
+        raise ConnectionError(f"cannot reach {SECRET}")
+
+
+CALLBACKS = {
+    "domain.validate": lambda: (Agent([ADD, ACK]), RaisingNotes("validate"), policy_human("accept")),
+    "domain.context": lambda: (Agent([ADD, ACK]), RaisingNotes("context"), policy_human("accept")),
+    "human.decide": lambda: (Agent([ADD, ACK]), Notes(), RaisingHuman()),
+    "agent.send": lambda: (RaisingAgent([]), Notes(), policy_human("accept")),
+}
+
+
+@pytest.mark.parametrize("callback", list(CALLBACKS))
+async def test_a_callback_that_raises_gives_the_log_its_type_and_the_operator_its_text(
+    callback: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whichever callback raises by accident, ``say`` raises it to its caller as it was, the log and every
+    surface keep only its type, and the ``dial_runtime`` logger has its text and traceback."""
+    agent, domain, human = CALLBACKS[callback]()
+    conversation = Conversation(agent=agent, domain=domain, human=human)
+    with caplog.at_level(logging.ERROR, logger="dial_runtime"), pytest.raises(Exception, match="hunter2"):
+        await conversation.say("add milk")
+    log = conversation.log
+    for text in [
+        msgspec.json.encode(log).decode(),
+        msgspec.json.encode(project(log).items).decode(),
+        json.dumps([message.model_dump(mode="json") for message in messages_from_log(log)]),
+        written(log),
+    ]:
+        assert "hunter2" not in text
+    stopped = [entry.event for entry in log if entry.event.type in ("interrupted", "send-failed")]
+    assert stopped and all(
+        getattr(event, "reason", getattr(event, "error", None)) in ("ValueError", "ConnectionError")
+        for event in stopped
+    ), stopped
+    assert any(record.exc_info and "hunter2" in str(record.exc_info[1]) for record in caplog.records)

@@ -300,3 +300,19 @@ def test_reminders_and_escalations_the_server_fires_are_told_with_links(
     assert (reminded.recipients, escalated.recipients) == (("ada",), ("lee",))
     assert "accept" in reminded.links and "accept" in escalated.links
     assert len({waited.id, reminded.id, escalated.id}) == 3
+
+
+def test_links_for_recipients_without_auth_are_refused_at_start(tmp_path: Path) -> None:
+    """Without ``auth`` every caller is ``local``: a link made for anyone else could never be used."""
+    with pytest.raises(ValueError, match="need auth") as refused:
+        links_app(
+            tmp_path / "c.db",
+            {},
+            KEYRING,
+            MemoryUsedTokens(),
+            auth=None,
+            public_url=PUBLIC,
+            notifications=quick("http://127.0.0.1:9/hook"),
+            recipients=lambda thread, card: ["rex"],
+        )
+    assert "\n" not in str(refused.value)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard, cast
 import anyio
 import anyio.lowlevel
 
-from ..errors import ConversationBusy, IllegalTransition, Interruption, LogError
+from ..errors import ConversationBusy, DialError, IllegalTransition, Interruption, LogError
 from ..language.outcomes import Outcome
 from ..runtime.core import Call, ConversationCore, deliberate
 from ..runtime.effects import (
@@ -386,17 +386,20 @@ class Conversation:
             self._writing = (token, anyio.Lock(fast_acquire=True))
         return self._writing[1]
 
-    async def say(self, text: str | None = "", *, by: str | None = None) -> TurnResult:
+    async def say(self, text: str | None = "", *, by: str | None = None, roles: Iterable[str] = ()) -> TurnResult:
         """Send the person's words (with whatever is owed) and run turns until the agent needs nothing back;
-        ``by`` names who spoke, for the log (``said``) and what it shows.
+        ``by`` names who spoke, for the log (``said``) and what it shows, and ``roles`` are theirs.
 
         Returns at once with status ``"ended"`` after the conversation ended (the words are logged, nothing is
         sent), and with ``"idle"`` and no turn when there are no words and nothing is owed. Words said while
-        suggestions await a deferred decision supersede them. Raises :class:`ConversationBusy` while another call
-        drives the conversation, and the original exception of a failed send.
+        suggestions await a deferred decision supersede them, since they end those suggestions: when the approval
+        policy of one of them does not admit ``by`` with ``roles`` (see ``decide``), nothing is said, each such
+        suggestion gets an ``approval-refused`` on the log, and the result is ``awaiting``. Raises
+        :class:`ConversationBusy` while another call drives the conversation, and the original exception of a
+        failed send.
         """
         words = text or ""
-        return await self._hold(self._core.say, words, by)
+        return await self._hold(self._core.say, words, by, tuple(roles))
 
     async def decide(
         self,
@@ -407,6 +410,7 @@ class Conversation:
         shown: str | None = None,
         via: str | None = None,
         roles: Iterable[str] = (),
+        link: str | None = None,
     ) -> TurnResult:
         """Take the person's deferred decision on a suggestion and carry on with the conversation.
 
@@ -417,16 +421,21 @@ class Conversation:
         the log as the store has it, so a decision on a payload that is no longer the one waiting cannot run.
         ``via`` names the surface it came through (``"web"``, ``"terminal"``, ``"cli"``), for the log's audit;
         ``roles`` are the decider's, which an action's approval policy may require (``ApprovalPolicy``). Under a
-        policy an accept is one approval: the result is ``awaiting`` until the policy is met, and the action runs
-        once, when it is.
+        policy only a named person holding one of its roles may end the suggestion, by any decision (or by new
+        words, see ``say``); a refused decision is logged (``approval-refused``) and the suggestion waits on. An
+        accept is one approval: the result is ``awaiting`` until the policy is met, and the action runs once,
+        when it is. ``link`` is the id of the single-use decision link the decision comes through
+        (``LinkClaims.token_id``): it is logged with the decision, checked under the lock, so one link decides
+        a suggestion once however many people race to use it.
 
         Changes nothing and raises :class:`~dial_runtime.AlreadyDecided` (``by``, ``how``) when the suggestion has
         ended (another tab or worker decided it), :class:`~dial_runtime.PayloadChanged` when ``shown`` does not
-        match, ``DialError`` when there is no such suggestion awaiting a decision.
+        match, :class:`~dial_runtime.LinkRefused` (``replayed``) when ``link`` decided it already, ``DialError``
+        when there is no such suggestion awaiting a decision.
         """
         chosen = as_decision(decision)
         held = tuple(roles)
-        return await self._hold(lambda: self._core.decide(suggestion_id, chosen, by, shown, via, held))
+        return await self._hold(lambda: self._core.decide(suggestion_id, chosen, by, shown, via, held, link))
 
     async def answer(self, ask_id: str, text: str | None, *, by: str | None = None) -> TurnResult:
         """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands);
@@ -597,6 +606,11 @@ class Conversation:
                 else:
                     value = await _PERFORMERS[kind](self, call, effect)
             except BaseException as raised:
+                if isinstance(raised, Exception) and not isinstance(raised, DialError):
+                    # The log keeps only its type (``reason``): its text and traceback are the operator's.
+                    logger.error(
+                        "%s raised while %s was performed", type(raised).__name__, kind.__name__, exc_info=raised
+                    )
                 value, error = None, raised
 
     def _context(self, effect: GetContext) -> object:

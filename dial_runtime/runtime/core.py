@@ -27,6 +27,7 @@ from ..errors import (
     DialError,
     DialSizeError,
     Interruption,
+    LinkRefused,
     LogError,
     PayloadChanged,
     RecordedError,
@@ -129,7 +130,6 @@ from .log import EventLog
 from .records import (
     Accept,
     ActionSpec,
-    ApprovalPolicy,
     Ask,
     Defer,
     Dismiss,
@@ -140,7 +140,16 @@ from .records import (
     as_decision,
     payload_digest,
 )
-from .state import ADMITTED, ConversationState, OpenSuggestion, fold_log, proposal_key
+from .state import (
+    ADMITTED,
+    ConversationState,
+    OpenSuggestion,
+    approval_refusal,
+    deciding_roles,
+    end_refusals,
+    fold_log,
+    proposal_key,
+)
 
 #: The loop states in which a call goes on turning (neither ended nor parked for the person), and those that start
 #: a turn: read from the table once.
@@ -198,12 +207,16 @@ Call = Generator[Effect, Any, TurnResult]
 
 
 def reason(error: BaseException) -> str:
-    """Why a call stopped, in words a person reads: the error's type and message (a recorded error's own
-    words), or what stopped it."""
+    """Why a call stopped, in words the log keeps and a person reads: what stopped it, the library's own words
+    for its errors (a recorded error's, an agent's endpoint refusing), and for any other exception (raised by a
+    callback of the domain's, the agent's, the person's) its type alone, since its text may hold anything (a
+    DSN, a path, a key): the driver gives that text to the ``dial_runtime`` logger only."""
     if isinstance(error, RecordedError):
         return str(error)
-    if isinstance(error, Exception):
+    if isinstance(error, DialError):
         return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    if isinstance(error, Exception):
+        return type(error).__name__
     if isinstance(error, KeyboardInterrupt):
         return "interrupted by the person (Ctrl-C)"
     if isinstance(error, SystemExit):
@@ -452,12 +465,20 @@ class ConversationCore:
 
     # --- the calls ---------------------------------------------------------------------------------------------
 
-    def say(self, words: str, by: str | None = None) -> Call:
-        """Send the person's words (``by`` who spoke, when known) with whatever is owed, and run turns until the
-        agent needs nothing back."""
+    def say(self, words: str, by: str | None = None, roles: Iterable[str] = ()) -> Call:
+        """Send the person's words (``by`` who spoke, holding ``roles``, when known) with whatever is owed, and
+        run turns until the agent needs nothing back. Words said over suggestions waiting for the person
+        supersede them, unless the approval policy of one of them does not admit the speaker: then nothing is
+        said, and the log keeps why (``approval-refused`` for each such suggestion)."""
         state = self.state
         if state.loop not in BEGINNING:  # new words supersede what waits for the person
-            self.record(ResumedEvent(call="say"))
+            overtaken = state.superseded()
+            held = deciding_roles(overtaken, roles)
+            refused = end_refusals(overtaken, by, held)
+            if refused:
+                self.record(ResumedEvent(call="decide"))
+                return self._drive("", self._refusing(refused, by, held, "say"))
+            self.record(ResumedEvent(call="say", by=by, roles=held))
             self._abandon(OVERTAKEN)
             self.record(InterruptedEvent(turn=state.turn, reason=OVERTAKEN))
             self.record(FinishedEvent(status="interrupted", turns=state.turn))
@@ -474,17 +495,22 @@ class ConversationCore:
         shown: str | None = None,
         via: str | None = None,
         roles: tuple[str, ...] = (),
+        link: str | None = None,
     ) -> Call:
         """Take the person's deferred decision on a suggestion and carry on. Nothing changes when it is not
         awaiting one: :class:`AlreadyDecided` when it has ended, ``DialError`` otherwise; nor when ``shown`` (the
-        digest of the payload the person saw) is not the waiting payload's: :class:`PayloadChanged`."""
+        digest of the payload the person saw) is not the waiting payload's: :class:`PayloadChanged`; nor when
+        ``link`` (the id of the single-use link the decision comes through) decided it already:
+        :class:`LinkRefused` (``replayed``)."""
         opened = self.state.open_suggestions.get(suggestion_id)
         if opened is None or not opened.deferred:
             raise self._not_waiting(suggestion_id, "suggestion", "a decision")
         if shown is not None and shown != (waiting := payload_digest(opened.action, opened.payload)):
             raise PayloadChanged(suggestion_id, shown=shown, waiting=waiting)
+        if link is not None and link in opened.links:
+            raise LinkRefused("replayed", "the link has been used already")
         self.record(ResumedEvent(call="decide"))
-        return self._drive("", self._decided(opened, decision, by, via, roles))
+        return self._drive("", self._decided(opened, decision, by, via, roles, link))
 
     def answer(self, ask_id: str, text: str, by: str | None) -> Call:
         """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands)."""
@@ -1083,14 +1109,35 @@ class ConversationCore:
         by: str | None,
         via: str | None,
         roles: tuple[str, ...] = (),
+        link: str | None = None,
     ) -> Generator[Effect, Any, None]:
         """Apply a decision that arrived later; a refusal leaves the suggestion deferred again."""
         if isinstance(decision, Defer):
             self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
             return
-        yield from self._apply(opened, decision, by=by, via=via, roles=roles)
+        yield from self._apply(opened, decision, by=by, via=via, roles=roles, link=link)
         if opened.id in self.state.open_suggestions and opened.deciding and not opened.deferred:
             self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
+
+    def _refusing(
+        self,
+        refused: list[tuple[str, str, str]],
+        by: str | None,
+        roles: tuple[str, ...],
+        decision: Literal["dismiss", "say"] | None = None,
+    ) -> Generator[Effect, Any, None]:
+        """Record why ``by`` may not end these suggestions (each id with a code and a hint) by ``decision``
+        (``None``: an approval): they wait on."""
+        for suggestion_id, code, hint in refused:
+            refusal = ApprovalRefusedEvent(
+                suggestion_id=suggestion_id, code=code, hint=hint, by=by, roles=roles, decision=decision
+            )
+            self.record(refusal, self.clock())
+            opened = self.state.open_suggestions[suggestion_id]
+            if not opened.deferred:  # asked in the call: the next decider decides later
+                self.record(DeferredEvent(subject_id=suggestion_id, kind="suggestion"))
+        return
+        yield  # makes this a generator that yields nothing
 
     def _apply(
         self,
@@ -1100,48 +1147,57 @@ class ConversationCore:
         by: str | None = None,
         via: str | None = None,
         roles: tuple[str, ...] = (),
+        link: str | None = None,
     ) -> Generator[Effect, Any, None]:
-        """Apply one decision of the person's (``by`` whom, ``via`` which surface, holding ``roles``): end the
-        suggestion, refuse its payload, or run it; a decision after the suggestion's deadline is not taken: it
-        expires instead. Under an approval policy an accept or an edit is an approval: refused when the policy
-        does not take it, waiting for the next when the policy needs more, and run once the policy is met."""
+        """Apply one decision of the person's (``by`` whom, ``via`` which surface, holding ``roles``, through the
+        single-use ``link`` of that id): end the suggestion, refuse its payload, or run it; a decision after the
+        suggestion's deadline is not taken: it expires instead. Under an approval policy only a named person the
+        policy admits may end the suggestion by any means (the fold's :func:`end_refusal`); an accept or an edit
+        is an approval, refused when the policy does not take it, waiting for the next when the policy needs
+        more, and run once the policy is met."""
         now = self.clock()
         if opened.deadline is not None and now > opened.deadline:
             self._expire(opened, by=by, via=via)
             return
         policy = opened.policy
-        roles = tuple(sorted(roles)) if policy is not None and policy.roles else ()
-        if isinstance(decision, Dismiss) and policy is not None and not policy.dismissal_ends:
-            self.record(DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by, via=via), now)
-            self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))  # a vote: it waits on
-            return
-        if isinstance(decision, (Accept, Edit)) and policy is not None:
-            refused = _approval_refusal(opened, policy, by, roles, editing=isinstance(decision, Edit))
-            if refused is not None:
-                code, hint = refused
-                refused_approval = ApprovalRefusedEvent(
-                    suggestion_id=opened.id, code=code, hint=hint, by=by, roles=roles
+        if isinstance(decision, (Dismiss, Say)):
+            ended = [opened] if isinstance(decision, Dismiss) else self.state.superseded(opened)
+            roles = deciding_roles(ended, roles)
+            refused = end_refusals(ended, by, roles)
+            if refused:
+                yield from self._refusing(
+                    refused, by, roles, "dismiss" if isinstance(decision, Dismiss) else "say"
                 )
-                self.record(refused_approval, now)
-                if not opened.deferred:  # asked in the call: the next approver decides later
-                    self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))
                 return
-        if isinstance(decision, Dismiss):
-            self.record(DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by, via=via), now)
-            done_before = opened.done_before
-            if done_before is None:
-                self._finish(opened, "dismissed")
-            else:
-                self._finish(opened, "dismissed", code=ALREADY_DONE, hint=already_done(done_before))
-            return
-        if isinstance(decision, Say):
-            self.record(
-                DecidedEvent(suggestion_id=opened.id, decision="say", text=decision.text, by=by, via=via), now
+            if isinstance(decision, Dismiss):
+                self.record(
+                    DecidedEvent(
+                        suggestion_id=opened.id, decision="dismiss", by=by, via=via, roles=roles, link=link
+                    ),
+                    now,
+                )
+                if policy is not None and not policy.dismissal_ends:
+                    self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))  # a vote: it waits on
+                    return
+                done_before = opened.done_before
+                if done_before is None:
+                    self._finish(opened, "dismissed")
+                else:
+                    self._finish(opened, "dismissed", code=ALREADY_DONE, hint=already_done(done_before))
+                return
+            said = DecidedEvent(
+                suggestion_id=opened.id, decision="say", text=decision.text, by=by, via=via, roles=roles, link=link
             )
-            waiting = [each for each in self.state.open_suggestions.values() if each.deferred]
-            for other in [opened, *waiting]:
+            self.record(said, now)
+            for other in ended:
                 self._finish(other, "superseded")
             return
+        roles = deciding_roles((opened,), roles)
+        if policy is not None:
+            refused_approval = approval_refusal(opened, by, roles, editing=isinstance(decision, Edit))
+            if refused_approval is not None:
+                yield from self._refusing([(opened.id, *refused_approval)], by, roles)
+                return
         if isinstance(decision, Edit):
             edited_payload = to_json_ready(decision.payload)
             unkept = _not_kept(decision.payload, edited_payload)
@@ -1157,11 +1213,15 @@ class ConversationCore:
                     by=by,
                     via=via,
                     roles=roles,
+                    link=link,
                 ),
                 now,
             )
         else:
-            self.record(DecidedEvent(suggestion_id=opened.id, decision="accept", by=by, via=via, roles=roles), now)
+            accepted = DecidedEvent(
+                suggestion_id=opened.id, decision="accept", by=by, via=via, roles=roles, link=link
+            )
+            self.record(accepted, now)
         if policy is not None and not opened.accepted:  # the fold counted this approval: more are needed
             self.record(
                 ApprovalWaitingEvent(suggestion_id=opened.id, approvers=opened.approvers, needed=policy.approvals)
@@ -1374,26 +1434,6 @@ def _due(opened: OpenSuggestion, now: float) -> bool:
         or (opened.remind_at is not None and now >= opened.remind_at)
         or (opened.escalate_at is not None and now >= opened.escalate_at)
     )
-
-
-#: The codes of an approval an action's policy does not take.
-UNKNOWN_DECIDER = "unknown-decider"
-ALREADY_APPROVED = "already-approved"
-NOT_A_DECIDER = "not-a-decider"
-
-
-def _approval_refusal(
-    opened: OpenSuggestion, policy: ApprovalPolicy, by: str | None, roles: tuple[str, ...], *, editing: bool
-) -> tuple[str, str] | None:
-    """Why ``policy`` does not take ``by``'s approval of ``opened`` (a code and a hint), or ``None``."""
-    if by is None:
-        return UNKNOWN_DECIDER, "This action needs named approvers: decide with by=<who>."
-    if by in opened.approvers and not editing:
-        return ALREADY_APPROVED, f"{by} approved it already; it needs {policy.approvals} different people."
-    approving = opened.approving_roles(policy)
-    if policy.roles and not approving.intersection(roles):
-        return NOT_A_DECIDER, f"It is approved by one of: {', '.join(sorted(approving))}."
-    return None
 
 
 def idempotency_key(conversation: str | None, began: float | None, suggestion_id: str, attempt: int) -> str:

@@ -308,7 +308,8 @@ class DecidedEvent(_Logged, frozen=True, kw_only=True, tag="decided", omit_defau
     """The person (``by``, when known) decided: ``accept``, ``dismiss``, ``edit``, ``say`` or ``expire``, through
     ``via`` when the surface says (``"web"``, ``"terminal"``; ``None``: the program's own code). An ``expire``
     ends a suggestion whose deadline passed; its ``by`` and ``via``, when set, are whose decision came too late.
-    ``roles`` are the decider's, when the suggestion's approval policy names roles.
+    ``roles`` are the decider's, when the suggestion's approval policy names roles; ``link`` is the id of the
+    single-use decision link the decision was made with (each link decides a suggestion once).
 
     An edit carries the payload before (``previous``) and after (``payload``); a say carries its ``text``.
     """
@@ -323,6 +324,7 @@ class DecidedEvent(_Logged, frozen=True, kw_only=True, tag="decided", omit_defau
     by: str | None = msgspec.field(default_factory=_NONE)
     via: str | None = None
     roles: tuple[str, ...] = ()
+    link: str | None = None
 
 
 class DeferredEvent(_Logged, frozen=True, kw_only=True, tag="deferred"):
@@ -334,9 +336,10 @@ class DeferredEvent(_Logged, frozen=True, kw_only=True, tag="deferred"):
 
 
 class ApprovalRefusedEvent(_Logged, frozen=True, kw_only=True, tag="approval-refused", omit_defaults=True):
-    """An approval the suggestion's policy does not take (``code``: ``unknown-decider``, ``not-a-decider``,
+    """A decision the suggestion's policy does not take (``code``: ``unknown-decider``, ``not-a-decider``,
     ``already-approved``), by whom (holding ``roles``, when the policy names roles) and why (``hint``); the
-    suggestion waits as it did."""
+    suggestion waits as it did. ``decision`` is what was refused when it was not an approval: a ``dismiss``, or
+    a ``say`` (words that would have superseded it, through ``say`` or a decision to say something instead)."""
 
     type: ClassVar[str] = "approval-refused"
     suggestion_id: str
@@ -344,6 +347,7 @@ class ApprovalRefusedEvent(_Logged, frozen=True, kw_only=True, tag="approval-ref
     hint: str
     by: str | None = None
     roles: tuple[str, ...] = ()
+    decision: Literal["dismiss", "say"] | None = None
 
 
 class RemindedEvent(_Logged, frozen=True, kw_only=True, tag="reminded"):
@@ -416,12 +420,15 @@ class FlowMovedEvent(_Logged, frozen=True, kw_only=True, tag="flow-moved"):
     action: str
 
 
-class ResumedEvent(_Logged, frozen=True, kw_only=True, tag="resumed"):
+class ResumedEvent(_Logged, frozen=True, kw_only=True, tag="resumed", omit_defaults=True):
     """A call took up a conversation that was awaiting the person (``decide``, ``answer``, ``resume``, or
-    ``expire``: deadlines passed with nobody deciding), or whose words ``say`` supersedes."""
+    ``expire``: deadlines passed with nobody deciding), or whose words ``say`` supersedes: then ``by`` and
+    ``roles`` are the speaker's, whom the waiting suggestions' approval policies must admit."""
 
     type: ClassVar[str] = "resumed"
     call: ResumingCall
+    by: str | None = None
+    roles: tuple[str, ...] = ()
 
 
 class HandledEvent(_Logged, frozen=True, kw_only=True, tag="handled"):

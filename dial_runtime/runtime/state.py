@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import attrs
@@ -148,6 +148,7 @@ class OpenSuggestion(msgspec.Struct):
     escalate_at: float | None = None  # when it escalates, until it has
     escalate_to: tuple[str, ...] = ()  # the roles it escalates to, which may approve it once it has
     escalated: bool = False
+    links: tuple[str, ...] = ()  # the ids of the single-use links its decisions were made with
 
     def suggestion(self) -> Suggestion:
         """The record the person decides on."""
@@ -286,6 +287,11 @@ class ConversationState:
                 return True
         return False
 
+    def superseded(self, deciding: OpenSuggestion | None = None) -> list[OpenSuggestion]:
+        """The suggestions new words end: ``deciding`` (the one decided on), then every other deferred one."""
+        waiting = [each for each in self.open_suggestions.values() if each.deferred and each is not deciding]
+        return waiting if deciding is None else [deciding, *waiting]
+
     def used(self, ident: str) -> bool:
         """Whether a suggestion or an ask of this conversation has the id already.
 
@@ -346,6 +352,12 @@ class ConversationState:
         self.speaker = event.by
 
     def _resumed(self, event: ResumedEvent) -> None:
+        if (
+            event.call == "say"
+            and self.open_suggestions
+            and (refused := end_refusals(self.superseded(), event.by, event.roles))
+        ):
+            raise _Refusal(f"suggestion {refused[0][0]!r} may not be superseded by {event.by!r}'s words")
         life = _LIFE_BEGIN[self.life]
         self.loop = TURN_LOOP.fire(self.loop, "resume")
         self.life = life
@@ -614,15 +626,25 @@ class ConversationState:
             raise _Refusal(f"suggestion {event.suggestion_id!r} is decided after its deadline: it expired")
         opened.deferred = False
         policy = opened.policy
+        if event.link is not None:
+            if event.link in opened.links:
+                raise _Refusal(f"suggestion {event.suggestion_id!r} is decided twice by one single-use link")
+            opened.links = (*opened.links, event.link)
         if decision == "accept":
-            opened.accepted = True if policy is None else _approved(opened, policy, event, opened.approvers)
+            opened.accepted = True if policy is None else _approved(opened, policy, event, editing=False)
         elif decision == "edit":
             if event.previous != opened.payload:
                 raise _Refusal(f"suggestion {event.suggestion_id!r} was edited from a payload it did not have")
             opened.payload = event.payload
             opened.edited = True
             # An edit is its editor's approval of the new payload: approvals of the one before it no longer count.
-            opened.accepted = True if policy is None else _approved(opened, policy, event, ())
+            opened.accepted = True if policy is None else _approved(opened, policy, event, editing=True)
+        elif decision == "expire":
+            opened.state = SUGGESTION.fire(opened.state, decision)
+        elif refused := end_refusals(
+            [opened] if decision == "dismiss" else self.superseded(opened), event.by, event.roles
+        ):
+            raise _Refusal(f"suggestion {refused[0][0]!r} may not be ended by {event.by!r} ({refused[0][1]})")
         elif decision == "dismiss" and policy is not None and not policy.dismissal_ends:
             return  # a vote against: the suggestion waits on for approvals, or its deadline
         elif decision == "say":
@@ -728,18 +750,64 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
 """How the fold takes each kind of event (every kind has its own: a test holds them to ``EVENT_TYPES``)."""
 
 
-def _approved(
-    opened: OpenSuggestion, policy: ApprovalPolicy, event: DecidedEvent, before: tuple[str, ...]
-) -> bool:
-    """Take ``event``'s approval of ``opened`` under its ``policy`` after the approvals ``before``: refused when
-    it names nobody, a person who approved already, or one without the policy's roles; whether the policy is
-    met."""
-    by = event.by
-    if by is None or by in before:
-        raise _Refusal(f"suggestion {opened.id!r}: an approval names a person who has not approved it yet")
-    if policy.roles and not opened.approving_roles(policy).intersection(event.roles):
-        raise _Refusal(f"suggestion {opened.id!r}: {by!r} holds none of the roles that approve it")
-    opened.approvers = (*before, by)
+#: The codes of a decision an action's policy does not take (``approval-refused``'s ``code``).
+UNKNOWN_DECIDER = "unknown-decider"
+ALREADY_APPROVED = "already-approved"
+NOT_A_DECIDER = "not-a-decider"
+
+
+def end_refusal(opened: OpenSuggestion, by: str | None, roles: Collection[str]) -> tuple[str, str] | None:
+    """Why ``by``, holding ``roles``, may not end ``opened`` by any means (accept, edit, dismiss, or new words
+    that supersede it), as a code and a hint; ``None`` when they may. A suggestion without an approval policy
+    may be ended by anyone who may decide; one with a policy only by a named person holding one of the roles
+    that approve it (any named person when the policy names no role)."""
+    policy = opened.policy
+    if policy is None:
+        return None
+    if by is None:
+        return UNKNOWN_DECIDER, "This action needs named deciders: decide with by=<who>."
+    approving = opened.approving_roles(policy)
+    if policy.roles and approving.isdisjoint(roles):
+        return NOT_A_DECIDER, f"It is decided by one of: {', '.join(sorted(approving))}."
+    return None
+
+
+def end_refusals(
+    ended: Iterable[OpenSuggestion], by: str | None, roles: Collection[str]
+) -> list[tuple[str, str, str]]:
+    """The suggestion id, code and hint of each of ``ended`` that ``by``, holding ``roles``, may not end
+    (:func:`end_refusal`)."""
+    return [(each.id, *refused) for each in ended if (refused := end_refusal(each, by, roles)) is not None]
+
+
+def deciding_roles(ended: Iterable[OpenSuggestion], roles: Iterable[str]) -> tuple[str, ...]:
+    """The decider's ``roles`` as a decision on ``ended`` logs them: sorted, and only when the approval policy
+    of one of them names roles."""
+    if any(each.policy is not None and each.policy.roles for each in ended):
+        return tuple(sorted(roles))
+    return ()
+
+
+def approval_refusal(
+    opened: OpenSuggestion, by: str | None, roles: Collection[str], *, editing: bool
+) -> tuple[str, str] | None:
+    """Why ``opened``'s policy does not take ``by``'s approval (an accept, or an edit, which approves the new
+    payload afresh): :func:`end_refusal`'s reasons, or a person who approved it already; ``None`` when it
+    does."""
+    refused = end_refusal(opened, by, roles)
+    if refused is not None or editing or by not in opened.approvers:
+        return refused
+    assert opened.policy is not None
+    return ALREADY_APPROVED, f"{by} approved it already; it needs {opened.policy.approvals} different people."
+
+
+def _approved(opened: OpenSuggestion, policy: ApprovalPolicy, event: DecidedEvent, *, editing: bool) -> bool:
+    """Take ``event``'s approval of ``opened`` under its ``policy`` (an edit's starts the approvals afresh),
+    refused as :func:`approval_refusal` says; whether the policy is met."""
+    refused = approval_refusal(opened, event.by, event.roles, editing=editing)
+    if refused is not None or event.by is None:
+        raise _Refusal(f"suggestion {opened.id!r}: its policy does not take this approval ({refused})")
+    opened.approvers = (event.by,) if editing else (*opened.approvers, event.by)
     return policy.met(opened.approvers, opened.asked_by)
 
 

@@ -18,7 +18,7 @@ import os
 import shlex
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any, NoReturn
@@ -143,14 +143,22 @@ class TerminalSurface:
     ``editor`` is the command that edits payloads (default: ``$EDITOR``; empty: edit inline). ``by`` names the
     person: it is recorded with every decision and answer taken through :meth:`take_up` (``Conversation.decide``
     and ``answer`` record who), and is there for the runtime to record with those taken during a turn.
+    ``roles`` are the person's, which an action's approval policy may require of whoever ends its card (by a
+    decision, or by new words over it).
     """
 
     def __init__(
-        self, console: Console | None = None, *, editor: str | None = None, by: str | None = None
+        self,
+        console: Console | None = None,
+        *,
+        editor: str | None = None,
+        by: str | None = None,
+        roles: Iterable[str] = (),
     ) -> None:
         self.console = console or Console(highlight=False)
         self.editor = os.environ.get("EDITOR", "") if editor is None else editor
         self.by = by
+        self.roles = tuple(roles)
         self.via = "terminal"  # the surface a decision taken here came through, for the log
         self.leaving = False
         self.lines: list[str] = []
@@ -669,7 +677,7 @@ class TerminalSurface:
             self._turn, self._turning = scope, conversation
             try:
                 if isinstance(item, Suggestion):
-                    result = await conversation.decide(item.id, chosen, by=self.by, via=self.via)
+                    result = await conversation.decide(item.id, chosen, by=self.by, via=self.via, roles=self.roles)
                 elif isinstance(item, Ask):
                     result = await conversation.answer(item.id, chosen, by=self.by)
                 else:
@@ -714,7 +722,7 @@ class TerminalSurface:
         with anyio.CancelScope() as scope:
             self._turn, self._turning = scope, conversation
             try:
-                result = await conversation.say(words)
+                result = await conversation.say(words, by=self.by, roles=self.roles)
             except Exception as error:
                 self.note(f"   (the turn stopped: {type(error).__name__}: {error})", "red")
             finally:

@@ -301,15 +301,21 @@ def create_app(
     tell, as principals (what ``auth`` returns; each notifier resolves them to addresses): each gets a ``waiting``
     notification of their own, with links only they can use when there are ``links`` and a ``public_url``
     (``accept``, unless the payload waiting was refused, ``dismiss``, and ``open``, whose page also offers the
-    editor; valid for a day), its id telling it from another's. Without ``recipients`` one notification, with no
-    recipients and no links, goes to every notifier. They are built when the run ends and sent once its response
-    is complete (a deadline's, in the lifespan), never in its way: a notifier that fails, or ``recipients`` that
-    raises, is logged and the run is unchanged.
+    editor; valid for a day), its id telling it from another's; such links need ``auth`` (without it every
+    caller is ``"local"``, who could use none of them: refused at start). Without ``recipients`` one
+    notification, with no recipients and no links, goes to every notifier. They are built when the run ends and
+    sent once its response is complete (a deadline's, in the lifespan), never in its way: a notifier that fails,
+    or ``recipients`` that raises, is logged and the run is unchanged.
     """
     if (used_tokens is not None or public_url is not None) and links is None:
         raise ValueError("create_app: used_tokens and public_url go with links (a Keyring)")
     if recipients is not None and notifications is None:
         raise ValueError("create_app: recipients go with notifications")
+    if recipients is not None and links is not None and public_url is not None and auth is None:
+        raise ValueError(
+            "create_app: links for named recipients need auth: without it every caller is 'local', so nobody "
+            "else could use the link mailed to them"
+        )
     if public_url is not None:
         decide_url(public_url)
     domain_factory: DomainFactory | None = None
@@ -927,8 +933,10 @@ class _WebSurface:
             return refusal.response()
 
     async def _decide_by_link(self, linked: _Linked, principal: str, decision: str, payload: Any) -> Response:
-        """Take the decision a checked link allows: ``decide(..., shown=<the token's digest>, via="link")`` under
-        the conversation's lock; its token is marked used once the decision is in the log."""
+        """Take the decision a checked link allows: ``decide(..., shown=<the token's digest>, via="link",
+        link=<the token's id>)`` under the conversation's lock, where the log refuses a second decision through
+        the same link however the requests race; the token is also marked used once the decision is in the log,
+        which refuses a replay before any card is read."""
         settings = self.settings
         claims = linked.claims
         thread, suggestion_id = claims.conversation_id, claims.suggestion_id
@@ -952,7 +960,13 @@ class _WebSurface:
                 if isinstance(subject, Suggestion) and not self._may_decide(principal, subject):
                     raise _LinkRefusal("forbidden", f"{principal[:60]} may not decide {suggestion_id[:60]!r}")
                 result = await conversation.decide(
-                    suggestion_id, chosen, by=principal, shown=claims.digest, via=LINK_VIA, roles=linked.roles
+                    suggestion_id,
+                    chosen,
+                    by=principal,
+                    shown=claims.digest,
+                    via=LINK_VIA,
+                    roles=linked.roles,
+                    link=claims.token_id,
                 )
                 status = result.status
             finally:
@@ -970,6 +984,8 @@ class _WebSurface:
                 "the payload changed after the link was made: show it again",
                 card=self._card_now(conversation, suggestion_id),
             ) from None
+        except LinkRefused as refused:  # the link decided this card already, through another request
+            raise _LinkRefusal.of(refused, card=self._card_now(conversation, suggestion_id)) from None
         except _LinkRefusal:
             raise
         except DialError as error:
@@ -1095,7 +1111,7 @@ class _WebSurface:
                     opened_at = conversation.log[-1].seq if conversation.log else 0
                     for mapped in catch_up():
                         emit(mapped)
-                    roles = await self._roles(principal) if run.resume else frozenset[str]()
+                    roles = await self._roles(principal) if run.resume or words is not None else frozenset[str]()
                     plan = self._plan(conversation, mapper.projection, run.resume or [], words, principal, roles)
                     for ignored in plan.ignored:
                         emit(CustomEvent(name="dial.resume-entry-ignored", value=ignored))
@@ -1289,10 +1305,14 @@ class _WebSurface:
             if cancelled:
                 first = cancelled[0].id
                 plan.steps.append(
-                    _Step(lambda conversation: conversation.decide(first, Say(words), by=principal, via=VIA))
+                    _Step(
+                        lambda conversation: conversation.decide(
+                            first, Say(words), by=principal, via=VIA, roles=roles
+                        )
+                    )
                 )
             else:
-                plan.steps.append(_Step(lambda conversation: conversation.say(words, by=principal)))
+                plan.steps.append(_Step(lambda conversation: conversation.say(words, by=principal, roles=roles)))
         return plan
 
 
