@@ -5,10 +5,11 @@ decision, and an action whose policy needs more approvals than one link gives ne
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 import httpx
@@ -35,9 +36,12 @@ class OpsNotes(WebNotes):
     }
 
 
-def ops_app(store: str, scripts: dict[str, list[str]], keyring: Keyring) -> Any:
-    """The web surface on ``store`` where ``X-User`` names the caller and every ``op<N>`` holds ``ops``."""
-    return create_app(
+@contextlib.contextmanager
+def ops_app(url: str, scripts: dict[str, list[str]], keyring: Keyring) -> Iterator[str]:
+    """The web surface on the store at ``url``, served, where ``X-User`` names the caller and every ``op<N>``
+    holds ``ops``: its base URL; the store is closed after."""
+    store = open_store(url)
+    app = create_app(
         store=store,
         domain=OpsNotes(),
         agent=scripted_agents(scripts),
@@ -46,6 +50,11 @@ def ops_app(store: str, scripts: dict[str, list[str]], keyring: Keyring) -> Any:
         links=keyring,
         deadlines=None,
     )
+    try:
+        with serving(app, lifespan="on") as served:
+            yield served
+    finally:
+        anyio.run(store.aclose)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -89,8 +98,8 @@ def test_a_raced_role_link_counts_one_approval_on_every_store_and_worker(store_u
     scripts: dict[str, list[str]] = {}
     keyring = new_keyring()
     with (
-        serving(ops_app(store_url, scripts, keyring)) as one,
-        serving(ops_app(store_url, scripts, keyring)) as two,
+        ops_app(store_url, scripts, keyring) as one,
+        ops_app(store_url, scripts, keyring) as two,
         httpx.Client(base_url=one, timeout=30.0) as http,
     ):
         for _ in range(CARDS):
