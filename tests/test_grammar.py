@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from typing import Annotated, Any, ClassVar, Literal
 
 import jsonschema
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 from dial_runtime import ActionSpec, parse, validate
 from dial_runtime.agents.grammar import (
+    MAX_GRAMMAR_RULES,
     MAX_SCHEMA_DEPTH,
     Chars,
     Choice,
@@ -293,6 +295,14 @@ def chained(depth: int) -> tuple[dict[str, Any], int]:
     return {"$ref": "#/$defs/level0", "$defs": definitions}, 2 * depth + 1
 
 
+def open_arrays(depth: int) -> tuple[dict[str, Any], int]:
+    """Arrays of arrays ``depth`` deep with no bound on their items: inlined, each level doubled the grammar."""
+    schema: dict[str, Any] = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "array", "items": schema}
+    return schema, depth
+
+
 def arrays(depth: int) -> tuple[dict[str, Any], int]:
     """Arrays of arrays ``depth`` deep, each item the one branch of an ``anyOf`` (two levels)."""
     schema: dict[str, Any] = {"type": "integer"}
@@ -302,15 +312,32 @@ def arrays(depth: int) -> tuple[dict[str, Any], int]:
 
 
 @pytest.mark.parametrize("depth", [1, MAX_SCHEMA_DEPTH // 2 - 1, MAX_SCHEMA_DEPTH, 170, 300, 2000])
-@pytest.mark.parametrize("shape", [nested, chained, arrays])
-def test_a_schema_of_any_depth_gives_a_grammar(shape: Any, depth: int) -> None:
-    """Past ``MAX_SCHEMA_DEPTH`` levels the grammar admits any JSON value and says where; the replies it admits
-    are DIAL still, and within the limit their payloads are valid."""
+@pytest.mark.parametrize("shape", [nested, chained, arrays, open_arrays])
+def test_a_schema_within_the_depth_gives_a_grammar_and_a_deeper_one_is_refused(shape: Any, depth: int) -> None:
+    """Within ``MAX_SCHEMA_DEPTH`` levels the replies the grammar admits are DIAL with valid payloads, and the
+    grammar grows with the schema, not with its nesting; past it the schema is refused in one line."""
     schema, bottom = shape(depth)
+    if bottom >= MAX_SCHEMA_DEPTH:
+        started = time.perf_counter()
+        with pytest.raises(ValueError, match=f"nests deeper than {MAX_SCHEMA_DEPTH} schemas") as refused:
+            domain_grammar(SchemaDomain(schema), max_text=8, max_string=6)
+        assert "\n" not in str(refused.value) and "'do-it'" in str(refused.value)
+        assert time.perf_counter() - started < 5
+        return
     grammar = domain_grammar(SchemaDomain(schema), max_text=8, max_string=6)
     assert grammar.gbnf.startswith("root ::= ")
-    deep = [where for where in grammar.approximations if f"nested deeper than {MAX_SCHEMA_DEPTH}" in where]
-    assert len(deep) == (bottom >= MAX_SCHEMA_DEPTH)
+    assert len(grammar.gbnf) < 4_000 + 400 * bottom, len(grammar.gbnf)
     rng = random.Random(depth)
     for _ in range(3):
-        check_reply(sample(grammar, rng), {"do-it": None if deep else schema, "look": None})
+        check_reply(sample(grammar, rng), {"do-it": schema, "look": None})
+
+
+def test_a_grammar_past_its_rule_bound_is_refused_at_once() -> None:
+    """A schema of many optional properties, each an object of its own: over ``MAX_GRAMMAR_RULES`` rules."""
+    members = {
+        f"p{n}": {"type": "object", "properties": {"a": {"type": "string"}}} for n in range(MAX_GRAMMAR_RULES)
+    }
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match=f"more than {MAX_GRAMMAR_RULES} rules"):
+        domain_grammar(SchemaDomain({"type": "object", "properties": members}))
+    assert time.perf_counter() - started < 10

@@ -14,15 +14,18 @@ JSON Schema is translated for the subset payload schemas use: ``type`` (one or a
 ``boolean``, ``null``, ``array`` with ``items``/``minItems``/``maxItems``, ``anyOf``/``oneOf`` (``oneOf``
 branches are not made exclusive), ``nullable: true`` and local ``$ref`` into ``$defs``/``definitions``. Anything
 else (``pattern``, ``format``, numeric bounds, ``allOf``, ``not``, ...) makes that part of the schema accept any
-JSON value of its type, or any JSON value at all; so does a part nested deeper than :data:`MAX_SCHEMA_DEPTH`
-schemas (through properties, items, branches and references alike), which keeps the translation and the rendered
-rules within Python's stack for any schema. :attr:`Grammar.approximations` lists each such place, and the domain's
-own validation still refuses what does not fit. Text is bounded (``max_text`` characters per element)
+JSON value of its type, or any JSON value at all. :attr:`Grammar.approximations` lists each such place, and the
+domain's own validation still refuses what does not fit. Text is bounded (``max_text`` characters per element)
 so a small model cannot ramble forever inside one.
 
 The grammar is built as a small tree of rules (:class:`Literal`, :class:`Chars`, :class:`Sequence`,
 :class:`Choice`, :class:`Repeat`, :class:`Ref`) rendered to GBNF by :meth:`Grammar.gbnf`; the tests walk the same
-tree to draw random sentences and check each one.
+tree to draw random sentences and check each one. Every sub-schema (a property's, an array's items, a branch, a
+definition) is a rule of its own, named once and referred to wherever it is used, and so are the optional
+members of an object, so the grammar grows with the schema's size, never with its nesting (an array's items
+written inline, at every level, would double the grammar with each level). A schema nested deeper than
+:data:`MAX_SCHEMA_DEPTH` schemas (through properties, items, branches and references alike), or a grammar
+that would be over :data:`MAX_GRAMMAR_RULES` rules, is refused with a ``ValueError`` that says where.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from ..language import schema as language_schema
 from ..language.outcomes import escape_attribute
 
 __all__ = [
+    "MAX_GRAMMAR_RULES",
     "MAX_SCHEMA_DEPTH",
     "Chars",
     "Choice",
@@ -247,9 +251,14 @@ _JSON_WS = Repeat(Literal(" "), 0, 1)
 
 # ---------------------------------------------------------------------------------------------- JSON Schema
 
-#: How deep schemas nest inside one another (an object's property, an array's items, an ``anyOf`` branch, a
-#: ``$ref``'s definition: each one level) before the grammar stops following them and admits any JSON value there.
+#: How deep schemas may nest inside one another (an object's property, an array's items, an ``anyOf`` branch, a
+#: ``$ref``'s definition: each one level): a deeper schema is refused (``ValueError``).
 MAX_SCHEMA_DEPTH = 32
+
+#: The most rules one grammar may have (each sub-schema is one, an object's optional member one more): a domain
+#: whose schemas would need more is refused (``ValueError``), which bounds the grammar's size and the time to
+#: build it. A payload schema of a few hundred properties is well within it.
+MAX_GRAMMAR_RULES = 20_000
 
 
 class _SchemaRules:
@@ -262,6 +271,7 @@ class _SchemaRules:
         # Definition rules by the reference and the definitions it is read from: schemas share a rule only when
         # their definitions are the same.
         self._defs: dict[tuple[str, str], str] = {}
+        self._count = 1
         self._shared()
 
     def _shared(self) -> None:
@@ -318,17 +328,32 @@ class _SchemaRules:
         self.approximations.append(f"{where}: {why}")
         return fallback
 
+    def _named(self, node: Node) -> Node:
+        """``node`` as a rule of its own, referred to by name (a reference or a literal as it is)."""
+        if isinstance(node, (Ref, Literal, Chars)):
+            return node
+        if len(self.rules) >= MAX_GRAMMAR_RULES:
+            raise ValueError(
+                f"the grammar would need more than {MAX_GRAMMAR_RULES} rules: its schemas are too large"
+            )
+        name = f"s-{self._count}"
+        self._count += 1
+        self.rules[name] = node
+        return Ref(name)
+
     def node(self, schema: Any, where: str, root: Mapping[str, Any], depth: int = 0) -> Node:
         """The rule for values valid against ``schema`` (found at ``where``, ``depth`` schemas down; ``root``
-        holds its ``$defs``)."""
+        holds its ``$defs``): below the top, a rule of its own, referred to by name."""
+        built = self._build(schema, where, root, depth)
+        return built if depth == 0 else self._named(built)
+
+    def _build(self, schema: Any, where: str, root: Mapping[str, Any], depth: int) -> Node:
         if schema is True or schema == {}:
             return Ref("json-value")
         if not isinstance(schema, Mapping):
             return self._loose(where, "not a schema object", Ref("json-value"))
         if depth >= MAX_SCHEMA_DEPTH:
-            return self._loose(
-                where, f"nested deeper than {MAX_SCHEMA_DEPTH} schemas, not enforced", Ref("json-value")
-            )
+            raise ValueError(f"the schema at {where[:200]} nests deeper than {MAX_SCHEMA_DEPTH} schemas")
         if "$ref" in schema:
             return self._reference(schema["$ref"], where, root, depth)
         if "const" in schema:
@@ -440,14 +465,17 @@ class _SchemaRules:
         items: list[Node] = [Literal("{")]
         for index, name in enumerate(required):
             items += [comma, members[name]] if index else [members[name]]
+        # The optional members in schema order, each maybe: ``rest[i]`` is those from the i-th on, each with its
+        # comma, a rule of its own so that every member is written once.
+        rest: list[Node] = [_seq()]
+        for name in reversed(optional):
+            rest.append(self._named(_seq(Repeat(_seq(comma, members[name]), 0, 1), rest[-1])))
+        rest.reverse()
         if required:
-            items += [Repeat(_seq(comma, members[name]), 0, 1) for name in optional]
+            items.append(rest[0])
         else:
             # No required property: whichever optional one comes first has no comma before it.
-            firsts = [
-                _seq(members[name], *(Repeat(_seq(comma, members[later]), 0, 1) for later in optional[i + 1 :]))
-                for i, name in enumerate(optional)
-            ]
+            firsts = [self._named(_seq(members[name], rest[i + 1])) for i, name in enumerate(optional)]
             items.append(Repeat(_any_of(*firsts), 0, 1))
         items.append(Literal("}"))
         return Sequence(tuple(items))
@@ -579,7 +607,10 @@ def domain_grammar(
             actions.append((entry.name, Ref("json-value")))
             continue
         root = entry.schema if isinstance(entry.schema, Mapping) else {}
-        actions.append((entry.name, translator.node(entry.schema, f"{entry.name}#", root)))
+        try:
+            actions.append((entry.name, translator.node(entry.schema, f"{entry.name}#", root)))
+        except ValueError as refused:
+            raise ValueError(f"domain_grammar: action {entry.name!r}'s payload schema: {refused}") from None
     acts = _acts(rules, actions, max_text, max_options)
     rules["element"] = _any_of(*acts)
     rules["root"] = _seq(
