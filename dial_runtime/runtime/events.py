@@ -578,6 +578,7 @@ RENDERED = frozenset(
         "execute",
         "reminded",
         "escalated",
+        "unconfirmed",
     }
 )
 

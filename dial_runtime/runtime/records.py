@@ -91,7 +91,9 @@ def payload_digest(action: str, payload: Any) -> str:
 class Suggestion(msgspec.Struct, frozen=True, kw_only=True):
     """A valid proposal as the person sees it; ``issue`` is set after a refused edit, and ``preview`` then reads
     the refused payload (``payload``), so what the person is shown is what they would decide on. ``mutates``
-    and ``destructive`` are the action's marks."""
+    and ``destructive`` are the action's marks; ``done_before`` names the suggestion of this conversation that
+    already ran the same action with the same payload (as the card says), and ``deadline`` is when the time to
+    decide ends (seconds since the epoch), when it does."""
 
     id: str
     action: str
@@ -101,6 +103,8 @@ class Suggestion(msgspec.Struct, frozen=True, kw_only=True):
     destructive: bool = False
     mutates: bool = False
     issue: Issue | None = None
+    done_before: str | None = None
+    deadline: float | None = None
 
     @property
     def digest(self) -> str:

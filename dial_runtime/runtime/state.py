@@ -161,6 +161,8 @@ class OpenSuggestion(msgspec.Struct):
             destructive=self.destructive,
             mutates=self.mutates,
             issue=self.issue,
+            done_before=self.done_before,
+            deadline=self.deadline,
         )
 
     def approving_roles(self, policy: ApprovalPolicy) -> frozenset[str]:
