@@ -362,8 +362,9 @@ LONG = "x" * 70_000
         ("[" * 40 + "]" * 40, "payload-too-large"),
         ('{"amount": NaN}', "invalid-payload"),
         ('{"amount": Infinity}', "invalid-payload"),
+        ('{"text": "\\ud800"}', "invalid-payload"),
     ],
-    ids=["a 70,000-character string", "40 levels of nesting", "NaN", "Infinity"],
+    ids=["a 70,000-character string", "40 levels of nesting", "NaN", "Infinity", "a lone surrogate"],
 )
 async def test_a_payload_that_cannot_be_kept_whole_is_refused_never_cut(payload_text: str, code: str) -> None:
     domain = Witnessing()
@@ -371,6 +372,9 @@ async def test_a_payload_that_cannot_be_kept_whole_is_refused_never_cut(payload_
     conversation = Conversation(agent=Agent([reply, ACK]), domain=domain, human=policy_human())
     result = await conversation.say("list")
     assert [(outcome.status, outcome.code) for outcome in result.outcomes] == [("invalid", code)]
+    (outcome,) = result.outcomes
+    if "ud800" in payload_text:
+        assert outcome.hint is not None and "UTF-8" in outcome.hint and "nesting" not in outcome.hint
     assert domain.validated == [] and domain.ran == []
     assert logged_payloads(conversation, "suggestion") == logged_payloads(conversation, "action-started") == []
 
@@ -389,6 +393,30 @@ async def test_an_edit_that_cannot_be_kept_whole_is_refused_and_the_shown_payloa
     assert domain.ran == [] and logged_payloads(conversation, "decided") == []
     await conversation.decide("sg-1", Accept())
     assert domain.ran == [("add-note", {"text": "milk"})]
+
+
+EDITS_NOT_KEPT = [
+    ({"text": "\ud800"}, "invalid-payload", "UTF-8"),
+    ({"text": ("milk",)}, "invalid-payload", "tuple"),
+    ({1: "milk"}, "invalid-payload", "not a string"),
+    ({"text": {"milk"}}, "invalid-payload", "set"),
+    ({"amount": float("nan")}, "invalid-payload", "nan"),
+    ({"text": LONG}, "payload-too-large", "send a smaller one"),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("edited", "code", "said"), EDITS_NOT_KEPT, ids=[case[2] for case in EDITS_NOT_KEPT])
+async def test_an_edit_is_refused_with_its_real_reason(edited: Any, code: str, said: str) -> None:
+    conversation = Conversation(
+        agent=Agent([envelope(suggest("add-note", TEXT)), ACK]),
+        domain=Witnessing(),
+        human=scripted_human(["defer"]),
+    )
+    await conversation.say("add")
+    await conversation.decide("sg-1", Edit(edited))
+    (waiting,) = conversation.pending
+    assert waiting.issue is not None and (waiting.issue.code, said in (waiting.issue.hint or "")) == (code, True)
 
 
 # -- a bad tail changes nothing ------------------------------------------------------------------------------

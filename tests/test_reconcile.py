@@ -43,7 +43,7 @@ from dial_runtime.runtime.effects import (
 )
 from dial_runtime.runtime.events import ActionStartedEvent, LogEntry, OutcomeEvent
 from dial_runtime.runtime.projection import project
-from dial_runtime.stores import MemoryStore
+from dial_runtime.stores import MemoryStore, SQLiteStore
 
 from .fakes import Agent, envelope, suggest
 
@@ -328,3 +328,22 @@ async def test_a_domain_built_on_first_use_gets_the_runs_key() -> None:
     await conversation.say("mail ada")
     started = next(e.event for e in conversation.log if isinstance(e.event, ActionStartedEvent))
     assert built.keys == [started.key]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_stored_conversation_recovers_at_once_under_the_stores_lock(kind: str, tmp_path: Any) -> None:
+    """``recover()`` on a stored conversation closes the dead call now, as it does for one built from a log."""
+    store = MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "c.db")
+    try:
+        entries = died_running()
+        await store.append("c-1", entries, expected_seq=0)
+        domain = Mail({"sent": True})
+        conversation = await Conversation.open(store, "c-1", agent=Agent([]), domain=domain, human=policy_human())
+        await conversation.recover()
+        assert (ending(conversation).status, ending(conversation).reconciled) == ("done", True)
+        stored = await store.read("c-1")
+        assert [entry.event.type for entry in stored] == [entry.event.type for entry in conversation.log]
+        assert domain.keys == []  # nothing ran again
+    finally:
+        await store.aclose()

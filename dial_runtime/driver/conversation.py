@@ -340,10 +340,11 @@ class Conversation:
     async def recover(self) -> None:
         """Close now a call that a dead process left open in the log this conversation was built from (the next
         call does it otherwise), asking the domain's ``reconcile`` what became of an action it left running, and
-        expire what waited past its deadline. A stored conversation recovers in its calls, under the store's
-        lock."""
+        expire what waited past its deadline. A stored conversation does it under the store's lock, with what
+        others stored meanwhile (:class:`ConversationBusy` while another call holds it)."""
         if self._store is not None:
-            raise TypeError("Conversation.recover: a stored conversation recovers when it is opened or called")
+            await self._hold(lambda: None)
+            return
         await self._recover()
 
     def end(self) -> None:

@@ -15,7 +15,7 @@ drive a call with a list of inputs and no event loop.
 from __future__ import annotations
 
 import hashlib
-import json
+import math
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, Literal
@@ -226,16 +226,17 @@ def reason(error: BaseException) -> str:
 
 def _not_kept(payload: Any, kept: Any) -> Issue | None:
     """Why a payload cannot be logged as it is (``kept`` is its JSON-ready form, which the log holds): it holds
-    numbers JSON cannot (``NaN``, ``Infinity``) or is over a size limit. ``None`` when ``kept`` is the payload
-    itself, as it nearly always is: the payload validated is then the one logged, shown and run."""
+    what JSON cannot (``NaN``, a lone surrogate, a tuple or a set, a key that is not a string, an object), or is
+    over a size limit. ``None`` when ``kept`` is the payload itself, as it nearly always is: the payload validated
+    is then the one logged, shown and run."""
     if type(kept) is type(payload) and kept == payload:
         return None
     try:
-        json.dumps(payload, allow_nan=False)
-    except ValueError:
-        return Issue(code="invalid-payload", hint="The payload holds a number JSON cannot (NaN or Infinity).")
-    except (TypeError, RecursionError):
-        pass
+        why = _not_json(payload, 0)
+    except RecursionError:
+        why = None
+    if why is not None:
+        return Issue(code="invalid-payload", hint=f"The payload holds {why}; send plain JSON data.")
     return Issue(
         code="payload-too-large",
         hint=(
@@ -243,6 +244,39 @@ def _not_kept(payload: Any, kept: Any) -> Issue | None:
             "levels of nesting, or too much in all); send a smaller one."
         ),
     )
+
+
+def _not_json(value: Any, depth: int) -> str | None:
+    """What in ``value`` JSON data cannot hold as it is, in words; ``None`` when it is plain JSON data (then only
+    a size limit can have changed it). Stops looking past :data:`MAX_DEPTH` levels."""
+    kind = type(value)
+    if value is None or kind is bool or kind is int:
+        return None
+    if kind is float:
+        return None if math.isfinite(value) else f"a number JSON cannot hold ({value!r})"
+    if kind is str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "text that cannot be stored as UTF-8 (a lone surrogate such as \\ud800)"
+        return None
+    if depth > MAX_DEPTH:
+        return None
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return f"a key that is not a string ({type(key).__name__})"
+            why = _not_json(key, depth + 1) or _not_json(item, depth + 1)
+            if why is not None:
+                return why
+        return None
+    if kind is list:
+        for item in value:
+            why = _not_json(item, depth + 1)
+            if why is not None:
+                return why
+        return None
+    return f"a {kind.__name__}, which JSON has no form for"
 
 
 def deadline_words(passed: DeadlinePassed) -> str:
