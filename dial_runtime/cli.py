@@ -520,7 +520,8 @@ def _sign(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     """Check every chain (or those named) and, with a signature, the signed head: exit 0 when all match, 1 with
-    each mismatch named (a line per conversation), 2 when nothing could be checked (bad input)."""
+    each mismatch or conversation the store does not hold named (a line per conversation), 2 when nothing could be
+    checked (bad input)."""
     if (args.public_key is None) != (args.signature is None):
         _usage("--public-key and --signature go together: the signature is checked with the public key")
     signed, public = None, None
@@ -541,13 +542,22 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"{shown_url(args.store)} holds no conversation", file=sys.stderr)
         return 0
     width = max(len(check.conversation_id) for check in checks)
-    failed = 0
+    failed, absent = 0, []
     for check in checks:
-        missing = check.entries == 0  # named, or signed, but not in the store
-        failed += missing or not check.ok
-        said = "the store holds no such conversation" if missing else check.summary()
-        print(f"{check.conversation_id:<{width}}  {said}")
-    problems = [f"{failed} of {len(checks)} conversation(s) do not match their chain"] if failed else []
+        if check.entries == 0:  # named, or signed, but not in the store
+            absent.append(check.conversation_id)
+            print(f"{check.conversation_id:<{width}}  the store holds no such conversation")
+            continue
+        failed += not check.ok
+        print(f"{check.conversation_id:<{width}}  {check.summary()}")
+    problems = (
+        [f"{failed} of {len(checks) - len(absent)} conversation(s) do not match their chain"] if failed else []
+    )
+    if absent:
+        names = ", ".join(repr(each) for each in absent)
+        problems.insert(
+            0, f"{shown_url(args.store)} holds no conversation {names} (dial-runtime list --store URL lists them)"
+        )
     if signed is not None:
         match = signing.verify_head(
             signed, public, next(check for check in checks if check.conversation_id == signed.conversation_id)
@@ -562,8 +572,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     """Print the audit of one stored conversation (``--json``: as JSON): every proposal's story, with the hash
-    chain's verdict first. Exit 1 when the chain is broken or the log does not fold (the report then says what
-    the log now claims), 2 when there is nothing to audit (bad input)."""
+    chain's verdict first. Exit 1 when the chain is broken, the log does not fold (the report then says what the
+    log now claims), the store cannot be read or holds no such conversation."""
     import msgspec
 
     from .audit import audit, audit_text
@@ -585,10 +595,10 @@ def _audit(args: argparse.Namespace) -> int:
     try:
         rows, read_back = trio.run(read)
     except StoreError as error:
-        _usage(str(error))
+        raise _CommandError(str(error)) from None
     if not rows:
-        listing = "dial-runtime list --store URL lists it"
-        _usage(f"{shown_url(args.store)} holds no conversation {args.id!r} ({listing})")
+        listing = "dial-runtime list --store URL lists them"
+        raise _CommandError(f"{shown_url(args.store)} holds no conversation {args.id!r} ({listing})")
     chain = verify_log(rows, conversation_id=args.id)
     if isinstance(read_back, LogError):
         raise _CommandError(f"{args.id!r}: {chain.summary()}; the log cannot be read: {read_back}")
@@ -655,8 +665,7 @@ def _decide(args: argparse.Namespace) -> int:
     cli``; the conversation then carries on with its agent and domain. Prints how the suggestion stands."""
     import json
 
-    from .driver import Conversation
-    from .driver.built import AgentOnFirstUse, DeferringHuman
+    from .deadlines import conversation_opener
     from .errors import DialError
     from .runtime.records import Accept, Dismiss, Edit
     from .web.serve import agent_factory
@@ -676,24 +685,24 @@ def _decide(args: argparse.Namespace) -> int:
         except ValueError as error:
             _usage(f"--payload is not JSON: {error}")
     domain = load_domain(args.domain)
-    read_log(args.store, args.id)  # the conversation is there (read only: a mistyped store creates nothing)
+    # The conversation is there (read only: a mistyped store creates nothing), and the card as it was seen.
+    shown = project(read_log(args.store, args.id)).card(args.suggestion)
+    decided_before = 0 if shown is None else len(shown.decisions)
     store = open_url(args.store)
 
     async def work() -> str:
         try:
-            agent = AgentOnFirstUse(agent_factory(args.agent, domain), args.id)
-            conversation = await Conversation.open(
-                store, args.id, agent=agent, domain=domain, human=DeferringHuman()
-            )
-            agent.conversation = conversation
-            shown = project(conversation.log).card(args.suggestion)
-            decided_before = 0 if shown is None else len(shown.decisions)
+            # Built as serve builds one: a domain factory's domain (and the agent) only if a call uses it.
+            open_conversation = conversation_opener(store, agent=agent_factory(args.agent, domain), domain=domain)
+            conversation = await open_conversation(args.id)
             try:
                 result = await conversation.decide(
                     args.suggestion, decision, by=args.by, shown=args.shown, via="cli", roles=args.roles
                 )
             finally:
-                await agent.aclose()
+                close = getattr(conversation.agent, "aclose", None)  # the agent built on first use, if it was
+                if close is not None:
+                    await close()
             card = project(conversation.log).card(args.suggestion)
             if card is not None and card.approval_refused and len(card.decisions) == decided_before:
                 raise _CommandError(f"{args.suggestion} still waits: {card.approval_refused}")
@@ -953,9 +962,20 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(USAGE, f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when the package runs from a tree never installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dial-runtime")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line's argument parser."""
     parser = _OneLineParser(prog="dial-runtime", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"dial-runtime {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     check = commands.add_parser("validate", help="check a DIAL envelope against the schema")
@@ -1168,8 +1188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             message, status = str(error), error.status
         elif isinstance(error, DialError):
             message, status = " ".join(str(error).split()) or type(error).__name__, 1
-        else:
-            message, status = _described(error), 1
+        else:  # what a callback or a component raised: its words, and its kind only when it has none
+            message, status = " ".join(str(error).split()) or type(error).__name__, 1
         print(f"{name}: {message}", file=sys.stderr)
         if os.environ.get("DIAL_RUNTIME_TRACEBACK"):
             traceback.print_exception(raised)

@@ -76,7 +76,7 @@ def test_a_tampered_log_is_reported_as_such(
     assert (report.chain.broken.seq, report.chain.broken.kind) == (tampering.seq, tampering.kind)
 
 
-def test_an_unknown_conversation_or_store_is_bad_input(
+def test_an_unknown_conversation_or_store_is_a_refusal(
     stored: tuple[Backend, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, address = stored
@@ -86,4 +86,4 @@ def test_an_unknown_conversation_or_store_is_bad_input(
     ]
     for argv, says in missing:
         status, _, err = cli(argv, capsys)
-        assert status == 2 and err.count("\n") == 1 and says in err, err
+        assert status == 1 and err.count("\n") == 1 and says in err, err  # as log, export and replay say it

@@ -155,7 +155,12 @@ def add_tau2_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _tau2(args: argparse.Namespace) -> int:
-    from .tau2 import run_tau2_command
+    try:
+        from .tau2 import run_tau2_command
+    except ImportError as error:  # the MCP SDK or the tau2 server is missing: both come with the eval extra
+        raise _CommandError(
+            f"eval tau2 needs the eval extra (pip install 'dial-runtime[eval]'): {error.name}"
+        ) from None
 
     return run_tau2_command(args)
 
@@ -204,8 +209,8 @@ def _run_eval(args: argparse.Namespace) -> int:
     conversations = _stored(args.store, args.id) if args.store is not None else {}
     try:
         conversations.update(read_jsonl_logs(args.log))
-    except ValueError as error:
-        raise _CommandError(str(error)) from None
+    except ValueError as error:  # a --log file that cannot be read, or is not a log: the command line names it
+        _usage(str(error))
     domain = None if args.domain is None else load_domain(args.domain)
 
     async def scored() -> EvalReport:
@@ -213,8 +218,8 @@ def _run_eval(args: argparse.Namespace) -> int:
 
     try:
         report = anyio.run(scored)
-    except ValueError as error:  # a candidate URI that names no agent
-        raise _CommandError(str(error)) from None
+    except ValueError as error:  # a candidate URI that names no agent, or a script that cannot be read
+        _usage(str(error))
     print(report)
     try:
         if args.json is not None:

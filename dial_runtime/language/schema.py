@@ -29,6 +29,7 @@ import atexit
 import contextlib
 import functools
 import importlib.resources
+import json
 import pathlib
 import re
 from collections.abc import Iterable
@@ -39,6 +40,7 @@ from lxml import etree
 
 from dial_runtime.language.acts import ACT_NAMES, SPEECH_ACTS
 from dial_runtime.language.hardening import SAFE_OPTIONS
+from dial_runtime.language.records import is_json_type
 
 __all__ = [
     "SchemaIssue",
@@ -176,11 +178,27 @@ def validate(text: str, *, strict: bool = False) -> list[SchemaIssue]:
         return [_wrong_root(root)]
     schema = lxml_schema(strict)
     try:
-        if schema.validate(tree):
-            return []
+        valid = schema.validate(tree)
     except etree.XMLSchemaValidateError as error:  # libxml2's "internal error"; not seen without a DOCTYPE
         return [SchemaIssue(line=None, path=None, message=f"the schema validator failed: {error}")]
-    return _schema_issues(schema, tree)
+    return [*([] if valid else _schema_issues(schema, tree)), *_payload_issues(tree)]
+
+
+def _payload_issues(tree: etree._ElementTree) -> list[SchemaIssue]:
+    """A ``dial-payload`` whose type says JSON (none, ``application/json``, ``*/*+json``) but whose text is not
+    JSON: the schema cannot say so, and the runtime refuses such a proposal."""
+    issues = []
+    for payload in tree.iter("dial-payload"):
+        kind = payload.get("type")
+        if len(payload) or not is_json_type(kind):
+            continue
+        try:
+            json.loads((payload.text or "").strip())
+        except (ValueError, RecursionError) as error:
+            said = f"its type is {kind}" if kind else "it has no type, so it is JSON"
+            message = f"dial-payload: not valid JSON, though {said} ({' '.join(str(error).split())})"
+            issues.append(SchemaIssue(line=_line(payload.sourceline), path=tree.getpath(payload), message=message))
+    return issues
 
 
 def _wrong_root(root: etree._Element) -> SchemaIssue:
