@@ -24,6 +24,7 @@ from dial_runtime.language.outcomes import STATUSES, OutcomeFields
 from dial_runtime.runtime.events import (
     EVENT_TYPES,
     VOCABULARIES,
+    ApprovalRefusedEvent,
     DecidedEvent,
     DeferredEvent,
     Event,
@@ -232,6 +233,7 @@ WORDED: dict[str, Event] = {
     "finished": FinishedEvent(status="idle", turns=1),
     "inform": InformEvent(text="Noted.", act="inform"),
     "reply-cut": ReplyCutEvent(turn=1, cause="broken"),
+    "approval-refused": ApprovalRefusedEvent(suggestion_id="sg-1", code="not-a-decider", hint="h", decision="say"),
 }
 
 
@@ -244,6 +246,7 @@ def test_the_fixed_vocabularies_are_the_fields_literal_types() -> None:
         "finished": {"status"},
         "inform": {"act"},
         "reply-cut": {"cause"},
+        "approval-refused": {"decision"},
     }
     assert VOCABULARIES["outcome"]["status"] == set(STATUSES)
     assert VOCABULARIES["finished"]["status"] == set(CALL_STATUS.values())

@@ -288,6 +288,7 @@ def test_reminders_and_escalations_the_server_fires_are_told_with_links(
         store=f"sqlite:{tmp_path / 'escalating.db'}",
         domain=EscalatingNotes(),
         agent=scripted_agents(scripts),
+        auth=principal,
         links=keyring,
         public_url="http://127.0.0.1",
         notifications=quick(f"{url}/hook"),
