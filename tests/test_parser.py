@@ -1243,7 +1243,10 @@ def test_bug25_payload_end_tag_inside_json_string(payload: str) -> None:
         ("", ""),
         ("<dial></dial>", ""),
         ('<?xml version="1.0"?>\n<dial></dial>', '<?xml version="1.0"?>'),
-        ("```xml\n<dial></dial>\n```", "```xml\n\n```"),
+        ("```xml\n<dial></dial>\n```", ""),  # a fence around the envelope is not prose
+        ("Here you go:\n```xml\n<dial></dial>\n```\nAnything else?", "Here you go:\nAnything else?"),
+        ("Here:\n```xml\n<dial></dial>", "Here:"),  # a fence left open
+        ("Use ```x``` <dial></dial>", "Use ```x```"),  # inline, not a fence line
         ("Before\n<dial>\n<dial-inform>never closed", "Before"),
         ("a <dial/> b <dial></dial> c", "a  b <dial></dial> c"),
         ("<dialog>x</dialog>", "<dialog>x</dialog>"),

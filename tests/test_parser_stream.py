@@ -46,12 +46,13 @@ def expected_texts(reply: str) -> dict[tuple[str, int], str]:
     envelope = parse(reply)
     if envelope is None:
         return {("prose", -1): reply.strip()} if reply.strip() else {}
-    from dial_runtime.language.parser import envelope_bounds
+    from dial_runtime.language.parser import envelope_bounds, unfenced
 
     bounds = envelope_bounds(reply)
     assert bounds is not None
     start, end, _ = bounds
-    texts = {("prose", -1): reply[:start].strip(), ("prose", -2): reply[end:].strip()}
+    before, after = unfenced(reply[:start], reply[end:])
+    texts = {("prose", -1): before.strip(), ("prose", -2): after.strip()}
     for index, element in enumerate(envelope.elements):
         if element.type in ("dial-inform", "dial-acknowledge"):
             texts[(element.type.removeprefix("dial-"), index)] = getattr(element, "text", None) or ""
@@ -298,3 +299,28 @@ def test_an_empty_envelope_streams_what_follows_it_as_no_inform() -> None:
     reply = "<dial/><dial-inform>0"
     _, parser = stream([reply])
     assert all(delta.act == "prose" for delta in parser.text_deltas())
+
+
+FENCED = st.builds(
+    lambda before, tag, body, after, fence: f"{before}{fence}{tag}\n{body}\n{fence}{after}",
+    st.sampled_from(["", "Here you go:\n", "Sure!\n\n"]),
+    st.sampled_from(["", "xml", "html"]),
+    st.sampled_from(
+        ["<dial><dial-inform>Added.</dial-inform></dial>", "<dial>\n<dial-inform>x</dial-inform>\n</dial>"]
+    ),
+    st.sampled_from(["", "\nAnything else?", "\n\nBye."]),
+    st.sampled_from(["```", "````"]),
+)
+
+
+@settings(max_examples=200)
+@given(FENCED, st.lists(st.integers(min_value=0), max_size=12))
+def test_a_fence_around_the_envelope_never_reaches_the_person(reply: str, cuts: list[int]) -> None:
+    """A model's Markdown fence around its envelope is markup of the reply: neither the prose the whole parse
+    reads nor any text streamed early holds a backtick, and nothing streamed is taken back."""
+    streamed, parser = stream(split(reply, cuts))
+    final = parser.close()
+    assert final is not None and "`" not in final.prose
+    deltas = parser.text_deltas()
+    assert not any(delta.replaces for delta in deltas)
+    assert all("`" not in text for text in joined(deltas).values())

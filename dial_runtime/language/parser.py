@@ -73,6 +73,7 @@ __all__ = [
     "envelope_candidates",
     "extract_prose",
     "parse",
+    "unfenced",
 ]
 
 DEFAULT_MAX_SIZE: Final = 8 * 1024 * 1024
@@ -242,13 +243,39 @@ def extract_prose(text: str) -> str:
 
     ``"Hello <dial>…</dial> bye"`` gives ``"Hello  bye"``. The envelope is the one :func:`parse` reads (see
     there), so a ``<dial>`` quoted in prose stays in it, and so does a later envelope: nothing the agent wrote
-    disappears unreported. With no envelope the whole reply is returned, trimmed.
+    disappears unreported. With no envelope the whole reply is returned, trimmed. A Markdown code fence around
+    the envelope is not prose (see :func:`unfenced`).
     """
     found = envelope_bounds(text)
     if found is None:
         return text.strip()
     start, end, _ = found
-    return (text[:start] + text[end:]).strip()
+    return _prose_around(text, start, end)
+
+
+#: A Markdown code fence that opens right before an envelope: three or more backticks, an optional info string
+#: (``xml``), on a line of its own at the end of the prose before it.
+OPENING_FENCE: Final = re.compile(r"(?:\A|\n)[ \t]*`{3,}[ \t]*[\w+.-]*[ \t]*\s*\Z")
+#: The fence that closes it: on the first line of the prose after the envelope.
+CLOSING_FENCE: Final = re.compile(r"\A\s*`{3,}[ \t]*(?=\n|\Z)")
+
+
+def unfenced(before: str, after: str) -> tuple[str, str]:
+    """The prose before and after an envelope without the Markdown code fence a model wrapped the envelope in
+    (`````xml`` on the last line before it, ````` on the first line after it), which is markup of the reply,
+    not words for the person; each end is taken off on its own (a fence left open, or only closed, too)."""
+    opening = OPENING_FENCE.search(before) if "`" in before else None
+    closing = CLOSING_FENCE.match(after) if "`" in after else None
+    return (
+        before if opening is None else before[: opening.start()],
+        after if closing is None else after[closing.end() :],
+    )
+
+
+def _prose_around(text: str, start: int, end: int) -> str:
+    """The prose of ``text`` around the envelope at ``start:end``, unfenced, ends trimmed."""
+    before, after = unfenced(text[:start], text[end:])
+    return (before + after).strip()
 
 
 def envelope_bounds(text: str) -> tuple[int, int, bool] | None:
@@ -1170,7 +1197,7 @@ def parse(
         elements=candidate.elements,
         raw=candidate.raw,
         issues=issues.result() if issues.counts else (),
-        prose=(text[:start] + text[end:]).strip(),
+        prose=_prose_around(text, start, end),
         candidates=candidates,
     )
 

@@ -43,15 +43,18 @@ from dial_runtime.errors import DialSizeError
 from dial_runtime.language.parser import (
     _BUILDERS,
     _SURROGATE,
+    CLOSING_FENCE,
     DEFAULT_MAX_REPLY_SIZE,
     DEFAULT_MAX_SIZE,
     HARDENED_OPTIONS,
+    OPENING_FENCE,
     _find_end,
     _find_start,
     _inline_code,
     _Issues,
     envelope_bounds,
     parse,
+    unfenced,
 )
 from dial_runtime.language.records import Element, Envelope
 
@@ -59,6 +62,8 @@ __all__ = ["StreamParser", "TextDelta"]
 
 _PROSE_BEFORE: Final = -1
 _PROSE_AFTER: Final = -2
+#: What the first line after an envelope holds while it may still become a closing fence: backticks, then spaces.
+_FENCE_LINE: Final = re.compile(r"`+[ \t]*")
 
 
 TextAct = Literal["prose", "inform", "acknowledge"]
@@ -286,6 +291,8 @@ class StreamParser:
         self._deltas = _Deltas()
         self._before = _Trimmed()
         self._after = _Trimmed()
+        # The prose after the envelope, held while it may still be the fence that closes a fenced envelope.
+        self._after_head: str | None = ""
         self._acts = _OpenActs()
         self._closed = False
 
@@ -318,7 +325,7 @@ class StreamParser:
         self._chunks.append(chunk)
         self._text = None
         if self._ended:
-            self._prose(self._after, chunk, _PROSE_AFTER)
+            self._give_after(chunk)
             return []
         if self._pull is None:
             completed = self._look_for_start(chunk)
@@ -335,10 +342,11 @@ class StreamParser:
         return self._deltas.take()
 
     def prose_after(self) -> str:
-        """The prose after the envelope :func:`parse` reads, trimmed (empty while the envelope is open)."""
+        """The prose after the envelope :func:`parse` reads, without a fence that closes it, trimmed (empty while
+        the envelope is open)."""
         text = self.text
         found = envelope_bounds(text)
-        return "" if found is None or not found[2] else text[found[1] :].strip()
+        return "" if found is None or not found[2] else unfenced("", text[found[1] :])[1].strip()
 
     def close(self) -> Envelope | None:
         """Parse the whole reply; raises ``DialSizeError`` when the envelope or the reply is over its limit.
@@ -385,6 +393,9 @@ class StreamParser:
         keep = 0
         if self._ticks:
             keep = head.rfind("\n") + 1
+            opening = OPENING_FENCE.search(head, 0, keep)
+            if opening is not None:  # a fence may open right before the envelope: held until that is known
+                keep = opening.start() + (head[opening.start()] == "\n")
             self._ticks = "`" in head[keep:]
         if not self._ticks:
             lt = head.rfind("<", keep)
@@ -395,11 +406,12 @@ class StreamParser:
         self._prose(self._before, head[:keep], _PROSE_BEFORE)
 
     def _start(self, head: str, start: int, tag_end: int) -> list[Element]:
-        self._prose(self._before, head[:start], _PROSE_BEFORE)
+        self._prose(self._before, unfenced(head[:start], "")[0], _PROSE_BEFORE)
         absolute = self._pending_at + start
         self._pending = []
-        self.prose_before = self.text[:absolute]
-        self._base = self.prose_before.count("\n")
+        before = self.text[:absolute]
+        self.prose_before = unfenced(before, "")[0]
+        self._base = before.count("\n")
         self._tag_end = tag_end - start
         if head[start:tag_end].endswith("/>"):  # an empty envelope: nothing after its tag is inside it
             self._acts.done = True
@@ -471,7 +483,23 @@ class StreamParser:
         raw = "".join(self._envelope)
         end, _ = _find_end(raw, self._tag_end)
         self._ended = True
-        self._prose(self._after, raw[end:], _PROSE_AFTER)
+        self._give_after(raw[end:])
+
+    def _give_after(self, text: str) -> None:
+        """Pass on prose after the envelope, once its first line is known not to be, or to be, a closing fence
+        (which is left out)."""
+        held = self._after_head
+        if held is None:
+            self._prose(self._after, text, _PROSE_AFTER)
+            return
+        held += text
+        line = held.lstrip()
+        if not line or (line.startswith("`") and "\n" not in line and _FENCE_LINE.fullmatch(line)):
+            self._after_head = held  # nothing yet, or what may still be a fence
+            return
+        self._after_head = None
+        closing = CLOSING_FENCE.match(held)
+        self._prose(self._after, held if closing is None else held[closing.end() :], _PROSE_AFTER)
 
     # ------------------------------------------------------------------------------------------ completing
 
@@ -489,10 +517,11 @@ class StreamParser:
             self._finish(self._before, text.strip(), "prose", _PROSE_BEFORE)
             return
         start, end, _ = found
-        self._finish(self._before, text[:start].strip(), "prose", _PROSE_BEFORE)
+        before, after = unfenced(text[:start], text[end:])
+        self._finish(self._before, before.strip(), "prose", _PROSE_BEFORE)
         for index, element in enumerate(envelope.elements):
             self._finish_element(element, index)
-        self._finish(self._after, text[end:].strip(), "prose", _PROSE_AFTER)
+        self._finish(self._after, after.strip(), "prose", _PROSE_AFTER)
 
     def _finish(self, trimmed: _Trimmed, final: str, act: TextAct, element: int) -> None:
         given = trimmed.text()
