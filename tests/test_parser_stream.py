@@ -318,7 +318,7 @@ FENCED = st.builds(
 def test_a_fence_around_the_envelope_never_reaches_the_person(reply: str, cuts: list[int]) -> None:
     """A model's Markdown fence around its envelope is markup of the reply: neither the prose the whole parse
     reads nor any text streamed early holds a backtick, and nothing streamed is taken back."""
-    streamed, parser = stream(split(reply, cuts))
+    _, parser = stream(split(reply, cuts))
     final = parser.close()
     assert final is not None and "`" not in final.prose
     deltas = parser.text_deltas()
