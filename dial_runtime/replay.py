@@ -501,8 +501,10 @@ class _Replayer:
                 raise RecordedError("LookupError: the recording holds no answer to this message")
             raise _Died
         if isinstance(answer, NoReplyEvent):
-            budget = NoReply(self.options["call_timeout"] or 0.0, call=True)
-            return budget if answer.error == no_reply_words(budget) else NoReply(self.options["timeout"] or 0.0)
+            budget = NoReply(self.options["call_timeout"] or 0.0, call=True, cause=answer.cause)
+            if answer.error == no_reply_words(budget):
+                return budget
+            return NoReply(self.options["timeout"] or 0.0, cause=answer.cause)
         if isinstance(answer, SendFailedEvent):
             raise RecordedError(answer.error)
         if isinstance(answer, InterruptedEvent):

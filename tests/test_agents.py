@@ -20,7 +20,7 @@ import anyio
 import httpx
 import pytest
 
-from dial_runtime import Conversation, TokenLimitReached, outcome_reply, policy_human
+from dial_runtime import Conversation, TokenLimitReached, outcome_reply, policy_human, project, replay
 from dial_runtime.agents import AgentError, ChatAgent, ChatMessage, RecordedAgent, agent_from_uri, system_prompt
 from dial_runtime.agents.chat import GenerationSettings, history_from_log, parse_retry_after
 from dial_runtime.agents.grammar import domain_grammar
@@ -33,12 +33,15 @@ from dial_runtime.runtime.events import (
     SentEvent,
     entry_to_dict,
 )
+from dial_runtime.runtime.projection import Notice
 from dial_runtime.stores import open_store
+from dial_runtime.surfaces.terminal import PlainAgent
 
 from .crash_child import OK, FileNotes
 from .fakes import Agent, Notes, envelope, suggest
 from .openai_server import Drop, Error, OpenAIServer, Reply
 from .test_durable import crash
+from .web_server import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -595,7 +598,7 @@ async def test_when_the_retries_are_used_up_the_last_failure_is_raised(
 async def test_retries_used_up_on_connection_errors_keep_the_cause(server: OpenAIServer) -> None:
     server.add(Drop(), Drop())
     async with chat(server, max_retries=1) as agent:
-        with pytest.raises(AgentError, match="gave up after 2 attempts: RemoteProtocolError") as caught:
+        with pytest.raises(AgentError, match="gave up after 2 attempts: the server broke off the answer") as caught:
             await agent.send("q")
     assert caught.value.status is None
     assert isinstance(caught.value.__cause__, httpx.RemoteProtocolError)
@@ -816,3 +819,20 @@ async def test_a_message_resent_after_a_crash_reaches_the_history_once(
         await agent.send("next")
     told = [message["content"] for message in server.requests[0].messages]
     assert sum(text.count("sg-1:done") for text in told) == 1
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+async def test_an_agent_that_cannot_be_reached_is_reported_with_its_cause_not_as_slow(streamed: bool) -> None:
+    """Nothing listens where the agent points: the conversation's deadline passes while the agent retries, and
+    the log (so the person, on every surface) says the connection failed and was retried, not only that the
+    agent was slow; a replay of the log agrees."""
+    agent = ChatAgent(f"http://127.0.0.1:{free_port()}/v1", "m", backoff=0.05, max_backoff=0.1, max_retries=1000)
+    chosen: Any = agent if streamed else PlainAgent(agent)
+    conversation = Conversation(agent=chosen, domain=Notes(), human=policy_human(), timeout=1.0)
+    async with agent:
+        result = await conversation.say("add milk")
+    assert result.status == "no-reply"
+    (notice,) = [item for item in project(conversation.log).items if isinstance(item, Notice)]
+    assert "didn't reply within 1s" in notice.text and "retried" in notice.text, notice.text
+    assert "could not connect" in notice.text and "tries" in notice.text, notice.text
+    assert replay(conversation.log, timeout=1.0).divergences == ()

@@ -216,9 +216,22 @@ async def _lines(response: httpx.Response) -> AsyncIterator[AsyncIterator[str]]:
             pass
 
 
+#: What each kind of transport failure means to a person, in the order to look them up (a subclass first).
+_TRANSPORT_WORDS: tuple[tuple[type[httpx.HTTPError], str], ...] = (
+    (httpx.ConnectTimeout, "connecting timed out"),
+    (httpx.ConnectError, "could not connect"),
+    (httpx.ReadTimeout, "no answer in time"),
+    (httpx.TimeoutException, "timed out"),
+    (httpx.RemoteProtocolError, "the server broke off the answer"),
+    (httpx.NetworkError, "the network failed"),
+)
+
+
 def _describe(error: BaseException) -> str:
+    """A transport failure in words a person reads (``could not connect: [Errno 111] Connection refused``)."""
     text = str(error).rstrip(".")
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    kind = next((words for cls, words in _TRANSPORT_WORDS if isinstance(error, cls)), type(error).__name__)
+    return f"{kind}: {text}" if text else kind
 
 
 def history_from_log(entries: Iterable[LogEntry]) -> list[ChatMessage]:
@@ -333,6 +346,10 @@ class ChatAgent:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self._url = f"{self.base_url}/chat/completions"
+        #: Why the tries of the message being sent have failed so far (the last one's reason and how many there
+        #: were), while it is retried; ``None`` once an answer arrives. What a conversation whose deadline passed
+        #: meanwhile tells the person, instead of only that the agent was slow.
+        self.last_failure: str | None = None
         self._api_key = api_key or None
         self._headers = dict(extra_headers or {})
         if self._api_key:
@@ -372,9 +389,11 @@ class ChatAgent:
         body = self._body(message, stream=False)
         headers = self._headers_for(message_id)
         attempt = 0
+        self.last_failure = None
         while True:
             answer = await self._post(body, headers)
             if isinstance(answer, str):
+                self.last_failure = None
                 self._remember(message, answer)
                 return answer
             await self._pause(attempt, answer)
@@ -393,6 +412,7 @@ class ChatAgent:
         headers = self._headers_for(message_id)
         pieces: list[str] = []
         completed = False
+        self.last_failure = None
         try:
             attempt = 0
             while True:
@@ -405,6 +425,7 @@ class ChatAgent:
                         if failure is None:
                             async with contextlib.aclosing(self._stream_contents(response)) as contents:
                                 async for piece in contents:
+                                    self.last_failure = None
                                     pieces.append(piece)
                                     yield piece
                 except httpx.HTTPError as error:
@@ -496,6 +517,7 @@ class ChatAgent:
 
     async def _pause(self, attempt: int, failure: _Failure) -> None:
         """Wait before retry ``attempt + 1``, or raise ``AgentError`` when the retries are used up."""
+        self.last_failure = failure.reason if attempt == 0 else f"{failure.reason} (each of {attempt + 1} tries)"
         if attempt >= self.max_retries:
             tries = "1 attempt" if attempt == 0 else f"{attempt + 1} attempts"
             error = AgentError(f"{self._url}: gave up after {tries}: {failure.reason}", status=failure.status)

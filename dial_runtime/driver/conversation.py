@@ -635,11 +635,14 @@ class Conversation:
             self._budget = max(0.0, self._budget - (anyio.current_time() - started))
 
     def _no_reply(self, timeout: float | None) -> NoReply:
-        """No reply before ``timeout`` (the reply's deadline) or the call's budget, whichever is shorter."""
+        """No reply before ``timeout`` (the reply's deadline) or the call's budget, whichever is shorter, with
+        why the agent's tries failed meanwhile when it says (its ``last_failure``, as ``ChatAgent`` keeps it)."""
+        cause = getattr(self.agent, "last_failure", None)
+        cause = cause if isinstance(cause, str) and cause else None
         budget = self._budget
         if budget is not None and (timeout is None or budget < timeout):
-            return NoReply(self.call_timeout or 0.0, call=True)
-        return NoReply(timeout or 0.0)
+            return NoReply(self.call_timeout or 0.0, call=True, cause=cause)
+        return NoReply(timeout or 0.0, cause=cause)
 
     async def _send_whole(self, effect: Send) -> object:
         ids = None if effect.message_id is None else self._ids(effect, streamed=False)

@@ -326,10 +326,13 @@ _DEADLINE_CAUSES: dict[str, CutCause] = {
 
 
 def no_reply_words(answer: NoReply) -> str:
-    """How the log words a message the agent did not answer in time (``no-reply``)."""
+    """How the log words a message the agent did not answer in time (``no-reply``), with why its tries failed
+    meanwhile when the agent said (the connection refused, an HTTP status): not only that it was slow."""
     if answer.call:
-        return f"The agent didn't reply before {CALL_DEADLINE} ({answer.timeout:g} s of waiting for it)"
-    return f"The agent didn't reply within {answer.timeout:g}s"
+        words = f"The agent didn't reply before {CALL_DEADLINE} ({answer.timeout:g} s of waiting for it)"
+    else:
+        words = f"The agent didn't reply within {answer.timeout:g}s"
+    return words if answer.cause is None else f"{words}; it was retried, and failed: {answer.cause}"
 
 
 def deliberate(error: BaseException) -> bool:
@@ -640,7 +643,7 @@ class ConversationCore:
                         raise
                     if isinstance(answer, NoReply):
                         self.stream = None
-                        self.record(NoReplyEvent(turn=send.turn, error=no_reply_words(answer)))
+                        self.record(NoReplyEvent(turn=send.turn, error=no_reply_words(answer), cause=answer.cause))
                         break
                     if isinstance(answer, Streamed):
                         yield from self._streamed(send.turn, answer)

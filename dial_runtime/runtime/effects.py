@@ -153,10 +153,12 @@ class Replied(msgspec.Struct, frozen=True):
 
 class NoReply(msgspec.Struct, frozen=True):
     """The agent did not answer within ``timeout`` seconds; ``call``: the deadline that passed is the call's
-    budget of time for the agent (``timeout`` its length), not the wait for this reply."""
+    budget of time for the agent (``timeout`` its length), not the wait for this reply; ``cause``: why the
+    agent's tries failed meanwhile, when it says (a refused connection, an HTTP status), else ``None``."""
 
     timeout: float
     call: bool = False
+    cause: str | None = None
 
 
 class DeadlinePassed(msgspec.Struct, frozen=True, kw_only=True):

@@ -217,12 +217,14 @@ class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outco
         )
 
 
-class NoReplyEvent(_Logged, frozen=True, kw_only=True, tag="no-reply"):
-    """The agent did not answer within the deadline; what it was not told stays owed."""
+class NoReplyEvent(_Logged, frozen=True, kw_only=True, tag="no-reply", omit_defaults=True):
+    """The agent did not answer within the deadline; what it was not told stays owed. ``error`` says so in
+    words, with ``cause``: why the agent's tries failed meanwhile, when it said."""
 
     type: ClassVar[str] = "no-reply"
     turn: int
     error: str
+    cause: str | None = None
 
 
 class TurnLimitEvent(_Logged, frozen=True, kw_only=True, tag="turn-limit"):

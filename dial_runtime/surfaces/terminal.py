@@ -107,6 +107,11 @@ class StreamingAgent:
         self.progress = progress
         self._ids = accepts_message_id(agent.stream)
 
+    @property
+    def last_failure(self) -> str | None:
+        """Why the agent's tries of the message have failed so far, when it says."""
+        return getattr(self.agent, "last_failure", None)
+
     async def send(self, message: str, *, message_id: str | None = None) -> str:
         """The whole reply, for callers that do not stream."""
         return "".join([piece async for piece in self.stream(message, message_id=message_id)])
@@ -129,6 +134,11 @@ class PlainAgent:
     def __init__(self, agent: Any) -> None:
         self.agent = agent
         self._ids = accepts_message_id(agent.send)
+
+    @property
+    def last_failure(self) -> str | None:
+        """Why the agent's tries of the message have failed so far, when it says."""
+        return getattr(self.agent, "last_failure", None)
 
     async def send(self, message: str, *, message_id: str | None = None) -> str:
         ids = {"message_id": message_id} if message_id is not None and self._ids else {}
