@@ -179,14 +179,18 @@ def test_live_a_reload_and_a_second_tab_show_the_same_conversation(context: Brow
 def test_a_card_shows_the_domain_and_the_outcome_in_words_never_raw_json(
     context: BrowserContext, base_url: str
 ) -> None:
+    """The domain's preview says what would run; the agent's words are shown apart, marked as the agent's, never
+    in its place; each field shows, the whole JSON is folded away."""
     thread = new_thread(envelope(suggest("add-note", '{"text":"milk"}', text="I, the agent, say: add it")))
     page = open_page(context, base_url, thread)
     say(page, "add milk")
     pending = card(page, "sg-1")
     expect(pending.locator("code.dial-action")).to_have_text("add-note")
-    expect(pending.locator(".dial-payload")).to_be_hidden()  # collapsed: the preview says what would run
-    expect(pending).not_to_contain_text("I, the agent")
-    pending.locator(".dial-summary").click()
+    expect(pending.locator(".dial-preview")).to_have_text("Add the note 'milk'")
+    expect(pending.locator(".dial-words")).to_have_text("The agent's words: “I, the agent, say: add it”")
+    expect(pending.locator(".dial-field-value")).to_have_text('"milk"')
+    expect(pending.locator(".dial-payload")).to_be_hidden()
+    pending.locator(".dial-details .dial-summary").click()
     expect(pending.locator(".dial-payload")).to_have_text('{\n  "text": "milk"\n}')
     pending.locator(".dial-accept").click()
     expect(pending.locator(".dial-outcome")).to_have_text("Done")

@@ -187,3 +187,47 @@ def test_a_hostile_reply_is_shown_as_text_and_runs_nothing(context: BrowserConte
 def test_the_panel_ships_as_package_data() -> None:
     static = Path(__import__("dial_runtime.web", fromlist=["_"]).__file__).parent / "static"
     assert {path.name for path in static.iterdir()} >= {"index.html", "dial-chat.js", "dial-chat.css"}
+
+
+PRECISE = envelope(
+    '<dial-suggest action="add-note">Put milk on the list'
+    '<dial-payload>{"text": "buy milk", "amount_cents": 9007199254740993, "tags": ["home", "food"]}'
+    "</dial-payload></dial-suggest>"
+)
+LIST = envelope(suggest("list-notes", "{}"), prose="Here is what your notebook holds now.")
+
+
+def test_a_waiting_card_shows_the_agents_words_and_every_field_that_would_run(
+    context: BrowserContext, base_url: str
+) -> None:
+    """Live and after a reload: the preview, the agent's words marked as its own, and each field of the payload
+    with its exact value, without opening anything; the done card folds them away."""
+    page = open_panel(context, base_url, PRECISE, ACK)
+    say(page, "add milk")
+    for shown_page in (page, open_thread(context, base_url, page.url.split("thread=")[1])):
+        pending = shown_page.locator(".dial-card.dial-pending")
+        expect(pending.locator(".dial-words")).to_have_text("The agent's words: “Put milk on the list”")
+        fields = pending.locator(".dial-fields")
+        expect(fields).to_be_visible()
+        expect(fields.locator(".dial-field-name")).to_have_text(["text", "amount_cents", "tags"])
+        expect(fields.locator(".dial-field-value")).to_have_text(
+            ['"buy milk"', "9007199254740993", '["home", "food"]']
+        )
+    page.locator(".dial-card.dial-pending .dial-accept").click()
+    done = page.locator('.dial-card[data-outcome="done"]')
+    expect(done.locator(".dial-outcome")).to_have_text("Done")
+    expect(done.locator(".dial-fields")).to_be_hidden()
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+def test_what_a_done_read_only_action_returned_is_shown(context: BrowserContext, base_url: str) -> None:
+    page = open_panel(context, base_url, ADD, LIST, ACK)
+    say(page, "add a note: buy milk")
+    page.locator(".dial-card.dial-pending .dial-accept").click()
+    listed = page.locator('.dial-card[data-suggestion="sg-2"]')
+    expect(listed.locator(".dial-outcome")).to_have_text("Done")
+    expect(listed.locator(".dial-result")).to_be_visible()
+    expect(listed.locator(".dial-result")).to_contain_text('"buy milk"')
+    page.reload()
+    expect(page.locator('.dial-card[data-suggestion="sg-2"] .dial-result')).to_contain_text('"buy milk"')
+    assert page.errors == []  # type: ignore[attr-defined]

@@ -136,8 +136,10 @@ def interrupt_id(subject_id: str, refusals: int) -> str:
 def interrupt_for(pending: Suggestion | Ask, *, refusals: int = 0, can_decide: bool = True) -> Interrupt:
     """The AG-UI interrupt for a pending suggestion (``tool_call``) or ask (``input_required``).
 
-    ``metadata`` carries what AG-UI has no field for: a suggestion's action, payload, digest, destructive and
-    mutates marks and (after a refused edit) the domain's ``issue``; an ask's response type and options.
+    ``metadata`` carries what AG-UI has no field for: a suggestion's action, the agent's words for it (``text``),
+    payload (also as exact JSON text, whole and field by field: ``payloadJson``, ``payloadFields``), digest,
+    destructive and mutates marks and (after a refused edit) the domain's ``issue``; an ask's response type and
+    options.
     ``canDecide`` is false when the caller may see but not decide it. The interrupt's id is
     :func:`interrupt_id`'s (an ask's never changes: an answer is never refused).
     """
@@ -147,6 +149,8 @@ def interrupt_for(pending: Suggestion | Ask, *, refusals: int = 0, can_decide: b
             "action": pending.action,
             "text": pending.text,
             "payload": pending.payload,
+            "payloadJson": _pretty_json(pending.payload),
+            "payloadFields": payload_fields(pending.payload),
             "digest": pending.digest,
             "destructive": pending.destructive,
             "mutates": pending.mutates,
@@ -394,12 +398,24 @@ def item_view(item: Item) -> dict[str, Any]:
         view["payload_json"] = _pretty_json(item.payload)
     if isinstance(item, Card):
         view["digest"] = item.digest
+        view["payload_fields"] = payload_fields(item.payload)
     return view
 
 
 def _pretty_json(value: Any) -> str:
     """A payload as the person reads it: indented JSON text, every number as exact as Python holds it."""
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def payload_fields(payload: Any) -> list[dict[str, str]] | None:
+    """Each field of an object payload, its name and its value as exact JSON text (``{"name", "json"}``, in the
+    payload's order), for a card to show every field that would run; ``None`` for a payload that is no object."""
+    if not isinstance(payload, dict):
+        return None
+    return [
+        {"name": str(name), "json": json.dumps(value, ensure_ascii=False, default=str)}
+        for name, value in payload.items()
+    ]
 
 
 #: The activity type of each kind of item shown beside the chat (AG-UI activity messages).

@@ -1,8 +1,10 @@
 // The card a person decides on, as the panel (<dial-chat>) and the decision link page (<dial-decision>) both
 // render it: one renderer, so a card looks and reads the same wherever it is decided. Plain JavaScript, no build
-// step. A card is rendered from the server's JSON view of it (item_view): the domain's preview, the action's id,
-// the destructive mark, the payload as its exact JSON text (payload_json: JSON.parse rounds integers past 2**53),
-// the domain's refusal of an edit, and once it ended its outcome in words.
+// step. A card is rendered from the server's JSON view of it (item_view): the domain's preview, the agent's own
+// words for the proposal (marked as the agent's), the action's id, the destructive mark, every field of the
+// payload that would run while it waits (each value as its exact JSON text: JSON.parse rounds integers past
+// 2**53) and the whole payload as JSON, the domain's refusal of an edit, and once it ended its outcome in words
+// and what a done action returned.
 
 export function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -63,21 +65,40 @@ export function newCard(view) {
   const mark = el("span", "dial-destructive", "destructive");
   head.append(action, mark);
   const preview = el("p", "dial-preview");
+  const words = el("p", "dial-words");
   const repeat = el("p", "dial-done-before");
   const approvals = el("p", "dial-approvals");
+  const fields = el("dl", "dial-fields");
+  fields.setAttribute("aria-label", "what would run");
   const details = el("details", "dial-details");
-  details.append(el("summary", "dial-summary", "Payload"));
+  details.append(el("summary", "dial-summary", "Payload as JSON"));
   const payload = el("pre", "dial-payload");
   details.append(payload);
   const issue = el("p", "dial-issue");
   const actions = el("div", "dial-actions");
   const result = el("p", "dial-outcome");
-  root.append(head, preview, repeat, approvals, details, issue, actions, result);
-  return { id: view.id, root, action, mark, preview, repeat, approvals, details, payload, issue, actions, result };
+  const returned = el("details", "dial-returned");
+  returned.append(el("summary", "dial-result-summary", "What it returned"));
+  const returnedText = el("pre", "dial-result");
+  returned.append(returnedText);
+  root.append(head, preview, words, repeat, approvals, fields, details, issue, actions, result, returned);
+  return {
+    id: view.id, root, action, mark, preview, words, repeat, approvals, fields, details, payload, issue, actions,
+    result, returned, returnedText,
+  };
 }
 
-// Show `view` (the card as the server has it now) in `card`; an ended card loses its decision controls. Never the
-// agent's own wording: the preview is the domain's account of what would run.
+// Every field of the payload as a definition list, each value as its exact JSON text.
+function renderFields(card, fields) {
+  card.fields.replaceChildren();
+  for (const field of fields || []) {
+    card.fields.append(el("dt", "dial-field-name", field.name), el("dd", "dial-field-value", field.json));
+  }
+}
+
+// Show `view` (the card as the server has it now) in `card`; an ended card loses its decision controls and folds
+// its payload away. The preview is the domain's account of what would run; the agent's words are shown apart,
+// as the agent's, never in its place.
 export function renderCard(card, view) {
   const ended = Boolean(view.outcome);
   card.view = view;
@@ -86,6 +107,12 @@ export function renderCard(card, view) {
   card.action.textContent = view.action;
   card.preview.textContent = view.preview || "";
   card.preview.hidden = !view.preview;
+  card.words.textContent = view.text ? `The agent's words: “${view.text}”` : "";
+  card.words.hidden = !view.text;
+  const fields = view.payload_fields;
+  renderFields(card, ended ? [] : fields);
+  card.fields.hidden = ended || !fields || !fields.length;
+  card.details.open = !ended && !fields;
   card.mark.hidden = !view.destructive;
   root.classList.toggle("dial-is-destructive", Boolean(view.destructive));
   card.repeat.hidden = !view.done_before;
@@ -107,12 +134,17 @@ export function renderCard(card, view) {
     else delete root.dataset.code;
     card.result.hidden = false;
     card.result.replaceChildren(withCode(view.outcome));
+    const returned = view.status === "done" && typeof view.result === "string" && view.result !== "null";
+    card.returned.hidden = !returned;
+    card.returned.open = returned;
+    card.returnedText.textContent = returned ? view.result : "";
     clearActions(card);
   } else {
     delete root.dataset.outcome;
     delete root.dataset.code;
     card.result.hidden = root.dataset.status !== "running";
     card.result.textContent = root.dataset.status === "running" ? "Running…" : "";
+    card.returned.hidden = true;
   }
   return card;
 }

@@ -583,8 +583,11 @@ class DialChat extends HTMLElement {
         id: interrupt.toolCallId,
         action: meta.action || "",
         preview: interrupt.message || "",
+        text: meta.text || "",
         destructive: meta.destructive,
         payload: meta.payload,
+        payload_json: meta.payloadJson,
+        payload_fields: meta.payloadFields,
         issue: meta.issue,
         status: "pending",
       });
