@@ -81,6 +81,7 @@ from .runtime.events import (
     LogEntry,
     NoReplyEvent,
     OutcomeEvent,
+    ProposedEvent,
     RefusedEvent,
     ReplyCutEvent,
     ReplyEvent,
@@ -955,6 +956,7 @@ class _Substituted(_Replayer):
         self.substitute = reply
         self.handling = False
         self.unjudged: list[tuple[str, Any]] = []
+        self.judged_now: list[tuple[str, Any]] = []
 
     def _answer(self, effect: Effect) -> Any:
         if not self.handling:
@@ -964,7 +966,7 @@ class _Substituted(_Replayer):
         if isinstance(effect, LookUp):
             return self._declared(effect.action)
         if isinstance(effect, Review):
-            return self._domain_review(effect) if self.domain is not None else self._recorded_review(effect)
+            return self._review_again(effect)
         if isinstance(effect, Consult):
             return Answer(Defer())  # the card (or question) is shown and waits: the next proposal is handled
         if isinstance(effect, RunAction):
@@ -991,17 +993,37 @@ class _Substituted(_Replayer):
             return ActionSpec(mutates=True)
         return ActionSpec(mutates=shown.mutates, destructive=shown.destructive, handoff=shown.handoff)
 
-    def _recorded_review(self, effect: Review) -> Reviewed:
-        """The recording's verdict on the same action and payload; a payload it never judged passes, as a
-        domain without ``validate`` lets it (the evaluation counts it unverified)."""
-        for event in self.recording.events:
-            if isinstance(event, SuggestionEvent) and (event.action, event.payload) == (
-                effect.action,
-                effect.payload,
-            ):
-                return Reviewed(None, event.preview)
+    def _review_again(self, effect: Review) -> Reviewed:
+        """The recording's verdict on the same action and payload, wherever in the conversation it judged it, so
+        a reply identical to the recorded one is judged as the recording was; else the domain's, asked now (named
+        in :attr:`judged_now`); else, with no domain, the payload passes, as a domain without ``validate`` lets
+        it (named in :attr:`unjudged`: the evaluation counts it unverified)."""
+        recorded = self._recorded_verdict(effect.action, effect.payload)
+        if recorded is not None:
+            return recorded
+        if self.domain is not None:
+            self.judged_now.append((effect.action, effect.payload))
+            return self._domain_review(effect)
         self.unjudged.append((effect.action, effect.payload))
         return Reviewed(None, effect.action)
+
+    def _recorded_verdict(self, action: str, payload: Any) -> Reviewed | None:
+        """How the recording judged a proposal of ``action`` with ``payload``: shown (with its preview), or
+        refused when it was proposed (with the domain's issue); ``None`` when it never judged it."""
+        events = self.recording.events
+        for event in events:
+            if isinstance(event, SuggestionEvent) and (event.action, event.payload) == (action, payload):
+                return Reviewed(None, event.preview)
+        shown = {event.id for event in events if isinstance(event, SuggestionEvent)}
+        proposed = {
+            event.id
+            for event in events
+            if isinstance(event, ProposedEvent) and (event.action, event.payload) == (action, payload)
+        }
+        for event in events:
+            if isinstance(event, OutcomeEvent) and event.id in proposed - shown and event.status == "invalid":
+                return Reviewed(Issue(code=event.code, field=event.field, hint=event.hint))
+        return None
 
     def _recorded_run(self, effect: RunAction) -> object:
         """What the recording's run of the same action and payload came to; else not run."""
@@ -1020,11 +1042,13 @@ class _Substituted(_Replayer):
 
 
 class HandledReply(msgspec.Struct, frozen=True, kw_only=True):
-    """What :func:`handle_reply` came to: the log, and the proposals (action and payload) that passed only because
-    neither the recording nor a domain could judge them."""
+    """What :func:`handle_reply` came to: the log, the proposals (action and payload) that passed only because
+    neither the recording nor a domain could judge them, and those the domain judged now, the recording having
+    never judged them."""
 
     entries: tuple[LogEntry, ...]
     unjudged: tuple[tuple[str, Any], ...] = ()
+    judged_now: tuple[tuple[str, Any], ...] = ()
 
 
 def handle_reply(
@@ -1043,10 +1067,11 @@ def handle_reply(
     The recorded call is made again up to that message, answered from the recording as :func:`replay` does.
     Handling ``reply`` then goes as far as it can without the recording's agent or person:
 
-    - each proposal is looked up and reviewed by ``domain``'s ``actions``, ``validate`` and ``preview`` when it is
-      given (they must not depend on state the recording changed); else from the recording: an action as the
-      recording showed it, a payload as it judged the same payload, and one it never judged passes and is named
-      in :attr:`HandledReply.unjudged`;
+    - each proposal is looked up by ``domain``'s ``actions`` when it is given, else as the recording showed the
+      action; its payload is judged as the recording judged the same action and payload (shown, or refused), so a
+      reply identical to the recorded one comes to what it came to; a payload the recording never judged is
+      reviewed by ``domain``'s ``validate`` and ``preview`` (named in :attr:`HandledReply.judged_now`), or
+      without a domain passes (named in :attr:`HandledReply.unjudged`);
     - a card or a question is shown and left waiting;
     - a read-only action answers with the recording's result for the same payload (else it fails
       ``not-run-in-replay``);
@@ -1075,7 +1100,11 @@ def handle_reply(
     handler.core = handler._core(_entries(recorded[:start], times[:start]))
     handler.recording.call_start, handler.recording.call_end = start, end
     handler.make(recorded[start])
-    return HandledReply(entries=tuple(handler.core.log.entries()), unjudged=tuple(handler.unjudged))
+    return HandledReply(
+        entries=tuple(handler.core.log.entries()),
+        unjudged=tuple(handler.unjudged),
+        judged_now=tuple(handler.judged_now),
+    )
 
 
 def _entries(events: Sequence[Event], times: Sequence[float]) -> list[LogEntry]:

@@ -123,7 +123,12 @@ CASES = [
         suggest("book", {"city": "Bergen", "nights": 2}),
         {"repeats_dismissed": 0.0},
     ),
-    ("an invalid payload", "accept", suggest("book", {"city": "Oslo"}), {"valid": 0.0, "parses": 1.0}),
+    (
+        "an invalid payload, judged now",
+        "accept",
+        suggest("book", {"city": "Oslo"}),
+        {"valid": None, "valid_now": 0.0, "parses": 1.0},
+    ),
     ("an unknown action", "accept", suggest("fly", BOOK), {"valid": 0.0, "same_action": 0.0}),
     ("an envelope that never ends", "accept", "<dial>", {"parses": 0.0}),
 ]
@@ -352,3 +357,102 @@ def test_the_recorded_agent_as_candidate_scores_as_the_recording(
     for point in points:
         assert point.scores["same"] == point.scores["recorded"], (name, point.number)
         assert point.candidates["same"].proposals == point.recorded.proposals
+
+
+class Echo:
+    """The recorded agent once more: each message gets the reply the recording's agent gave it."""
+
+    def __init__(self, entries: Sequence[LogEntry]) -> None:
+        self.replies: dict[str, list[str]] = {}
+        sent: str | None = None
+        for entry in entries:
+            event = entry.event
+            if event.type == "sent":
+                sent = event.message  # type: ignore[union-attr]
+            elif event.type == "reply" and sent is not None:
+                self.replies.setdefault(sent, []).append(event.text)  # type: ignore[union-attr]
+
+    def __call__(self, history: Sequence[ChatMessage]) -> Any:
+        replies = self.replies
+
+        class Agent:
+            def send(self, message: str) -> str:
+                return replies[message][0]
+
+        return Agent()
+
+
+def note(action: str, payload: dict[str, Any], ident: str) -> str:
+    return (
+        f'<dial><dial-suggest action="{action}" id="{ident}">Here it is.'
+        f"<dial-payload>{json.dumps(payload)}</dial-payload></dial-suggest></dial>"
+    )
+
+
+#: Conversations of several shapes with the notes domain: (replies, the person's steps, the words said).
+SHAPES: dict[str, tuple[list[str], list[Any], list[str]]] = {
+    "accepted then a refused removal": (
+        [note("add-note", {"text": "milk"}, "a"), note("remove-note", {"text": "eggs"}, "b"), ack("b")],
+        ["accept"],
+        ["add milk"],
+    ),
+    "a payload the domain refuses": (
+        [note("remove-note", {"index": "x"}, "a"), "<dial><dial-inform>Sorry.</dial-inform></dial>"],
+        [],
+        ["remove the first note"],
+    ),
+    "edited then dismissed": (
+        [note("add-note", {"text": "mlk"}, "a"), note("add-note", {"text": "milk"}, "b"), ack("b")],
+        [{"edit": {"text": "milk"}}, "dismiss"],
+        ["add milk"],
+    ),
+    "an ask, then a read-only action": (
+        [ASK, note("list-notes", {}, "a"), ack("a")],
+        [{"answer": "all of them"}],
+        ["which notes?"],
+    ),
+    "several turns": (
+        [note("add-note", {"text": "tea"}, "a"), ack("a"), note("add-note", {"text": "tea"}, "b"), ack("b")],
+        ["accept", "accept"],
+        ["add tea", "and again"],
+    ),
+}
+
+
+@pytest.mark.parametrize("with_domain", [False, True], ids=["no-domain", "domain"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_candidate_identical_to_the_recorded_agent_scores_as_the_recording(
+    shape: str, with_domain: bool
+) -> None:
+    """The baseline agrees with itself: the recorded agent's own replies, scored as a candidate, get the
+    recording's verdicts, every score and ``turns_to_end`` alike, whether or not a domain is asked (the domain
+    asked now holds an empty notebook, unlike the recording's)."""
+    replies, steps, words = SHAPES[shape]
+    entries = recorded(NotesDomain(), replies, steps, words)
+    domain = NotesDomain() if with_domain else None
+    report = anyio.run(lambda: evaluate({"c": entries}, {"same": Echo(entries)}, domain=domain))
+    (conversation,) = report.conversations
+    assert conversation.points, shape
+    for point in conversation.points:
+        assert point.scores["same"] == point.scores["recorded"], (shape, point.number)
+        assert point.scores["same"]["valid_now"] is None  # nothing needed judging anew
+    assert conversation.turns_to_end["same"] == conversation.turns_to_end["recorded"]
+
+
+def test_the_chart_and_the_table_show_every_number_and_say_what_does_not_apply(tmp_path: Path) -> None:
+    """A 0.00 is labelled (its bar a sliver), a score that applies nowhere is marked n/a, the chart has a title,
+    and no score's name is cut in the text table."""
+    import matplotlib
+
+    entries = recorded(Trip(), [suggest("book", BOOK), ack()], ["dismiss"], ["book"])
+    report = anyio.run(lambda: evaluate({"c": entries}, {"cand": answering("Sure.", ack())}))
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        drawn = write_chart(report, tmp_path / "chart.svg").read_text(encoding="utf-8")
+    assert (
+        "Each side&#39;s mean score over 1 point(s)" in drawn or "Each side's mean score over 1 point(s)" in drawn
+    )
+    assert ">0.00<" in drawn and ">n/a<" in drawn and ">1.00<" in drawn
+    table = str(report).splitlines()
+    assert any(line.startswith("edit_distance (lower best) ") for line in table)
+    assert any(line.startswith("repeats_dismissed (lower best) ") for line in table)
+    assert " n/a " in next(line for line in table if line.startswith("asks "))

@@ -13,8 +13,12 @@ Scores, each ``1`` for best unless its name says otherwise, and ``None`` at a po
 ``parses``
     the reply could be used as DIAL (the runtime refused none of it as a whole);
 ``valid``
-    the share of its proposals that became cards (proposals whose payload the recording never judged, with no
-    domain to ask, are left out: they count neither way);
+    the share of its proposals that became cards, each judged as the recording judged the same action and payload
+    (so a reply identical to the recorded one scores as the recording does); proposals the recording never
+    judged are left out: with no domain to ask they count neither way;
+``valid_now``
+    the share of its proposals the recording never judged that the domain, asked now (``domain=``), let become
+    cards: reported apart, since the domain answers as it is now, not as it was then;
 ``same_action``
     the share of the recorded proposals' actions that the reply proposed too (with none recorded: whether it
     proposed none either);
@@ -30,8 +34,9 @@ Scores, each ``1`` for best unless its name says otherwise, and ``None`` at a po
 ``asks``
     where the recorded agent asked the person a question: whether the reply asked one too.
 
-Per conversation, ``turns_to_end`` counts the points until a side had proposed every payload the person had run
-in the end (each accepted card, edited or not, as it ran); ``None`` for a side that never proposed all of them.
+Per conversation, ``turns_to_end`` counts the points until a side had proposed every card the person ran in the
+end (an accepted card's payload; an edited card's, either as the agent proposed it or as the person edited it, so
+no side is credited with the person's edit); ``None`` for a side that never proposed all of them.
 """
 
 from __future__ import annotations
@@ -66,7 +71,16 @@ __all__ = [
 ]
 
 #: The scores of a point, in the order reports show them.
-SCORES = ("parses", "valid", "same_action", "accepted_payload", "edit_distance", "repeats_dismissed", "asks")
+SCORES = (
+    "parses",
+    "valid",
+    "valid_now",
+    "same_action",
+    "accepted_payload",
+    "edit_distance",
+    "repeats_dismissed",
+    "asks",
+)
 
 #: The scores where less is better.
 LOWER_IS_BETTER = frozenset({"edit_distance", "repeats_dismissed"})
@@ -78,12 +92,14 @@ Candidate: TypeAlias = "str | Callable[[Sequence[ChatMessage]], AgentPort | Awai
 
 class Proposal(msgspec.Struct, frozen=True, kw_only=True):
     """A proposal of a reply: its action and payload, and whether it became a card (``None``: unverified, the
-    recording never judged that payload and no domain was asked)."""
+    recording never judged that payload and no domain was asked; ``judged_now``: the recording never judged it,
+    the domain did now)."""
 
     action: str
     payload: Any = None
     valid: bool | None = True
     code: str | None = None
+    judged_now: bool = False
 
 
 class PointReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -155,17 +171,26 @@ def _points(entries: Sequence[LogEntry]) -> list[_PointAt]:
 
 
 def _read(
-    items: Sequence[Any], trail: Sequence[Any], *, text: str | None, unjudged: Sequence[tuple[str, Any]] = ()
+    items: Sequence[Any],
+    trail: Sequence[Any],
+    *,
+    text: str | None,
+    unjudged: Sequence[tuple[str, Any]] = (),
+    judged_now: Sequence[tuple[str, Any]] = (),
 ) -> PointReply:
     """One side's reply from the projection items and trail lines of its turn; ``unjudged`` names the proposals
-    that became cards only because nothing could judge them."""
+    that became cards only because nothing could judge them, ``judged_now`` those the domain judged anew."""
     proposals: list[Proposal] = []
     for item in items:
         if isinstance(item, Card):
             valid = None if (item.action, item.proposed) in unjudged else True
-            proposals.append(Proposal(action=item.action, payload=item.proposed, valid=valid))
+            now = (item.action, item.proposed) in judged_now
+            proposals.append(Proposal(action=item.action, payload=item.proposed, valid=valid, judged_now=now))
         elif isinstance(item, RefusedProposal) and item.refused:
-            proposals.append(Proposal(action=item.action, payload=item.payload, valid=False, code=item.code))
+            now = (item.action, item.payload) in judged_now
+            proposals.append(
+                Proposal(action=item.action, payload=item.payload, valid=False, code=item.code, judged_now=now)
+            )
     refused = any(isinstance(item, Notice) and item.what in ("reply-refused", "reply-repeated") for item in items)
     return PointReply(
         text=text,
@@ -228,7 +253,8 @@ def score(reply: PointReply, recorded: PointReply, verdicts: Sequence[Verdict]) 
     ``verdicts`` (see the module's description)."""
     proposed = [(p.action, p.payload) for p in reply.proposals]
     actions = [p.action for p in reply.proposals]
-    checked = [p.valid for p in reply.proposals if p.valid is not None]
+    checked = [p.valid for p in reply.proposals if p.valid is not None and not p.judged_now]
+    checked_now = [p.valid for p in reply.proposals if p.valid is not None and p.judged_now]
     recorded_actions = [p.action for p in recorded.proposals]
     if recorded_actions:
         remaining = list(actions)
@@ -250,6 +276,7 @@ def score(reply: PointReply, recorded: PointReply, verdicts: Sequence[Verdict]) 
     return {
         "parses": 1.0 if reply.parses else 0.0,
         "valid": _share([bool(valid) for valid in checked]),
+        "valid_now": _share([bool(valid) for valid in checked_now]),
         "same_action": same_action,
         "accepted_payload": _share(accepted),
         "edit_distance": sum(edits) / len(edits) if edits else None,
@@ -316,7 +343,9 @@ async def evaluate_conversation(
             handled = handle_reply(entries, at.index, text, domain=domain, max_turns=max_turns)
             view = project(handled.entries)
             own_items, own_trail = _turn(view, first, handled.entries[-1].seq)
-            replies[name] = _read(own_items, own_trail, text=text, unjudged=handled.unjudged)
+            replies[name] = _read(
+                own_items, own_trail, text=text, unjudged=handled.unjudged, judged_now=handled.judged_now
+            )
         scores = {"recorded": score(recorded, recorded, verdicts)}
         scores.update({name: score(reply, recorded, verdicts) for name, reply in replies.items()})
         found.append(
@@ -331,30 +360,28 @@ async def evaluate_conversation(
                 scores=scores,
             )
         )
-    ends = tuple(
-        Proposal(action=v.action, payload=v.payload)
-        for point in found
-        for v in point.verdicts
-        if v.label in ("accepted", "edited")
-    )
+    ran = [v for point in found for v in point.verdicts if v.label in ("accepted", "edited")]
+    ends = tuple(Proposal(action=v.action, payload=v.payload) for v in ran)
     sides = ["recorded", *candidates]
-    turns_to_end = {side: _turns_to_end(found, ends, side) for side in sides}
+    turns_to_end = {side: _turns_to_end(found, ran, side) for side in sides}
     return ConversationScore(conversation=conversation, points=tuple(found), ends=ends, turns_to_end=turns_to_end)
 
 
-def _turns_to_end(points: Sequence[Point], ends: Sequence[Proposal], side: str) -> int | None:
-    """The number of points until ``side`` had proposed every payload in ``ends`` (``None``: it never did; ``0``
-    when there are none)."""
-    wanted = {(end.action, json.dumps(end.payload, sort_keys=True)) for end in ends}
+def _key(action: str, payload: Any) -> tuple[str, str]:
+    return action, json.dumps(payload, sort_keys=True)
+
+
+def _turns_to_end(points: Sequence[Point], ran: Sequence[Verdict], side: str) -> int | None:
+    """The number of points until ``side`` had proposed every card the person ran (``None``: it never did; ``0``
+    when there are none): an accepted card's payload, or an edited card's as proposed or as edited. Every side is
+    counted alike, by its own proposals only."""
+    wanted = [{_key(v.action, v.proposed), _key(v.action, v.payload)} for v in ran]
     for point in points:
         if not wanted:
             break
         reply = point.recorded if side == "recorded" else point.candidates.get(side)
-        reached = [(p.action, p.payload) for p in (reply.proposals if reply is not None else ())]
-        if side == "recorded":  # the person's edit brought the recorded proposal there
-            reached += [(v.action, v.payload) for v in point.verdicts if v.label == "edited"]
-        for action, payload in reached:
-            wanted.discard((action, json.dumps(payload, sort_keys=True)))
+        reached = {_key(p.action, p.payload) for p in (reply.proposals if reply is not None else ())}
+        wanted = [either for either in wanted if either.isdisjoint(reached)]
         if not wanted:
             return point.number
     return None if wanted else 0

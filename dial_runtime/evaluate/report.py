@@ -74,7 +74,7 @@ class EvalReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _cell(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 def _summary(points: Sequence[Point], side: str, name: str) -> Summary:
@@ -98,14 +98,16 @@ def _compare(points: Sequence[Point], a: str, b: str, name: str) -> Comparison:
 
 
 def _summary_table(report: EvalReport) -> str:
+    """Each side's mean per score (``n/a`` where it applied at no point), and at how many points it applied."""
     width = max(12, *(len(side) for side in report.sides))
-    head = f"{'score':<18} " + " ".join(f"{side:>{width}}" for side in report.sides) + "  points"
+    marked = {name: f"{name} (lower best)" if name in LOWER_IS_BETTER else name for name in SCORES}
+    first = max(len("score"), *(len(text) for text in marked.values()))
+    head = f"{'score':<{first}} " + " ".join(f"{side:>{width}}" for side in report.sides) + "  points"
     rows = [head, "-" * len(head)]
     for name in SCORES:
-        marked = f"{name} (lower best)" if name in LOWER_IS_BETTER else name
         cells = " ".join(f"{_cell(report.summary[side][name].mean):>{width}}" for side in report.sides)
         counts = "/".join(str(len(report.summary[side][name].points)) for side in report.sides)
-        rows.append(f"{marked[:18]:<18} {cells}  {counts}")
+        rows.append(f"{marked[name]:<{first}} {cells}  {counts}")
     return "\n".join(rows)
 
 
@@ -151,18 +153,23 @@ def write_chart(report: EvalReport, path: str | Path) -> Path:
     """Draw each side's mean per score as grouped bars into the image ``path`` (PNG, or any format matplotlib
     writes by the suffix); needs the ``eval`` extra (matplotlib)."""
     values = {side: {name: report.summary[side][name].mean for name in SCORES} for side in report.sides}
-    return bar_chart(values, path, ylabel="mean over points", lower_is_better=LOWER_IS_BETTER)
+    points = sum(len(conversation.points) for conversation in report.conversations)
+    title = f"Each side's mean score over {points} point(s) of {len(report.conversations)} conversation(s)"
+    return bar_chart(values, path, title=title, ylabel="mean over points", lower_is_better=LOWER_IS_BETTER)
 
 
 def bar_chart(
     values: Mapping[str, Mapping[str, float | None]],
     path: str | Path,
     *,
+    title: str,
     ylabel: str,
     lower_is_better: Collection[str] = (),
 ) -> Path:
-    """Grouped bars on a 0 to 1 scale, one group per measure and one bar per side (``values[side][measure]``;
-    a measure that is ``None`` on every side is left out), written to the image ``path``."""
+    """Grouped bars on a 0 to 1 scale, one group per measure and one bar per side (``values[side][measure]``),
+    each labelled with its value, written to the image ``path`` under ``title``. A value of 0 still shows (a
+    sliver and its label); a measure that does not apply to a side (``None``) is labelled ``n/a`` where its bar
+    would be, never left out unsaid. The legend sits below the bars, never over them."""
     try:
         import matplotlib
 
@@ -171,23 +178,27 @@ def bar_chart(
     except ImportError:
         raise ValueError("the chart needs the eval extra (pip install 'dial-runtime[eval]')") from None
     sides = list(values)
-    measures = list(dict.fromkeys(name for side in sides for name in values[side]))
-    names = [name for name in measures if any(values[side].get(name) is not None for side in sides)]
-    figure, axes = plt.subplots(figsize=(max(6.0, 1.3 * len(names)), 3.6), dpi=120)
+    names = list(dict.fromkeys(name for side in sides for name in values[side]))
+    figure, axes = plt.subplots(figsize=(min(12.0, max(6.5, 2.0 + 0.5 * len(names) * len(sides))), 4.4), dpi=120)
     width = 0.8 / max(len(sides), 1)
     for offset, side in enumerate(sides):
-        heights = [values[side].get(name) or 0.0 for name in names]
-        axes.bar([index + offset * width for index in range(len(names))], heights, width=width, label=side)
+        places = [index + offset * width for index in range(len(names))]
+        shown = [values[side].get(name) for name in names]
+        heights = [0.0 if value is None else max(value, 0.008) for value in shown]  # a zero still shows
+        bars = axes.bar(places, heights, width=width, label=side)
+        labels = ["n/a" if value is None else f"{value:.2f}" for value in shown]
+        axes.bar_label(bars, labels=labels, fontsize=7, padding=2, rotation=90 if len(sides) > 2 else 0)
     axes.set_xticks([index + width * (len(sides) - 1) / 2 for index in range(len(names))])
     axes.set_xticklabels(
         [f"{name}\n(lower best)" if name in lower_is_better else name for name in names], fontsize=8
     )
-    axes.set_ylim(0, 1.05)
+    axes.set_ylim(0, 1.18)
     axes.set_ylabel(ylabel)
-    axes.legend(fontsize=8)
+    axes.set_title(title, fontsize=10)
+    axes.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=max(1, min(len(sides), 4)))
     figure.tight_layout()
     target = Path(path)
-    figure.savefig(target)
+    figure.savefig(target, bbox_inches="tight")
     plt.close(figure)
     return target
 

@@ -790,7 +790,8 @@ class Tau2Report(msgspec.Struct, frozen=True, kw_only=True):
             "proposals_valid": summary.proposals_valid,
             "confirmation_rate": summary.confirmation_rate,
         }
-        return bar_chart({self.agent: rates}, path, ylabel="share of tasks, proposals or writes")
+        title = f"tau2 airline: {self.agent} over {len(self.tasks)} task(s)"
+        return bar_chart({self.agent: rates}, path, title=title, ylabel="share of tasks, proposals or writes")
 
     def to_json(self) -> bytes:
         """The report as JSON."""
