@@ -324,3 +324,47 @@ def test_a_bad_repeat_is_one_line(
     with pytest.raises(_CommandError, match=message) as raised:
         command("--repeat", "m.json", "--store", "sqlite:runs.db")
     assert raised.value.status == 1 and "\n" not in str(raised.value)
+
+
+def test_a_first_try_needs_no_model_and_its_manifest_holds_again_from_anywhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--persona-model builtin:accept`` plays the person by a rule; a ``script:`` agent given by a relative path
+    is recorded by its absolute one, so ``--repeat`` holds the run from another directory."""
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(here)
+    replies = [
+        '<dial><dial-suggest action="add-note">Add it.<dial-payload>{"text": "milk"}</dial-payload></dial-suggest>'
+        "</dial>",
+        '<dial><dial-acknowledge of="sg-1">Added.</dial-acknowledge></dial>',
+    ]
+    (here / "replies.json").write_text(json.dumps(replies), encoding="utf-8")
+    flags = ["--agent", "script:replies.json", "--persona", str(PERSONA), "--persona-model", "builtin:accept"]
+    assert command(*flags, "--domain", NOTES, "--store", "sqlite:first.db", "--manifest", "run.json") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "  done  " in out[0], out
+    manifest = SelfPlayManifest.from_file(here / "run.json")
+    assert manifest.agent.uri == f"script:{here / 'replies.json'}"
+    assert manifest.persona_model.uri == "builtin:accept"
+    monkeypatch.chdir(elsewhere)
+    assert command("--repeat", str(here / "run.json"), "--store", "sqlite:second.db") == 0
+    first = anyio.run(stored, f"sqlite:{here / 'first.db'}")
+    second = anyio.run(stored, f"sqlite:{elsewhere / 'second.db'}")
+    assert [events(entries) for entries in first.values()] == [events(entries) for entries in second.values()]
+    decided = [e for entries in first.values() for e in events(entries) if e.type == "decided"]
+    assert decided and all(e.decision == "accept" for e in decided)  # type: ignore[union-attr]
+    with pytest.raises(_CommandError, match="built-in persona models are builtin:accept and builtin:dismiss"):
+        command(
+            "--agent",
+            f"script:{here / 'replies.json'}",
+            "--persona",
+            str(PERSONA),
+            "--persona-model",
+            "builtin:x",
+            "--domain",
+            NOTES,
+            "--store",
+            "memory:",
+        )

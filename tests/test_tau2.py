@@ -21,6 +21,7 @@ from dial_runtime.evaluate import tau2
 from dial_runtime.evaluate.command import add_tau2_arguments
 from dial_runtime.evaluate.persona import persona_prompt
 from dial_runtime.evaluate.tau2 import (
+    CLOSING,
     ExpectedAction,
     ExpectedActionsAgent,
     RulePersonaModel,
@@ -54,11 +55,11 @@ def by_id(ident: str) -> Tau2Task:
 
 
 def accepting(task: Tau2Task, persona: Any) -> RulePersonaModel:
-    return RulePersonaModel(task.reason_for_call, decision="accept")
+    return RulePersonaModel(task.reason_for_call, decision="accept", closing=CLOSING)
 
 
 def dismissing(task: Tau2Task, persona: Any) -> RulePersonaModel:
-    return RulePersonaModel(task.reason_for_call, decision="dismiss")
+    return RulePersonaModel(task.reason_for_call, decision="dismiss", closing=CLOSING)
 
 
 def expected(task: Tau2Task, domain: tau2.AirlineDomain) -> ExpectedActionsAgent:
@@ -533,7 +534,7 @@ def persona_server() -> Iterator[OpenAIServer]:
     def answer(request: Request) -> str:
         system, *asked = request.messages
         rule = rules.setdefault(
-            system["content"], RulePersonaModel("I want to change my trip.", decision="accept")
+            system["content"], RulePersonaModel("I want to change my trip.", decision="accept", closing=CLOSING)
         )
         return rule.send(asked[-1]["content"])
 

@@ -71,7 +71,12 @@ def add_selfplay_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--agent", metavar="URI", help="the agent under test (an agent URI, script:FILE included)")
     parser.add_argument("--persona", metavar="FILE", help="the person: a JSON (or YAML) file with a goal")
-    parser.add_argument("--persona-model", metavar="URI", help="the model that plays the person (an agent URI)")
+    parser.add_argument(
+        "--persona-model",
+        metavar="URI",
+        help="the model that plays the person: an agent URI, or builtin:accept or builtin:dismiss (a rule that "
+        "accepts or dismisses every card: a first try without a model)",
+    )
     parser.add_argument(
         "--domain", metavar="MODULE:FACTORY", help="the domain, e.g. dial_runtime.demo:NotesDomain"
     )

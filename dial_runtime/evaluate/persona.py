@@ -61,6 +61,7 @@ __all__ = [
     "Persona",
     "PersonaHuman",
     "PlannedConversation",
+    "RulePersonaModel",
     "SelfPlayManifest",
     "SelfPlayRun",
     "persona_prompt",
@@ -202,6 +203,50 @@ def _words(value: object) -> str | None:
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+class RulePersonaModel:
+    """A persona's model that follows a rule instead of a language model, for a first run without one: it opens
+    with ``opening``, answers every card with ``decision`` (``accept`` or ``dismiss``) and every question with
+    ``answer``, and asks the agent to go on until the agent's words hold ``closing``, then it is done (``None``:
+    done once the agent has answered its opening with words alone). ``opened``: the person's opening was said
+    without it (a persona's own ``opening``). ``dial-runtime eval selfplay`` and ``eval tau2`` name them
+    ``builtin:accept`` and ``builtin:dismiss``."""
+
+    def __init__(
+        self,
+        opening: str,
+        *,
+        decision: str = "accept",
+        answer: str = "I don't know.",
+        closing: str | None = None,
+        opened: bool = False,
+    ) -> None:
+        if decision not in ("accept", "dismiss"):
+            raise ValueError(f"RulePersonaModel: the decision is accept or dismiss, not {decision!r}")
+        self.opening = opening
+        self.decision = decision
+        self.answer = answer
+        self.closing = closing
+        self._opened = opened
+
+    def send(self, message: str) -> str:
+        request = message.partition("\n")[0].strip()
+        if request == "REQUEST: card":
+            return json.dumps({"decision": self.decision})
+        if request == "REQUEST: ask":
+            return json.dumps({"answer": self.answer})
+        if not self._opened:
+            self._opened = True
+            return json.dumps({"say": self.opening})
+        if self.closing is None or self.closing in message:
+            return json.dumps({"done": True})
+        return json.dumps({"say": "Please go on."})
+
+
+#: The persona models ``--persona-model builtin:RULE`` names: a :class:`RulePersonaModel` deciding every card so.
+BUILTIN_PERSONAS = ("accept", "dismiss")
+_BUILTIN = "builtin:"
 
 
 class PersonaHuman:
@@ -499,10 +544,17 @@ def _sha256(text: str) -> str:
 
 def _model_record(uri: str, seed: int | None) -> ModelRecord:
     """The record of the model ``uri`` names (``ValueError`` for a URI that names none): its settings, and its
-    first seed, ``seed`` when given, else the URI's own; a ``script:`` agent sends none."""
+    first seed, ``seed`` when given, else the URI's own; a ``script:`` agent sends none, and is recorded by its
+    file's absolute path, so that the manifest holds again from any directory; a built-in persona model
+    (``builtin:accept``, ``builtin:dismiss``) sends none either."""
+    if uri.startswith(_BUILTIN):
+        if uri.removeprefix(_BUILTIN) not in BUILTIN_PERSONAS:
+            names = " and ".join(_BUILTIN + rule for rule in BUILTIN_PERSONAS)
+            raise ValueError(f"{uri!r}: the built-in persona models are {names}")
+        return ModelRecord(uri=uri)
     if uri.startswith(_SCRIPT):
         agent_from_uri(uri)  # reads the file: a script that cannot be read is refused now
-        return ModelRecord(uri=uri)
+        return ModelRecord(uri=_SCRIPT + str(Path(uri.removeprefix(_SCRIPT)).resolve()))
     made = agent_from_uri(uri)
     assert isinstance(made, ChatAgent)
     settings = {name: value for name, value in msgspec.to_builtins(made.settings).items() if value is not None}
@@ -562,7 +614,11 @@ def _domain(spec: str, conversation_id: str) -> Any:
     return loaded(conversation_id, []) if isinstance(loaded, DomainPerConversation) else loaded
 
 
-def _model(uri: str, seed: int | None, prompt: str) -> AgentPort:
+def _model(uri: str, seed: int | None, prompt: str, persona: Persona | None = None) -> AgentPort:
+    """The model ``uri`` names, sending ``seed`` (a built-in persona model plays ``persona`` by its rule)."""
+    if uri.startswith(_BUILTIN) and persona is not None:
+        rule = uri.removeprefix(_BUILTIN)
+        return RulePersonaModel(persona.opening or persona.goal, decision=rule, opened=persona.opening is not None)
     if seed is None:
         return agent_from_uri(uri, system_prompt=prompt)
     return agent_from_uri(uri, system_prompt=prompt, seed=seed)
@@ -590,7 +646,7 @@ async def selfplay(
         domain = _domain(manifest.domain, planned.id)
         async with contextlib.AsyncExitStack() as stack:
             agent = _model(manifest.agent.uri, planned.agent_seed, system_prompt(domain))
-            model = _model(manifest.persona_model.uri, planned.persona_seed, persona_prompt(persona))
+            model = _model(manifest.persona_model.uri, planned.persona_seed, persona_prompt(persona), persona)
             for made in (agent, model):
                 close = getattr(made, "aclose", None)
                 if callable(close):

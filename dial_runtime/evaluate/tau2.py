@@ -67,7 +67,7 @@ from ..runtime.events import LogEntry
 from ..runtime.projection import AgentText, Card, PersonWords, RefusedProposal, Told, project
 from ..runtime.records import ActionSpec, Issue
 from ..stores import MemoryStore, open_store
-from .persona import Persona, PersonaHuman, persona_prompt, self_play
+from .persona import Persona, PersonaHuman, RulePersonaModel, persona_prompt, self_play
 from .report import bar_chart
 
 __all__ = [
@@ -921,34 +921,6 @@ class UnaskedAgent:
         return _informs([*told, *self.task.communicate_info, CLOSING])
 
 
-class RulePersonaModel:
-    """A persona's model that follows a rule instead of a language model: it opens with ``opening``, answers
-    every card with ``decision`` (``accept`` or ``dismiss``) and every question with ``answer``, and asks the
-    agent to go on until the agent's words hold :data:`CLOSING`, then it is done. The built-in agents end with
-    it; with any other agent the run goes on to the persona's turn limit."""
-
-    def __init__(self, opening: str, *, decision: str = "accept", answer: str = "I don't know.") -> None:
-        if decision not in ("accept", "dismiss"):
-            raise ValueError(f"RulePersonaModel: the decision is accept or dismiss, not {decision!r}")
-        self.opening = opening
-        self.decision = decision
-        self.answer = answer
-        self._opened = False
-
-    def send(self, message: str) -> str:
-        request = message.partition("\n")[0].strip()
-        if request == "REQUEST: card":
-            return json.dumps({"decision": self.decision})
-        if request == "REQUEST: ask":
-            return json.dumps({"answer": self.answer})
-        if not self._opened:
-            self._opened = True
-            return json.dumps({"say": self.opening})
-        if CLOSING in message:
-            return json.dumps({"done": True})
-        return json.dumps({"say": "Please go on."})
-
-
 # ---------------------------------------------------------------------------------------------- running
 
 #: Makes the agent for one task, given its domain; an agent with ``__aenter__`` is entered for the task.
@@ -1141,7 +1113,7 @@ def _persona_factory(uri: str) -> PersonaModelFactory:
                 f"--persona-model {uri!r}: the built-in persona models are "
                 f"{' and '.join(_BUILTIN + one for one in _PERSONA_RULES)}"
             )
-        return lambda task, persona: RulePersonaModel(task.reason_for_call, decision=rule)
+        return lambda task, persona: RulePersonaModel(task.reason_for_call, decision=rule, closing=CLOSING)
     return lambda task, persona: agent_from_uri(uri, system_prompt=persona_prompt(persona))
 
 
