@@ -13,6 +13,10 @@
   loop (a reply with one 5-field suggestion, validated, accepted and run, then an acknowledge: 2 turns), for the
   domain without and with a flow (checked at review and at the accept, moved by the done outcome, sent with both
   turns); ``flow_overhead_us`` is their difference.
+- ``notes_domain_bytes`` and ``notes_domain_us``: the memory one more ``NotesDomain()`` holds (tracemalloc, the
+  mean over many kept alive) and the time it takes to build, as ``serve --domain
+  dial_runtime.demo:notes_by_conversation`` builds one per conversation. Its actions compile once per process
+  and every instance shares that; target: at most 3,000 bytes per instance.
 
 Each figure is the best average CPU time over several rounds. ``--smoke`` runs few iterations, for CI.
 """
@@ -20,7 +24,9 @@ Each figure is the best average CPU time over several rounds. ``--smoke`` runs f
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import tracemalloc
 from typing import Annotated, Any
 
 import msgspec
@@ -115,6 +121,25 @@ PAYLOAD = {"name": "milk", "category": "dairy", "quantity": 2, "price": 1.25, "t
 REFUSED = {**PAYLOAD, "tags": ["fresh", 3]}
 
 
+def notes_domain_bytes(count: int) -> float:
+    """The mean bytes each of ``count`` ``NotesDomain`` instances kept alive holds (the first one built before)."""
+    from dial_runtime.demo import NotesDomain
+
+    NotesDomain()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        kept = [NotesDomain() for _ in range(count)]
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    held = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert len(kept) == count
+    return held / count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="a quick run that checks the benchmark works")
@@ -139,6 +164,10 @@ def main() -> None:
         "core_call_flow_us": per_call_us(lambda: core_call(flowing), max(calls // 10, 20), rounds),
     }
     figures["flow_overhead_us"] = figures["core_call_flow_us"] - figures["core_call_us"]
+    from dial_runtime.demo import NotesDomain
+
+    figures["notes_domain_us"] = per_call_us(NotesDomain, max(calls // 20, 10), rounds)
+    figures["notes_domain_bytes"] = notes_domain_bytes(50 if args.smoke else 2_000)
     print(json.dumps({"benchmark": "domain", "smoke": args.smoke, **{k: round(v, 2) for k, v in figures.items()}}))
 
 

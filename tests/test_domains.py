@@ -460,3 +460,34 @@ async def test_the_readmes_domain_holds_a_conversation() -> None:
     ]
     assert '<context notes="1"/>' in agent.sent[1]
     assert "Remove a note, given its exact text." in system_prompt(notes)
+
+
+def test_a_domain_built_per_conversation_compiles_each_action_once() -> None:
+    """Each ``NotesDomain()`` declares its actions anew (closures over its own notes), yet shares what they
+    compile to (the payload's validator and schema, the spec), and keeps its own behaviour."""
+    from dial_runtime.demo import NotesDomain
+
+    one, two = NotesDomain(), NotesDomain(["old"])
+    for name in one.definitions:
+        assert one.definitions[name].payload is two.definitions[name].payload
+        assert one.actions[name] is two.actions[name]
+        assert one.definitions[name].function is not two.definitions[name].function
+    one.run("add-note", {"text": "milk"})
+    assert (one.notes, two.notes) == (["milk"], ["old"])
+    assert one.validate("remove-note", {"text": "old"}) != two.validate("remove-note", {"text": "old"})
+
+
+def test_functions_of_one_code_with_other_defaults_compile_apart() -> None:
+    def declare(default: int) -> Domain:
+        domain = Domain("counts")
+
+        @domain.action
+        def count(n: int = default) -> int:
+            """Count."""
+            return n
+
+        return domain
+
+    five, six = declare(5), declare(6)
+    assert five.definitions["count"].payload is not six.definitions["count"].payload
+    assert five.run("count", {}) == 5 and six.run("count", {}) == 6

@@ -70,6 +70,75 @@ class ActionDefinition:
         return converted if isinstance(converted, Issue) else None
 
 
+class _Compiled(msgspec.Struct, frozen=True):
+    """What a typed action's declaration compiles from its function and the declaration's own arguments: its
+    name, the payload form (its validator and JSON Schema), the parameter that receives the run's key, the
+    description and the example payload (or the :class:`Issue` an example given refuses)."""
+
+    name: str
+    payload: Payload
+    key_parameter: str | None
+    description: str
+    example: Any
+
+
+#: The compiled forms of typed actions, by what determines them, so that a domain built for each conversation
+#: (its actions declared in ``__init__``, closures of one function each) compiles each action once per process,
+#: not once per instance: the forms are immutable, and 10,000 conversations share them.
+_COMPILED: dict[Any, _Compiled] = {}
+#: One copy of each action spec declared (specs are frozen values): a domain built per conversation shares them.
+_SPECS: dict[ActionSpec, ActionSpec] = {}
+
+
+def _compiled(
+    function: Callable[..., Any],
+    name: str,
+    schema: Mapping[str, Any] | None,
+    example: Any,
+    description: str | None,
+) -> _Compiled:
+    """The compiled form of an action (see :class:`_Compiled`), made once for each function's code, defaults and
+    the declaration's arguments; a function whose defaults cannot be a key is compiled every time. Annotations
+    are read from the first function of a code object (they are that code's constants under ``from __future__
+    import annotations``, and module-level types otherwise): reading every closure's would give each its own
+    annotations dict, the memory this saves."""
+    try:
+        key: Any = (
+            getattr(function, "__code__", function),
+            getattr(function, "__defaults__", None),
+            tuple((getattr(function, "__kwdefaults__", None) or {}).items()),
+            name,
+            None if schema is None else msgspec.json.encode(schema, order="sorted"),
+            None if example is None else msgspec.json.encode(example, order="sorted"),
+            description,
+        )
+        hash(key)
+    except (TypeError, msgspec.EncodeError):
+        return _compile(function, name, schema, example, description)
+    found = _COMPILED.get(key)
+    if found is None:
+        found = _COMPILED[key] = _compile(function, name, schema, example, description)
+    return found
+
+
+def _compile(
+    function: Callable[..., Any],
+    name: str,
+    schema: Mapping[str, Any] | None,
+    example: Any,
+    description: str | None,
+) -> _Compiled:
+    keyed = key_parameter(function)
+    payload = payload_of(function, name, schema, besides=keyed)
+    given = example is not None
+    shown = example if given else example_from_schema(payload.schema)
+    refused = payload.convert(shown)
+    if isinstance(refused, Issue):  # a given example is refused; a built one that does not pass is left out
+        shown = refused if given else None
+    told = (description if description is not None else inspect.getdoc(function) or "").strip()
+    return _Compiled(name=name, payload=payload, key_parameter=keyed, description=told, example=shown)
+
+
 def key_parameter(function: Callable[..., Any]) -> str | None:
     """The parameter of ``function`` annotated :data:`~dial_runtime.IdempotencyKey` (alone or ``| None``), which
     receives the run's key rather than a payload field; ``None`` when it has none (or its hints cannot be read:
@@ -324,30 +393,26 @@ class Domain:
             if event not in self.flow.events:
                 known = ", ".join(sorted(self.flow.events))
                 raise ValueError(f"{self.name}: the flow {self.flow.name} has no event {event!r} (it has {known})")
-        keyed = key_parameter(function)
-        payload = payload_of(function, named, schema, besides=keyed)
+        compiled = _compiled(function, named, schema, example, description)
+        named = compiled.name
+        spec = _SPECS.setdefault(spec, spec)
         if isinstance(preview, str):
-            _check_preview(self.name, named, preview, payload.schema)
-        definition = ActionDefinition(
+            _check_preview(self.name, named, preview, compiled.payload.schema)
+        if isinstance(compiled.example, Issue):
+            issue = compiled.example
+            raise ValueError(f"{self.name}: the example of {named!r} is invalid: {issue.field}: {issue.hint}")
+        self._definitions[named] = ActionDefinition(
             name=named,
             spec=spec,
             function=function,
-            payload=payload,
+            payload=compiled.payload,
             preview=preview,
             check=check,
-            description=(description if description is not None else inspect.getdoc(function) or "").strip(),
-            example=None,
-            key_parameter=keyed,
+            description=compiled.description,
+            example=compiled.example,
+            key_parameter=compiled.key_parameter,
             reconcile=reconcile,
         )
-        if example is not None:
-            issue = definition.shape_issue(example)
-            if issue is not None:
-                raise ValueError(f"{self.name}: the example of {named!r} is invalid: {issue.field}: {issue.hint}")
-        else:
-            built = example_from_schema(payload.schema)
-            example = built if definition.shape_issue(built) is None else None
-        self._definitions[named] = attrs.evolve(definition, example=example)
         self._specs[named] = spec
         if event is not None:
             self._events[named] = event
