@@ -585,3 +585,37 @@ def test_links_are_served_only_with_a_keyring(client: httpx.Client, tmp_path: Pa
         token = issue(KEYRING, thread, digest_of(http, thread), decider="local")
         shown = page_data(http.get("/decide", params={"token": token}))
         assert shown["card"]["id"] == "sg-1" and shown["open"] is None
+
+
+class OpsOnlyNotes(WebNotes):
+    """The notebook, whose notes are added only on the word of a reviewer."""
+
+    actions: ClassVar[dict[str, ActionSpec]] = {
+        **WebNotes.actions,
+        "add-note": ActionSpec(mutates=True, policy=ApprovalPolicy(roles=frozenset({"reviewers"}))),
+    }
+
+
+def test_the_panel_refuses_an_outsiders_dismissal_and_words_as_the_library_does(tmp_path: Path) -> None:
+    """ada (staff, not a reviewer) may decide in the app, but the card's policy reserves it for reviewers: her
+    dismissal and her new words over it are refused by the fold and logged, and the card waits for a reviewer."""
+    scripts: dict[str, list[str]] = {}
+    path = tmp_path / "ops.db"
+    app = links_app(path, scripts, new_keyring(), MemoryUsedTokens(), domain=OpsOnlyNotes())
+    with serving(app) as url, httpx.Client(base_url=url, timeout=10.0) as http:
+        thread = start(http, scripts, ADD, ACK)
+        (shown,) = waiting(http, thread)
+        entry = {"interruptId": shown["id"], "status": "resolved", "payload": {"approved": False}}
+        refused = http.post("/agui", json=run_input(thread, resume=[entry]), headers={"x-user": "ada"})
+        assert refused.status_code == 200, refused.text
+        http.post("/agui", json=run_input(thread, words="never mind"), headers={"x-user": "ada"})
+        assert [each["toolCallId"] for each in waiting(http, thread)] == ["sg-1"]
+        assert [(e.by, e.code, e.decision) for e in events(path, thread, "approval-refused")] == [
+            ("ada", "not-a-decider", "dismiss"),
+            ("ada", "not-a-decider", "say"),
+        ]
+        assert events(path, thread, "decided") == [] and events(path, thread, "said")[-1].text == "add milk"
+        (shown,) = waiting(http, thread)
+        entry = {"interruptId": shown["id"], "status": "resolved", "payload": {"approved": False}}
+        http.post("/agui", json=run_input(thread, resume=[entry]), headers={"x-user": "rita"})
+        assert [(e.by, e.decision) for e in events(path, thread, "decided")] == [("rita", "dismiss")]
