@@ -785,8 +785,9 @@ def end_refusals(
 def deciding_roles(ended: Iterable[OpenSuggestion], roles: Iterable[str]) -> tuple[str, ...]:
     """The decider's ``roles`` as a decision on ``ended`` logs them: sorted, and only when the approval policy
     of one of them names roles."""
-    if any(each.policy is not None and each.policy.roles for each in ended):
-        return tuple(sorted(roles))
+    for each in ended:  # a loop, not any() over a generator: it runs for every decision
+        if each.policy is not None and each.policy.roles:
+            return tuple(sorted(roles))
     return ()
 
 
