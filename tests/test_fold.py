@@ -37,7 +37,7 @@ from dial_runtime.runtime.events import (
     event_from_dict,
     event_to_dict,
 )
-from dial_runtime.runtime.state import _APPLY, ConversationState, _Refusal, fold_log
+from dial_runtime.runtime.state import _APPLY, NO_ENTRIES, ConversationState, _Refusal, fold_log
 
 from .fakes import Agent, Notes, envelope, folded, suggest
 from .test_core import ACK, TEXT, World, drive
@@ -418,3 +418,18 @@ def test_a_corrupted_log_folds_whole_or_is_refused_at_its_first_bad_entry(
         fold_log(log[: error.seq - 1])
     else:
         assert not must_refuse, f"an outcome restated {status!r} folded"
+
+
+def test_a_state_without_asks_suggestions_or_facts_holds_the_shared_empty_mapping() -> None:
+    """Empty, a state holds no dict of its own for its asks, open suggestions or facts (64 bytes each a finished
+    conversation keeps); the shared one refuses entries, and a state that gets one gets a dict of its own."""
+    one, two = ConversationState(), ConversationState()
+    for name in ("asked", "open_asks", "open_suggestions", "facts"):
+        assert getattr(one, name) is NO_ENTRIES is getattr(two, name)
+    with pytest.raises(TypeError):
+        NO_ENTRIES["x"] = 1
+    with pytest.raises(TypeError):
+        NO_ENTRIES.setdefault("x", 1)
+    with pytest.raises(TypeError):
+        NO_ENTRIES.update(x=1)
+    assert NO_ENTRIES == {}

@@ -111,6 +111,23 @@ _REVIEW = SUGGESTION.guard("review", "overtaken", "read_only", "handoff")
 _START_RUN = SUGGESTION.guard("start", "accepted", "handoff")
 
 
+class _NoEntries(dict[Any, Any]):
+    """The one empty mapping every state holds where it has no asks, open suggestions or facts yet: most
+    conversations never have any, and an empty dict each is 64 bytes a conversation keeps. It refuses entries
+    (the fold puts a dict of its own in its place first), so no state can write into another's."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("the shared empty mapping takes no entries: put a dict of its own in its place")
+
+    __setitem__ = setdefault = update = _refuse
+
+
+#: The shared empty mapping (see :class:`_NoEntries`).
+NO_ENTRIES: dict[Any, Any] = _NoEntries()
+
+
 def proposal_key(action: str, payload: Any) -> bytes:
     """What makes two proposals the same: the action and the (JSON-ready) payload, keys sorted (msgspec's
     encoding, a twentieth of the time ``payload_digest`` takes: the fold keys every action done by it)."""
@@ -240,11 +257,11 @@ class ConversationState:
         self.cursor = -2
         self.instead = None
         self.speaker = None
-        self.open_suggestions = {}
-        self.asked = {}
-        self.open_asks = {}
+        self.open_suggestions = NO_ENTRIES
+        self.asked = NO_ENTRIES
+        self.open_asks = NO_ENTRIES
         self.given_ids = None
-        self.facts = {}
+        self.facts = NO_ENTRIES
         self.flow = flow
         self.flow_state = None if flow is None else flow.initial
         self.result = None
@@ -419,7 +436,8 @@ class ConversationState:
         self.cursor = -2
         self.instead = None
         self.call_spent = False
-        self.asked.clear()
+        if self.asked:
+            self.asked = NO_ENTRIES
         self.owed_outcomes.clear()
         self.owed_refusals = ()
         self.owed_words = ()
@@ -475,8 +493,8 @@ class ConversationState:
         self.ended_suggestions[event.id] = event.status
         if event.status == "done" and opened.mutates and not opened.handoff:
             self.done_proposals[proposal_key(opened.action, opened.payload)] = event.id
-        if not self.open_suggestions:  # a dict keeps its size once emptied; a fresh one is a third of it
-            self.open_suggestions = {}
+        if not self.open_suggestions:  # a dict keeps its size once emptied: the shared empty one costs nothing
+            self.open_suggestions = NO_ENTRIES
         self.owed_outcomes.append(event.outcome)
 
     def _end(self, opened: OpenSuggestion, event: OutcomeEvent) -> None:
@@ -531,6 +549,8 @@ class ConversationState:
             event.id, "ask", _NUMBERED.fullmatch(event.id) is not None and event.id == self.next_id("ask")
         )
         if event.asked:
+            if self.asked is NO_ENTRIES:
+                self.asked = {}
             self.asked[event.id] = Ask(
                 id=event.id,
                 text=event.text,
@@ -575,12 +595,16 @@ class ConversationState:
             ask = self.asked.pop(event.subject_id, None)
             if ask is None:
                 raise _Refusal(f"no ask {event.subject_id!r} is being asked")
+            if self.open_asks is NO_ENTRIES:
+                self.open_asks = {}
             self.open_asks[event.subject_id] = ask
 
     def _proposed(self, event: ProposedEvent) -> None:
         if self.loop != "handling":
             raise _Refusal("a suggestion is proposed only while a reply is handled")
         self._use_id(event.id, "sg", event.numbered)
+        if self.open_suggestions is NO_ENTRIES:
+            self.open_suggestions = {}
         self.open_suggestions[event.id] = OpenSuggestion(
             id=event.id, action=event.action, text=event.text, payload=event.payload
         )
@@ -707,6 +731,8 @@ class ConversationState:
 
     def _declare(self, event: DeclareEvent) -> None:
         if not event.context_key.startswith(OUTCOME_KEY_PREFIX):
+            if self.facts is NO_ENTRIES:
+                self.facts = {}
             self.facts[event.context_key] = event.value
         self._place(event)
 
