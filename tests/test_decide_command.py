@@ -15,38 +15,38 @@ from dial_runtime import Conversation, scripted_human
 from dial_runtime.runtime.events import DecidedEvent, LogEntry
 from dial_runtime.stores import SQLiteStore
 
-from .fakes import Agent, envelope, suggest
+from .fakes import Agent, Notes, OpsNotes, envelope, suggest
 from .test_chain_cli import cli
 
 PROPOSE = envelope(suggest("add-note", '{"text": "milk"}'))
 ACK = envelope("<dial-acknowledge>Added.</dial-acknowledge>")
 
 
-@pytest.fixture
-def waiting(tmp_path: Path) -> tuple[str, Path]:
-    """A SQLite store whose conversation ``c-1`` waits for a decision on sg-1, and the agent's script."""
-    db = tmp_path / "c.db"
+def store_waiting(db: Path, domain: object) -> str:
+    """A SQLite store at ``db`` whose conversation ``c-1``, on ``domain``, waits for a decision on sg-1 (an
+    ``add-note``, asked for by ada): its URL."""
 
     async def make() -> None:
         store = SQLiteStore(db)
         try:
             conversation = await Conversation.open(
-                store, "c-1", agent=Agent([PROPOSE]), domain=_notes(), human=scripted_human(["defer"])
+                store, "c-1", agent=Agent([PROPOSE]), domain=domain, human=scripted_human(["defer"])
             )
             assert (await conversation.say("add milk", by="ada")).status == "awaiting"
         finally:
             await store.aclose()
 
     anyio.run(make)
+    return f"sqlite:{db}"
+
+
+@pytest.fixture
+def waiting(tmp_path: Path) -> tuple[str, Path]:
+    """A SQLite store whose conversation ``c-1`` waits for a decision on sg-1, and the agent's script."""
+    url = store_waiting(tmp_path / "c.db", Notes())
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([PROPOSE, ACK]), encoding="utf-8")
-    return f"sqlite:{db}", script
-
-
-def _notes() -> object:
-    from .fakes import Notes
-
-    return Notes()
+    return url, script
 
 
 def stored(url: str) -> list[LogEntry]:
@@ -95,22 +95,9 @@ def test_the_policy_refuses_an_outsiders_dismissal_from_the_command_line(
 ) -> None:
     """A card the policy reserves for ``ops``: a dismissal by someone without the role is refused in one line,
     with a non-zero exit, and logged; a holder of the role ends it."""
-    db = tmp_path / "ops.db"
-
-    async def make() -> None:
-        store = SQLiteStore(db)
-        try:
-            conversation = await Conversation.open(
-                store, "c-1", agent=Agent([PROPOSE]), domain=_ops(), human=scripted_human(["defer"])
-            )
-            assert (await conversation.say("add milk", by="ada")).status == "awaiting"
-        finally:
-            await store.aclose()
-
-    anyio.run(make)
+    url = store_waiting(tmp_path / "ops.db", OpsNotes())
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([ACK]), encoding="utf-8")
-    url = f"sqlite:{db}"
     argv = ["--store", url, "--agent", f"script:{script}", "--domain", "tests.fakes:OpsNotes"]
     status, out, err = cli(["decide", "c-1", "sg-1", "dismiss", *argv, "--as", "eve"], capsys)
     assert (status, out) == (1, "") and err.count("\n") == 1 and "decided by one of: ops" in err, err
@@ -119,9 +106,3 @@ def test_the_policy_refuses_an_outsiders_dismissal_from_the_command_line(
     assert (status, err) == (0, "") and out.startswith("sg-1: Dismissed"), out
     (decided,) = [e.event for e in stored(url) if isinstance(e.event, DecidedEvent)]
     assert (decided.by, decided.roles, decided.via) == ("olga", ("ops",), "cli")
-
-
-def _ops() -> object:
-    from .fakes import OpsNotes
-
-    return OpsNotes()

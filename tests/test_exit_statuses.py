@@ -9,18 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import anyio
 import pytest
 
-from dial_runtime import Conversation, scripted_human
 from dial_runtime.cli import main
 from dial_runtime.demo import NotesDomain
-from dial_runtime.stores import SQLiteStore
 
-from .fakes import Agent, envelope, suggest
-
-PROPOSE = envelope(suggest("add-note", '{"text": "milk"}'))
-ACK = envelope("<dial-acknowledge>Added.</dial-acknowledge>")
+from .test_decide_command import ACK, PROPOSE, store_waiting
 
 
 @pytest.fixture
@@ -28,17 +22,7 @@ def place(tmp_path: Path) -> Path:
     """A folder with ``c.db`` (conversation ``c-1``, its notes domain's card ``sg-1`` waiting), ``replies.json``,
     and envelopes: ``good.xml``, ``bad-json.xml`` (a JSON payload that is not JSON)."""
 
-    async def make() -> None:
-        store = SQLiteStore(tmp_path / "c.db")
-        try:
-            conversation = await Conversation.open(
-                store, "c-1", agent=Agent([PROPOSE]), domain=NotesDomain(), human=scripted_human(["defer"])
-            )
-            assert (await conversation.say("add milk", by="ada")).status == "awaiting"
-        finally:
-            await store.aclose()
-
-    anyio.run(make)
+    store_waiting(tmp_path / "c.db", NotesDomain())
     (tmp_path / "replies.json").write_text(json.dumps([PROPOSE, ACK]), encoding="utf-8")
     (tmp_path / "good.xml").write_text("<dial><dial-inform>hi</dial-inform></dial>", encoding="utf-8")
     (tmp_path / "bad-json.xml").write_text(

@@ -347,8 +347,8 @@ class ChatAgent:
         self.max_backoff = max_backoff
         self._url = f"{self.base_url}/chat/completions"
         #: Why the tries of the message being sent have failed so far (the last one's reason and how many there
-        #: were), while it is retried; ``None`` once an answer arrives. What a conversation whose deadline passed
-        #: meanwhile tells the person, instead of only that the agent was slow.
+        #: were), while it is retried; ``None`` until one fails (each message starts afresh). What a conversation
+        #: whose deadline passed before any answer tells the person, instead of only that the agent was slow.
         self.last_failure: str | None = None
         self._api_key = api_key or None
         self._headers = dict(extra_headers or {})
@@ -393,7 +393,6 @@ class ChatAgent:
         while True:
             answer = await self._post(body, headers)
             if isinstance(answer, str):
-                self.last_failure = None
                 self._remember(message, answer)
                 return answer
             await self._pause(attempt, answer)
@@ -425,7 +424,6 @@ class ChatAgent:
                         if failure is None:
                             async with contextlib.aclosing(self._stream_contents(response)) as contents:
                                 async for piece in contents:
-                                    self.last_failure = None
                                     pieces.append(piece)
                                     yield piece
                 except httpx.HTTPError as error:

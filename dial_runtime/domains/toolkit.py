@@ -114,20 +114,10 @@ def _compiled(
         )
         hash(key)
     except (TypeError, msgspec.EncodeError):
-        return _compile(function, name, schema, example, description)
-    found = _COMPILED.get(key)
-    if found is None:
-        found = _COMPILED[key] = _compile(function, name, schema, example, description)
-    return found
-
-
-def _compile(
-    function: Callable[..., Any],
-    name: str,
-    schema: Mapping[str, Any] | None,
-    example: Any,
-    description: str | None,
-) -> _Compiled:
+        key = None
+    found = None if key is None else _COMPILED.get(key)
+    if found is not None:
+        return found
     keyed = key_parameter(function)
     payload = payload_of(function, name, schema, besides=keyed)
     given = example is not None
@@ -136,7 +126,10 @@ def _compile(
     if isinstance(refused, Issue):  # a given example is refused; a built one that does not pass is left out
         shown = refused if given else None
     told = (description if description is not None else inspect.getdoc(function) or "").strip()
-    return _Compiled(name=name, payload=payload, key_parameter=keyed, description=told, example=shown)
+    found = _Compiled(name=name, payload=payload, key_parameter=keyed, description=told, example=shown)
+    if key is not None:
+        _COMPILED[key] = found
+    return found
 
 
 def key_parameter(function: Callable[..., Any]) -> str | None:

@@ -544,7 +544,7 @@ class ConversationCore:
             raise self._not_waiting(suggestion_id, "suggestion", "a decision")
         if shown is not None and shown != (waiting := payload_digest(opened.action, opened.payload)):
             raise PayloadChanged(suggestion_id, shown=shown, waiting=waiting)
-        if link is not None and link in opened.links:
+        if opened.decided_through(link):
             raise LinkRefused("replayed", "the link has been used already")
         self.record(ResumedEvent(call="decide"))
         return self._drive("", self._decided(opened, decision, by, via, roles, link))

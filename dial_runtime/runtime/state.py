@@ -182,6 +182,10 @@ class OpenSuggestion(msgspec.Struct):
             deadline=self.deadline,
         )
 
+    def decided_through(self, link: str | None) -> bool:
+        """Whether a decision on it came through the single-use link of that id already (each decides once)."""
+        return link is not None and link in self.links
+
     def approving_roles(self, policy: ApprovalPolicy) -> frozenset[str]:
         """The roles whose holders may approve it: the policy's, and once it escalated, those it escalated to."""
         return policy.roles.union(self.escalate_to) if self.escalated else policy.roles
@@ -653,7 +657,7 @@ class ConversationState:
         opened.deferred = False
         policy = opened.policy
         if event.link is not None:
-            if event.link in opened.links:
+            if opened.decided_through(event.link):
                 raise _Refusal(f"suggestion {event.suggestion_id!r} is decided twice by one single-use link")
             opened.links = (*opened.links, event.link)
         if decision == "accept":
