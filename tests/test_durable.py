@@ -226,7 +226,7 @@ async def test_a_reopened_conversation_carries_on(
 
     stored = await connect(url).read(conversation_id)
     assert stored == list(again.log)
-    assert checked(stored).owed_outcomes == []
+    assert checked(stored).owed_outcomes == ()
     assert (await first.say("")).status == "idle"  # the first object catches up before it writes
     assert list(first.log) == await connect(url).read(conversation_id)
     assert first.log[: len(stored)] == tuple(stored) and first.facts == again.facts
@@ -483,7 +483,7 @@ async def test_a_decision_deferred_in_one_process_is_taken_in_another(
         connect(durable_url), conversation_id, agent=Agent([]), domain=runs, human=scripted_human([])
     )
     assert seen.log == here.log and (seen.owed, seen.pending) == ((), ())
-    assert checked(stored).owed_outcomes == []
+    assert checked(stored).owed_outcomes == ()
 
 
 @ACROSS_PROCESSES
@@ -542,7 +542,7 @@ async def test_killed_while_the_person_decides(
     assert ran(runs) == ["a", "b"]
     stored = await connect(durable_url).read(conversation_id)
     assert stored == list(conversation.log)
-    assert checked(stored).owed_outcomes == []
+    assert checked(stored).owed_outcomes == ()
 
 
 @ACROSS_PROCESSES
@@ -584,7 +584,7 @@ async def test_killed_inside_the_action(
     assert agent.sent[1].endswith("more") and "yield=" not in agent.sent[1]
     stored = await connect(durable_url).read(conversation_id)
     assert stored == list(conversation.log)
-    assert checked(stored).owed_outcomes == []
+    assert checked(stored).owed_outcomes == ()
 
 
 @ACROSS_PROCESSES
@@ -613,7 +613,7 @@ async def test_killed_before_the_report(
     assert ran(runs) == ["a"]
     stored = await connect(durable_url).read(conversation_id)
     assert stored == list(conversation.log)
-    assert checked(stored).owed_outcomes == []
+    assert checked(stored).owed_outcomes == ()
 
 
 @ACROSS_PROCESSES
@@ -641,7 +641,7 @@ async def test_two_processes_racing_for_one_conversation(
     total = 2 * RACE_SAYS
     stored = await connect(durable_url).read(conversation_id)
     state = checked(stored)
-    assert state.owed_outcomes == [] and state.open_suggestions == {}
+    assert state.owed_outcomes == () and state.open_suggestions == {}
     events = [entry.event for entry in stored]
     assert sum(event.type == "said" for event in events) == total
     expected = [f"sg-{n}" for n in range(1, total + 1)]

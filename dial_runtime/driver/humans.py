@@ -8,14 +8,17 @@ from typing import Any
 
 from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, as_decision
 
+#: The decisions a policy person makes: records that never change, so every such person shares them.
+_POLICY_DECISIONS: dict[str, Decision] = {"accept": Accept(), "dismiss": Dismiss()}
+
 
 class PolicyHuman:
     """Makes the same decision on every suggestion and gives the same answer to every ask."""
 
     def __init__(self, decision: str = "accept", *, answer_with: str = "") -> None:
-        if decision not in ("accept", "dismiss"):
+        if decision not in _POLICY_DECISIONS:
             raise ValueError(f"policy_human: {decision!r} is not accept or dismiss")
-        self._decision: Decision = Accept() if decision == "accept" else Dismiss()
+        self._decision = _POLICY_DECISIONS[decision]
         self._answer = answer_with
         self.seen: list[Suggestion | Ask] = []
 

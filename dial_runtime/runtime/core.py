@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any, Literal
@@ -1024,7 +1025,8 @@ class ConversationCore:
         self.record(
             ProposedEvent(
                 id=ident,
-                action=element.action or "",
+                # One string per action name however many conversations propose it: a parsed name is a new one.
+                action=sys.intern(element.action or ""),
                 payload=payload,
                 numbered=numbered,
                 text=element.text or "",

@@ -213,7 +213,7 @@ class ConversationState:
     life: str
     loop: str
     turn: int
-    owed_outcomes: list[Outcome]
+    owed_outcomes: list[Outcome] | tuple[Outcome, ...]  # () while none is owed: an empty list holds 56 bytes
     owed_refusals: tuple[ReplyRefusedEvent, ...]  # tuples: rarely owed, and an empty one costs nothing
     owed_words: tuple[str, ...]
     owed_corrections: tuple[str, ...]
@@ -245,7 +245,7 @@ class ConversationState:
         self.life = LIFE.initial
         self.loop = TURN_LOOP.initial
         self.turn = 0
-        self.owed_outcomes = []
+        self.owed_outcomes = ()
         self.owed_refusals = ()
         self.owed_words = ()
         self.owed_corrections = ()
@@ -442,7 +442,7 @@ class ConversationState:
         self.call_spent = False
         if self.asked:
             self.asked = NO_ENTRIES
-        self.owed_outcomes.clear()
+        self.owed_outcomes = ()
         self.owed_refusals = ()
         self.owed_words = ()
         self.owed_corrections = ()
@@ -499,7 +499,11 @@ class ConversationState:
             self.done_proposals[proposal_key(opened.action, opened.payload)] = event.id
         if not self.open_suggestions:  # a dict keeps its size once emptied: the shared empty one costs nothing
             self.open_suggestions = NO_ENTRIES
-        self.owed_outcomes.append(event.outcome)
+        owed = self.owed_outcomes
+        if isinstance(owed, list):
+            owed.append(event.outcome)
+        else:
+            self.owed_outcomes = [event.outcome]
 
     def _end(self, opened: OpenSuggestion, event: OutcomeEvent) -> None:
         """Fire the transition an outcome reports for a suggestion no earlier event ended: a run's end, or an
