@@ -37,9 +37,9 @@ import trio
 from bench_store import defer_then_decide
 
 from dial_runtime import LogEntry
-from dial_runtime.jsonl import import_jsonl
 from dial_runtime.stores import SQLiteStore, StorePort
 from dial_runtime.stores.chain import ChainReport, StoredRow, verify_log, verify_store
+from dial_runtime.stores.jsonl import import_jsonl
 
 DEMO = Path(__file__).resolve().parents[1] / "tests" / "recordings" / "demo.jsonl"
 

@@ -41,10 +41,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(1, str(ROOT))
 
 from dial_runtime import Conversation, scripted_human  # noqa: E402
-from dial_runtime.deadlines import PostgresDeadlines  # noqa: E402
-from dial_runtime.jsonl import check_log  # noqa: E402
+from dial_runtime.decisions.deadlines import PostgresDeadlines  # noqa: E402
 from dial_runtime.runtime.events import DecidedEvent, OutcomeEvent, SuggestionEvent  # noqa: E402
 from dial_runtime.stores import PostgresStore  # noqa: E402
+from dial_runtime.stores.jsonl import check_log  # noqa: E402
 from tests.fakes import Agent, Notes, envelope, suggest  # noqa: E402
 
 PROPOSE = envelope(suggest("add-note", '{"text": "milk"}'))

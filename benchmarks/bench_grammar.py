@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from dial_runtime import ActionSpec
-from dial_runtime.agents.grammar import domain_grammar
+from dial_runtime.llm.grammar import domain_grammar
 
 
 class Line(msgspec.Struct):

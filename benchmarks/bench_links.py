@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 import uvicorn
 
+from dial_runtime.decisions.links import Keyring, MemoryUsedTokens, generate_key
 from dial_runtime.demo import NotesDomain
-from dial_runtime.links import Keyring, MemoryUsedTokens, generate_key
 from dial_runtime.web import create_app, decision_links, scripted_agents
 
 PROPOSE = (

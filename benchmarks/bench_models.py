@@ -30,8 +30,8 @@ import anyio
 import httpx
 
 from dial_runtime import Conversation, parse, policy_human
-from dial_runtime.agents import ChatAgent
 from dial_runtime.demo import NotesDomain
+from dial_runtime.llm.chat import ChatAgent
 
 CACHE = Path(os.environ.get("DIAL_LLAMA_CACHE", "/var/cache/dial-runtime/llama"))
 #: What the person asks for, and the action that answers it.

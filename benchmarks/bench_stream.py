@@ -29,7 +29,9 @@ from typing import Any, ClassVar
 
 import trio
 
-from dial_runtime import ChatAgent, Conversation, DialSizeError, StreamParser, policy_human
+from dial_runtime import ChatAgent, Conversation, policy_human
+from dial_runtime.errors import DialSizeError
+from dial_runtime.language.stream import StreamParser
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 from tests.openai_server import OpenAIServer, Reply

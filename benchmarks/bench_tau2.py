@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from bench_models import binaries, llama_server  # this script's folder is on the path
 
-from dial_runtime.agents import agent_from_uri, domain_grammar, system_prompt
+from dial_runtime.agents import system_prompt
+from dial_runtime.llm.grammar import domain_grammar
+from dial_runtime.llm.uri import agent_from_uri
 from dial_runtime.ports import AgentPort, StorePort
 from dial_runtime.stores import open_store
 

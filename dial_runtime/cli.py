@@ -27,18 +27,18 @@ import trio
 import trio.testing
 
 from ._command import USAGE, _CommandError, _described, _usage
-from ._stored import checked_log, open_url, read_log, read_stored, shown_url
+from .domains.loading import load_callable, load_domain, load_flow
 from .errors import DialError, LogError
 from .language.schema import validate
-from .loading import load_callable, load_domain, load_flow
 from .runtime.events import LogEntry
 from .runtime.projection import Moment, project
 from .runtime.projection import stopped_in_words as stopped_in_words
+from .stores.urls import checked_log, open_url, read_log, read_stored, shown_url
 
 if TYPE_CHECKING:
-    from .jsonl import LogFile
+    from .decisions.announce import Announcer
     from .stores.chain import ChainCheck, StoredRow
-    from .web.announce import Announcer
+    from .stores.jsonl import LogFile
 
 
 def _decode(raw: bytes, name: str) -> str:
@@ -53,7 +53,7 @@ def _decode(raw: bytes, name: str) -> str:
 
 
 if TYPE_CHECKING:
-    from .surfaces.terminal import TerminalSurface
+    from .terminal.surface import TerminalSurface
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -97,11 +97,12 @@ def _without_terminal_extra(command: str, error: ModuleNotFoundError) -> int:
 
 def _chat(args: argparse.Namespace) -> int:
     try:
-        from .surfaces.terminal import PlainAgent, TerminalSurface
+        from .terminal.surface import PlainAgent, TerminalSurface
     except ModuleNotFoundError as error:
         return _without_terminal_extra("chat", error)
-    from .agents import agent_from_uri, domain_grammar, history_from_log, system_prompt
+    from .agents import system_prompt
     from .driver import Conversation
+    from .llm import agent_from_uri, domain_grammar, history_from_log
 
     domain = load_domain(args.domain) if args.mcp is None else None
     _check_mcp_options(args)
@@ -196,7 +197,7 @@ def _check_mcp_options(args: argparse.Namespace) -> None:
 async def _served(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> Any:
     """The MCP server ``--mcp`` names, as a domain held open until ``stack`` closes."""
     try:
-        from .mcp import McpConnectionError, mcp_domain, sdk_log_to
+        from .adapters.mcp import McpConnectionError, mcp_domain, sdk_log_to
     except ImportError as error:
         raise _CommandError(f"--mcp needs the mcp extra (pip install 'dial-runtime[mcp]'): {error}") from None
     try:
@@ -239,7 +240,7 @@ async def _interactive_demo(surface: TerminalSurface) -> None:
 def _demo(args: argparse.Namespace) -> int:
     if args.interactive:
         try:
-            from .surfaces.terminal import TerminalSurface
+            from .terminal.surface import TerminalSurface
         except ModuleNotFoundError as error:
             return _without_terminal_extra("demo --interactive", error)
         anyio.run(_interactive_demo, TerminalSurface(), backend="asyncio")
@@ -253,7 +254,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _diagrams(args: argparse.Namespace) -> int:
     import shutil
 
-    from .diagrams import write_diagrams, write_flow_diagram
+    from .statemachines.diagrams import write_diagrams, write_flow_diagram
 
     if not args.no_svg and shutil.which("dot") is None:
         raise _CommandError(
@@ -293,7 +294,7 @@ def _log(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .replay import replay
+    from .runtime.replay import replay
 
     if args.file is not None:
         conversation_id, entries = _read_file(args.file)
@@ -327,7 +328,7 @@ def _read_file(path: str) -> tuple[str, list[LogEntry]]:
 def _read_log_file(path: str) -> LogFile:
     """What a JSON Lines log holds, each entry checked, its hash chain too (a version-2 file), and the log
     checked as a whole (see ``check_log``)."""
-    from .jsonl import check_log, read_jsonl
+    from .stores.jsonl import check_log, read_jsonl
 
     try:
         with open(path, encoding="utf-8") as file:
@@ -358,7 +359,7 @@ def _read_rows(url: str, conversation_id: str) -> list[StoredRow]:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .jsonl import export_rows
+    from .stores.jsonl import export_rows
 
     rows = _read_rows(args.store, args.id)
     if args.output is None:
@@ -415,9 +416,9 @@ def _kept(written: list[StoredRow], stored: list[StoredRow]) -> str:
 
 
 def _signing() -> Any:
-    """:mod:`dial_runtime.stores.signing`; a one-line error (exit 2) when cryptography is not installed."""
+    """:mod:`dial_runtime.audit.signing`; a one-line error (exit 2) when cryptography is not installed."""
     try:
-        from .stores import signing
+        from .audit import signing
     except ImportError as error:
         raise _CommandError(str(error), USAGE) from None
     return signing
@@ -576,7 +577,7 @@ def _audit(args: argparse.Namespace) -> int:
     log now claims), the store cannot be read or holds no such conversation."""
     import msgspec
 
-    from .audit import audit, audit_text
+    from .audit.report import audit, audit_text
     from .errors import StoreError
     from .stores.chain import verify_log
 
@@ -665,7 +666,7 @@ def _decide(args: argparse.Namespace) -> int:
     cli``; the conversation then carries on with its agent and domain. Prints how the suggestion stands."""
     import json
 
-    from .deadlines import conversation_opener
+    from .decisions.deadlines import conversation_opener
     from .errors import DialError
     from .runtime.records import Accept, Dismiss, Edit
     from .web.serve import agent_factory
@@ -736,7 +737,7 @@ def _worker(args: argparse.Namespace) -> int:
         )
     if args.poll <= 0 or args.concurrency < 1 or (args.decide_timeout is not None and not args.decide_timeout > 0):
         _usage("--poll and --decide-timeout must be above 0 and --concurrency at least 1")
-    from .deadlines import conversation_opener, run_worker
+    from .decisions.deadlines import conversation_opener, run_worker
     from .web.serve import agent_factory
 
     domain = load_domain(args.domain)
@@ -766,7 +767,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _announcer(spec: str) -> Announcer:
     """The announcer ``--announce MODULE:FACTORY`` names (``FACTORY()``'s); a one-line error for anything else."""
-    from .web.announce import Announcer
+    from .decisions.announce import Announcer
 
     factory = load_callable(spec, option="--announce", example="myapp.notify:announcer")
     try:

@@ -16,7 +16,7 @@ from .driver import Conversation, scripted_human
 from .runtime import ActionError, Issue
 from .runtime.events import LogEntry
 from .runtime.projection import Card, project
-from .transcript import NarratedHuman, Transcript
+from .terminal.transcript import NarratedHuman, Transcript
 
 NoteText = Annotated[str, msgspec.Meta(min_length=1, max_length=60, pattern=r"\S")]
 """A note: some text that is not only spaces, at most 60 characters."""

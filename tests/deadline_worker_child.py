@@ -1,10 +1,11 @@
 """A deadline worker process for the deadline job tests and benchmark: ``python -m tests.deadline_worker_child
 STORE_URL MODE [OPTIONS_JSON]`` (from the repository's root).
 
-It runs :func:`dial_runtime.deadlines.run_worker` on the PostgreSQL store ``STORE_URL`` (the notes domain of
-``tests.fakes``; an agent that fails the job if it is ever sent anything), prints ``ready <pid>`` once it fetches
-jobs and ``job <conversation id>`` as each job opens its conversation, and stops at SIGINT or SIGTERM.
-``OPTIONS_JSON`` holds :class:`~dial_runtime.deadlines.PostgresDeadlines` options (``poll``, ``heartbeat``, ...).
+It runs :func:`dial_runtime.decisions.deadlines.run_worker` on the PostgreSQL store ``STORE_URL`` (the notes
+domain of ``tests.fakes``; an agent that fails the job if it is ever sent anything), prints ``ready <pid>`` once
+it fetches jobs and ``job <conversation id>`` as each job opens its conversation, and stops at SIGINT or SIGTERM.
+``OPTIONS_JSON`` holds :class:`~dial_runtime.decisions.deadlines.PostgresDeadlines` options (``poll``,
+``heartbeat``, ...).
 ``MODE`` is ``fire``, or ``hang``: the first job stops forever before it opens its conversation (a worker to kill
 mid-job).
 """
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dial_runtime import Conversation
-from dial_runtime.deadlines import conversation_opener, run_worker
+from dial_runtime.decisions.deadlines import conversation_opener, run_worker
 from dial_runtime.stores import open_store
 
 from .fakes import Notes

@@ -25,7 +25,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
-#: Where the client puts the idempotency key in the request's ``_meta`` (``dial_runtime.mcp.IDEMPOTENCY_KEY``).
+#: Where the client puts the idempotency key in the request's ``_meta`` (``adapters.mcp.IDEMPOTENCY_KEY``).
 KEY = "dev.dial-runtime/idempotency-key"
 
 SCHEMA = """

@@ -20,10 +20,13 @@ import anyio
 import httpx
 import pytest
 
-from dial_runtime import Conversation, TokenLimitReached, outcome_reply, policy_human, project, replay
-from dial_runtime.agents import AgentError, ChatAgent, ChatMessage, RecordedAgent, agent_from_uri, system_prompt
-from dial_runtime.agents.chat import GenerationSettings, history_from_log, parse_retry_after
-from dial_runtime.agents.grammar import domain_grammar
+from dial_runtime import Conversation, policy_human, project, replay
+from dial_runtime.agents import AgentError, RecordedAgent, system_prompt
+from dial_runtime.errors import TokenLimitReached
+from dial_runtime.language.outcomes import outcome_reply
+from dial_runtime.llm.chat import ChatAgent, ChatMessage, GenerationSettings, history_from_log, parse_retry_after
+from dial_runtime.llm.grammar import domain_grammar
+from dial_runtime.llm.uri import agent_from_uri
 from dial_runtime.runtime.events import (
     Event,
     LogEntry,
@@ -35,7 +38,7 @@ from dial_runtime.runtime.events import (
 )
 from dial_runtime.runtime.projection import Notice
 from dial_runtime.stores import open_store
-from dial_runtime.surfaces.terminal import PlainAgent
+from dial_runtime.terminal.surface import PlainAgent
 
 from .crash_child import OK, FileNotes
 from .fakes import Agent, Notes, envelope, suggest

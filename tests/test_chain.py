@@ -26,7 +26,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dial_runtime import Accept, Conversation, Dismiss, LogEntry, scripted_human
-from dial_runtime.jsonl import export_rows, read_jsonl
 from dial_runtime.runtime.events import DecidedEvent, DeclareEvent, SaidEvent, entry_from_dict, entry_to_dict
 from dial_runtime.stores import MemoryStore, PostgresStore, SQLiteStore, StorePort, open_store
 from dial_runtime.stores.base import decode, encode
@@ -40,6 +39,7 @@ from dial_runtime.stores.chain import (
     verify_log,
     verify_store,
 )
+from dial_runtime.stores.jsonl import export_rows, read_jsonl
 
 from .fakes import Agent, Notes, envelope, suggest
 

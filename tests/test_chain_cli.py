@@ -19,12 +19,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from dial_runtime import LogError
-from dial_runtime.cli import main
-from dial_runtime.jsonl import CHAINED_VERSION, FORMAT, export_rows, import_jsonl, read_jsonl
-from dial_runtime.stores import MemoryStore
-from dial_runtime.stores.chain import ChainBreak, ChainCheck, verify_store
-from dial_runtime.stores.signing import (
+from dial_runtime.audit.signing import (
     dumps_signed_head,
     generate_key,
     load_private_key,
@@ -35,6 +30,11 @@ from dial_runtime.stores.signing import (
     sign_head,
     verify_head,
 )
+from dial_runtime.cli import main
+from dial_runtime.errors import LogError
+from dial_runtime.stores import MemoryStore
+from dial_runtime.stores.chain import ChainBreak, ChainCheck, verify_store
+from dial_runtime.stores.jsonl import CHAINED_VERSION, FORMAT, export_rows, import_jsonl, read_jsonl
 
 from .test_chain import CONVERSATION, SQLite, Tampering, drop, edit, hold, insert, rechained, run, said, swap
 

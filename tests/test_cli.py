@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from dial_runtime import parse, validate
-from dial_runtime.agents import domain_grammar
+from dial_runtime import parse
 from dial_runtime.cli import main
 from dial_runtime.demo import NotesDomain
+from dial_runtime.language.schema import validate
+from dial_runtime.llm.grammar import domain_grammar
 
 from .openai_server import OpenAIServer
 from .test_llama import llama as llama

@@ -27,10 +27,10 @@ import psycopg
 import pytest
 
 from dial_runtime import Accept, Conversation, scripted_human
-from dial_runtime.deadlines import PostgresDeadlines
-from dial_runtime.jsonl import check_log
+from dial_runtime.decisions.deadlines import PostgresDeadlines
 from dial_runtime.runtime.events import DecidedEvent, LogEntry, OutcomeEvent, SuggestionEvent
 from dial_runtime.stores import PostgresStore
+from dial_runtime.stores.jsonl import check_log
 
 from .children import Worker
 from .fakes import Agent, Notes, envelope, suggest

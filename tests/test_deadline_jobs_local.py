@@ -14,10 +14,10 @@ import anyio
 import pytest
 
 from dial_runtime import Conversation, Domain, scripted_human
-from dial_runtime.deadlines import LocalDeadlines, PostgresDeadlines, conversation_opener, waiting
-from dial_runtime.jsonl import check_log
+from dial_runtime.decisions.deadlines import LocalDeadlines, PostgresDeadlines, conversation_opener, waiting
 from dial_runtime.runtime.events import DecidedEvent, LogEntry, OutcomeEvent
 from dial_runtime.stores import MemoryStore, SQLiteStore, StorePort
+from dial_runtime.stores.jsonl import check_log
 
 from .fakes import Agent, Notes, envelope, suggest
 

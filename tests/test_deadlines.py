@@ -21,15 +21,15 @@ from dial_runtime import (
     Defer,
     Dismiss,
     Domain,
-    LogError,
     replay,
     scripted_human,
 )
-from dial_runtime.jsonl import check_log
+from dial_runtime.errors import LogError
 from dial_runtime.runtime.core import ConversationCore
 from dial_runtime.runtime.effects import Answer, Consult, LookUp, Replied, Review, Reviewed, Send
 from dial_runtime.runtime.events import DecidedEvent, LogEntry, OutcomeEvent, ResumedEvent, SuggestionEvent
 from dial_runtime.stores import MemoryStore
+from dial_runtime.stores.jsonl import check_log
 
 from .fakes import Agent, Notes, envelope, suggest
 

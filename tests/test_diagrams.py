@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from statemachine import State, StateMachine
 
-from dial_runtime.diagrams import MACHINES, render_dot, render_mermaid, svg_stamp, write_diagrams
 from dial_runtime.statemachines import compile_machine
+from dial_runtime.statemachines.diagrams import MACHINES, render_dot, render_mermaid, svg_stamp, write_diagrams
 
 DIAGRAMS = Path(__file__).resolve().parents[1] / "diagrams"
 REGENERATE = "stale: run `dial-runtime diagrams --out diagrams` and commit the result"

@@ -66,16 +66,13 @@ def test_the_docstring_draws_the_real_tree() -> None:
 @pytest.mark.parametrize(
     ("module", "name"),
     [
-        ("dial_runtime", "StoreConflict"),
-        ("dial_runtime", "StoreClosed"),
         ("dial_runtime", "AgentError"),
         ("dial_runtime", "ActionError"),
-        ("dial_runtime", "LogError"),
         ("dial_runtime.stores", "StoreConflict"),
         ("dial_runtime.stores", "StoreClosed"),
         ("dial_runtime.stores.base", "StoreConflict"),
         ("dial_runtime.agents", "AgentError"),
-        ("dial_runtime.agents.chat", "AgentError"),
+        ("dial_runtime.llm.chat", "AgentError"),
         ("dial_runtime.runtime", "ActionError"),
         ("dial_runtime.runtime.records", "ActionError"),
     ],

@@ -14,14 +14,14 @@ import pytest
 
 from dial_runtime import Conversation
 from dial_runtime.agents import ScriptedAgent
-from dial_runtime.agents.chat import ChatMessage
 from dial_runtime.cli import main
 from dial_runtime.demo import NotesDomain
 from dial_runtime.domains import Domain
 from dial_runtime.driver import scripted_human
 from dial_runtime.evaluate import EvalReport, evaluate, payload_distance, write_chart
-from dial_runtime.jsonl import export_jsonl
+from dial_runtime.llm.chat import ChatMessage
 from dial_runtime.runtime.events import LogEntry
+from dial_runtime.stores.jsonl import export_jsonl
 
 
 def suggest(action: str, payload: dict[str, Any], ident: str = "s") -> str:

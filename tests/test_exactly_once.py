@@ -36,11 +36,11 @@ import anyio
 import pytest
 
 from dial_runtime import Conversation, policy_human
-from dial_runtime.jsonl import check_log
 from dial_runtime.runtime.core import idempotency_key
 from dial_runtime.runtime.events import ActionStartedEvent, LogEntry, OutcomeEvent, ProposedEvent
 from dial_runtime.runtime.state import ConversationState
 from dial_runtime.stores import StorePort, open_store
+from dial_runtime.stores.jsonl import check_log
 
 from .children import Worker
 from .reconcile_child import Effects, NoteAgent, Pauses, domain_for, open_conversation

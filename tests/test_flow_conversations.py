@@ -20,11 +20,11 @@ from dial_runtime import (
     Defer,
     Dismiss,
     Domain,
-    LogError,
     replay,
     scripted_human,
     system_prompt,
 )
+from dial_runtime.errors import LogError
 from dial_runtime.runtime.core import ConversationCore
 from dial_runtime.runtime.effects import (
     Answer,
@@ -519,7 +519,7 @@ def test_import_takes_a_flow_log_and_refuses_one_whose_moves_do_not_follow(
     """Imported without the domain, a log's moves must still follow one another (each from the state the last
     one reached); the table's own rules are checked when a conversation or a replay folds it with the domain."""
     from dial_runtime.cli import main
-    from dial_runtime.jsonl import export_jsonl
+    from dial_runtime.stores.jsonl import export_jsonl
 
     log = finished_log()
     if corrupt:
@@ -576,7 +576,7 @@ def test_chat_says_which_final_state_ended_the_conversation(tmp_path: Path) -> N
 
 
 def test_an_ended_event_written_before_results_existed_still_reads() -> None:
-    from dial_runtime.jsonl import import_jsonl
+    from dial_runtime.stores.jsonl import import_jsonl
 
     header = '{"format": "dial-runtime-log", "version": 1, "conversation_id": "old"}'
     line = '{"seq":1,"time":1.0,"event":{"type":"ended","reason":"end() was called"}}'

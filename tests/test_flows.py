@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from statemachine import State, StateMachine
 from statemachine.exceptions import TransitionNotAllowed
 
-from dial_runtime import Conversation, Domain, IllegalTransition, Issue, ScriptedAgent, policy_human
+from dial_runtime import Conversation, Domain, Issue, ScriptedAgent, policy_human
 from dial_runtime.cli import main
+from dial_runtime.errors import IllegalTransition
 
 
 class Order(StateMachine):

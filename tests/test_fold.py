@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dial_runtime import Accept, Conversation, Defer, Dismiss, Edit, LogError, Say, policy_human
+from dial_runtime import Accept, Conversation, Defer, Dismiss, Edit, Say, policy_human
+from dial_runtime.errors import LogError
 from dial_runtime.runtime.core import ConversationCore
 from dial_runtime.runtime.events import (
     EVENT_TYPES,

@@ -19,8 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dial_runtime import ActionSpec, parse, validate
-from dial_runtime.agents.grammar import (
+from dial_runtime import ActionSpec, parse
+from dial_runtime.language.records import AskElement, Inform, Suggest
+from dial_runtime.language.schema import validate
+from dial_runtime.llm.grammar import (
     MAX_GRAMMAR_RULES,
     MAX_SCHEMA_DEPTH,
     Chars,
@@ -34,8 +36,7 @@ from dial_runtime.agents.grammar import (
     schema_rules,
     speech_acts,
 )
-from dial_runtime.agents.grammar import Literal as Text
-from dial_runtime.language.records import AskElement, Inform, Suggest
+from dial_runtime.llm.grammar import Literal as Text
 
 #: Characters a negated class is drawn from: ASCII and a few that XML, JSON or UTF-8 treat specially.
 POOL = [chr(code) for code in range(128)] + list("é中😀\u2028\u3000\xa0\x85\ufffd\ufffe\uffff\U0010fffd")

@@ -24,9 +24,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dial_runtime import ActionError, Conversation, policy_human
-from dial_runtime.http_domain import IDEMPOTENCY_HEADER, HttpDomain, HttpEndpoint
-from dial_runtime.jsonl import check_log
+from dial_runtime.adapters.http import IDEMPOTENCY_HEADER, HttpDomain, HttpEndpoint
 from dial_runtime.runtime.events import ActionStartedEvent, OutcomeEvent
+from dial_runtime.stores.jsonl import check_log
 
 from .fakes import Agent, envelope, suggest
 from .test_reconcile import died_running

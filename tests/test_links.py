@@ -1,6 +1,6 @@
-"""Signed decision links (``dial_runtime.links``): every refusal with each kind of key, rotation and retirement, a
-verifier holding only a public key, key files, links in URLs; no altered token and no garbage is ever accepted,
-and nothing but ``LinkRefused`` ever comes out of reading one."""
+"""Signed decision links (``dial_runtime.decisions.links``): every refusal with each kind of key, rotation and
+retirement, a verifier holding only a public key, key files, links in URLs; no altered token and no garbage is
+ever accepted, and nothing but ``LinkRefused`` ever comes out of reading one."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dial_runtime.errors import DialError
-from dial_runtime.links import (
+from dial_runtime.decisions.links import (
     DECISIONS,
     DEFAULT_LEEWAY,
     MAX_LINK_LENGTH,
@@ -38,6 +37,7 @@ from dial_runtime.links import (
     link_url,
     token_from_url,
 )
+from dial_runtime.errors import DialError
 from dial_runtime.runtime.records import Suggestion
 
 KINDS: list[Algorithm] = ["HS256", "Ed25519"]

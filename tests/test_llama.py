@@ -27,8 +27,11 @@ import anyio
 import httpx
 import pytest
 
-from dial_runtime import ActionSpec, Conversation, TokenLimitReached, parse, policy_human, validate
-from dial_runtime.agents import ChatAgent, domain_grammar
+from dial_runtime import ActionSpec, Conversation, parse, policy_human
+from dial_runtime.errors import TokenLimitReached
+from dial_runtime.language.schema import validate
+from dial_runtime.llm.chat import ChatAgent
+from dial_runtime.llm.grammar import domain_grammar
 
 from .fakes import stop
 

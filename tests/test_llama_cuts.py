@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from dial_runtime import Conversation, policy_human
-from dial_runtime.agents import ChatAgent
+from dial_runtime.llm.chat import ChatAgent
 
 from .test_llama import REQUEST, Notes, llama, llama_server
 

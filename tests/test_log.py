@@ -10,16 +10,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from dial_runtime import (
-    Conversation,
-    Dismiss,
-    LogEntry,
-    LogError,
-    Outcome,
-    event_from_dict,
-    event_to_dict,
-    scripted_human,
-)
+from dial_runtime import Conversation, Dismiss, LogEntry, Outcome, scripted_human
+from dial_runtime.errors import LogError
 from dial_runtime.language.outcomes import STATUSES, OutcomeFields
 from dial_runtime.runtime.events import (
     EVENT_TYPES,
@@ -36,6 +28,8 @@ from dial_runtime.runtime.events import (
     SentEvent,
     entry_from_dict,
     entry_to_dict,
+    event_from_dict,
+    event_to_dict,
 )
 from dial_runtime.runtime.state import ConversationState, checked_entry
 from dial_runtime.statemachines import CALL_STATUS

@@ -23,13 +23,14 @@ from typing import Any, cast
 import pytest
 import trio
 
-from dial_runtime import Conversation, LogEntry, LogError, scripted_human
+from dial_runtime import Conversation, LogEntry, scripted_human
 from dial_runtime.agents import ScriptedAgent
 from dial_runtime.cli import main
 from dial_runtime.demo import NotesDomain
-from dial_runtime.jsonl import FORMAT, VERSION, check_log, import_jsonl
+from dial_runtime.errors import LogError
 from dial_runtime.runtime.events import ActionStartedEvent, ResumedEvent, SaidEvent
 from dial_runtime.stores import MemoryStore, SQLiteStore, open_store
+from dial_runtime.stores.jsonl import FORMAT, VERSION, check_log, import_jsonl
 
 RECORDINGS = Path(__file__).parent / "recordings"
 HEADER = json.dumps({"format": FORMAT, "version": VERSION, "conversation_id": "bad"})

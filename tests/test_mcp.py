@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from dial_runtime import Conversation, Outcome, ScriptedAgent, policy_human, scripted_human, system_prompt
-from dial_runtime.mcp import McpConnectionError, McpDomain
+from dial_runtime.adapters.mcp import McpConnectionError, McpDomain
 
 from .fakes import envelope, stop, suggest
 

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dial_runtime import Conversation, ScriptedAgent, policy_human
+from dial_runtime.adapters.mcp import McpConnectionError, McpDomain, _json_at_any_depth
 from dial_runtime.domains.payloads import MAX_DEPTH
-from dial_runtime.mcp import McpConnectionError, McpDomain, _json_at_any_depth
 
 from .fakes import envelope, suggest
 from .test_mcp import DONE, FAULTY, anyio_backend, errlog, faulty_over_http

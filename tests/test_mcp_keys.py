@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from dial_runtime import ActionError, Conversation, ScriptedAgent, policy_human
-from dial_runtime.mcp import IDEMPOTENCY_KEY, McpDomain, mcp_domain
+from dial_runtime.adapters.mcp import IDEMPOTENCY_KEY, McpDomain, mcp_domain
 from dial_runtime.runtime.core import idempotency_key
 from dial_runtime.runtime.events import ActionStartedEvent, OutcomeEvent
 from dial_runtime.stores import MemoryStore

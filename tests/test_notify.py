@@ -18,7 +18,7 @@ import msgspec
 import pytest
 import trio.testing
 
-from dial_runtime.notify import (
+from dial_runtime.decisions.notify import (
     Notification,
     Notifications,
     SmtpNotifier,

@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from dial_runtime.notify import Notification, Notifications, Notifier, SmtpNotifier, WebhookNotifier
+from dial_runtime.decisions.notify import Notification, Notifications, Notifier, SmtpNotifier, WebhookNotifier
 from dial_runtime.runtime.projection import Card
 
 from .test_notify import LINKS, Html

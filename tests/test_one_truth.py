@@ -18,18 +18,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from dial_runtime import (
-    Accept,
-    ActionError,
-    Conversation,
-    Defer,
-    Dismiss,
-    Edit,
-    LogError,
-    policy_human,
-    scripted_human,
-)
-from dial_runtime.jsonl import check_log, export_jsonl, import_jsonl
+from dial_runtime import Accept, ActionError, Conversation, Defer, Dismiss, Edit, policy_human, scripted_human
+from dial_runtime.errors import LogError
 from dial_runtime.runtime.core import Call, ConversationCore
 from dial_runtime.runtime.effects import (
     Answer,
@@ -46,6 +36,7 @@ from dial_runtime.runtime.events import ActionStartedEvent, LogEntry, OutcomeEve
 from dial_runtime.runtime.records import Suggestion
 from dial_runtime.runtime.state import fold_log
 from dial_runtime.stores import MemoryStore
+from dial_runtime.stores.jsonl import check_log, export_jsonl, import_jsonl
 
 from .fakes import Agent, Notes, envelope, folded, suggest
 from .test_core import ACK, TEXT, World

@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lxml import etree
 
-from dial_runtime import Outcome, outcome_reply, parse, validate
-from dial_runtime.language.outcomes import compact_json, refusal_reply
+from dial_runtime import Outcome, parse
+from dial_runtime.language.outcomes import compact_json, outcome_reply, refusal_reply
+from dial_runtime.language.schema import validate
 
 from .strategies import any_outcomes, any_text, outcomes
 

@@ -19,14 +19,12 @@ from dial_runtime import (
     Dismiss,
     Domain,
     Edit,
-    LinkRefused,
-    LogError,
     Say,
     project,
     replay,
     scripted_human,
 )
-from dial_runtime.jsonl import check_log
+from dial_runtime.errors import LinkRefused, LogError
 from dial_runtime.runtime.events import (
     ActionStartedEvent,
     ApprovalRefusedEvent,
@@ -37,7 +35,8 @@ from dial_runtime.runtime.events import (
     ResumedEvent,
 )
 from dial_runtime.stores import MemoryStore
-from dial_runtime.transcript import Transcript, approvals_words
+from dial_runtime.stores.jsonl import check_log
+from dial_runtime.terminal.transcript import Transcript, approvals_words
 
 from .fakes import Agent, envelope, suggest
 

@@ -28,12 +28,13 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 from dial_runtime import (
-    Accept, ActionError, ActionSpec, AgentPort, Ask, ChatAgent, Conversation, Defer, DomainPort, HumanPort, Issue,
-    RecordedAgent, ScriptedAgent, StorePort, StreamingAgentPort, Suggestion, TurnResult, open_store, policy_human,
-    scripted_human,
+    Accept, ActionError, ActionSpec, Ask, ChatAgent, Conversation, Defer, Issue, RecordedAgent, ScriptedAgent,
+    Suggestion, TurnResult, open_store, policy_human, scripted_human,
 )
 from dial_runtime.demo import NotesDomain
-from dial_runtime.ports import DecisionLike, DescribedDomainPort
+from dial_runtime.ports import (
+    AgentPort, DecisionLike, DescribedDomainPort, DomainPort, HumanPort, StorePort, StreamingAgentPort,
+)
 from dial_runtime.stores import MemoryStore, PostgresStore, SQLiteStore
 
 
@@ -100,8 +101,8 @@ class Person:
 WELL_TYPED = (
     USER_MODULE
     + """
-from dial_runtime.surfaces.terminal import PlainAgent, TerminalSurface
-from dial_runtime.transcript import NarratedHuman, Transcript
+from dial_runtime.terminal.surface import PlainAgent, TerminalSurface
+from dial_runtime.terminal.transcript import NarratedHuman, Transcript
 
 domain: DomainPort = Notes()
 described: DescribedDomainPort = Notes()
@@ -195,9 +196,8 @@ ILL_TYPED_PRELUDE = """\
 from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
-from dial_runtime import (
-    Accept, ActionSpec, AgentPort, Ask, DomainPort, HumanPort, StorePort, StreamingAgentPort, Suggestion,
-)
+from dial_runtime import Accept, ActionSpec, Ask, Suggestion
+from dial_runtime.ports import AgentPort, DomainPort, HumanPort, StorePort, StreamingAgentPort
 from dial_runtime.stores import MemoryStore
 """
 

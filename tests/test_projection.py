@@ -17,28 +17,30 @@ from hypothesis import strategies as st
 
 from dial_runtime import (
     Accept,
-    AgentText,
-    Aside,
-    Card,
     Conversation,
     Defer,
     Dismiss,
     Edit,
     LogEntry,
-    Notice,
-    PersonWords,
     Projection,
-    Question,
-    RefusedProposal,
     Say,
     Suggestion,
-    Told,
     open_store,
     project,
     scripted_human,
 )
 from dial_runtime.runtime.events import SaidEvent, SentEvent
-from dial_runtime.runtime.projection import Item
+from dial_runtime.runtime.projection import (
+    AgentText,
+    Aside,
+    Card,
+    Item,
+    Notice,
+    PersonWords,
+    Question,
+    RefusedProposal,
+    Told,
+)
 from dial_runtime.runtime.records import payload_digest
 
 from .fakes import Agent, Notes, Stall, envelope, hang, make, suggest

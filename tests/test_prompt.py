@@ -10,10 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dial_runtime import ActionSpec, Outcome, outcome_reply, parse, validate
+from dial_runtime import ActionSpec, Outcome, parse
 from dial_runtime.agents import VocabularyEntry, system_prompt, vocabulary
 from dial_runtime.agents.prompt import SPEC_KEYS, VOCABULARY_KEYS
 from dial_runtime.demo import NotesDomain
+from dial_runtime.language.outcomes import outcome_reply
+from dial_runtime.language.schema import validate
 
 from .fakes import Notes
 

@@ -9,6 +9,7 @@ in a fresh interpreter in an empty git repository, and fails the test when it ra
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import os
 import re
@@ -20,11 +21,12 @@ from typing import Any, NamedTuple
 import msgspec
 import pytest
 
-from dial_runtime import Conversation, ScriptedAgent, parse, policy_human, validate
+from dial_runtime import Conversation, ScriptedAgent, parse, policy_human
 from dial_runtime.cli import build_parser
 from dial_runtime.demo import NotesDomain
-from dial_runtime.diagrams import MACHINES, render_mermaid
+from dial_runtime.language.schema import validate
 from dial_runtime.runtime.events import EVENT_TYPES, RENDERED
+from dial_runtime.statemachines.diagrams import MACHINES, render_mermaid
 
 README = Path(__file__).parents[1] / "README.md"
 #: How long one block may run: the slowest starts an MCP server and holds a conversation.
@@ -239,13 +241,15 @@ def api_rows(column: int = 0) -> list[list[str]]:
 
 
 def resolve(name: str, owner: str) -> Any:
-    """What a name in the table is: a top-level name or one of ``dial_runtime.agents``; ``.name`` is a member of
-    ``owner``, the row's last name before it (``Conversation`` when there is none)."""
+    """What a name in the table is: a top-level name or one of the modules the table points to; ``.name`` is a
+    member of ``owner``, the row's last name before it (``Conversation`` when there is none)."""
     import dial_runtime
-    import dial_runtime.agents
 
     path = (owner + name if name.startswith(".") else name).split(".")
-    value = getattr(dial_runtime, path[0], None) or getattr(dial_runtime.agents, path[0])
+    homes = ["dial_runtime.language", "dial_runtime.llm", "dial_runtime.errors", "dial_runtime.ports"]
+    homes += ["dial_runtime.runtime.projection", "dial_runtime.runtime.replay", "dial_runtime.runtime.events"]
+    found = [vars(importlib.import_module(home)).get(path[0]) for home in homes]
+    value = getattr(dial_runtime, path[0]) if path[0] in dial_runtime.__all__ else next(v for v in found if v)
     for part in path[1:]:
         value = getattr(value, part)
     return value

@@ -22,13 +22,12 @@ from dial_runtime import (
     Conversation,
     Domain,
     IdempotencyKey,
-    LogError,
     policy_human,
     replay,
     system_prompt,
 )
 from dial_runtime.driver.built import DomainOnFirstUse
-from dial_runtime.jsonl import check_log
+from dial_runtime.errors import LogError
 from dial_runtime.runtime.core import ConversationCore, idempotency_key
 from dial_runtime.runtime.effects import (
     Answer,
@@ -44,6 +43,7 @@ from dial_runtime.runtime.effects import (
 from dial_runtime.runtime.events import ActionStartedEvent, LogEntry, OutcomeEvent
 from dial_runtime.runtime.projection import project
 from dial_runtime.stores import MemoryStore, SQLiteStore
+from dial_runtime.stores.jsonl import check_log
 
 from .fakes import Agent, envelope, suggest
 

@@ -13,23 +13,32 @@ import pytest
 
 import dial_runtime
 import dial_runtime.agents
+import dial_runtime.language
+import dial_runtime.llm
+import dial_runtime.runtime.replay
 
 #: Exported classes that do something rather than hold a value: agents, the conversation, the parser, the ports,
 #: the domain toolkit.
-SERVICES = {
-    "AgentPort", "ChatAgent", "Conversation", "Domain", "DomainPort", "HumanPort", "Projection", "RecordedAgent",
-    "ReconcilingDomainPort", "ScriptedAgent", "StorePort", "StreamParser", "StreamingAgentPort",
-}  # fmt: skip
+SERVICES = {"ChatAgent", "Conversation", "Domain", "Projection", "RecordedAgent", "ScriptedAgent", "StreamParser"}
+
+#: The packages whose exported classes are checked: the front door and the packages its users reach into.
+PACKAGES = (
+    dial_runtime,
+    dial_runtime.agents,
+    dial_runtime.language,
+    dial_runtime.llm,
+    dial_runtime.runtime.replay,
+)
 
 #: Records the README constructs positionally (``Edit(payload)``, ``Say(text)``); every other one is keyword-only.
 POSITIONAL = {"Edit", "Say"}
 
 
 def exported_classes() -> dict[str, type]:
-    """Every class ``dial_runtime`` and ``dial_runtime.agents`` export, exceptions aside."""
+    """Every class :data:`PACKAGES` export, exceptions aside."""
     return {
         name: value
-        for module in (dial_runtime, dial_runtime.agents)
+        for module in PACKAGES
         for name in module.__all__
         if inspect.isclass(value := getattr(module, name)) and not issubclass(value, BaseException)
     }

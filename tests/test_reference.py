@@ -22,11 +22,10 @@ from dial_runtime import (
     Issue,
     Outcome,
     Suggestion,
-    outcome_reply,
     policy_human,
     scripted_human,
 )
-from dial_runtime.language.outcomes import STATUSES
+from dial_runtime.language.outcomes import STATUSES, outcome_reply
 from dial_runtime.runtime.events import RENDERED, TurnLimitEvent
 from dial_runtime.statemachines import NEEDS_REPLY, OUTCOME_STATUS
 

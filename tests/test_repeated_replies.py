@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from dial_runtime import Conversation, LogError, TokenLimitReached, policy_human, replay
-from dial_runtime.jsonl import check_log
+from dial_runtime import Conversation, policy_human, replay
+from dial_runtime.errors import LogError, TokenLimitReached
 from dial_runtime.runtime.core import REPEATED
 from dial_runtime.runtime.events import (
     FinishedEvent,
@@ -25,6 +25,7 @@ from dial_runtime.runtime.events import (
     SentEvent,
 )
 from dial_runtime.runtime.projection import Notice, project
+from dial_runtime.stores.jsonl import check_log
 
 from .fakes import Agent, Notes, StreamingAgent, envelope, suggest
 

@@ -10,9 +10,10 @@ from typing import Any, ClassVar
 import msgspec
 import pytest
 
-from dial_runtime import ActionSpec, Conversation, Dismiss, LogError, project, replay, scripted_human
+from dial_runtime import ActionSpec, Conversation, Dismiss, project, replay, scripted_human
+from dial_runtime.errors import LogError
 from dial_runtime.runtime.events import LogEntry, SuggestionEvent
-from dial_runtime.transcript import Transcript
+from dial_runtime.terminal.transcript import Transcript
 
 from .fakes import Notes, envelope, make, suggest
 

@@ -21,24 +21,12 @@ import pytest
 import trio
 import trio.testing
 
-from dial_runtime import (
-    Accept,
-    AgentError,
-    Conversation,
-    Defer,
-    Dismiss,
-    Edit,
-    LogEntry,
-    LogError,
-    Suggestion,
-    TokenLimitReached,
-)
+from dial_runtime import Accept, AgentError, Conversation, Defer, Dismiss, Edit, LogEntry, Suggestion
 from dial_runtime.agents import ScriptedAgent
 from dial_runtime.cli import audit_line, main
 from dial_runtime.demo import DECISIONS, SCRIPT, NotesDomain, run_demo
-from dial_runtime.jsonl import export_jsonl, import_jsonl
+from dial_runtime.errors import LogError, TokenLimitReached
 from dial_runtime.language.records import Option
-from dial_runtime.replay import Divergence, replay
 from dial_runtime.runtime.events import (
     AskEvent,
     DeclareEvent,
@@ -52,7 +40,9 @@ from dial_runtime.runtime.events import (
     event_to_dict,
 )
 from dial_runtime.runtime.records import Ask
+from dial_runtime.runtime.replay import Divergence, replay
 from dial_runtime.stores import MemoryStore, open_store
+from dial_runtime.stores.jsonl import export_jsonl, import_jsonl
 
 from .fakes import Agent, StreamingAgent, envelope, hang, suggest
 

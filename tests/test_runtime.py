@@ -24,12 +24,12 @@ from dial_runtime import (
     Outcome,
     Say,
     Suggestion,
-    outcome_reply,
     parse,
     policy_human,
     scripted_human,
-    validate,
 )
+from dial_runtime.language.outcomes import outcome_reply
+from dial_runtime.language.schema import validate
 from dial_runtime.runtime.events import RENDERED
 
 from .fakes import Agent, Notes, Stall, envelope, hang, make, statuses, suggest, types

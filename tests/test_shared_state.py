@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dial_runtime.links import UsedTokens
+from dial_runtime.decisions.links import UsedTokens
 from dial_runtime.stores import PostgresStore, SQLiteStore
 from dial_runtime.stores.shared import (
     DETACH_KEPT,

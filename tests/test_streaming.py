@@ -11,10 +11,9 @@ import anyio.lowlevel
 import pytest
 
 from dial_runtime import Accept, Conversation, open_store, policy_human, scripted_human
-from dial_runtime.agents import ChatMessage
-from dial_runtime.agents.chat import history_from_log
 from dial_runtime.driver.conversation import READ_AHEAD
 from dial_runtime.language.stream import StreamParser
+from dial_runtime.llm.chat import ChatMessage, history_from_log
 from dial_runtime.runtime.events import LogEntry, entry_from_dict, entry_to_dict
 
 from .fakes import Agent, Notes, Stall, StreamingAgent, envelope, suggest

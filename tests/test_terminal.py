@@ -20,7 +20,7 @@ from rich.console import Console
 
 from dial_runtime.cli import main
 from dial_runtime.runtime.events import InformDeltaEvent, InformEvent, event_from_dict
-from dial_runtime.surfaces.terminal import TerminalSurface
+from dial_runtime.terminal.surface import TerminalSurface
 
 from .openai_server import OpenAIServer, Reply, Request
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dial_runtime.runtime.events import Event, OutcomeEvent, SuggestionEvent
-from dial_runtime.transcript import Transcript
+from dial_runtime.terminal.transcript import Transcript
 
 SHOWN = SuggestionEvent(
     id="sg-1", action="add-note", text="", payload={"text": "x"}, preview="Add the note 'x'", destructive=False,

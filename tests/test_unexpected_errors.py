@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from dial_runtime import ActionError, Conversation, policy_human, project
-from dial_runtime.transcript import Transcript
+from dial_runtime.terminal.transcript import Transcript
 from dial_runtime.web import create_app, scripted_agents
 from dial_runtime.web.mapping import messages_from_log
 

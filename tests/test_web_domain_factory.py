@@ -18,7 +18,7 @@ import pytest
 
 from dial_runtime import LogEntry, open_store, system_prompt
 from dial_runtime.demo import NotesDomain, notes_in
-from dial_runtime.loading import load_domain
+from dial_runtime.domains.loading import load_domain
 from dial_runtime.web import create_app, scripted_agents
 
 from .fakes import envelope, suggest

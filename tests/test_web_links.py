@@ -17,10 +17,10 @@ import httpx
 import pytest
 
 from dial_runtime import ActionSpec, ApprovalPolicy, open_store
+from dial_runtime.decisions.links import REFUSAL_REASONS, Keyring, MemoryUsedTokens, generate_key, token_from_url
 from dial_runtime.errors import StoreError
-from dial_runtime.links import REFUSAL_REASONS, Keyring, MemoryUsedTokens, generate_key, token_from_url
 from dial_runtime.web import create_app, scripted_agents
-from dial_runtime.web.linking import REFUSAL_STATUS, decision_links, decision_page
+from dial_runtime.web.decide import REFUSAL_STATUS, decision_links, decision_page
 
 from .web_domains import WebNotes
 from .web_links_setup import ACK, ADD, digest_of, events, issue, links_app, new_keyring, start, waiting

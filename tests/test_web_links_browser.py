@@ -11,7 +11,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, expect
 
-from dial_runtime.links import MemoryUsedTokens
+from dial_runtime.decisions.links import MemoryUsedTokens
 
 from .browser import AXE, open_link, open_thread, serious_accessibility_findings, small_targets, structure
 from .test_web_links import ReviewedNotes

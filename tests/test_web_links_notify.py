@@ -20,8 +20,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from dial_runtime import ActionSpec
-from dial_runtime.links import MemoryUsedTokens, token_from_url
-from dial_runtime.notify import Notification, Notifications, WebhookNotifier
+from dial_runtime.decisions.links import MemoryUsedTokens, token_from_url
+from dial_runtime.decisions.notify import Notification, Notifications, WebhookNotifier
 from dial_runtime.web import create_app, scripted_agents
 
 from .web_domains import WebNotes

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from dial_runtime import ActionSpec, ApprovalPolicy, LogEntry, open_store
-from dial_runtime.links import Keyring
+from dial_runtime.decisions.links import Keyring
 from dial_runtime.web import create_app, scripted_agents
 
 from .web_domains import WebNotes

@@ -7,20 +7,9 @@ from typing import Any
 
 import pytest
 
-from dial_runtime import (
-    Accept,
-    Ask,
-    Conversation,
-    Defer,
-    Edit,
-    Issue,
-    LogEntry,
-    Option,
-    Say,
-    Suggestion,
-    event_from_dict,
-)
-from dial_runtime.runtime.events import InformDeltaEvent
+from dial_runtime import Accept, Ask, Conversation, Defer, Edit, Issue, LogEntry, Say, Suggestion
+from dial_runtime.language.records import Option
+from dial_runtime.runtime.events import InformDeltaEvent, event_from_dict
 from dial_runtime.web import EventMapper, interrupt_for, messages_from_log, payload_digest
 
 from .fakes import Agent, Notes, StreamingAgent, envelope, suggest

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from dial_runtime import open_store
-from dial_runtime.agents import domain_grammar
+from dial_runtime.llm.grammar import domain_grammar
 
 from .fakes import envelope, suggest
 from .openai_server import OpenAIServer, Reply

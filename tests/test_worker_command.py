@@ -16,7 +16,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from dial_runtime import Conversation, scripted_human
-from dial_runtime.deadlines import PostgresDeadlines
+from dial_runtime.decisions.deadlines import PostgresDeadlines
 from dial_runtime.stores import PostgresStore
 
 from .fakes import Agent

@@ -15,16 +15,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from dial_runtime import (
-    Accept,
-    Conversation,
-    Dismiss,
-    LogEntry,
-    StorePort,
-    open_store,
-    policy_human,
-    scripted_human,
-)
+from dial_runtime import Accept, Conversation, Dismiss, LogEntry, open_store, policy_human, scripted_human
+from dial_runtime.ports import StorePort
 
 from .fakes import Agent, Notes, StreamingAgent, envelope, suggest
 

@@ -12,7 +12,7 @@ import httpx
 from starlette.applications import Starlette
 
 from dial_runtime import LogEntry
-from dial_runtime.links import Keyring, MemoryUsedTokens, generate_key
+from dial_runtime.decisions.links import Keyring, MemoryUsedTokens, generate_key
 from dial_runtime.web import create_app, scripted_agents
 
 from .fakes import envelope, suggest

@@ -8,8 +8,8 @@ import os
 from typing import ClassVar
 
 from dial_runtime import ActionSpec
-from dial_runtime.notify import Notifications, WebhookNotifier
-from dial_runtime.web.announce import Announcer
+from dial_runtime.decisions.announce import Announcer
+from dial_runtime.decisions.notify import Notifications, WebhookNotifier
 
 from .fakes import Notes
 

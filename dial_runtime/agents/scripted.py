@@ -62,8 +62,8 @@ def load_script(path: str | Path) -> list[str]:
         except ValueError as error:
             raise ValueError(f"script {shown!r}: not a JSON list of replies ({error})") from None
         return _replies(replies, shown, "JSON")
-    from ..jsonl import import_jsonl
     from ..runtime.events import ReplyEvent
+    from ..stores.jsonl import import_jsonl
 
     try:
         _, entries = import_jsonl(text.splitlines())

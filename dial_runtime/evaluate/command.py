@@ -181,7 +181,7 @@ def _candidates(given: Sequence[str]) -> dict[str, Candidate]:
         if name in found or name == "recorded":
             _usage(f"--candidate {text!r}: the name {name!r} is taken; write NAME=AGENT")
         if spec.startswith(_FACTORY):
-            from ..loading import load_callable
+            from ..domains.loading import load_callable
 
             example = f"{_FACTORY}my_agents:make"
             found[name] = load_callable(spec.removeprefix(_FACTORY), option="--candidate", example=example)
@@ -193,7 +193,7 @@ def _candidates(given: Sequence[str]) -> dict[str, Candidate]:
 def _stored(url: str, wanted: Sequence[str]) -> dict[str, list[LogEntry]]:
     """The conversations ``wanted`` (every one when none is named) of the store ``url``, each checked as it would
     open (see :func:`~dial_runtime._stored.read_log`)."""
-    from .._stored import read_log, read_stored
+    from ..stores.urls import read_log, read_stored
 
     ids = list(wanted) or read_stored(url, lambda store: store.conversations())
     return {conversation: read_log(url, conversation) for conversation in ids}
@@ -202,7 +202,7 @@ def _stored(url: str, wanted: Sequence[str]) -> dict[str, list[LogEntry]]:
 def _run_eval(args: argparse.Namespace) -> int:
     import anyio
 
-    from ..loading import load_domain
+    from ..domains.loading import load_domain
     from .report import EvalReport, markdown, write_chart
     from .scoring import evaluate, read_jsonl_logs
 

@@ -48,13 +48,13 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from ..agents.chat import ChatMessage, history_from_log
 from ..agents.prompt import system_prompt
-from ..agents.uri import agent_from_uri
+from ..llm.chat import ChatMessage, history_from_log
+from ..llm.uri import agent_from_uri
 from ..ports import AgentPort
-from ..replay import handle_reply
 from ..runtime.events import FinishedEvent, LogEntry, ReplyEvent, SentEvent
 from ..runtime.projection import Card, Notice, Projection, Question, RefusedProposal, project
+from ..runtime.replay import handle_reply
 
 __all__ = [
     "LOWER_IS_BETTER",

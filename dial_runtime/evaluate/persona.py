@@ -33,12 +33,12 @@ import msgspec
 
 from .. import __version__
 from .._command import _CommandError, _described, _usage
-from ..agents.chat import ChatAgent
 from ..agents.prompt import system_prompt
-from ..agents.uri import agent_from_uri
+from ..domains.loading import DomainPerConversation, load_domain
 from ..driver.conversation import Conversation
 from ..errors import AgentError, DialError
-from ..loading import DomainPerConversation, load_domain
+from ..llm.chat import ChatAgent
+from ..llm.uri import agent_from_uri
 from ..ports import AgentPort, AnswerLike, DecisionLike, StorePort
 from ..runtime.events import Event, InformDeltaEvent, LogEntry
 from ..runtime.projection import (

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LogError
-from ..jsonl import import_jsonl
 from ..runtime.events import LogEntry
 from ..runtime.state import fold_log
+from ..stores.jsonl import import_jsonl
 from .counterfactual import Candidate, evaluate_conversation
 from .report import EvalReport
 

@@ -55,13 +55,13 @@ import anyio
 import msgspec
 
 from .._command import _CommandError, _described, _usage
-from ..agents.grammar import domain_grammar
+from ..adapters.mcp import DEFAULT_DEADLINE, McpDomain
 from ..agents.prompt import system_prompt
-from ..agents.uri import agent_from_uri
 from ..domains import SchemaPayload, default_preview, example_from_schema, words
 from ..errors import ActionError, AgentError, McpConnectionError
 from ..language.outcomes import compact_json, escape_attribute, escape_text
-from ..mcp import DEFAULT_DEADLINE, McpDomain
+from ..llm.grammar import domain_grammar
+from ..llm.uri import agent_from_uri
 from ..ports import AgentPort, StorePort
 from ..runtime.events import LogEntry
 from ..runtime.projection import AgentText, Card, PersonWords, RefusedProposal, Told, project

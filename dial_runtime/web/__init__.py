@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from .announce import Announcer
+from ..decisions.announce import Announcer
+from ..decisions.linking import decision_links
 from .app import AgentFactory, DomainFactory, create_app, scripted_agents
-from .linking import decision_links
 from .mapping import EventMapper, interrupt_for, messages_from_log, messages_of, payload_digest
 
 __all__ = [

@@ -72,15 +72,20 @@ from .. import (
     LogEntry,
     PayloadChanged,
     Say,
-    StorePort,
     Suggestion,
     TurnResult,
     open_store,
 )
 from ..agents.prompt import vocabulary
-from ..deadlines import DeadlineScheduler, LocalDeadlines, PostgresDeadlines, conversation_opener, waiting
-from ..driver.built import AgentOnFirstUse, DeferringHuman, DomainOnFirstUse
-from ..links import (
+from ..decisions.announce import Announcer, marks
+from ..decisions.deadlines import (
+    DeadlineScheduler,
+    LocalDeadlines,
+    PostgresDeadlines,
+    conversation_opener,
+    waiting,
+)
+from ..decisions.links import (
     DECISIONS,
     Keyring,
     LinkClaims,
@@ -89,12 +94,13 @@ from ..links import (
     UsedTokens,
     token_from_url,
 )
-from ..notify import Notification, Notifications
+from ..decisions.notify import Notification, Notifications
+from ..driver.built import AgentOnFirstUse, DeferringHuman, DomainOnFirstUse
+from ..ports import StorePort
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import Card, Notice, Projection, Question, project
 from ..stores.postgres import PostgresStore
-from .announce import Announcer, marks
-from .linking import LINK_VIA, REFUSAL_STATUS, decide_url, decision_page
+from .decide import LINK_VIA, REFUSAL_STATUS, decide_url, decision_page
 from .mapping import EventMapper, encode_sse, interrupt_for, interrupt_id, item_view, messages_of
 
 __all__ = ["LOOPBACK_HOSTS", "AgentFactory", "DomainFactory", "create_app", "scripted_agents"]

@@ -33,7 +33,7 @@ from starlette.routing import Mount
 from starlette.types import Message, Receive, Scope, Send
 
 from .. import LogEntry, open_store
-from ..loading import load_domain
+from ..domains.loading import load_domain
 from .app import LOOPBACK_HOSTS, AgentFactory, create_app, scripted_agents
 
 __all__ = ["McpServer", "agent_factory", "app_from_environment", "serve"]
@@ -68,7 +68,7 @@ class McpServer:
     def domain(self, errlog: Any) -> Any:
         """The :class:`~dial_runtime.mcp.McpDomain`, not connected yet; ``ValueError`` naming a bad setting."""
         try:
-            from ..mcp import mcp_domain
+            from ..adapters.mcp import mcp_domain
         except ImportError as error:
             raise ValueError(f"--mcp needs the mcp extra (pip install 'dial-runtime[mcp]'): {error}") from None
         try:
@@ -80,7 +80,7 @@ class McpServer:
     async def connected(self) -> AsyncIterator[Any]:
         """The domain, connected until the block ends; ``ValueError`` when the log or the server cannot be
         opened. What the SDK logs goes to the log too (a line from the server it cannot read, with a traceback)."""
-        from ..mcp import McpConnectionError, sdk_log_to
+        from ..adapters.mcp import McpConnectionError, sdk_log_to
 
         try:
             errlog = open(self.log or os.devnull, "a", encoding="utf-8")  # noqa: SIM115 - closed below
@@ -109,7 +109,8 @@ def agent_factory(uri: str, domain: Any, options: Mapping[str, Any] | None = Non
             return scripted_agents(load_script(rest))
         except ValueError as error:
             raise ValueError(f"--agent {uri!r}: {error}") from None
-    from ..agents import agent_from_uri, domain_grammar, history_from_log, system_prompt
+    from ..agents import system_prompt
+    from ..llm import agent_from_uri, domain_grammar, history_from_log
 
     prompt = system_prompt(domain)
     chosen = dict(options or {})

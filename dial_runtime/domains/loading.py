@@ -17,10 +17,10 @@ from typing import Any
 
 from statemachine import StateMachine
 
-from ._command import _CommandError, _described, _usage
-from .agents.prompt import vocabulary
-from .domains import Domain
-from .runtime.events import LogEntry
+from .._command import _CommandError, _described, _usage
+from ..agents.prompt import vocabulary
+from ..runtime.events import LogEntry
+from . import Domain
 
 __all__ = ["DomainPerConversation", "load_callable", "load_domain", "load_flow"]
 

@@ -38,8 +38,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from ..agents.scripted import ScriptedAgent
 from .chat import ChatAgent
-from .scripted import ScriptedAgent
 
 __all__ = ["agent_from_uri"]
 

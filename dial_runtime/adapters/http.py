@@ -34,8 +34,8 @@ import anyio
 import attrs
 import httpx
 
-from .domains import SchemaPayload, default_preview, example_from_schema, words
-from .runtime.records import ActionError, ActionSpec, Issue
+from ..domains import SchemaPayload, default_preview, example_from_schema, words
+from ..runtime.records import ActionError, ActionSpec, Issue
 
 __all__ = ["IDEMPOTENCY_HEADER", "HttpDomain", "HttpEndpoint"]
 

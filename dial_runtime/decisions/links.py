@@ -55,7 +55,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import msgspec
 
-from .errors import LinkRefused as LinkRefused
+from ..errors import LinkRefused as LinkRefused
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey

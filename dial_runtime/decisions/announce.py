@@ -20,12 +20,12 @@ import anyio
 import anyio.abc
 
 from ..driver import Conversation
-from ..links import DEFAULT_VALID_FOR, Keyring
-from ..notify import Notification, NotificationKind, Notifications
 from ..ports import StorePort
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import Card, Item, project
 from .linking import decision_links
+from .links import DEFAULT_VALID_FOR, Keyring
+from .notify import Notification, NotificationKind, Notifications
 
 __all__ = ["Announcer", "CardMark", "Recipients", "marks"]
 

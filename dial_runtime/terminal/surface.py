@@ -43,7 +43,7 @@ from ..ports import StorePort
 from ..runtime.events import Event, InformDeltaEvent
 from ..runtime.projection import AgentText, Card, Item, Notice, Question, RefusedProposal, Told, project
 from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, TurnResult
-from ..transcript import Transcript, approvals_words, done_before_words, elsewhere_words
+from .transcript import Transcript, approvals_words, done_before_words, elsewhere_words
 
 #: The choices a person has on a suggestion, as typed at the prompt.
 CHOICES = "a accept · d dismiss · e edit · s say something else · l later"

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .ports import AnswerLike, DecisionLike, HumanPort
-from .runtime.events import Event, InformDeltaEvent, LogEntry
-from .runtime.projection import (
+from ..ports import AnswerLike, DecisionLike, HumanPort
+from ..runtime.events import Event, InformDeltaEvent, LogEntry
+from ..runtime.projection import (
     AgentText,
     Aside,
     Card,
@@ -27,7 +27,7 @@ from .runtime.projection import (
     RefusedProposal,
     Told,
 )
-from .runtime.records import Accept, Ask, Dismiss, Edit, Say, Suggestion, TurnResult, as_decision
+from ..runtime.records import Accept, Ask, Dismiss, Edit, Say, Suggestion, TurnResult, as_decision
 
 _MARKS = {
     "done": "✓ done",

@@ -593,7 +593,7 @@ def domain_grammar(
     ``max_elements`` bounds the speech acts of one reply, ``max_text`` the characters of an element's text,
     ``max_options`` a choice's options and ``max_string`` a payload string without a ``maxLength`` of its own.
     """
-    from .prompt import vocabulary  # prompt imports the runtime's records; keep this module's import light
+    from ..agents.prompt import vocabulary  # prompt imports the runtime's records; keep this module's import light
 
     if max_elements < 1 or max_text < 1 or max_options < 1 or max_string < 1:
         raise ValueError("domain_grammar: the bounds must be 1 or more")

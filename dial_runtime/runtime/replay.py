@@ -31,10 +31,10 @@ from typing import Any
 
 import msgspec
 
-from .errors import ActionError, DialSizeError, Interruption, RecordedError, TokenLimitReached
-from .language.records import Acknowledge, Inform
-from .language.stream import StreamParser
-from .runtime.core import (
+from ..errors import ActionError, DialSizeError, Interruption, RecordedError, TokenLimitReached
+from ..language.records import Acknowledge, Inform
+from ..language.stream import StreamParser
+from .core import (
     CUT,
     PROCESS_STOPPED,
     TOKEN_LIMIT,
@@ -44,7 +44,7 @@ from .runtime.core import (
     no_reply_words,
     reason,
 )
-from .runtime.effects import (
+from .effects import (
     Answer,
     AwaitPerson,
     AwaitStream,
@@ -69,7 +69,7 @@ from .runtime.effects import (
     Thinking,
     Unreconciled,
 )
-from .runtime.events import (
+from .events import (
     ActionStartedEvent,
     AnsweredEvent,
     ApprovalRefusedEvent,
@@ -94,8 +94,8 @@ from .runtime.events import (
     SuggestionEvent,
     event_to_dict,
 )
-from .runtime.flow import FlowRules
-from .runtime.records import Accept, ActionSpec, Ask, Defer, Dismiss, Edit, Issue, Say, as_action_spec, as_issue
+from .flow import FlowRules
+from .records import Accept, ActionSpec, Ask, Defer, Dismiss, Edit, Issue, Say, as_action_spec, as_issue
 
 __all__ = ["NOT_RUN", "Divergence", "HandledReply", "NotRun", "ReplayReport", "handle_reply", "replay"]
 

@@ -30,13 +30,13 @@ import anyio
 import anyio.abc
 import sniffio
 
-from .driver.built import AgentOnFirstUse, DeferringHuman, DomainOnFirstUse
-from .errors import ConversationBusy, LogError, StoreError
-from .runtime.state import ConversationState, fold_log
+from ..driver.built import AgentOnFirstUse, DeferringHuman, DomainOnFirstUse
+from ..errors import ConversationBusy, LogError, StoreError
+from ..runtime.state import ConversationState, fold_log
 
 if TYPE_CHECKING:
-    from .driver.conversation import Conversation
-    from .ports import StorePort
+    from ..driver.conversation import Conversation
+    from ..ports import StorePort
 
 __all__ = [
     "DeadlineScheduler",
@@ -128,7 +128,7 @@ def conversation_opener(
     only if a call uses them; the person defers everything; ``options`` are ``Conversation``'s
     (``decide_timeout``, ``max_turns``, ...). ``describing`` is the domain that describes a factory's
     conversations (their flow), when the caller has built it already; else ``domain("", [])`` is built here."""
-    from .driver.conversation import Conversation
+    from ..driver.conversation import Conversation
 
     factory: Callable[[str, Sequence[Any]], Any] | None = None
     if not callable(getattr(domain, "run", None)):

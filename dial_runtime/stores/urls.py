@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 
 import trio
 
-from ._command import _CommandError, _usage
-from .errors import LogError
-from .runtime.events import LogEntry
+from .._command import _CommandError, _usage
+from ..errors import LogError
+from ..runtime.events import LogEntry
 
 __all__ = ["checked_log", "open_url", "read_log", "read_stored", "shown_url"]
 
@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 def open_url(url: str, *, create: bool = True) -> Any:
     """The store ``url`` names (``create=False``: one that is only read, so nothing is created in it)."""
-    from .stores import open_store
+    from . import open_store
 
     try:
         return open_store(url, create=create)
@@ -29,7 +29,7 @@ def open_url(url: str, *, create: bool = True) -> Any:
 
 def shown_url(url: str) -> str:
     """``url`` as it may be shown: without a password."""
-    from .stores import redact_url
+    from . import redact_url
 
     return redact_url(url)
 
@@ -50,7 +50,7 @@ def read_stored(url: str, read: Callable[[Any], Awaitable[T]]) -> T:
 def checked_log(url: str, conversation_id: str, entries: list[LogEntry]) -> list[LogEntry]:
     """``entries`` folded as a conversation folds its log when it opens; a one-line error for a log no run of the
     runtime could have written, or none at all."""
-    from .runtime.state import fold_log
+    from ..runtime.state import fold_log
 
     try:
         checked = fold_log(entries)

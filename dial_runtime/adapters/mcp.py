@@ -55,10 +55,10 @@ import anyio
 import anyio.abc
 import attrs
 
-from .domains import SchemaPayload, default_preview, example_from_schema, words
-from .domains.payloads import MAX_DEPTH
-from .errors import McpConnectionError
-from .runtime.records import ActionError, ActionSpec, Issue
+from ..domains import SchemaPayload, default_preview, example_from_schema, words
+from ..domains.payloads import MAX_DEPTH
+from ..errors import McpConnectionError
+from ..runtime.records import ActionError, ActionSpec, Issue
 
 try:
     import mcp_types

@@ -34,7 +34,7 @@ try:
 except ImportError as error:  # pragma: no cover - the package is a dependency of signing only
     raise ImportError("signing chain heads needs cryptography: pip install 'dial-runtime[sign]'") from error
 
-from .chain import SCHEME, SCHEMES, ChainCheck, canonical, scheme_of, well_formed
+from ..stores.chain import SCHEME, SCHEMES, ChainCheck, canonical, scheme_of, well_formed
 
 __all__ = [
     "FORMAT",

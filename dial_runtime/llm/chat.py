@@ -49,10 +49,10 @@ import attrs
 import httpx
 import msgspec
 
+from ..agents.prompt import system_prompt as domain_prompt
 from ..errors import AgentError, TokenLimitReached
 from ..runtime.events import LogEntry, ReplyEvent, ReplyProgressEvent, ReplyStartedEvent, SentEvent
 from .grammar import Grammar, domain_grammar
-from .prompt import system_prompt as domain_prompt
 
 __all__ = [
     "SERVERS",

@@ -20,10 +20,10 @@ from typing import IO, Any
 
 import msgspec
 
-from .errors import LogError
-from .runtime.events import Event, LogEntry, entry_to_dict, event_from_dict
-from .runtime.state import fold_log
-from .stores.chain import ChainCheck, StoredRow, verify_log
+from ..errors import LogError
+from ..runtime.events import Event, LogEntry, entry_to_dict, event_from_dict
+from ..runtime.state import fold_log
+from .chain import ChainCheck, StoredRow, verify_log
 
 #: The header's ``format``; a file without it is not a conversation log.
 FORMAT = "dial-runtime-log"

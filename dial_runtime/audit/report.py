@@ -16,12 +16,12 @@ from typing import Any
 
 import msgspec
 
-from .errors import LogError
-from .runtime.events import LogEntry
-from .runtime.projection import Card, CardDecision, RefusedProposal, project
-from .runtime.records import payload_digest
-from .runtime.state import fold_log
-from .stores.chain import ChainCheck
+from ..errors import LogError
+from ..runtime.events import LogEntry
+from ..runtime.projection import Card, CardDecision, RefusedProposal, project
+from ..runtime.records import payload_digest
+from ..runtime.state import fold_log
+from ..stores.chain import ChainCheck
 
 __all__ = ["AuditReport", "ProposalAudit", "audit", "audit_text"]
 

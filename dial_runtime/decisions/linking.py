@@ -1,59 +1,27 @@
-"""Decision links on the web surface: the links that let a person decide one waiting card from a mail or a chat
-message (:func:`decision_links`), the HTTP status each refusal of one is answered with (:data:`REFUSAL_STATUS`),
-and the page such a link opens (:func:`decision_page`).
+"""Decision links: the links that let a person decide one waiting card from a mail or a chat message
+(:func:`decision_links`).
 
-A link is ``<public_url>/decide?token=<token>``, its token signed by a :class:`~dial_runtime.links.Keyring`
-(see :mod:`dial_runtime.links`). ``create_app(links=keyring)`` serves ``GET /decide`` (the page: the card, the
-decisions the token allows; opening it decides nothing) and ``POST /decide`` (the decision).
+A link is ``<public_url>/decide?token=<token>``, its token signed by a
+:class:`~dial_runtime.decisions.links.Keyring` (see :mod:`dial_runtime.decisions.links`). The web surface
+(``create_app(links=keyring)``) serves ``GET /decide`` (the page: the card, the decisions the token allows;
+opening it decides nothing) and ``POST /decide`` (the decision); see :mod:`dial_runtime.web.decide`.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
-from importlib import resources
+from collections.abc import Iterable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from ..links import DEFAULT_VALID_FOR, Keyring, link_url
+from .links import DEFAULT_VALID_FOR, Keyring, link_url
 
-__all__ = ["DECIDE_PATH", "LINK_VIA", "REFUSAL_STATUS", "decide_url", "decision_links", "decision_page"]
+__all__ = ["DECIDE_PATH", "LINK_VIA", "decide_url", "decision_links"]
 
 #: Where the decision page and its decisions are served, below the server's base URL.
 DECIDE_PATH = "/decide"
 
 #: The surface a decision taken through a link is logged as having come through (``DecidedEvent.via``).
 LINK_VIA = "link"
-
-#: The HTTP status of each refusal of a decision link: every :data:`dial_runtime.links.REFUSAL_REASONS`, and the
-#: web surface's own (who may see or decide, the card's state now, a busy conversation, a body that is not one).
-REFUSAL_STATUS: Mapping[str, int] = {
-    "malformed": 400,
-    "unknown-key": 403,
-    "bad-signature": 403,
-    "not-yet-valid": 403,
-    "expired": 410,
-    "wrong-conversation": 403,
-    "wrong-suggestion": 403,
-    "wrong-person": 403,
-    "decision-not-allowed": 403,
-    "payload-changed": 409,
-    "replayed": 410,
-    "already-decided": 410,
-    "not-signed-in": 401,
-    "forbidden": 403,
-    "unknown-suggestion": 404,
-    "busy": 409,
-    "not-waiting": 409,
-    "too-large": 413,
-    "not-json": 415,
-}
-
-_PAGE = resources.files("dial_runtime.web") / "static" / "decide.html"
-_MARKER = "__DIAL_DECISION__"
-#: What JSON may hold that a script element may not: markup's characters and the line separators JavaScript reads
-#: as line ends, each written as its escape.
-_ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
 
 
 class Decidable(Protocol):
@@ -115,12 +83,3 @@ def decision_links(
     links = {decision: link_url(page, keyring.issue(decisions=(decision,), **claims)) for decision in chosen}
     links["open"] = link_url(page, keyring.issue(decisions=opened, **claims))
     return links
-
-
-def decision_page(data: Mapping[str, Any]) -> str:
-    """The decision page, ``data`` (what ``<dial-decision>`` shows) in its JSON script element, escaped so that
-    no text in it can end the element or be read as markup."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
-    for raw, escaped in _ESCAPES:
-        text = text.replace(raw, escaped)
-    return _PAGE.read_text(encoding="utf-8").replace(_MARKER, text)

@@ -49,8 +49,8 @@ import anyio.to_thread
 import httpx
 import msgspec
 
-from .agents.chat import parse_retry_after
-from .runtime.projection import Card
+from ..llm.chat import parse_retry_after
+from ..runtime.projection import Card
 
 __all__ = [
     "KINDS",
