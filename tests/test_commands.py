@@ -14,10 +14,12 @@ import pytest
 
 from dial_runtime import Conversation, LogEntry, agent_from_uri
 from dial_runtime.agents import ScriptedAgent
-from dial_runtime.cli import audit_line, main, stopped_in_words
+from dial_runtime.cli import main
+from dial_runtime.cli.log import audit_line
 from dial_runtime.demo import NotesDomain
 from dial_runtime.driver.humans import scripted_human
 from dial_runtime.runtime.events import InterruptedEvent, OutcomeEvent
+from dial_runtime.runtime.projection import stopped_in_words
 from dial_runtime.stores import open_store
 
 from .fakes import envelope, suggest

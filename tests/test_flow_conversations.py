@@ -541,7 +541,7 @@ def test_import_takes_a_flow_log_and_refuses_one_whose_moves_do_not_follow(
 
 
 def test_the_audit_trail_shows_each_move_and_the_result() -> None:
-    from dial_runtime.cli import audit_line
+    from dial_runtime.cli.log import audit_line
 
     lines = [line for entry in finished_log() if (line := audit_line(entry)) is not None]
     moved = [line.split("  ", 1)[1] for line in lines if "flow moved" in line]

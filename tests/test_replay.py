@@ -23,7 +23,8 @@ import trio.testing
 
 from dial_runtime import Accept, AgentError, Conversation, Defer, Dismiss, Edit, LogEntry, Suggestion
 from dial_runtime.agents import ScriptedAgent
-from dial_runtime.cli import audit_line, main
+from dial_runtime.cli import main
+from dial_runtime.cli.log import audit_line
 from dial_runtime.demo import DECISIONS, SCRIPT, NotesDomain, run_demo
 from dial_runtime.errors import LogError, TokenLimitReached
 from dial_runtime.language.records import Option

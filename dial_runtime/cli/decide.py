@@ -1,0 +1,100 @@
+"""``dial-runtime decide``: decide on a suggestion that waits in a stored conversation, as the panel does."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import trio
+import trio.testing
+
+from .._command import _CommandError, _usage
+from ..domains.loading import load_domain
+from ..errors import DialError
+from ..runtime.projection import project
+from ..stores.urls import open_url, read_log
+from .common import STORE_HELP, login_name
+
+
+def _decide(args: argparse.Namespace) -> int:
+    """``dial-runtime decide``: take a decision on a suggestion that waits in a stored conversation, as the panel
+    and the terminal take one (the same log, the same checks, under the conversation's lock), logged ``via
+    cli``; the conversation then carries on with its agent and domain. Prints how the suggestion stands."""
+    import json
+
+    from ..decisions.deadlines import conversation_opener
+    from ..runtime.records import Accept, Dismiss, Edit
+    from ..web.serve import agent_factory
+
+    if args.decision == "edit" and args.payload is None:
+        _usage("an edit needs the edited payload: --payload JSON")
+    if args.decision != "edit" and args.payload is not None:
+        _usage("--payload goes with edit")
+    decision: Accept | Dismiss | Edit
+    if args.decision == "accept":
+        decision = Accept()
+    elif args.decision == "dismiss":
+        decision = Dismiss()
+    else:
+        try:
+            decision = Edit(json.loads(args.payload))
+        except ValueError as error:
+            _usage(f"--payload is not JSON: {error}")
+    domain = load_domain(args.domain)
+    # The conversation is there (read only: a mistyped store creates nothing), and the card as it was seen.
+    shown = project(read_log(args.store, args.id)).card(args.suggestion)
+    decided_before = 0 if shown is None else len(shown.decisions)
+    store = open_url(args.store)
+
+    async def work() -> str:
+        try:
+            # Built as serve builds one: a domain factory's domain (and the agent) only if a call uses it.
+            open_conversation = conversation_opener(store, agent=agent_factory(args.agent, domain), domain=domain)
+            conversation = await open_conversation(args.id)
+            try:
+                result = await conversation.decide(
+                    args.suggestion, decision, by=args.by, shown=args.shown, via="cli", roles=args.roles
+                )
+            finally:
+                close = getattr(conversation.agent, "aclose", None)  # the agent built on first use, if it was
+                if close is not None:
+                    await close()
+            card = project(conversation.log).card(args.suggestion)
+            if card is not None and card.approval_refused and len(card.decisions) == decided_before:
+                raise _CommandError(f"{args.suggestion} still waits: {card.approval_refused}")
+            told = card.outcome if card is not None and card.outcome else "waiting"
+            approvals = ""
+            if card is not None and card.approvals_needed:
+                approvals = f" ({len(card.approvers)} of {card.approvals_needed} approvals)"
+            return f"{args.suggestion}: {told}{approvals}; the call ended {result.status}"
+        except DialError as error:  # already decided, a payload changed, busy, not waiting
+            raise _CommandError(str(error)) from None
+        finally:
+            await store.aclose()
+
+    print(trio.run(work))
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add ``decide``."""
+    deciding = commands.add_parser(
+        "decide", help="decide on a suggestion that waits in a stored conversation, as the panel does"
+    )
+    deciding.add_argument("id", help="the conversation's id")
+    deciding.add_argument("suggestion", help="the suggestion's id (sg-1, ...)")
+    deciding.add_argument("decision", choices=["accept", "dismiss", "edit"])
+    deciding.add_argument("--store", required=True, metavar="URL", help=STORE_HELP)
+    deciding.add_argument("--agent", required=True, metavar="URI", help="the agent, as serve's (for what follows)")
+    deciding.add_argument("--domain", required=True, metavar="MODULE:FACTORY", help="the domain, as serve's")
+    deciding.add_argument(
+        "--as", dest="by", metavar="NAME", default=login_name(), help="who decides (default: your login name)"
+    )
+    deciding.add_argument(
+        "--role", dest="roles", action="append", default=[], metavar="ROLE", help="a role you hold (repeatable)"
+    )
+    deciding.add_argument("--payload", metavar="JSON", help="the edited payload (with edit)")
+    deciding.add_argument(
+        "--shown", metavar="DIGEST", help="the digest of the payload you saw (refused if it changed since)"
+    )
+    deciding.set_defaults(run=_decide)
