@@ -5,7 +5,7 @@ the person, runs what the person accepts (or edits), and tells the agent exactly
 
 This module holds what an application needs to start; the rest lives in its package: the language
 (:mod:`dial_runtime.language`), the exceptions (:mod:`dial_runtime.errors`), the ports (:mod:`dial_runtime.ports`),
-what the person sees (:mod:`dial_runtime.runtime.projection`), and each satellite (web, terminal, decisions,
+what the person sees (:mod:`dial_runtime.views.person`), and each satellite (web, terminal, decisions,
 audit, adapters, llm, evaluate).
 """
 
@@ -19,6 +19,7 @@ from ._lazy import lazy_exports as _lazy_exports
 from .agents import RecordedAgent, ScriptedAgent, system_prompt
 from .domains import Domain
 from .driver import Conversation, policy_human, scripted_human
+from .driver.replay import ReplayReport, replay
 from .errors import (
     ActionError,
     AgentError,
@@ -45,14 +46,13 @@ from .runtime import (
     TurnResult,
 )
 from .runtime.events import Event, LogEntry
-from .runtime.replay import ReplayReport, replay
 from .stores import open_store
 from .stores.jsonl import export_jsonl, import_jsonl
 
 if _typing.TYPE_CHECKING:
     from .llm.chat import ChatAgent
     from .llm.uri import agent_from_uri
-    from .runtime.projection import Projection, project
+    from .views.person import Projection, project
 
 __version__ = "0.1.0"
 
@@ -140,7 +140,7 @@ _MOVED_NAMES = {
         ["AgentPort", "DomainPort", "HumanPort", "ReconcilingDomainPort", "StorePort", "StreamingAgentPort"],
         "dial_runtime.ports",
     ),
-    "Divergence": "dial_runtime.runtime.replay",
+    "Divergence": "dial_runtime.driver.replay",
     "event_from_dict": "dial_runtime.runtime.events",
     "event_to_dict": "dial_runtime.runtime.events",
     **dict.fromkeys(
@@ -156,7 +156,7 @@ _MOVED_NAMES = {
             "Told",
             "Waiting",
         ],
-        "dial_runtime.runtime.projection",
+        "dial_runtime.views.person",
     ),
 }
 
@@ -167,8 +167,8 @@ __getattr__, __dir__ = _lazy_exports(
     {
         "ChatAgent": ".llm.chat",
         "agent_from_uri": ".llm.uri",
-        "Projection": ".runtime.projection",
-        "project": ".runtime.projection",
+        "Projection": ".views.person",
+        "project": ".views.person",
     },
     globals(),
     moved=_MOVED_NAMES,

@@ -40,6 +40,7 @@ MOVED_MODULES: Mapping[str, str] = {
         "jsonl": "stores.jsonl",
         "loading": "domains.loading",
         "diagrams": "statemachines.diagrams",
+        "runtime.projection": "views.person",
     }.items()
 }
 

@@ -15,8 +15,8 @@ from .domains import Domain
 from .driver import Conversation, scripted_human
 from .runtime import ActionError, Issue
 from .runtime.events import LogEntry
-from .runtime.projection import Card, project
 from .terminal.transcript import NarratedHuman, Transcript
+from .views.person import Card, project
 
 NoteText = Annotated[str, msgspec.Meta(min_length=1, max_length=60, pattern=r"\S")]
 """A note: some text that is not only spaces, at most 60 characters."""

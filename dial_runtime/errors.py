@@ -10,7 +10,8 @@ Every exception the library raises on purpose, and the one a domain raises to fa
     ├── StoreClosed          a store was used after ``aclose()`` (also a RuntimeError)
     ├── StoreError           a store that cannot be used: not a database, no such file or folder, a refusing server
     ├── IllegalTransition    a state machine was asked for a transition its table does not have
-    ├── AlreadyDecided       a decision or answer on a suggestion or ask that has already ended (says by whom, how)
+    ├── NotWaiting           a decision or answer for a suggestion or ask that is not waiting for one
+    │   └── AlreadyDecided   ... because it has already ended (says by whom, how)
     ├── PayloadChanged       a decision on a payload other than the one waiting (the person saw an older one)
     ├── LinkRefused          a decision link that may not be used (forged, expired, not this person's, used...)
     ├── LogError             a log no run of the runtime could have written (names the entry; a ValueError)
@@ -65,7 +66,17 @@ class IllegalTransition(DialError):
         self.event = event
 
 
-class AlreadyDecided(DialError):
+class NotWaiting(DialError):
+    """Raised by ``decide`` or ``answer`` when the suggestion or ask named is not waiting for one: there is no
+    such id, it is not shown yet, or (:class:`AlreadyDecided`) it ended. Nothing changes. ``subject_id`` is the
+    id named."""
+
+    def __init__(self, subject_id: str, kind: str, awaited: str) -> None:
+        super().__init__(f"Conversation: {kind} {subject_id!r} is not awaiting {awaited}")
+        self.subject_id = subject_id
+
+
+class AlreadyDecided(NotWaiting):
     """Raised by ``decide`` or ``answer`` on a suggestion or ask that has already ended: another call, tab or
     worker decided it first. Nothing changes.
 
@@ -76,7 +87,7 @@ class AlreadyDecided(DialError):
 
     def __init__(self, subject_id: str, *, by: str | None, how: str) -> None:
         who = f" by {by}" if by else ""
-        super().__init__(f"{subject_id!r} was already decided{who} ({how})")
+        DialError.__init__(self, f"{subject_id!r} was already decided{who} ({how})")
         self.subject_id = subject_id
         self.by = by
         self.how = how

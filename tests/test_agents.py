@@ -36,9 +36,9 @@ from dial_runtime.runtime.events import (
     SentEvent,
     entry_to_dict,
 )
-from dial_runtime.runtime.projection import Notice
 from dial_runtime.stores import open_store
 from dial_runtime.terminal.surface import PlainAgent
+from dial_runtime.views.person import Notice
 
 from .crash_child import OK, FileNotes
 from .fakes import Agent, Notes, envelope, suggest

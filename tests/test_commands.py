@@ -19,8 +19,8 @@ from dial_runtime.cli.log import audit_line
 from dial_runtime.demo import NotesDomain
 from dial_runtime.driver.humans import scripted_human
 from dial_runtime.runtime.events import InterruptedEvent, OutcomeEvent
-from dial_runtime.runtime.projection import stopped_in_words
 from dial_runtime.stores import open_store
+from dial_runtime.views.person import stopped_in_words
 
 from .fakes import envelope, suggest
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 import builtins
 import importlib
 import inspect
-import pkgutil
 import re
 
 import pytest
 
-import dial_runtime
 from dial_runtime import errors
+from tests.modules import library_modules
 
 
 def drawn_tree() -> dict[str, str]:
@@ -34,7 +33,7 @@ def drawn_tree() -> dict[str, str]:
 def public_exceptions_outside_errors() -> list[str]:
     """Every public exception class defined in a module of the package other than ``errors``."""
     found = []
-    for module_info in pkgutil.walk_packages(dial_runtime.__path__, "dial_runtime."):
+    for module_info in library_modules():
         module = importlib.import_module(module_info.name)
         for name, value in vars(module).items():
             if (

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ import dial_runtime
 import dial_runtime.language
 import dial_runtime.ports
 from dial_runtime._lazy import MOVED_MODULES
+from tests.modules import library_modules
 
 #: The names the README documents; adding or removing one is a deliberate API change.
 EXPECTED = {
@@ -71,9 +71,9 @@ def test_a_module_that_moved_imports_by_its_old_name_as_the_same_module(old: str
 def test_no_module_is_hidden_by_a_name_of_its_package() -> None:
     """``import dial_runtime.x as m`` gives the module ``x``: no package exports a function or class under the
     name of one of its modules (the top level's ``replay`` is the function; its module is
-    ``dial_runtime.runtime.replay``)."""
+    ``dial_runtime.driver.replay``)."""
     hidden = []
-    for found in pkgutil.walk_packages(dial_runtime.__path__, "dial_runtime."):
+    for found in library_modules():
         package, _, name = found.name.rpartition(".")
         exported = getattr(importlib.import_module(package), "__all__", ())
         if name in exported:
@@ -99,7 +99,7 @@ def test_no_two_classes_of_the_package_share_a_name() -> None:
     """A public name means one thing wherever it is found: a port is named for its role (``DomainPort``), never
     like a class that plays it (``Domain``, the typed-functions domain)."""
     defined: defaultdict[str, set[str]] = defaultdict(set)
-    for found in pkgutil.walk_packages(dial_runtime.__path__, "dial_runtime."):
+    for found in library_modules():
         module = importlib.import_module(found.name)
         for name, value in vars(module).items():
             if not name.startswith("_") and inspect.isclass(value) and value.__module__ == module.__name__:

@@ -20,7 +20,7 @@ def loaded_after(code: str) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "code", ["import dial_runtime", "import dial_runtime.agents, dial_runtime.stores, dial_runtime.runtime.replay"]
+    "code", ["import dial_runtime", "import dial_runtime.agents, dial_runtime.stores, dial_runtime.driver.replay"]
 )
 def test_importing_the_library_loads_no_http_or_terminal_library(code: str) -> None:
     assert loaded_after(code) == set()

@@ -21,9 +21,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "_lazy", "_command", "dial_xsd"),
     ("statemachines",),
     ("language",),
-    # the sans-IO core (the fold, the core, the projection, replay), and the protocols of what it is handed
+    # the sans-IO core (events, the fold, the core), and the protocols of what it is handed
     ("runtime", "ports"),
-    # the driver: performs the core's effects under anyio
+    # the three readings of the log: what the person sees, what the agent saw, where calls and turns begin
+    ("views",),
+    # the drivers of the core: Conversation performs its effects under anyio; replay feeds it a recording
     ("driver",),
     # what plugs into the runtime: domains, the homes of a log, and the agents that need no model
     ("domains", "stores", "agents"),
@@ -35,7 +37,8 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 
 #: The core's packages and modules: everything below the satellites.
-CORE = ("errors", "_lazy", "_command", "dial_xsd", "statemachines", "language", "runtime", "ports", "driver")
+CORE = ("errors", "_lazy", "_command", "dial_xsd", "statemachines", "language", "runtime", "ports", "views")
+CORE += ("driver",)
 CORE += ("domains", "stores", "agents")
 
 #: Upward imports that stand for now, each with why; the test fails once one is gone, so the entry goes too.
@@ -220,3 +223,80 @@ def test_the_graph_sees_every_kind_of_import() -> None:
     }
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# --- who tells one event from another -------------------------------------------------------------------------
+
+#: Modules outside the core and the views that still tell events apart, each with why; the test fails once one
+#: no longer does, so the entry goes too.
+KNOWN_EVENT_READERS: dict[str, str] = {
+    "driver.replay": "rebuilds the driver's answers from what the core recorded, until the answers are logged",
+}
+
+
+def _event_names() -> tuple[frozenset[str], frozenset[str]]:
+    """The class names of the logged events, and their type tags."""
+    import typing
+
+    from dial_runtime.runtime.events import EVENT_TYPES, Event
+
+    return frozenset(kind.__name__ for kind in typing.get_args(Event)), frozenset(EVENT_TYPES)
+
+
+def _reads_events(tree: ast.AST, classes: frozenset[str], tags: frozenset[str]) -> list[int]:
+    """The lines of ``tree`` that test an event's type: ``isinstance`` with a logged event's class, or a
+    comparison of a ``type`` (attribute or key) with an event's tag or ``RENDERED``."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            if any(getattr(kind, "id", None) in classes for kind in kinds):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Compare):
+            left = node.left
+            typed = (isinstance(left, ast.Attribute) and left.attr == "type") or (
+                isinstance(left, ast.Subscript) and getattr(left.slice, "value", None) == "type"
+            )
+            named = [
+                each
+                for comparator in node.comparators
+                for each in (comparator.elts if isinstance(comparator, (ast.Tuple, ast.Set)) else [comparator])
+            ]
+            if typed and any(
+                (isinstance(each, ast.Constant) and each.value in tags) or getattr(each, "id", None) == "RENDERED"
+                for each in named
+            ):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_core_and_the_views_tell_events_apart() -> None:
+    """Surfaces, agents' histories, replay and evaluation read the views; no module outside the core
+    (``runtime``) and the views tests an event's type."""
+    classes, tags = _event_names()
+    readers = {}
+    for module, (path, _) in modules().items():
+        if _in(module, ("runtime", "views")):
+            continue
+        lines = _reads_events(ast.parse(path.read_text(encoding="utf-8")), classes, tags)
+        if lines:
+            readers[module] = lines
+    unexpected = {module: lines for module, lines in readers.items() if module not in KNOWN_EVENT_READERS}
+    assert not unexpected, f"modules that test an event's type (read a view instead): {unexpected}"
+    gone = sorted(set(KNOWN_EVENT_READERS) - set(readers))
+    assert not gone, f"no longer reading events, drop from KNOWN_EVENT_READERS: {gone}"
+
+
+def test_the_event_reader_check_sees_each_kind_of_test() -> None:
+    classes, tags = _event_names()
+    sample = """
+isinstance(event, SentEvent)
+isinstance(event, (int, ReplyEvent))
+event.type == "said"
+entry.event.type in ("reply", "sent")
+event["type"] == "ended"
+event.type in RENDERED
+isinstance(event, InformDeltaEvent)
+message.type == "TEXT_MESSAGE_START"
+"""
+    assert _reads_events(ast.parse(sample), classes, tags) == [2, 3, 4, 5, 6, 7]

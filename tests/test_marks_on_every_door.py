@@ -12,8 +12,8 @@ import pytest
 
 from dial_runtime import Conversation, Projection, Suggestion, project
 from dial_runtime.runtime.events import Event, InformDeltaEvent
-from dial_runtime.runtime.projection import AgentText
 from dial_runtime.terminal.transcript import Transcript
+from dial_runtime.views.person import AgentText
 from dial_runtime.web.mapping import messages_from_log
 
 from .fakes import Agent, Notes, envelope, suggest

@@ -28,7 +28,7 @@ from dial_runtime.decisions.notify import (
     mask_url,
     slack_message,
 )
-from dial_runtime.runtime.projection import Card, CardDecision
+from dial_runtime.views.person import Card, CardDecision
 
 SHOWN_AT = 1_700_000_000.0
 DECIDED_AT = 1_700_000_600.0

@@ -33,7 +33,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from dial_runtime.decisions.notify import Notification, Notifications, Notifier, SmtpNotifier, WebhookNotifier
-from dial_runtime.runtime.projection import Card
+from dial_runtime.views.person import Card
 
 from .test_notify import LINKS, Html
 from .web_server import free_port, serving

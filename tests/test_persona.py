@@ -14,8 +14,8 @@ from dial_runtime.agents import ScriptedAgent
 from dial_runtime.demo import NotesDomain
 from dial_runtime.errors import AgentError
 from dial_runtime.evaluate.persona import Persona, PersonaHuman, SelfPlayRun, persona_prompt, self_play
-from dial_runtime.runtime.projection import Card, PersonWords, Question, project
 from dial_runtime.stores import MemoryStore
+from dial_runtime.views.person import Card, PersonWords, Question, project
 
 from .fakes import envelope, suggest
 

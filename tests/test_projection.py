@@ -30,7 +30,8 @@ from dial_runtime import (
     scripted_human,
 )
 from dial_runtime.runtime.events import SaidEvent, SentEvent
-from dial_runtime.runtime.projection import (
+from dial_runtime.runtime.records import payload_digest
+from dial_runtime.views.person import (
     AgentText,
     Aside,
     Card,
@@ -41,7 +42,6 @@ from dial_runtime.runtime.projection import (
     RefusedProposal,
     Told,
 )
-from dial_runtime.runtime.records import payload_digest
 
 from .fakes import Agent, Notes, Stall, envelope, hang, make, suggest
 

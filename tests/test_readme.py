@@ -247,7 +247,7 @@ def resolve(name: str, owner: str) -> Any:
 
     path = (owner + name if name.startswith(".") else name).split(".")
     homes = ["dial_runtime.language", "dial_runtime.llm", "dial_runtime.errors", "dial_runtime.ports"]
-    homes += ["dial_runtime.runtime.projection", "dial_runtime.runtime.replay", "dial_runtime.runtime.events"]
+    homes += ["dial_runtime.views.person", "dial_runtime.driver.replay", "dial_runtime.runtime.events"]
     found = [vars(importlib.import_module(home)).get(path[0]) for home in homes]
     value = getattr(dial_runtime, path[0]) if path[0] in dial_runtime.__all__ else next(v for v in found if v)
     for part in path[1:]:

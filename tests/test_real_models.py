@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from dial_runtime import Accept, Conversation, policy_human, replay
 from dial_runtime.language.parser import envelope_candidates, parse
-from dial_runtime.runtime.projection import AgentText, project
 from dial_runtime.terminal.transcript import Transcript
+from dial_runtime.views.person import AgentText, project
 
 from .fakes import Agent, Notes, StreamingAgent, envelope, suggest
 

@@ -41,9 +41,9 @@ from dial_runtime.runtime.effects import (
     Send,
 )
 from dial_runtime.runtime.events import ActionStartedEvent, LogEntry, OutcomeEvent
-from dial_runtime.runtime.projection import project
 from dial_runtime.stores import MemoryStore, SQLiteStore
 from dial_runtime.stores.jsonl import check_log
+from dial_runtime.views.person import project
 
 from .fakes import Agent, envelope, suggest
 

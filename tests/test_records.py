@@ -13,9 +13,9 @@ import pytest
 
 import dial_runtime
 import dial_runtime.agents
+import dial_runtime.driver.replay
 import dial_runtime.language
 import dial_runtime.llm
-import dial_runtime.runtime.replay
 
 #: Exported classes that do something rather than hold a value: agents, the conversation, the parser, the ports,
 #: the domain toolkit.
@@ -27,7 +27,7 @@ PACKAGES = (
     dial_runtime.agents,
     dial_runtime.language,
     dial_runtime.llm,
-    dial_runtime.runtime.replay,
+    dial_runtime.driver.replay,
 )
 
 #: Records the README constructs positionally (``Edit(payload)``, ``Say(text)``); every other one is keyword-only.

@@ -24,8 +24,8 @@ from dial_runtime.runtime.events import (
     SaidEvent,
     SentEvent,
 )
-from dial_runtime.runtime.projection import Notice, project
 from dial_runtime.stores.jsonl import check_log
+from dial_runtime.views.person import Notice, project
 
 from .fakes import Agent, Notes, StreamingAgent, envelope, suggest
 

@@ -26,6 +26,7 @@ from dial_runtime.agents import ScriptedAgent
 from dial_runtime.cli import main
 from dial_runtime.cli.log import audit_line
 from dial_runtime.demo import DECISIONS, SCRIPT, NotesDomain, run_demo
+from dial_runtime.driver.replay import Divergence, replay
 from dial_runtime.errors import LogError, TokenLimitReached
 from dial_runtime.language.records import Option
 from dial_runtime.runtime.events import (
@@ -41,7 +42,6 @@ from dial_runtime.runtime.events import (
     event_to_dict,
 )
 from dial_runtime.runtime.records import Ask
-from dial_runtime.runtime.replay import Divergence, replay
 from dial_runtime.stores import MemoryStore, open_store
 from dial_runtime.stores.jsonl import export_jsonl, import_jsonl
 

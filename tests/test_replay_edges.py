@@ -14,8 +14,8 @@ import trio.testing
 from dial_runtime import Accept, ActionSpec, Conversation, Defer, Dismiss, LogEntry, Suggestion
 from dial_runtime.cli import main
 from dial_runtime.demo import NotesDomain
+from dial_runtime.driver.replay import NOT_RUN, replay
 from dial_runtime.runtime.records import Ask
-from dial_runtime.runtime.replay import NOT_RUN, replay
 from dial_runtime.stores.jsonl import export_jsonl
 
 from .fakes import envelope, suggest

@@ -28,8 +28,8 @@ from dial_runtime.evaluate.persona import (
     selfplay,
 )
 from dial_runtime.runtime.events import ActionStartedEvent, Event, LogEntry
-from dial_runtime.runtime.projection import Card, project
 from dial_runtime.stores import open_store
+from dial_runtime.views.person import Card, project
 
 from .fakes import envelope, suggest
 from .openai_server import OpenAIServer, Request

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dial_runtime import agent_from_uri
-from dial_runtime.runtime.projection import Notice, project
+from dial_runtime.views.person import Notice, project
 from dial_runtime.web import create_app, scripted_agents
 
 from .fakes import envelope, suggest

@@ -16,8 +16,8 @@ import pytest
 
 from dial_runtime import LogEntry, agent_from_uri
 from dial_runtime.errors import StoreError
-from dial_runtime.runtime.projection import Notice, project
 from dial_runtime.stores import SQLiteStore
+from dial_runtime.views.person import Notice, project
 from dial_runtime.web import create_app
 
 from .fakes import envelope

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dial_runtime import LogEntry, agent_from_uri
-from dial_runtime.runtime.projection import Notice, project
+from dial_runtime.views.person import Notice, project
 from dial_runtime.web import create_app, scripted_agents
 from dial_runtime.web.mapping import interrupt_id
 

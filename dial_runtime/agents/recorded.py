@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..runtime.events import LogEntry, ReplyEvent, SentEvent, event_from_dict
+from ..runtime.events import LogEntry, event_from_dict
+from ..views.agent import exchanges
 from .scripted import ScriptedAgent
 
 __all__ = ["RecordedAgent"]
@@ -32,15 +33,9 @@ class RecordedAgent(ScriptedAgent):
         ``entries`` are :class:`~dial_runtime.LogEntry` records, events, or their JSON forms (what
         ``entry_to_dict`` and ``event_to_dict`` give); ``TypeError`` names anything else.
         """
-        replies: list[str] = []
-        sent: list[str] = []
-        for item in entries:
-            event = _event(item)
-            if isinstance(event, ReplyEvent):
-                replies.append(event.text)
-            elif isinstance(event, SentEvent):
-                sent.append(event.message)
-        return cls(replies, expected=sent)
+        sent = exchanges(_event(item) for item in entries)
+        replies = [each.reply for each in sent if each.reply is not None]
+        return cls(replies, expected=[each.message for each in sent])
 
 
 def _event(item: Any) -> Any:

@@ -62,8 +62,8 @@ def load_script(path: str | Path) -> list[str]:
         except ValueError as error:
             raise ValueError(f"script {shown!r}: not a JSON list of replies ({error})") from None
         return _replies(replies, shown, "JSON")
-    from ..runtime.events import ReplyEvent
     from ..stores.jsonl import import_jsonl
+    from ..views.agent import exchanges
 
     try:
         _, entries = import_jsonl(text.splitlines())
@@ -71,7 +71,7 @@ def load_script(path: str | Path) -> list[str]:
         raise ValueError(
             f"script {shown!r}: neither a JSON list of replies nor a dial-runtime JSON Lines log ({error})"
         ) from None
-    return [entry.event.text for entry in entries if isinstance(entry.event, ReplyEvent)]
+    return [each.reply for each in exchanges(entry.event for entry in entries) if each.reply is not None]
 
 
 def _yaml(text: str, shown: str) -> Any:

@@ -2,7 +2,7 @@
 decided, through which surface and when, what ran under which key, what came of it, and whether the domain
 reconciled it after a crash; with the verdict of the log's hash chain, so a report of a log someone edited says so.
 
-The report reads the log's projection (:mod:`dial_runtime.runtime.projection`), as every surface does: a card for
+The report reads the log's projection (:mod:`dial_runtime.views.person`), as every surface does: a card for
 each suggestion the person was shown, a refused proposal for each one they never saw. It is plain data
 (:class:`AuditReport`, msgspec), written as JSON by ``dial-runtime audit --json`` or as text by :func:`audit_text`.
 """
@@ -18,10 +18,10 @@ import msgspec
 
 from ..errors import LogError
 from ..runtime.events import LogEntry
-from ..runtime.projection import Card, CardDecision, RefusedProposal, project
 from ..runtime.records import payload_digest
 from ..runtime.state import fold_log
 from ..stores.chain import ChainCheck
+from ..views.person import Card, CardDecision, RefusedProposal, project
 
 __all__ = ["AuditReport", "ProposalAudit", "audit", "audit_text"]
 

@@ -11,8 +11,8 @@ import trio.testing
 from .._command import _CommandError, _usage
 from ..domains.loading import load_domain
 from ..errors import DialError
-from ..runtime.projection import project
 from ..stores.urls import open_url, read_log
+from ..views.person import project
 from .common import STORE_HELP, login_name
 
 

@@ -13,8 +13,8 @@ import trio.testing
 from .._command import _CommandError
 from ..errors import LogError
 from ..runtime.events import LogEntry
-from ..runtime.projection import Moment, project
 from ..stores.urls import open_url, read_log, shown_url
+from ..views.person import Moment, project
 from .common import STORE_HELP
 
 

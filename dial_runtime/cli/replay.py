@@ -12,7 +12,7 @@ from .common import STORE_HELP, add_stream_deadlines, read_file
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from ..runtime.replay import replay
+    from ..driver.replay import replay
 
     if args.file is not None:
         conversation_id, entries = read_file(args.file)

@@ -22,7 +22,7 @@ import anyio.abc
 from ..driver import Conversation
 from ..ports import StorePort
 from ..runtime.events import Event, InformDeltaEvent
-from ..runtime.projection import Card, Item, project
+from ..views.person import Card, Item, project
 from .linking import decision_links
 from .links import DEFAULT_VALID_FOR, Keyring
 from .notify import Notification, NotificationKind, Notifications

@@ -57,7 +57,7 @@ def decision_links(
     now: float | None = None,
 ) -> dict[str, str]:
     """The links that let ``decider`` (or anyone holding one of ``roles``) decide the waiting ``card`` (a
-    :class:`~dial_runtime.runtime.projection.Card` or a :class:`~dial_runtime.Suggestion`) of
+    :class:`~dial_runtime.views.person.Card` or a :class:`~dial_runtime.Suggestion`) of
     ``conversation_id``, on the payload waiting now, for ``valid_for`` seconds: one per decision in ``decisions``
     (``accept``, ``dismiss``, ``edit``), whose page offers that decision only, and ``open``, whose page offers
     them all (or ``open_decisions``: say, the editor too). Each link has a token of its own, used once; the

@@ -1,6 +1,6 @@
 """Notifications: tell people that a suggestion waits for their decision, was reminded, escalated or decided.
 
-A :class:`Notification` is one such moment, built from the :class:`~dial_runtime.runtime.projection.Card` the
+A :class:`Notification` is one such moment, built from the :class:`~dial_runtime.views.person.Card` the
 person sees (:meth:`Notification.from_card`) with the links the application signed for it (``accept``,
 ``dismiss``, ``open``, ...). Its ``id`` is derived from the conversation, the suggestion, the kind and the
 occasion, never from the time: the same notification built again (a retry, a process restarted after a crash)
@@ -50,7 +50,7 @@ import httpx
 import msgspec
 
 from ..llm.chat import parse_retry_after
-from ..runtime.projection import Card
+from ..views.person import Card
 
 __all__ = [
     "KINDS",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard, cast
 import anyio
 import anyio.lowlevel
 
-from ..errors import ConversationBusy, DialError, IllegalTransition, Interruption, LogError
+from ..errors import ConversationBusy, DialError, IllegalTransition, Interruption, LogError, NotWaiting
 from ..language.outcomes import Outcome
 from ..runtime.core import Call, ConversationCore, deliberate
 from ..runtime.effects import (
@@ -52,10 +52,11 @@ from ..runtime.effects import (
     Thinking,
     Unreconciled,
 )
-from ..runtime.events import RENDERED, Event, InformDeltaEvent, LogEntry
+from ..runtime.events import Event, InformDeltaEvent, LogEntry
 from ..runtime.flow import FlowRules
 from ..runtime.records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
 from ..statemachines import CALL
+from ..views.person import not_waiting, shown_live
 
 if TYPE_CHECKING:
     from ..ports import AgentPort, DecisionLike, DomainPort, HumanPort, StorePort, StreamingAgentPort
@@ -495,7 +496,7 @@ class Conversation:
         try:
             if self._store is None:
                 expired = await self._recover()
-                call = start(*arguments)
+                call = self._started(start, arguments)
                 return (expired or IDLE) if call is None else await self._perform(call)
             held = self._holder is not None and self._holder == anyio.get_current_task().id
             async with contextlib.nullcontext() if held else self._store.lock(self.id or ""):
@@ -503,7 +504,7 @@ class Conversation:
                     await self._catch_up()
                 try:
                     expired = await self._recover()
-                    call = start(*arguments)
+                    call = self._started(start, arguments)
                     return (expired or IDLE) if call is None else await self._perform(call)
                 finally:
                     with anyio.CancelScope(shield=True):
@@ -511,6 +512,14 @@ class Conversation:
         finally:
             self._interrupting = None
             self._gate = _RELEASE[self._gate]
+
+    def _started(self, start: Callable[..., Call | None], arguments: tuple[Any, ...]) -> Call | None:
+        """``start(*arguments)``; a decision or answer the core refuses because its subject is not waiting is
+        :class:`AlreadyDecided` (by whom, how) when what the person sees of the log shows it ended."""
+        try:
+            return start(*arguments)
+        except NotWaiting as refused:
+            raise not_waiting(self._core.log.entries(), refused) from None
 
     async def _catch_up(self) -> None:
         """Fold in what other workers stored since this object last saw the store (all of it when stale)."""
@@ -545,13 +554,13 @@ class Conversation:
         start = self._shown
         limit = len(events) if self._store is None else max(self._stored, start)
         self._shown = limit
-        waiting = limit < len(events) and any(event.type in RENDERED for event in events[limit:])
+        waiting = limit < len(events) and any(shown_live(event) for event in events[limit:])
         notices: tuple[InformDeltaEvent, ...] = ()
         if self._text and not waiting:
             notices, self._text = self._text, ()
         if start == limit and not notices:
             return
-        shown = [event for event in events[start:limit] if event.type in RENDERED]
+        shown = [event for event in events[start:limit] if shown_live(event)]
         for event in [*shown, *notices] if notices else shown:
             try:
                 self._on_event(event)

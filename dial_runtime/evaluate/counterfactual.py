@@ -6,7 +6,7 @@ given the same history (the messages the recorded run sent and the recorded agen
 and the person's words included, since they travel in the messages) and the point's message; its reply is
 handled by the conversation core (:func:`dial_runtime.replay.handle_reply`) against the recorded domain answers,
 or the domain's pure ``validate`` and ``preview`` when one is given, with nothing run and no one asked. What the
-person saw of each side is read from the log's projection (:mod:`dial_runtime.runtime.projection`).
+person saw of each side is read from the log's projection (:mod:`dial_runtime.views.person`).
 
 Scores, each ``1`` for best unless its name says otherwise, and ``None`` at a point where it does not apply:
 
@@ -49,12 +49,13 @@ from typing import Any, TypeAlias
 import msgspec
 
 from ..agents.prompt import system_prompt
+from ..driver.replay import handle_reply
 from ..llm.chat import ChatMessage, history_from_log
 from ..llm.uri import agent_from_uri
 from ..ports import AgentPort
-from ..runtime.events import FinishedEvent, LogEntry, ReplyEvent, SentEvent
-from ..runtime.projection import Card, Notice, Projection, Question, RefusedProposal, project
-from ..runtime.replay import handle_reply
+from ..runtime.events import LogEntry
+from ..views.calls import answered_turns
+from ..views.person import Card, Notice, Projection, Question, RefusedProposal, project
 
 __all__ = [
     "LOWER_IS_BETTER",
@@ -148,26 +149,6 @@ class ConversationScore(msgspec.Struct, frozen=True, kw_only=True):
     points: tuple[Point, ...]
     ends: tuple[Proposal, ...] = ()
     turns_to_end: dict[str, int | None] = {}
-
-
-class _PointAt(msgspec.Struct, frozen=True):
-    index: int  # the position of the ``sent`` entry in the log
-    end: int  # the position after the recorded turn's last entry
-    turn: int
-
-
-def _points(entries: Sequence[LogEntry]) -> list[_PointAt]:
-    sent = [index for index, entry in enumerate(entries) if isinstance(entry.event, SentEvent)]
-    found = []
-    for number, index in enumerate(sent):
-        end = sent[number + 1] if number + 1 < len(sent) else len(entries)
-        finished = next((at for at in range(index, end) if isinstance(entries[at].event, FinishedEvent)), None)
-        end = end if finished is None else finished + 1  # the call's end: what follows is the person's next call
-        event = entries[index].event
-        assert isinstance(event, SentEvent)
-        if any(isinstance(entry.event, ReplyEvent) for entry in entries[index:end]):
-            found.append(_PointAt(index, end, event.turn))
-    return found
 
 
 def _read(
@@ -323,20 +304,16 @@ async def evaluate_conversation(
     entries = list(entries)
     recorded_view = project(entries)
     found = []
-    for number, at in enumerate(_points(entries), start=1):
-        message = entries[at.index].event
-        assert isinstance(message, SentEvent)
+    for number, at in enumerate(answered_turns(entries), start=1):
         first, last = entries[at.index].seq, entries[at.end - 1].seq
         items, trail = _turn(recorded_view, first, last)
-        reply_event = next(e.event for e in entries[at.index : at.end] if isinstance(e.event, ReplyEvent))
-        assert isinstance(reply_event, ReplyEvent)
-        recorded = _read(items, trail, text=reply_event.text)
+        recorded = _read(items, trail, text=at.reply)
         verdicts = _verdicts(items)
         history = history_from_log(entries[: at.index])
         replies: dict[str, PointReply] = {}
         for name, candidate in candidates.items():
             agent = await _candidate_agent(candidate, history, domain)
-            text, error = await _ask(agent, message.message)
+            text, error = await _ask(agent, at.message)
             if text is None:
                 replies[name] = PointReply(text=None, error=error, parses=False)
                 continue

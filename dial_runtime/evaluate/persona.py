@@ -41,7 +41,9 @@ from ..llm.chat import ChatAgent
 from ..llm.uri import agent_from_uri
 from ..ports import AgentPort, AnswerLike, DecisionLike, StorePort
 from ..runtime.events import Event, InformDeltaEvent, LogEntry
-from ..runtime.projection import (
+from ..runtime.records import Accept, Ask, Decision, Dismiss, Edit, Say, Suggestion
+from ..stores import open_store
+from ..views.person import (
     AgentText,
     Aside,
     Card,
@@ -53,8 +55,6 @@ from ..runtime.projection import (
     Told,
     project,
 )
-from ..runtime.records import Accept, Ask, Decision, Dismiss, Edit, Say, Suggestion
-from ..stores import open_store
 
 __all__ = [
     "ModelRecord",

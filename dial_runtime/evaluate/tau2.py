@@ -64,9 +64,9 @@ from ..llm.grammar import domain_grammar
 from ..llm.uri import agent_from_uri
 from ..ports import AgentPort, StorePort
 from ..runtime.events import LogEntry
-from ..runtime.projection import AgentText, Card, PersonWords, RefusedProposal, Told, project
 from ..runtime.records import ActionSpec, Issue
 from ..stores import MemoryStore, open_store
+from ..views.person import AgentText, Card, PersonWords, RefusedProposal, Told, project
 from .persona import Persona, PersonaHuman, RulePersonaModel, persona_prompt, self_play
 from .report import bar_chart
 

@@ -51,7 +51,8 @@ import msgspec
 
 from ..agents.prompt import system_prompt as domain_prompt
 from ..errors import AgentError, TokenLimitReached
-from ..runtime.events import LogEntry, ReplyEvent, ReplyProgressEvent, ReplyStartedEvent, SentEvent
+from ..runtime.events import LogEntry
+from ..views.agent import exchanges
 from .grammar import Grammar, domain_grammar
 
 __all__ = [
@@ -235,7 +236,8 @@ def _describe(error: BaseException) -> str:
 
 
 def history_from_log(entries: Iterable[LogEntry]) -> list[ChatMessage]:
-    """The chat history a conversation's log implies: each message sent that got a reply, and that reply.
+    """The chat history a conversation's log implies (what the agent saw, :mod:`dial_runtime.views.agent`): each
+    message sent that got a reply, and that reply.
 
     A message whose streamed reply had begun when the log stops, or stopped before the reply's end (a process
     that died while the person decided on an element the stream had already delivered), was delivered: it is
@@ -243,39 +245,14 @@ def history_from_log(entries: Iterable[LogEntry]) -> list[ChatMessage]:
     A message that got no reply at all is not kept.
     """
     history: list[ChatMessage] = []
-    sent: str | None = None
-    delivered: str | None = None
-    so_far = ""
-    for entry in entries:
-        event = entry.event
-        if isinstance(event, SentEvent):
-            if delivered is not None:
-                history += _unfinished(delivered, so_far)
-            sent, delivered, so_far = event.message, None, ""
-        elif isinstance(event, ReplyStartedEvent) and sent is not None:
-            sent, delivered = None, sent
-        elif isinstance(event, ReplyProgressEvent):
-            so_far += event.text
-        elif isinstance(event, ReplyEvent):
-            asked = sent if sent is not None else delivered
-            if asked is not None:
-                history += [
-                    ChatMessage(role="user", content=asked),
-                    ChatMessage(role="assistant", content=event.text),
-                ]
-            sent = delivered = None
-            so_far = ""
-    if delivered is not None:
-        history += _unfinished(delivered, so_far)
+    for exchange in exchanges(entry.event for entry in entries):
+        if not exchange.delivered:
+            continue
+        history.append(ChatMessage(role="user", content=exchange.message))
+        answer = exchange.so_far if exchange.reply is None else exchange.reply
+        if answer or exchange.reply is not None:
+            history.append(ChatMessage(role="assistant", content=answer))
     return history
-
-
-def _unfinished(message: str, so_far: str) -> list[ChatMessage]:
-    """A delivered message whose reply's end the log lacks, and the reply as far as the log has it."""
-    return [
-        ChatMessage(role="user", content=message),
-        *([ChatMessage(role="assistant", content=so_far)] if so_far else []),
-    ]
 
 
 class ChatAgent:

@@ -30,6 +30,7 @@ from ..errors import (
     Interruption,
     LinkRefused,
     LogError,
+    NotWaiting,
     PayloadChanged,
     RecordedError,
     TokenLimitReached,
@@ -542,7 +543,7 @@ class ConversationCore:
         :class:`LinkRefused` (``replayed``)."""
         opened = self.state.open_suggestions.get(suggestion_id)
         if opened is None or not opened.deferred:
-            raise self._not_waiting(suggestion_id, "suggestion", "a decision")
+            raise NotWaiting(suggestion_id, "suggestion", "a decision")
         if shown is not None and shown != (waiting := payload_digest(opened.action, opened.payload)):
             raise PayloadChanged(suggestion_id, shown=shown, waiting=waiting)
         if opened.decided_through(link):
@@ -553,18 +554,10 @@ class ConversationCore:
     def answer(self, ask_id: str, text: str, by: str | None) -> Call:
         """Take the person's deferred answer to an ask and carry on (an empty answer: the question stands)."""
         if ask_id not in self.state.open_asks:
-            raise self._not_waiting(ask_id, "ask", "an answer")
+            raise NotWaiting(ask_id, "ask", "an answer")
         self.record(ResumedEvent(call="answer"))
         self.record(AnsweredEvent(ask_id=ask_id, text=text, by=by))
         return self._drive("", None)
-
-    def _not_waiting(self, subject_id: str, kind: str, awaited: str) -> DialError:
-        """Why a decision or answer cannot be taken: :class:`AlreadyDecided` when the log shows the suggestion or
-        ask ended, else a ``DialError`` (never shown, or not waiting for the person yet)."""
-        from .projection import project  # only on this refusal's path: a call never reads the projection
-
-        ended = project(self.log.entries()).already_decided(subject_id)
-        return ended or DialError(f"Conversation: {kind} {subject_id!r} is not awaiting {awaited}")
 
     def expire_due(self) -> Call | None:
         """Fire what is due of the deferred suggestions' times: remind the deciders of one whose reminder time

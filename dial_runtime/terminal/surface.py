@@ -41,8 +41,8 @@ from ..driver.conversation import accepts_message_id
 from ..errors import AlreadyDecided, ConversationBusy, DialError
 from ..ports import StorePort
 from ..runtime.events import Event, InformDeltaEvent
-from ..runtime.projection import AgentText, Card, Item, Notice, Question, RefusedProposal, Told, project
 from ..runtime.records import Accept, Ask, Decision, Defer, Dismiss, Edit, Say, Suggestion, TurnResult
+from ..views.person import AgentText, Card, Item, Notice, Question, RefusedProposal, Told, project
 from .transcript import Transcript, approvals_words, done_before_words, elsewhere_words
 
 #: The choices a person has on a suggestion, as typed at the prompt.

@@ -15,7 +15,8 @@ from typing import Any
 
 from ..ports import AnswerLike, DecisionLike, HumanPort
 from ..runtime.events import Event, InformDeltaEvent, LogEntry
-from ..runtime.projection import (
+from ..runtime.records import Accept, Ask, Dismiss, Edit, Say, Suggestion, TurnResult, as_decision
+from ..views.person import (
     AgentText,
     Aside,
     Card,
@@ -27,7 +28,6 @@ from ..runtime.projection import (
     RefusedProposal,
     Told,
 )
-from ..runtime.records import Accept, Ask, Dismiss, Edit, Say, Suggestion, TurnResult, as_decision
 
 _MARKS = {
     "done": "✓ done",
@@ -93,7 +93,7 @@ def _json(value: Any) -> str:
 class Transcript:
     """Writes one line per step through ``write``; :meth:`show` is an ``on_event`` callback.
 
-    It renders the conversation's :class:`~dial_runtime.runtime.projection.Projection`: what each event adds or
+    It renders the conversation's :class:`~dial_runtime.views.person.Projection`: what each event adds or
     changes. A suggestion the runtime refused before showing it (an unknown action, a payload the domain refused)
     was never the person's to decide: it is a one-line note that the agent's proposal was refused and why, never a
     proposal or an outcome of one. ``shown`` holds the ids of the suggestions shown (add those of an earlier

@@ -98,8 +98,8 @@ from ..decisions.notify import Notification, Notifications
 from ..driver.built import AgentOnFirstUse, DeferringHuman, DomainOnFirstUse
 from ..ports import StorePort
 from ..runtime.events import Event, InformDeltaEvent
-from ..runtime.projection import Card, Notice, Projection, Question, project
 from ..stores.postgres import PostgresStore
+from ..views.person import Card, Notice, Projection, Question, project
 from .decide import LINK_VIA, REFUSAL_STATUS, decide_url, decision_page
 from .mapping import EventMapper, encode_sse, interrupt_for, interrupt_id, item_view, messages_of
 
@@ -1697,10 +1697,11 @@ def scripted_agents(scripts: Mapping[str, Sequence[str]] | Sequence[str]) -> Age
     """An agent factory for demos and tests: every conversation replies with the list ``scripts`` (or, given a
     mapping, conversation ``id`` with ``scripts[id]``), taken up after the replies its log already holds."""
     from .. import ScriptedAgent
+    from ..views.agent import exchanges
 
     def build(conversation_id: str, log: Sequence[LogEntry]) -> ScriptedAgent:
         replies = scripts.get(conversation_id, ()) if isinstance(scripts, Mapping) else scripts
-        used = sum(1 for entry in log if entry.event.type == "reply")
+        used = sum(1 for each in exchanges(entry.event for entry in log) if each.reply is not None)
         return ScriptedAgent(list(replies)[used:])
 
     return build

@@ -1,7 +1,7 @@
 """From the runtime's events and pending records to AG-UI's events, messages and interrupts (no I/O).
 
 :class:`EventMapper` (a live run) and :func:`messages_of` (the snapshot a reloading page gets) both render the
-conversation's :class:`~dial_runtime.runtime.projection.Projection`, so the two carry the same content, each item
+conversation's :class:`~dial_runtime.views.person.Projection`, so the two carry the same content, each item
 as the same JSON view (:func:`item_view`): the person's words (``metadata.words``, their answers too), the agent's
 text, an ask's question (``metadata.question``), each card with its preview, destructive mark, status, outcome in
 words and the payload that waits or ran (``metadata.card``); live, a change to a card or a question already shown
@@ -56,7 +56,8 @@ from ag_ui.encoder import EventEncoder
 
 from .. import Ask, LogEntry, Suggestion
 from ..runtime.events import Event, InformDeltaEvent
-from ..runtime.projection import (
+from ..runtime.records import payload_digest
+from ..views.person import (
     AgentText,
     Aside,
     Card,
@@ -68,7 +69,6 @@ from ..runtime.projection import (
     RefusedProposal,
     project,
 )
-from ..runtime.records import payload_digest
 
 __all__ = [
     "EventMapper",
@@ -195,7 +195,7 @@ def interrupt_for(pending: Suggestion | Ask, *, refusals: int = 0, can_decide: b
 
 class EventMapper:
     """Turns a conversation into AG-UI events as it goes on, rendering its
-    :class:`~dial_runtime.runtime.projection.Projection`: each log entry (or bare event) fed adds or changes items,
+    :class:`~dial_runtime.views.person.Projection`: each log entry (or bare event) fed adds or changes items,
     and each item becomes AG-UI events. It keeps what AG-UI's stream needs between them: the open text message
     (text still arriving, ``inform-delta``, goes into it) and which cards the client has been shown.
 

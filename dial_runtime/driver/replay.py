@@ -31,10 +31,10 @@ from typing import Any
 
 import msgspec
 
-from ..errors import ActionError, DialSizeError, Interruption, RecordedError, TokenLimitReached
+from ..errors import ActionError, DialSizeError, Interruption, NotWaiting, RecordedError, TokenLimitReached
 from ..language.records import Acknowledge, Inform
 from ..language.stream import StreamParser
-from .core import (
+from ..runtime.core import (
     CUT,
     PROCESS_STOPPED,
     TOKEN_LIMIT,
@@ -44,7 +44,7 @@ from .core import (
     no_reply_words,
     reason,
 )
-from .effects import (
+from ..runtime.effects import (
     Answer,
     AwaitPerson,
     AwaitStream,
@@ -69,7 +69,7 @@ from .effects import (
     Thinking,
     Unreconciled,
 )
-from .events import (
+from ..runtime.events import (
     ActionStartedEvent,
     AnsweredEvent,
     ApprovalRefusedEvent,
@@ -94,8 +94,10 @@ from .events import (
     SuggestionEvent,
     event_to_dict,
 )
-from .flow import FlowRules
-from .records import Accept, ActionSpec, Ask, Defer, Dismiss, Edit, Issue, Say, as_action_spec, as_issue
+from ..runtime.flow import FlowRules
+from ..runtime.records import Accept, ActionSpec, Ask, Defer, Dismiss, Edit, Issue, Say, as_action_spec, as_issue
+from ..views.calls import call_starts
+from ..views.person import not_waiting
 
 __all__ = ["NOT_RUN", "Divergence", "HandledReply", "NotRun", "ReplayReport", "handle_reply", "replay"]
 
@@ -336,7 +338,9 @@ class _Replayer:
         self.recover(self.core)  # a call a dead process left open is closed by the next, as Conversation does
         try:
             call = self._call(start)
-        except Exception as refused:  # the call is refused at once (a decision on what no longer waits)
+        except NotWaiting as refused:  # a decision on what no longer waits: told as Conversation tells it
+            return reason(not_waiting(self.core.log.entries(), refused))
+        except Exception as refused:  # the call is refused at once
             return reason(refused)
         return self._drive(call)
 
@@ -737,27 +741,11 @@ def _decision(event: DecidedEvent) -> Accept | Dismiss | Edit | Say:
 
 
 def _starts(events: Sequence[Event]) -> list[int]:
-    """Where each call begins: at a ``said`` or a ``resumed`` event (a ``say`` that takes up an awaiting
-    conversation logs ``resumed`` first and its ``said`` after closing what waited), and at an ``ended`` between
-    calls (an ``end()``)."""
-    starts: list[int] = []
-    in_call = False
-    waiting_for_words = False
-    for index, event in enumerate(events):
-        if event.type == "resumed":
-            starts.append(index)
-            in_call, waiting_for_words = True, isinstance(event, ResumedEvent) and event.call == "say"
-        elif event.type == "said":
-            if not waiting_for_words:
-                starts.append(index)
-            in_call, waiting_for_words = True, False
-        elif event.type == "ended" and not in_call:
-            starts.append(index)
-        elif event.type == "finished" and not waiting_for_words:
-            in_call = False
-        elif not starts:
-            raise ValueError(f"replay: the log begins with a {event.type!r} event, not with a call")
-    return starts
+    """Where each call of the recording begins (:func:`~dial_runtime.views.calls.call_starts`)."""
+    try:
+        return call_starts(events)
+    except ValueError as error:
+        raise ValueError(f"replay: {error}") from None
 
 
 class _Turns:

@@ -26,11 +26,12 @@ from typing import Any, Literal
 
 import msgspec
 
-from ..errors import AlreadyDecided, DialSizeError
+from ..errors import AlreadyDecided, DialSizeError, NotWaiting
 from ..language.outcomes import Outcome
 from ..language.parser import parse
 from ..language.records import Option
-from .events import (
+from ..runtime.events import (
+    RENDERED,
     ActionStartedEvent,
     AnsweredEvent,
     ApprovalRefusedEvent,
@@ -69,7 +70,7 @@ from .events import (
     TurnLimitEvent,
     UnconfirmedEvent,
 )
-from .records import Issue, payload_digest
+from ..runtime.records import Issue, payload_digest
 
 __all__ = [
     "AgentText",
@@ -100,6 +101,18 @@ CardStatus = Literal[
 
 #: The statuses of a card that waits for the person's decision.
 DECIDING: frozenset[str] = frozenset({"pending", "deferred-waiting"})
+
+
+def shown_live(event: Event) -> bool:
+    """Whether a surface renders ``event``: ``on_event`` is shown it as it is recorded (the others exist for the
+    log: state, audit, replay)."""
+    return event.type in RENDERED
+
+
+def not_waiting(entries: Iterable[LogEntry], refused: NotWaiting) -> NotWaiting:
+    """What to tell of a decision or answer whose subject is not waiting: :class:`AlreadyDecided` (by whom,
+    how) when the log shows it ended, else the refusal itself."""
+    return project(entries).already_decided(refused.subject_id) or refused
 
 
 class _Item(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):

@@ -1,0 +1,71 @@
+"""What the agent saw: each message it was sent and what it replied, read from the log.
+
+Every reader of the agent's side of a conversation reads it here: a model agent's chat history when a stored
+conversation is taken up (:func:`dial_runtime.llm.history_from_log`), a recorded agent's replies
+(:meth:`dial_runtime.RecordedAgent.from_log`), a script read from a JSON Lines log, the web surface's count of
+replies, and evaluation's points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from ..runtime.events import Event, ReplyEvent, ReplyProgressEvent, ReplyStartedEvent, SentEvent
+
+__all__ = ["Exchange", "Exchanges", "exchanges"]
+
+
+class Exchange(msgspec.Struct, frozen=True, kw_only=True):
+    """One message the agent was sent, and its reply as far as the log has it.
+
+    ``reply`` is the whole reply, ``None`` when the log has none (no answer came, or a streamed one was cut off
+    by the log's end or a dead process); ``delivered`` whether a reply began (a streamed one's first chunk, or
+    the whole reply); ``so_far`` what arrived of a streamed reply whose end the log lacks (its ``reply-progress``
+    texts); ``seq`` the sequence number of the ``sent`` entry (its position, from 1, when read from events)."""
+
+    message: str
+    reply: str | None = None
+    delivered: bool = False
+    so_far: str = ""
+    seq: int = 0
+
+
+class Exchanges:
+    """The exchanges of a log, fed its events one at a time (:meth:`feed`); :attr:`found` holds them in order,
+    each as it stands after the events fed so far."""
+
+    def __init__(self) -> None:
+        self.found: list[Exchange] = []
+        self._open: Exchange | None = None  # the last message sent, until its reply ends
+        self._fed = 0
+
+    def feed(self, event: Event, seq: int | None = None) -> None:
+        """Take the next event of the log (``seq``: its sequence number, else its position from 1)."""
+        self._fed += 1
+        opened = self._open
+        if isinstance(event, SentEvent):
+            self._open = Exchange(message=event.message, seq=self._fed if seq is None else seq)
+            self.found.append(self._open)
+            return
+        if opened is None:
+            return
+        if isinstance(event, ReplyStartedEvent):
+            self._replace(msgspec.structs.replace(opened, delivered=True))
+        elif isinstance(event, ReplyProgressEvent):
+            self._replace(msgspec.structs.replace(opened, so_far=opened.so_far + event.text))
+        elif isinstance(event, ReplyEvent):
+            self._replace(msgspec.structs.replace(opened, reply=event.text, delivered=True, so_far=""))
+            self._open = None
+
+    def _replace(self, exchange: Exchange) -> None:
+        self.found[-1] = self._open = exchange
+
+
+def exchanges(events: Iterable[Event]) -> list[Exchange]:
+    """Every message the agent was sent in ``events`` (a log's, in order), with its reply."""
+    view = Exchanges()
+    for event in events:
+        view.feed(event)
+    return view.found
