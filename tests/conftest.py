@@ -15,6 +15,24 @@ from dial_runtime.stores import StorePort
 from .browser import browser, context  # noqa: F401  (headless Chromium, and a fresh context of it per test)
 from .pg import pg_schema_url, postgres_url  # noqa: F401  (a PostgreSQL server, and a fresh schema on it)
 
+#: The fast subset, ``pytest -m fast`` (about 40 seconds on two cores): the language, the machines, the fold and
+#: the core, the views and the architecture. A contributor runs it first; the whole suite takes a dozen minutes.
+FAST = frozenset(
+    {
+        "test_parser", "test_parser_candidates", "test_parser_hardening", "test_parser_stream", "test_schema",
+        "test_schema_coverage", "test_payloads", "test_outcomes", "test_json_ready", "test_statemachines",
+        "test_fold", "test_core", "test_log", "test_records", "test_policy", "test_one_truth", "test_deferred",
+        "test_runtime", "test_projection", "test_layers", "test_exports", "test_imports", "test_errors",
+    }
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests of the fast subset (:data:`FAST`) ``fast``."""
+    for item in items:
+        if item.path.stem in FAST:
+            item.add_marker(pytest.mark.fast)
+
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, object, object]:
