@@ -23,13 +23,12 @@ class Exchange(msgspec.Struct, frozen=True, kw_only=True):
     ``reply`` is the whole reply, ``None`` when the log has none (no answer came, or a streamed one was cut off
     by the log's end or a dead process); ``delivered`` whether a reply began (a streamed one's first chunk, or
     the whole reply); ``so_far`` what arrived of a streamed reply whose end the log lacks (its ``reply-progress``
-    texts); ``seq`` the sequence number of the ``sent`` entry (its position, from 1, when read from events)."""
+    texts)."""
 
     message: str
     reply: str | None = None
     delivered: bool = False
     so_far: str = ""
-    seq: int = 0
 
 
 class Exchanges:
@@ -39,14 +38,12 @@ class Exchanges:
     def __init__(self) -> None:
         self.found: list[Exchange] = []
         self._open: Exchange | None = None  # the last message sent, until its reply ends
-        self._fed = 0
 
-    def feed(self, event: Event, seq: int | None = None) -> None:
-        """Take the next event of the log (``seq``: its sequence number, else its position from 1)."""
-        self._fed += 1
+    def feed(self, event: Event) -> None:
+        """Take the next event of the log."""
         opened = self._open
         if isinstance(event, SentEvent):
-            self._open = Exchange(message=event.message, seq=self._fed if seq is None else seq)
+            self._open = Exchange(message=event.message)
             self.found.append(self._open)
             return
         if opened is None:
