@@ -569,7 +569,7 @@ class ConversationCore:
         if not state.open_suggestions or "resume" not in TURN_LOOP.allowed(state.loop):
             return None
         now = self.clock()
-        due = [opened for opened in state.open_suggestions.values() if opened.deferred and _due(opened, now)]
+        due = [opened for opened in state.open_suggestions.values() if opened.due(now)]
         if not due:
             return None
         self.record(ResumedEvent(call="expire"))
@@ -577,12 +577,12 @@ class ConversationCore:
 
     def _firing(self, due: Sequence[OpenSuggestion], now: float) -> Generator[Effect, Any, None]:
         for opened in due:
-            if opened.deadline is not None and now > opened.deadline:
+            if opened.expired_at(now):
                 self._expire(opened)
                 continue
-            if opened.remind_at is not None and now >= opened.remind_at:
+            if opened.reminder_due(now):
                 self.record(RemindedEvent(suggestion_id=opened.id), now)
-            if opened.escalate_at is not None and now >= opened.escalate_at:
+            if opened.escalation_due(now):
                 self.record(EscalatedEvent(suggestion_id=opened.id, to=opened.escalate_to), now)
         return
         yield  # makes this a generator that yields nothing
@@ -1188,7 +1188,7 @@ class ConversationCore:
         is an approval, refused when the policy does not take it, waiting for the next when the policy needs
         more, and run once the policy is met."""
         now = self.clock()
-        if opened.deadline is not None and now > opened.deadline:
+        if opened.expired_at(now):
             self._expire(opened, by=by, via=via)
             return
         policy = opened.policy
@@ -1457,15 +1457,6 @@ class ConversationCore:
                 index = after
             else:
                 index += 1
-
-
-def _due(opened: OpenSuggestion, now: float) -> bool:
-    """Whether a deferred suggestion has a reminder, an escalation or its deadline due at ``now``."""
-    return (
-        (opened.deadline is not None and now > opened.deadline)
-        or (opened.remind_at is not None and now >= opened.remind_at)
-        or (opened.escalate_at is not None and now >= opened.escalate_at)
-    )
 
 
 def idempotency_key(conversation: str | None, began: float | None, suggestion_id: str, attempt: int) -> str:

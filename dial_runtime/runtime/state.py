@@ -195,6 +195,24 @@ class OpenSuggestion(msgspec.Struct):
         """Whether the suggestion waits for the person's decision."""
         return self.state in DECIDING
 
+    # The times' rules, one site each: the fold refuses what breaks them, the core asks them what to record.
+
+    def expired_at(self, now: float) -> bool:
+        """Whether the person's time to decide has passed at ``now``: a decision then is not taken, it expires."""
+        return self.deadline is not None and now > self.deadline
+
+    def reminder_due(self, now: float) -> bool:
+        """Whether its deciders are due a reminder at ``now`` (it was deferred, and not reminded yet)."""
+        return self.deferred and self.remind_at is not None and now >= self.remind_at
+
+    def escalation_due(self, now: float) -> bool:
+        """Whether it is due to escalate at ``now`` (it was deferred, and has not escalated yet)."""
+        return self.deferred and self.escalate_at is not None and now >= self.escalate_at
+
+    def due(self, now: float) -> bool:
+        """Whether a deferred suggestion has something due at ``now``: a reminder, an escalation or its expiry."""
+        return self.deferred and (self.expired_at(now) or self.reminder_due(now) or self.escalation_due(now))
+
 
 @attrs.define(init=False)
 class ConversationState:
@@ -656,7 +674,7 @@ class ConversationState:
         if not opened.deciding:
             raise _Refusal(f"suggestion {event.suggestion_id!r} is not waiting for a decision")
         decision = event.decision
-        if decision != "expire" and opened.deadline is not None and self.now > opened.deadline:
+        if decision != "expire" and opened.expired_at(self.now):
             raise _Refusal(f"suggestion {event.suggestion_id!r} is decided after its deadline: it expired")
         opened.deferred = False
         policy = opened.policy
@@ -696,13 +714,13 @@ class ConversationState:
 
     def _reminded(self, event: RemindedEvent) -> None:
         opened = self._open(event.suggestion_id)
-        if not opened.deferred or opened.remind_at is None or self.now < opened.remind_at:
+        if not opened.reminder_due(self.now):
             raise _Refusal(f"suggestion {event.suggestion_id!r} is not due a reminder")
         opened.remind_at = None
 
     def _escalated(self, event: EscalatedEvent) -> None:
         opened = self._open(event.suggestion_id)
-        if not opened.deferred or opened.escalate_at is None or self.now < opened.escalate_at:
+        if not opened.escalation_due(self.now):
             raise _Refusal(f"suggestion {event.suggestion_id!r} is not due to escalate")
         if event.to != opened.escalate_to:
             raise _Refusal(
