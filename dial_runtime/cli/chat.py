@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import sys
 import uuid
 from typing import Any
 
 import anyio
 
-from .._command import _usage
+from .._command import _CommandError, _described, _usage
 from ..domains.loading import load_domain
 from ..stores.urls import open_url, shown_url
 from .common import (
@@ -19,7 +21,6 @@ from .common import (
     chat_agent_options,
     check_mcp_options,
     login_name,
-    served,
     without_terminal_extra,
 )
 
@@ -86,6 +87,29 @@ def _chat(args: argparse.Namespace) -> int:
     finally:
         if args.transcript:
             surface.save(args.transcript)
+
+
+async def served(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> Any:
+    """The MCP server ``--mcp`` names, as a domain held open until ``stack`` closes."""
+    try:
+        from ..adapters.mcp import McpConnectionError, mcp_domain, sdk_log_to
+    except ImportError as error:
+        raise _CommandError(f"--mcp needs the mcp extra (pip install 'dial-runtime[mcp]'): {error}") from None
+    try:
+        errlog = stack.enter_context(open(args.mcp_log or os.devnull, "a", encoding="utf-8"))  # noqa: SIM115
+        served = mcp_domain(args.mcp, errlog=errlog, trust_read_only=args.trust_read_only)
+    except ValueError as error:
+        _usage(f"--mcp: {error}")
+    except OSError as error:
+        raise _CommandError(f"--mcp-log: {_described(error)}") from None
+    stack.enter_context(sdk_log_to(errlog))
+    try:
+        connected = await stack.enter_async_context(served)
+    except (OSError, McpConnectionError) as error:
+        raise _CommandError(f"--mcp: {error}") from None
+    for line in connected.refusals():
+        print(f"dial-runtime chat: --mcp: {line}", file=sys.stderr)
+    return connected
 
 
 def register(commands: Any) -> None:

@@ -1,39 +1,21 @@
-"""What several commands share: reading files and logs, the options of an agent, an MCP domain and a
+"""What several commands share: reading a JSON Lines log file, the options of an agent, an MCP domain and a
 streamed reply, and who is at the terminal."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import getpass
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._command import _CommandError, _described, _usage
-from ..domains.loading import load_callable
-from ..runtime.events import LogEntry
-from ..stores.urls import checked_log, read_stored
+from .._command import _CommandError, _usage
 
 if TYPE_CHECKING:
-    from ..decisions.announce import Announcer
-    from ..stores.chain import StoredRow
     from ..stores.jsonl import LogFile
 
 #: The help of every ``--store`` that reads a stored conversation.
 STORE_HELP = "the store: memory:, sqlite:PATH or postgresql://..."
-
-
-def decode(raw: bytes, name: str) -> str:
-    """``raw`` as UTF-8 text (a byte-order mark dropped); a one-line error saying where it is not."""
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise _CommandError(
-            f"{name} is not UTF-8 text (byte 0x{raw[error.start]:02x} at offset {error.start}); "
-            "DIAL is read as UTF-8"
-        ) from None
 
 
 def login_name() -> str | None:
@@ -90,29 +72,6 @@ def check_mcp_options(args: argparse.Namespace) -> None:
     """``--trust-read-only`` and ``--mcp-log`` speak of the ``--mcp`` server: refused without one."""
     if args.mcp is None and (args.trust_read_only or args.mcp_log):
         _usage(f"{'--trust-read-only' if args.trust_read_only else '--mcp-log'} needs --mcp")
-
-
-async def served(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> Any:
-    """The MCP server ``--mcp`` names, as a domain held open until ``stack`` closes."""
-    try:
-        from ..adapters.mcp import McpConnectionError, mcp_domain, sdk_log_to
-    except ImportError as error:
-        raise _CommandError(f"--mcp needs the mcp extra (pip install 'dial-runtime[mcp]'): {error}") from None
-    try:
-        errlog = stack.enter_context(open(args.mcp_log or os.devnull, "a", encoding="utf-8"))  # noqa: SIM115
-        served = mcp_domain(args.mcp, errlog=errlog, trust_read_only=args.trust_read_only)
-    except ValueError as error:
-        _usage(f"--mcp: {error}")
-    except OSError as error:
-        raise _CommandError(f"--mcp-log: {_described(error)}") from None
-    stack.enter_context(sdk_log_to(errlog))
-    try:
-        connected = await stack.enter_async_context(served)
-    except (OSError, McpConnectionError) as error:
-        raise _CommandError(f"--mcp: {error}") from None
-    for line in connected.refusals():
-        print(f"dial-runtime chat: --mcp: {line}", file=sys.stderr)
-    return connected
 
 
 def add_stream_deadlines(parser: argparse.ArgumentParser, recorded: str) -> None:
@@ -186,12 +145,6 @@ def add_mcp_options(command: argparse.ArgumentParser, served: Any) -> None:
     )
 
 
-def read_file(path: str) -> tuple[str, list[LogEntry]]:
-    """The entries of a JSON Lines log, each checked, and the log checked as a whole (see ``check_log``)."""
-    read = read_log_file(path)
-    return read.conversation_id, read.entries
-
-
 def read_log_file(path: str) -> LogFile:
     """What a JSON Lines log holds, each entry checked, its hash chain too (a version-2 file), and the log
     checked as a whole (see ``check_log``)."""
@@ -213,27 +166,3 @@ def read_log_file(path: str) -> LogFile:
     except ValueError as error:
         raise _CommandError(f"{path}: {error}") from None
     return read
-
-
-def read_rows(url: str, conversation_id: str) -> list[StoredRow]:
-    """The conversation's rows as stored, with their hashes, read without creating or writing anything; refused
-    as ``_read_log`` refuses the log."""
-    from ..stores.base import decode
-
-    rows: list[StoredRow] = read_stored(url, lambda store: store.rows(conversation_id))
-    checked_log(url, conversation_id, [decode(row.text) for row in rows])
-    return rows
-
-
-def load_announcer(spec: str) -> Announcer:
-    """The announcer ``--announce MODULE:FACTORY`` names (``FACTORY()``'s); a one-line error for anything else."""
-    from ..decisions.announce import Announcer
-
-    factory = load_callable(spec, option="--announce", example="myapp.notify:announcer")
-    try:
-        made = factory()
-    except Exception as error:
-        raise _CommandError(f"--announce {spec!r}: the factory raised {_described(error)}") from error
-    if not isinstance(made, Announcer):
-        _usage(f"--announce {spec!r}: the factory returned {type(made).__name__}, not an Announcer")
-    return made

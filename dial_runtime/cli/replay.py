@@ -7,8 +7,9 @@ from typing import Any
 
 from .._command import _usage
 from ..domains.loading import load_domain
+from ..runtime.events import LogEntry
 from ..stores.urls import read_log
-from .common import STORE_HELP, add_stream_deadlines, read_file
+from .common import STORE_HELP, add_stream_deadlines, read_log_file
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -35,6 +36,12 @@ def _replay(args: argparse.Namespace) -> int:
     )
     print(report)
     return 0 if report.ok else 1
+
+
+def read_file(path: str) -> tuple[str, list[LogEntry]]:
+    """The entries of a JSON Lines log, each checked, and the log checked as a whole (see ``check_log``)."""
+    read = read_log_file(path)
+    return read.conversation_id, read.entries
 
 
 def register(commands: Any) -> None:

@@ -10,13 +10,13 @@ import trio
 import trio.testing
 
 from .._command import _CommandError
-from ..stores.urls import open_url, shown_url
+from ..stores.urls import checked_log, open_url, read_stored, shown_url
 
 if TYPE_CHECKING:
     from ..stores.chain import StoredRow
 
 
-from .common import STORE_HELP, read_log_file, read_rows
+from .common import STORE_HELP, read_log_file
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -74,6 +74,16 @@ def _kept(written: list[StoredRow], stored: list[StoredRow]) -> str:
             )
     head = stored[-1].hash if stored else None
     return f", their hash chain kept (head #{len(stored)} {(head or '')[:18]}…)"
+
+
+def read_rows(url: str, conversation_id: str) -> list[StoredRow]:
+    """The conversation's rows as stored, with their hashes, read without creating or writing anything; refused
+    as ``_read_log`` refuses the log."""
+    from ..stores.base import decode
+
+    rows: list[StoredRow] = read_stored(url, lambda store: store.rows(conversation_id))
+    checked_log(url, conversation_id, [decode(row.text) for row in rows])
+    return rows
 
 
 def register(commands: Any) -> None:

@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._command import _usage
+from .._command import _CommandError, _usage
 from ..language.schema import validate
-from .common import decode
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -28,6 +27,17 @@ def _validate(args: argparse.Namespace) -> int:
     if not issues:
         print(f"{args.file}: valid DIAL ({'strict' if args.strict else 'lenient'} schema)")
     return 1 if issues else 0
+
+
+def decode(raw: bytes, name: str) -> str:
+    """``raw`` as UTF-8 text (a byte-order mark dropped); a one-line error saying where it is not."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise _CommandError(
+            f"{name} is not UTF-8 text (byte 0x{raw[error.start]:02x} at offset {error.start}); "
+            "DIAL is read as UTF-8"
+        ) from None
 
 
 def register(commands: Any) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._command import _usage
-from ..domains.loading import load_domain
+from .._command import _CommandError, _described, _usage
+from ..domains.loading import load_callable, load_domain
 from ..stores.urls import open_url
-from .common import load_announcer
+
+if TYPE_CHECKING:
+    from ..decisions.announce import Announcer
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -53,6 +55,20 @@ def _worker(args: argparse.Namespace) -> int:
 
     asyncio.run(work())
     return 0
+
+
+def load_announcer(spec: str) -> Announcer:
+    """The announcer ``--announce MODULE:FACTORY`` names (``FACTORY()``'s); a one-line error for anything else."""
+    from ..decisions.announce import Announcer
+
+    factory = load_callable(spec, option="--announce", example="myapp.notify:announcer")
+    try:
+        made = factory()
+    except Exception as error:
+        raise _CommandError(f"--announce {spec!r}: the factory raised {_described(error)}") from error
+    if not isinstance(made, Announcer):
+        _usage(f"--announce {spec!r}: the factory returned {type(made).__name__}, not an Announcer")
+    return made
 
 
 def register(commands: Any) -> None:
