@@ -23,7 +23,7 @@ FAST = frozenset(
         "test_schema_coverage", "test_payloads", "test_outcomes", "test_json_ready", "test_statemachines",
         "test_fold", "test_core", "test_log", "test_records", "test_policy", "test_one_truth", "test_deferred",
         "test_runtime", "test_projection", "test_views", "test_layers", "test_exports", "test_imports",
-        "test_errors",
+        "test_errors", "test_rule_site",
     }
 )  # fmt: skip
 

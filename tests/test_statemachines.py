@@ -18,6 +18,8 @@ from dial_runtime.statemachines import (
     CALL,
     CALL_STATUS,
     DECIDING,
+    DECISION,
+    DECISION_REFUSALS,
     ENDED,
     FINAL_STATE,
     IN_CALL,
@@ -30,6 +32,8 @@ from dial_runtime.statemachines import (
     CallGate,
     CallStatus,
     ConversationLife,
+    DecisionRules,
+    DecisionVerdict,
     LifeState,
     LoopState,
     OutcomeStatus,
@@ -62,9 +66,10 @@ MACHINES = [
     pytest.param(TurnLoop, TURN_LOOP, id="turn_loop"),
     pytest.param(ConversationLife, LIFE, id="life"),
     pytest.param(CallGate, CALL, id="call"),
+    pytest.param(DecisionRules, DECISION, id="decision"),
     pytest.param(Guarded, GUARDED, id="guarded"),
 ]
-TABLES = [pytest.param(table, id=table.name) for table in (SUGGESTION, TURN_LOOP, LIFE, CALL)]
+TABLES = [pytest.param(table, id=table.name) for table in (SUGGESTION, TURN_LOOP, LIFE, CALL, DECISION)]
 
 
 class Flags:
@@ -138,6 +143,8 @@ SUGGESTION_PATHS: list[Step] = [
             ("dismiss", {}, "dismissed"),
             ("expire", {}, "dismissed"),
             ("start", {"accepted": True}, "running"),
+            ("remind", {"reminder_due": True}, pending),
+            ("escalate", {"escalation_due": True}, pending),
         )
     ),
     ("cleared", "start", {"handoff": True}, "handing_off"),
@@ -194,11 +201,36 @@ LIFE_PATHS: list[Step] = [
 
 CALL_PATHS: list[Step] = [("free", "acquire", {}, "held"), ("held", "release", {}, "free")]
 
+EVERY_DECIDER_RULE = {"past_deadline": True, "unnamed": True, "outside_roles": True}
+DECISION_PATHS: list[Step] = [
+    # The deadline comes before every other rule; words over a suggestion are no decision on it.
+    *(("arrived", kind, EVERY_DECIDER_RULE, "expired") for kind in ("accept", "edit", "dismiss", "say")),
+    ("arrived", "supersede", EVERY_DECIDER_RULE, "unknown_decider"),
+    # Who may end it holds for every way of ending it, a named decider first.
+    *(
+        ("arrived", kind, flags, target)
+        for kind in ("accept", "edit", "dismiss", "say", "supersede")
+        for flags, target in (
+            ({"unnamed": True, "outside_roles": True}, "unknown_decider"),
+            ({"outside_roles": True, "approved_already": True, "approvals_short": True}, "not_a_decider"),
+            ({}, "taken"),
+        )
+    ),
+    # One person approves once; an edit approves afresh, so it never repeats an approval.
+    ("arrived", "accept", {"approved_already": True, "approvals_short": True}, "already_approved"),
+    ("arrived", "edit", {"approved_already": True}, "taken"),
+    *(("arrived", kind, {"approvals_short": True}, "counted") for kind in ("accept", "edit")),
+    ("arrived", "dismiss", {"vote": True}, "counted"),
+    ("arrived", "dismiss", {"approvals_short": True}, "taken"),
+    ("arrived", "say", {"vote": True, "approvals_short": True, "approved_already": True}, "taken"),
+]
+
 PATHS = {
     SUGGESTION.name: SUGGESTION_PATHS,
     TURN_LOOP.name: TURN_LOOP_PATHS,
     LIFE.name: LIFE_PATHS,
     CALL.name: CALL_PATHS,
+    DECISION.name: DECISION_PATHS,
 }
 
 
@@ -213,7 +245,7 @@ PATHS = {
             target,
             id="-".join([f"{table.name}:{state}", event, *(f"{k}={int(v)}" for k, v in flags.items())]),
         )
-        for table in (SUGGESTION, TURN_LOOP, LIFE, CALL)
+        for table in (SUGGESTION, TURN_LOOP, LIFE, CALL, DECISION)
         for state, event, flags, target in PATHS[table.name]
     ],
 )
@@ -230,7 +262,10 @@ def test_paths_cover_every_transition(table: Table) -> None:
 ALLOWED = {
     SUGGESTION.name: {
         "proposed": {"review", "interrupt"},
-        **{pending: {"supersede", "dismiss", "expire", "start", "refuse", "interrupt"} for pending in PENDING},
+        **{
+            pending: {"supersede", "dismiss", "expire", "start", "refuse", "remind", "escalate", "interrupt"}
+            for pending in PENDING
+        },
         "cleared": {"start", "interrupt"},
         "running": {"succeed", "fail", "interrupt"},
         "handing_off": {"succeed", "fail", "interrupt"},
@@ -250,6 +285,10 @@ ALLOWED = {
         "ended": {"begin", "end"},
     },
     CALL.name: {"free": {"acquire"}, "held": {"release"}},
+    DECISION.name: {
+        "arrived": {"accept", "edit", "dismiss", "say", "supersede"},
+        **{verdict: set() for verdict in typing.get_args(DecisionVerdict)},
+    },
 }
 
 
@@ -262,7 +301,7 @@ def test_allowed_events(table: Table) -> None:
     ("table", "state", "event"),
     [
         pytest.param(table, state, event, id=f"{table.name}:{state}-{event}")
-        for table in (SUGGESTION, TURN_LOOP, LIFE, CALL)
+        for table in (SUGGESTION, TURN_LOOP, LIFE, CALL, DECISION)
         for state in table.states
         for event in sorted(table.events - ALLOWED[table.name][state])
     ],
@@ -380,6 +419,7 @@ def test_unknown_state_is_a_value_error(method: str) -> None:
         (TURN_LOOP, "idle", {"idle", "no_reply", "turn_limit", "ended", "send_failed", "cancelled"}),
         (LIFE, "open", {"ended"}),
         (CALL, "free", set()),
+        (DECISION, "arrived", set(typing.get_args(DecisionVerdict))),
     ],
 )
 def test_initial_and_finals(table: Table, initial: str, finals: set[str]) -> None:
@@ -462,6 +502,11 @@ def test_state_types_name_exactly_the_tables_states(literal: object, table: Tabl
     assert typing.get_args(literal) == table.states
 
 
+def test_the_refusing_verdicts_are_the_decision_tables_refusals() -> None:
+    assert set(DECISION_REFUSALS) == DECISION.finals - {"expired", "counted", "taken"}
+    assert all(code == verdict.replace("_", "-") for verdict, code in DECISION_REFUSALS.items())
+
+
 def test_status_types_name_exactly_the_statuses_the_tables_report() -> None:
     assert set(typing.get_args(OutcomeStatus)) == set(OUTCOME_STATUS.values())
     assert set(FINAL_STATE) == set(OUTCOME_STATUS.values()) and set(FINAL_STATE.values()) == SUGGESTION.finals
@@ -478,7 +523,8 @@ def test_the_derived_sets_follow_the_tables() -> None:
 
 
 def test_reachable_sources_and_targets() -> None:
-    assert SUGGESTION.reachable("pending") == {"superseded", "dismissed", "running", "pending_refused_once"}
+    following = {"pending", "superseded", "dismissed", "running", "pending_refused_once"}  # pending: a reminder
+    assert SUGGESTION.reachable("pending") == following
     assert SUGGESTION.sources("succeed") == {"running", "handing_off"}
     assert LIFE.targets("end") == {"ending", "ended"}
     with pytest.raises(ValueError, match="unknown event 'nothing'"):

@@ -59,7 +59,16 @@ from ..language.records import (
     Suggest,
 )
 from ..language.stream import StreamParser, TextDelta
-from ..statemachines import CALL_STATUS, MOVES_FLOW, RUNNING, SUCCEEDED, SUGGESTION, TURN_LOOP, OutcomeStatus
+from ..statemachines import (
+    CALL_STATUS,
+    DECISION_REFUSALS,
+    MOVES_FLOW,
+    RUNNING,
+    SUCCEEDED,
+    SUGGESTION,
+    TURN_LOOP,
+    OutcomeStatus,
+)
 from .effects import (
     AWAIT_STREAM,
     END_STREAM,
@@ -146,11 +155,9 @@ from .state import (
     ADMITTED,
     ConversationState,
     OpenSuggestion,
-    approval_refusal,
     deciding_roles,
-    end_refusals,
     fold_log,
-    proposal_key,
+    refusals,
 )
 
 #: The loop states in which a call goes on turning (neither ended nor parked for the person), and those that start
@@ -513,10 +520,11 @@ class ConversationCore:
         if state.loop not in BEGINNING:  # new words supersede what waits for the person
             overtaken = state.superseded()
             held = deciding_roles(overtaken, roles)
-            refused = end_refusals(overtaken, by, held)
+            now = self.clock()
+            refused = refusals(overtaken, "supersede", by, held, now)
             if refused:
-                self.record(ResumedEvent(call="decide"))
-                return self._drive("", self._refusing(refused, by, held, "say"))
+                self.record(ResumedEvent(call="decide"), now)
+                return self._drive("", self._refusing(refused, by, held, now, "say"))
             self.record(ResumedEvent(call="say", by=by, roles=held))
             self._abandon(OVERTAKEN)
             self.record(InterruptedEvent(turn=state.turn, reason=OVERTAKEN))
@@ -1065,8 +1073,8 @@ class ConversationCore:
             self._finish(opened, "superseded", preview=preview)
             return after
         done_before = None
-        if self.state.done_proposals and spec.mutates and not spec.handoff and not spec.repeatable:
-            done_before = self.state.done_proposals.get(proposal_key(opened.action, opened.payload))
+        if spec.mutates and not spec.handoff and not spec.repeatable:
+            done_before = self.state.last_done(opened.action, opened.payload)
         now = self.clock()
         seconds = spec.deadline if spec.deadline is not None else self.decide_timeout
         waits = spec.mutates and not spec.handoff
@@ -1156,15 +1164,16 @@ class ConversationCore:
         refused: list[tuple[str, str, str]],
         by: str | None,
         roles: tuple[str, ...],
+        now: float,
         decision: Literal["dismiss", "say"] | None = None,
     ) -> Generator[Effect, Any, None]:
         """Record why ``by`` may not end these suggestions (each id with a code and a hint) by ``decision``
-        (``None``: an approval): they wait on."""
+        (``None``: an approval), at ``now``, the time the rules were asked at: they wait on."""
         for suggestion_id, code, hint in refused:
             refusal = ApprovalRefusedEvent(
                 suggestion_id=suggestion_id, code=code, hint=hint, by=by, roles=roles, decision=decision
             )
-            self.record(refusal, self.clock())
+            self.record(refusal, now)
             opened = self.state.open_suggestions[suggestion_id]
             if not opened.deferred:  # asked in the call: the next decider decides later
                 self.record(DeferredEvent(subject_id=suggestion_id, kind="suggestion"))
@@ -1182,41 +1191,43 @@ class ConversationCore:
         link: str | None = None,
     ) -> Generator[Effect, Any, None]:
         """Apply one decision of the person's (``by`` whom, ``via`` which surface, holding ``roles``, through the
-        single-use ``link`` of that id): end the suggestion, refuse its payload, or run it; a decision after the
-        suggestion's deadline is not taken: it expires instead. Under an approval policy only a named person the
-        policy admits may end the suggestion by any means (the fold's :func:`end_refusal`); an accept or an edit
-        is an approval, refused when the policy does not take it, waiting for the next when the policy needs
-        more, and run once the policy is met."""
+        single-use ``link`` of that id) as the decision machine's verdict says (the fold's
+        :meth:`~dial_runtime.runtime.state.OpenSuggestion.verdict`, asked before anything is recorded): a
+        decision after the deadline expires the suggestion; one the rules refuse is logged as refused and the
+        suggestion waits on; an approval short of the policy's count, or a dismissal that is a vote, waits for
+        the next; any other ends the suggestion, refuses its payload, or runs it."""
         now = self.clock()
-        if opened.expired_at(now):
-            self._expire(opened, by=by, via=via)
+        kind = _DECISION_KINDS[type(decision)]
+        ended = self.state.superseded(opened) if kind == "say" else (opened,)
+        roles = deciding_roles(ended, roles)
+        verdict = opened.verdict(kind, by, roles, now)
+        if verdict == "expired":
+            self._expire(opened, by=by, via=via, at=now)
             return
-        policy = opened.policy
-        if isinstance(decision, (Dismiss, Say)):
-            ended = [opened] if isinstance(decision, Dismiss) else self.state.superseded(opened)
-            roles = deciding_roles(ended, roles)
-            refused = end_refusals(ended, by, roles)
-            if refused:
-                yield from self._refusing(
-                    refused, by, roles, "dismiss" if isinstance(decision, Dismiss) else "say"
-                )
+        refused = refusals(ended[:1], kind, by, roles, now) if verdict in DECISION_REFUSALS else []
+        if kind == "say":  # the words end every other waiting suggestion too
+            refused += refusals(ended[1:], "supersede", by, roles, now)
+        if refused:
+            refused_as: Literal["dismiss", "say"] | None = (
+                "dismiss" if isinstance(decision, Dismiss) else "say" if isinstance(decision, Say) else None
+            )
+            yield from self._refusing(refused, by, roles, now, refused_as)
+            return
+        if isinstance(decision, Dismiss):
+            self.record(
+                DecidedEvent(suggestion_id=opened.id, decision="dismiss", by=by, via=via, roles=roles, link=link),
+                now,
+            )
+            if verdict == "counted":
+                self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))  # a vote: it waits on
                 return
-            if isinstance(decision, Dismiss):
-                self.record(
-                    DecidedEvent(
-                        suggestion_id=opened.id, decision="dismiss", by=by, via=via, roles=roles, link=link
-                    ),
-                    now,
-                )
-                if policy is not None and not policy.dismissal_ends:
-                    self.record(DeferredEvent(subject_id=opened.id, kind="suggestion"))  # a vote: it waits on
-                    return
-                done_before = opened.done_before
-                if done_before is None:
-                    self._finish(opened, "dismissed")
-                else:
-                    self._finish(opened, "dismissed", code=ALREADY_DONE, hint=already_done(done_before))
-                return
+            done_before = opened.done_before
+            if done_before is None:
+                self._finish(opened, "dismissed")
+            else:
+                self._finish(opened, "dismissed", code=ALREADY_DONE, hint=already_done(done_before))
+            return
+        if isinstance(decision, Say):
             said = DecidedEvent(
                 suggestion_id=opened.id, decision="say", text=decision.text, by=by, via=via, roles=roles, link=link
             )
@@ -1224,12 +1235,6 @@ class ConversationCore:
             for other in ended:
                 self._finish(other, "superseded")
             return
-        roles = deciding_roles((opened,), roles)
-        if policy is not None:
-            refused_approval = approval_refusal(opened, by, roles, editing=isinstance(decision, Edit))
-            if refused_approval is not None:
-                yield from self._refusing([(opened.id, *refused_approval)], by, roles)
-                return
         if isinstance(decision, Edit):
             edited_payload = to_json_ready(decision.payload)
             unkept = _not_kept(decision.payload, edited_payload)
@@ -1254,7 +1259,9 @@ class ConversationCore:
                 suggestion_id=opened.id, decision="accept", by=by, via=via, roles=roles, link=link
             )
             self.record(accepted, now)
-        if policy is not None and not opened.accepted:  # the fold counted this approval: more are needed
+        if verdict == "counted":  # the fold counted this approval: the policy needs more
+            policy = opened.policy
+            assert policy is not None  # only a policy counts approvals
             self.record(
                 ApprovalWaitingEvent(suggestion_id=opened.id, approvers=opened.approvers, needed=policy.approvals)
             )
@@ -1282,10 +1289,12 @@ class ConversationCore:
             return
         self._refuse_payload(opened, issue, (reviewed.preview or None) if edited else None)
 
-    def _expire(self, opened: OpenSuggestion, *, by: str | None = None, via: str | None = None) -> None:
+    def _expire(
+        self, opened: OpenSuggestion, *, by: str | None = None, via: str | None = None, at: float | None = None
+    ) -> None:
         """End a suggestion whose deadline passed before the person decided: ``dismissed``, ``expired`` (``by``
-        and ``via``: whose decision came too late, and through which surface)."""
-        self.record(DecidedEvent(suggestion_id=opened.id, decision="expire", by=by, via=via))
+        and ``via``: whose decision came too late, and through which surface; ``at``: when it came)."""
+        self.record(DecidedEvent(suggestion_id=opened.id, decision="expire", by=by, via=via), at)
         self._finish(opened, "dismissed", expired=True)
 
     def _refuse_payload(self, opened: OpenSuggestion, issue: Issue, preview: str | None) -> None:
@@ -1480,6 +1489,9 @@ def _reply_number(ident: str) -> int:
     number = ident.removeprefix("reply-")
     return int(number) if number != ident and number.isdigit() else 0
 
+
+_DECISION_KINDS: dict[type, str] = {Accept: "accept", Edit: "edit", Dismiss: "dismiss", Say: "say"}
+"""The decision machine's event for each kind of decision the person gives."""
 
 _HANDLERS: dict[str, Any] = {
     "dial-inform": ConversationCore._inform,

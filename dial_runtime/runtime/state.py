@@ -30,6 +30,8 @@ from ..language.outcomes import Outcome
 from ..statemachines import (
     BETWEEN_CALLS,
     DECIDING,
+    DECISION,
+    DECISION_REFUSALS,
     ENDED,
     FINAL_STATE,
     IN_CALL,
@@ -109,6 +111,19 @@ _HANDLED = TURN_LOOP.guard(
 )
 _REVIEW = SUGGESTION.guard("review", "overtaken", "read_only", "handoff")
 _START_RUN = SUGGESTION.guard("start", "accepted", "handoff")
+_REMIND = SUGGESTION.guard("remind", "reminder_due")
+_ESCALATE = SUGGESTION.guard("escalate", "escalation_due")
+#: Each kind of decision, with every flag of the decision machine in one order (see OpenSuggestion.verdict).
+_VERDICTS = {
+    event: DECISION.guard(
+        event, "past_deadline", "unnamed", "outside_roles", "approved_already", "approvals_short", "vote"
+    )
+    for event in DECISION.events
+}
+_ARRIVED = DECISION.initial
+#: The kinds of decision an ``approval-refused`` entry may stand for, by its ``decision`` (``None``: an
+#: approval; words refuse as a decision on the suggestion decided on, or as words over any other).
+_REFUSED_KINDS = {None: ("accept", "edit"), "dismiss": ("dismiss",), "say": ("say", "supersede")}
 
 
 class _NoEntries(dict[Any, Any]):
@@ -212,6 +227,41 @@ class OpenSuggestion(msgspec.Struct):
     def due(self, now: float) -> bool:
         """Whether a deferred suggestion has something due at ``now``: a reminder, an escalation or its expiry."""
         return self.deferred and (self.expired_at(now) or self.reminder_due(now) or self.escalation_due(now))
+
+    # Who may decide, and what a decision comes to: the decision machine's rules (``DECISION``), one site.
+
+    def verdict(self, decision: str, by: str | None, roles: Collection[str], now: float) -> str:
+        """What ``decision`` (an event of :data:`DECISION`: ``accept``, ``edit``, ``dismiss``, ``say``, or
+        ``supersede`` for words that end it) by ``by``, holding ``roles``, comes to at ``now``: the table's
+        verdict, read with the flags this suggestion gives."""
+        policy = self.policy
+        past_deadline = decision != "supersede" and self.expired_at(now)
+        if policy is None:  # as for most suggestions: nothing else to read
+            return _VERDICTS[decision][_ARRIVED, past_deadline, False, False, False, False, False]
+        outside_roles = bool(policy.roles) and self.approving_roles(policy).isdisjoint(roles)
+        approvers = (by,) if decision == "edit" else (*self.approvers, by)
+        return _VERDICTS[decision][
+            _ARRIVED,
+            past_deadline,
+            by is None,
+            outside_roles,
+            decision == "accept" and by in self.approvers,
+            by is not None and not policy.met(approvers, self.asked_by),  # type: ignore[arg-type]
+            decision == "dismiss" and not policy.dismissal_ends,
+        ]
+
+    def refusal(self, decision: str, by: str | None, roles: Collection[str], now: float) -> tuple[str, str] | None:
+        """The code and hint of the refusal :meth:`verdict` gives ``decision``, ``None`` when it is not refused."""
+        verdict = self.verdict(decision, by, roles, now)
+        code = DECISION_REFUSALS.get(verdict)
+        if code is None:
+            return None
+        if verdict == "unknown_decider":
+            return code, "This action needs named deciders: decide with by=<who>."
+        assert self.policy is not None  # only a policy refuses a decider
+        if verdict == "not_a_decider":
+            return code, f"It is decided by one of: {', '.join(sorted(self.approving_roles(self.policy)))}."
+        return code, f"{by} approved it already; it needs {self.policy.approvals} different people."
 
 
 @attrs.define(init=False)
@@ -333,6 +383,11 @@ class ConversationState:
         waiting = [each for each in self.open_suggestions.values() if each.deferred and each is not deciding]
         return waiting if deciding is None else [deciding, *waiting]
 
+    def last_done(self, action: str, payload: Any) -> str | None:
+        """The last suggestion the person decided on that ran ``done`` with this action and payload: a new one
+        that would do the same is marked as done before (unless its action is repeatable)."""
+        return self.done_proposals.get(proposal_key(action, payload)) if self.done_proposals else None
+
     def used(self, ident: str) -> bool:
         """Whether a suggestion or an ask of this conversation has the id already.
 
@@ -396,7 +451,7 @@ class ConversationState:
         if (
             event.call == "say"
             and self.open_suggestions
-            and (refused := end_refusals(self.superseded(), event.by, event.roles))
+            and (refused := refusals(self.superseded(), "supersede", event.by, event.roles, self.now))
         ):
             raise _Refusal(f"suggestion {refused[0][0]!r} may not be superseded by {event.by!r}'s words")
         life = _LIFE_BEGIN[self.life]
@@ -662,8 +717,7 @@ class ConversationState:
         is the last one done with the same action and payload."""
         if not event.mutates or event.handoff:
             raise _Refusal(f"suggestion {event.id!r} runs without asking: it is never marked as done before")
-        done = self.done_proposals.get(proposal_key(event.action, event.payload))
-        if done != event.done_before:
+        if self.last_done(event.action, event.payload) != event.done_before:
             raise _Refusal(
                 f"suggestion {event.id!r} is marked as done before by {event.done_before!r}, which is not the last"
                 " suggestion done with its action and payload"
@@ -674,31 +728,41 @@ class ConversationState:
         if not opened.deciding:
             raise _Refusal(f"suggestion {event.suggestion_id!r} is not waiting for a decision")
         decision = event.decision
-        if decision != "expire" and opened.expired_at(self.now):
+        if decision == "expire":  # the person's time ran out: the driver's timer, or a decision that came late
+            opened.deferred = False
+            opened.state = SUGGESTION.fire(opened.state, decision)
+            return
+        verdict = opened.verdict(decision, event.by, event.roles, self.now)
+        if verdict == "expired":
             raise _Refusal(f"suggestion {event.suggestion_id!r} is decided after its deadline: it expired")
-        opened.deferred = False
-        policy = opened.policy
+        if verdict in DECISION_REFUSALS:
+            raise _Refusal(
+                f"suggestion {opened.id!r} may not be ended by {event.by!r} ({DECISION_REFUSALS[verdict]})"
+            )
+        if (
+            decision == "say"
+            and (  # the words end every other waiting suggestion too
+                refused := refusals(self.superseded(opened)[1:], "supersede", event.by, event.roles, self.now)
+            )
+        ):
+            raise _Refusal(f"suggestion {refused[0][0]!r} may not be superseded by {event.by!r}'s words")
         if event.link is not None:
             if opened.decided_through(event.link):
                 raise _Refusal(f"suggestion {event.suggestion_id!r} is decided twice by one single-use link")
             opened.links = (*opened.links, event.link)
-        if decision == "accept":
-            opened.accepted = True if policy is None else _approved(opened, policy, event, editing=False)
-        elif decision == "edit":
-            if event.previous != opened.payload:
-                raise _Refusal(f"suggestion {event.suggestion_id!r} was edited from a payload it did not have")
-            opened.payload = event.payload
-            opened.edited = True
-            # An edit is its editor's approval of the new payload: approvals of the one before it no longer count.
-            opened.accepted = True if policy is None else _approved(opened, policy, event, editing=True)
-        elif decision == "expire":
-            opened.state = SUGGESTION.fire(opened.state, decision)
-        elif refused := end_refusals(
-            [opened] if decision == "dismiss" else self.superseded(opened), event.by, event.roles
-        ):
-            raise _Refusal(f"suggestion {refused[0][0]!r} may not be ended by {event.by!r} ({refused[0][1]})")
-        elif decision == "dismiss" and policy is not None and not policy.dismissal_ends:
-            return  # a vote against: the suggestion waits on for approvals, or its deadline
+        if decision == "edit" and event.previous != opened.payload:
+            raise _Refusal(f"suggestion {event.suggestion_id!r} was edited from a payload it did not have")
+        opened.deferred = False
+        if decision == "accept" or decision == "edit":
+            if opened.policy is not None and event.by is not None:
+                # An edit is its editor's approval of the new payload: approvals of the one before no longer count.
+                opened.approvers = (event.by,) if decision == "edit" else (*opened.approvers, event.by)
+            if decision == "edit":
+                opened.payload = event.payload
+                opened.edited = True
+            opened.accepted = verdict == "taken"
+        elif verdict == "counted":
+            return  # a dismissal that is a vote against: the suggestion waits on, for approvals or its deadline
         elif decision == "say":
             opened.state = SUGGESTION.fire(opened.state, "supersede")
             if event.text:
@@ -711,21 +775,23 @@ class ConversationState:
         opened = self._open(event.suggestion_id)
         if not opened.deciding or opened.policy is None:
             raise _Refusal(f"suggestion {event.suggestion_id!r} has no approval to refuse")
+        kinds = _REFUSED_KINDS[event.decision]
+        refused = (opened.refusal(kind, event.by, event.roles, self.now) for kind in kinds)
+        if event.code not in {each[0] for each in refused if each is not None}:
+            raise _Refusal(f"suggestion {event.suggestion_id!r}: its rules do not refuse it ({event.code})")
 
     def _reminded(self, event: RemindedEvent) -> None:
         opened = self._open(event.suggestion_id)
-        if not opened.reminder_due(self.now):
-            raise _Refusal(f"suggestion {event.suggestion_id!r} is not due a reminder")
+        opened.state = _REMIND[opened.state, opened.reminder_due(self.now)]
         opened.remind_at = None
 
     def _escalated(self, event: EscalatedEvent) -> None:
         opened = self._open(event.suggestion_id)
-        if not opened.escalation_due(self.now):
-            raise _Refusal(f"suggestion {event.suggestion_id!r} is not due to escalate")
         if event.to != opened.escalate_to:
             raise _Refusal(
                 f"suggestion {event.suggestion_id!r} escalates to {opened.escalate_to!r}, not {event.to!r}"
             )
+        opened.state = _ESCALATE[opened.state, opened.escalation_due(self.now)]
         opened.escalate_at = None
         opened.escalated = True
 
@@ -804,34 +870,18 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
 """How the fold takes each kind of event (every kind has its own: a test holds them to ``EVENT_TYPES``)."""
 
 
-#: The codes of a decision an action's policy does not take (``approval-refused``'s ``code``).
-UNKNOWN_DECIDER = "unknown-decider"
-ALREADY_APPROVED = "already-approved"
-NOT_A_DECIDER = "not-a-decider"
-
-
-def end_refusal(opened: OpenSuggestion, by: str | None, roles: Collection[str]) -> tuple[str, str] | None:
-    """Why ``by``, holding ``roles``, may not end ``opened`` by any means (accept, edit, dismiss, or new words
-    that supersede it), as a code and a hint; ``None`` when they may. A suggestion without an approval policy
-    may be ended by anyone who may decide; one with a policy only by a named person holding one of the roles
-    that approve it (any named person when the policy names no role)."""
-    policy = opened.policy
-    if policy is None:
-        return None
-    if by is None:
-        return UNKNOWN_DECIDER, "This action needs named deciders: decide with by=<who>."
-    approving = opened.approving_roles(policy)
-    if policy.roles and approving.isdisjoint(roles):
-        return NOT_A_DECIDER, f"It is decided by one of: {', '.join(sorted(approving))}."
-    return None
-
-
-def end_refusals(
-    ended: Iterable[OpenSuggestion], by: str | None, roles: Collection[str]
+def refusals(
+    ended: Iterable[OpenSuggestion], decision: str, by: str | None, roles: Collection[str], now: float
 ) -> list[tuple[str, str, str]]:
-    """The suggestion id, code and hint of each of ``ended`` that ``by``, holding ``roles``, may not end
-    (:func:`end_refusal`)."""
-    return [(each.id, *refused) for each in ended if (refused := end_refusal(each, by, roles)) is not None]
+    """The id, code and hint of each of ``ended`` that refuses ``decision`` by ``by``, holding ``roles``, at
+    ``now`` (:meth:`OpenSuggestion.refusal`): the core asks this before it records; the fold refuses what it
+    names."""
+    refused = []
+    for each in ended:
+        refusal = each.refusal(decision, by, roles, now)
+        if refusal is not None:
+            refused.append((each.id, *refusal))
+    return refused
 
 
 def deciding_roles(ended: Iterable[OpenSuggestion], roles: Iterable[str]) -> tuple[str, ...]:
@@ -841,29 +891,6 @@ def deciding_roles(ended: Iterable[OpenSuggestion], roles: Iterable[str]) -> tup
         if each.policy is not None and each.policy.roles:
             return tuple(sorted(roles))
     return ()
-
-
-def approval_refusal(
-    opened: OpenSuggestion, by: str | None, roles: Collection[str], *, editing: bool
-) -> tuple[str, str] | None:
-    """Why ``opened``'s policy does not take ``by``'s approval (an accept, or an edit, which approves the new
-    payload afresh): :func:`end_refusal`'s reasons, or a person who approved it already; ``None`` when it
-    does."""
-    refused = end_refusal(opened, by, roles)
-    if refused is not None or editing or by not in opened.approvers:
-        return refused
-    assert opened.policy is not None
-    return ALREADY_APPROVED, f"{by} approved it already; it needs {opened.policy.approvals} different people."
-
-
-def _approved(opened: OpenSuggestion, policy: ApprovalPolicy, event: DecidedEvent, *, editing: bool) -> bool:
-    """Take ``event``'s approval of ``opened`` under its ``policy`` (an edit's starts the approvals afresh),
-    refused as :func:`approval_refusal` says; whether the policy is met."""
-    refused = approval_refusal(opened, event.by, event.roles, editing=editing)
-    if refused is not None or event.by is None:
-        raise _Refusal(f"suggestion {opened.id!r}: its policy does not take this approval ({refused})")
-    opened.approvers = (event.by,) if editing else (*opened.approvers, event.by)
-    return policy.met(opened.approvers, opened.asked_by)
 
 
 def _same_proposal(opened: OpenSuggestion, action: str, payload: Any, does: str) -> None:

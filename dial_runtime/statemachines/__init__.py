@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dial_runtime.statemachines.call import CALL, CallGate
 from dial_runtime.statemachines.compiled import Table, Transition, compile_machine
+from dial_runtime.statemachines.decision import DECISION, DECISION_REFUSALS, DecisionRules, DecisionVerdict
 from dial_runtime.statemachines.life import (
     BETWEEN_CALLS,
     ENDED,
@@ -37,6 +38,8 @@ __all__ = [
     "CALL",
     "CALL_STATUS",
     "DECIDING",
+    "DECISION",
+    "DECISION_REFUSALS",
     "ENDED",
     "FINAL_STATE",
     "IN_CALL",
@@ -52,6 +55,8 @@ __all__ = [
     "CallGate",
     "CallStatus",
     "ConversationLife",
+    "DecisionRules",
+    "DecisionVerdict",
     "LifeState",
     "LoopState",
     "OutcomeStatus",

@@ -23,6 +23,7 @@ from statemachine import StateMachine
 from dial_runtime.statemachines import (
     CallGate,
     ConversationLife,
+    DecisionRules,
     SuggestionLifecycle,
     Table,
     TurnLoop,
@@ -36,6 +37,7 @@ MACHINES: dict[str, type[StateMachine]] = {
     "turn_loop": TurnLoop,
     "conversation_life": ConversationLife,
     "call_gate": CallGate,
+    "decision_rules": DecisionRules,
 }
 """The machines drawn, by the file name their diagrams get."""
 

@@ -12,7 +12,14 @@
 # - While pending, the person decides: dismiss ends it `dismissed`, and so does the decision deadline passing
 #   (`expire`); an accept (or an edit) lets it start once its payload passes validate again.
 # - An edit that fails validate, or an accept of a payload that failed before, is refused and the person
-#   decides again; the third refusal ends `invalid`.
+#   decides again; the third refusal ends `invalid`. What a decision comes to (its deadline, who may decide,
+#   the approvals a policy needs) is the decision machine's verdict (`decision.py`): only a decision it takes
+#   moves the suggestion.
+# - While a deferred suggestion waits, its deciders are reminded once its reminder time has come
+#   (`reminder_due`), and it escalates once its escalation time has come (`escalation_due`): each happens once,
+#   and neither moves it on.
+# - A suggestion that would do again what the last suggestion done with the same action and payload did is
+#   marked as done before, unless its action is repeatable; dismissed, its outcome says so (`already-done`).
 # - When the person says something else, a suggestion still waiting for them ends `superseded`.
 # - An action starts once, and only from a state that runs it (`start`): a pending suggestion the person
 #   accepted (the `accepted` guard: an accept or edit since the last refusal), or one cleared to run (a hand-off
@@ -83,6 +90,16 @@ class SuggestionLifecycle(StateMachine):
         pending.to(pending_refused_once)
         | pending_refused_once.to(pending_refused_twice)
         | pending_refused_twice.to(invalid)
+    )
+    remind = (
+        pending.to(pending, cond="reminder_due")
+        | pending_refused_once.to(pending_refused_once, cond="reminder_due")
+        | pending_refused_twice.to(pending_refused_twice, cond="reminder_due")
+    )
+    escalate = (
+        pending.to(pending, cond="escalation_due")
+        | pending_refused_once.to(pending_refused_once, cond="escalation_due")
+        | pending_refused_twice.to(pending_refused_twice, cond="escalation_due")
     )
     succeed = running.to(done) | handing_off.to(handed_off)
     fail = running.to(failed) | handing_off.to(failed)
