@@ -203,9 +203,10 @@ async def test_the_log_holds_what_on_event_never_sees() -> None:
     assert [event.type for event in events] == ["sent"]
 
 
-def test_an_outcome_event_carries_exactly_the_fields_of_its_outcome() -> None:
+def test_an_outcome_event_carries_exactly_the_fields_of_its_outcome_and_the_trigger_that_ended_it() -> None:
     assert issubclass(OutcomeEvent, OutcomeFields) and issubclass(Outcome, OutcomeFields)
-    assert OutcomeEvent.__struct_fields__ == Outcome.__struct_fields__ == OutcomeFields.__struct_fields__
+    assert Outcome.__struct_fields__ == OutcomeFields.__struct_fields__
+    assert OutcomeEvent.__struct_fields__ == (*Outcome.__struct_fields__, "trigger")
     fields = {"preview": "p", "result": {"n": 1}, "error": "e", "code": "c", "field": "f", "hint": "h"}
     outcome = Outcome(id="sg-1", action="a", status="failed", **fields, edited=True, expired=True, reconciled=True)
     assert OutcomeEvent(**msgspec.structs.asdict(outcome)).outcome == outcome
@@ -220,7 +221,7 @@ def test_an_outcome_event_carries_exactly_the_fields_of_its_outcome() -> None:
 
 #: An event of each type that has a field of a fixed vocabulary.
 WORDED: dict[str, Event] = {
-    "outcome": OutcomeEvent(id="sg-1", action="a", status="done"),
+    "outcome": OutcomeEvent(id="sg-1", action="a", status="done", trigger="succeed"),
     "decided": DecidedEvent(suggestion_id="sg-1", decision="accept"),
     "deferred": DeferredEvent(subject_id="sg-1", kind="ask"),
     "resumed": ResumedEvent(call="say"),
@@ -233,7 +234,7 @@ WORDED: dict[str, Event] = {
 
 def test_the_fixed_vocabularies_are_the_fields_literal_types() -> None:
     assert {kind: set(fields) for kind, fields in VOCABULARIES.items() if fields} == {
-        "outcome": {"status"},
+        "outcome": {"status", "trigger"},
         "decided": {"decision"},
         "deferred": {"kind"},
         "resumed": {"call"},

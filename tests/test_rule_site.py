@@ -22,7 +22,7 @@ from dial_runtime.errors import LogError
 from dial_runtime.runtime.core import ConversationCore
 from dial_runtime.runtime.effects import Answer, Consult, LookUp, Ran, Replied, Review, Reviewed, RunAction, Send
 from dial_runtime.runtime.events import ApprovalRefusedEvent, DecidedEvent, LogEntry
-from dial_runtime.runtime.state import fold_log
+from dial_runtime.runtime.state import ConversationState, fold_log
 from dial_runtime.statemachines import DECISION, DECISION_REFUSALS
 from tests.test_layers import PACKAGE
 
@@ -225,3 +225,69 @@ def _replace(event: Any, **changes: Any) -> Any:
 
 def test_the_decision_table_names_every_refusal_code_the_core_can_log() -> None:
     assert set(DECISION_REFUSALS) <= DECISION.finals
+
+
+# -- an outcome records the trigger that ended it, not a status to map back ------------------------------------
+
+SUGGEST = (
+    '<dial><dial-suggest action="add-note">Add it</dial-suggest>'
+    '<dial-declare context-key="add-note">{"text":"buy milk"}</dial-declare></dial>'
+)
+DONE = "<dial><dial-inform>Done.</dial-inform></dial>"
+UNUSABLE = SUGGEST.replace('{"text":"buy milk"}', "{oops")
+
+
+def _outcomes_after(decision: Accept | Dismiss | Say | None, reply: str = SUGGEST) -> list[LogEntry]:
+    """The log of one suggestion (``reply``) decided on with ``decision`` (``None``: never shown, or
+    rejected)."""
+    clock = Clock()
+    core = ConversationCore(clock=clock)
+    _drive(core.say("add a note", by="ana"), reply, ActionSpec(mutates=True))
+    if decision is not None:
+        _drive(core.decide("sg-1", decision, "ana"), DONE, ActionSpec(mutates=True))
+    return core.log.entries()
+
+
+@pytest.mark.parametrize(
+    ("decision", "reply", "status", "trigger"),
+    [
+        (Accept(), SUGGEST, "done", "succeed"),
+        (Dismiss(), SUGGEST, "dismissed", None),  # the decision ended it
+        (Say("not now"), SUGGEST, "superseded", None),
+        (None, UNUSABLE, "invalid", "reject"),
+    ],
+)
+def test_an_outcome_records_the_trigger_that_ended_it(
+    decision: Accept | Dismiss | Say | None, reply: str, status: str, trigger: str | None
+) -> None:
+    outcomes = [entry.event for entry in _outcomes_after(decision, reply) if entry.event.type == "outcome"]
+    assert [(each.status, each.trigger) for each in outcomes[:1]] == [(status, trigger)]
+
+
+def test_a_log_written_before_outcomes_recorded_their_trigger_folds_to_the_same_state() -> None:
+    for decision in (Accept(), Dismiss(), None):
+        entries = _outcomes_after(decision, SUGGEST if decision is not None else UNUSABLE)
+        old = [
+            LogEntry(seq=entry.seq, time=entry.time, event=_replace(entry.event, trigger=None))
+            if entry.event.type == "outcome"
+            else entry
+            for entry in entries
+        ]
+        assert fold_log(old) == old
+        now, then = fold_log_state(entries), fold_log_state(old)
+        assert (now.ended_suggestions, now.done_proposals) == (then.ended_suggestions, then.done_proposals)
+
+
+def test_a_trigger_that_does_not_give_the_outcomes_status_is_refused() -> None:
+    entries = _outcomes_after(Accept())
+    index = next(i for i, entry in enumerate(entries) if entry.event.type == "outcome")
+    forged = _replace(entries[index].event, trigger="fail")
+    entries[index] = LogEntry(seq=entries[index].seq, time=entries[index].time, event=forged)
+    with pytest.raises(LogError, match="cannot end 'done' from 'running'"):
+        fold_log(entries)
+
+
+def fold_log_state(entries: list[LogEntry]) -> ConversationState:
+    state = ConversationState()
+    fold_log(entries, state)
+    return state

@@ -129,9 +129,8 @@ PENDING = ("pending", "pending_refused_once", "pending_refused_twice")
 CALL_ENDS = ("idle", "no_reply", "turn_limit", "ended", "send_failed", "cancelled")
 
 SUGGESTION_PATHS: list[Step] = [
-    ("proposed", "review", {"unknown": True}, "invalid"),
-    ("proposed", "review", {"refused": True, "read_only": True}, "invalid"),
-    ("proposed", "review", {"overtaken": True, "handoff": True}, "superseded"),
+    ("proposed", "reject", {}, "invalid"),
+    ("proposed", "overtake", {}, "superseded"),
     ("proposed", "review", {"handoff": True, "read_only": True}, "cleared"),
     ("proposed", "review", {"read_only": True}, "cleared"),
     ("proposed", "review", {}, "pending"),
@@ -261,7 +260,7 @@ def test_paths_cover_every_transition(table: Table) -> None:
 
 ALLOWED = {
     SUGGESTION.name: {
-        "proposed": {"review", "interrupt"},
+        "proposed": {"reject", "overtake", "review", "interrupt"},
         **{
             pending: {"supersede", "dismiss", "expire", "start", "refuse", "remind", "escalate", "interrupt"}
             for pending in PENDING

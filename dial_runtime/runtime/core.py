@@ -64,10 +64,10 @@ from ..statemachines import (
     DECISION_REFUSALS,
     MOVES_FLOW,
     RUNNING,
-    SUCCEEDED,
     SUGGESTION,
     TURN_LOOP,
     OutcomeStatus,
+    OutcomeTrigger,
 )
 from .effects import (
     AWAIT_STREAM,
@@ -1066,11 +1066,11 @@ class ConversationCore:
             )
             issue, preview = reviewed.issue, reviewed.preview
         if issue is not None:
-            self._finish(opened, "invalid", code=issue.code, field=issue.field, hint=issue.hint)
+            self._finish(opened, "reject", code=issue.code, field=issue.field, hint=issue.hint)
             return after
         assert spec is not None
         if self.state.instead is not None:  # the person said something else in this reply: never shown
-            self._finish(opened, "superseded", preview=preview)
+            self._finish(opened, "overtake", preview=preview)
             return after
         done_before = None
         if spec.mutates and not spec.handoff and not spec.repeatable:
@@ -1223,17 +1223,17 @@ class ConversationCore:
                 return
             done_before = opened.done_before
             if done_before is None:
-                self._finish(opened, "dismissed")
+                self._finish(opened, None)
             else:
-                self._finish(opened, "dismissed", code=ALREADY_DONE, hint=already_done(done_before))
+                self._finish(opened, None, code=ALREADY_DONE, hint=already_done(done_before))
             return
         if isinstance(decision, Say):
             said = DecidedEvent(
                 suggestion_id=opened.id, decision="say", text=decision.text, by=by, via=via, roles=roles, link=link
             )
             self.record(said, now)
-            for other in ended:
-                self._finish(other, "superseded")
+            for other in ended:  # the decision ended the one decided on; the words end the others
+                self._finish(other, None if other is opened else "supersede")
             return
         if isinstance(decision, Edit):
             edited_payload = to_json_ready(decision.payload)
@@ -1295,7 +1295,7 @@ class ConversationCore:
         """End a suggestion whose deadline passed before the person decided: ``dismissed``, ``expired`` (``by``
         and ``via``: whose decision came too late, and through which surface; ``at``: when it came)."""
         self.record(DecidedEvent(suggestion_id=opened.id, decision="expire", by=by, via=via), at)
-        self._finish(opened, "dismissed", expired=True)
+        self._finish(opened, None, expired=True)
 
     def _refuse_payload(self, opened: OpenSuggestion, issue: Issue, preview: str | None) -> None:
         """Refuse the payload the person decided on (``preview``: of a refused edit, ``None`` when the flow or
@@ -1311,9 +1311,7 @@ class ConversationCore:
             )
         )
         if SUGGESTION.is_final(opened.state):
-            self._finish(
-                opened, "invalid", code=issue.code, field=issue.field, hint=issue.hint, edited=opened.edited
-            )
+            self._finish(opened, None, code=issue.code, field=issue.field, hint=issue.hint, edited=opened.edited)
 
     def _start(self, opened: OpenSuggestion, preview: str) -> RunAction:
         """Start the action (``preview``: the text for what runs): its start, with the run's idempotency key, goes
@@ -1347,12 +1345,12 @@ class ConversationCore:
             if not deliberate(error):  # its text may hold anything (a DSN, a path, a key)
                 unexpected = f"the action raised {type(error).__name__}"
                 self._finish(
-                    opened, "failed", error=unexpected, code=UNEXPECTED_ERROR, edited=edited, reconciled=reconciled
+                    opened, "fail", error=unexpected, code=UNEXPECTED_ERROR, edited=edited, reconciled=reconciled
                 )
                 return
             self._finish(
                 opened,
-                "failed",
+                "fail",
                 error=str(error) or type(error).__name__,
                 code=_text_attribute(error, "code"),
                 field=_text_attribute(error, "field"),
@@ -1362,8 +1360,9 @@ class ConversationCore:
             )
             return
         assert isinstance(ran, Ran)
-        status = SUCCEEDED[opened.state]
-        self._finish(opened, status, result=to_json_ready(ran.result), edited=edited, reconciled=reconciled)
+        status = self._finish(
+            opened, "succeed", result=to_json_ready(ran.result), edited=edited, reconciled=reconciled
+        )
         if self.flow is not None:
             self._move_flow(self.flow, opened, status)
 
@@ -1399,7 +1398,7 @@ class ConversationCore:
     def _finish(
         self,
         opened: OpenSuggestion,
-        status: OutcomeStatus,
+        trigger: OutcomeTrigger | None,
         *,
         preview: str | None = None,
         result: Any = None,
@@ -1410,10 +1409,11 @@ class ConversationCore:
         edited: bool = False,
         expired: bool = False,
         reconciled: bool = False,
-    ) -> None:
-        """Record the outcome of a suggestion, with the status it ends (the fold fires the transition it reports,
-        or checks the state an earlier event ended it in; the fields are the :class:`Outcome`'s, passed on one by
-        one: see :attr:`OutcomeEvent.outcome`)."""
+    ) -> OutcomeStatus:
+        """Record the outcome of a suggestion, ended by ``trigger`` (an event of its machine; ``None`` when an
+        earlier entry ended it), with the status the fold says the trigger gives; return the status. The fields
+        are the :class:`Outcome`'s, passed on one by one (see :attr:`OutcomeEvent.outcome`)."""
+        status = opened.ends_with(trigger)
         shown = opened.preview if preview is None else preview
         event = OutcomeEvent(
             id=opened.id,
@@ -1428,18 +1428,20 @@ class ConversationCore:
             edited=edited,
             expired=expired,
             reconciled=reconciled,
+            trigger=trigger,
         )
         self.record(event)
         if self._outcomes is not None:
             self._outcomes.append(self.state.owed_outcomes[-1])
+        return status
 
     def _interrupt(self, opened: OpenSuggestion, why: str) -> None:
         """End a suggestion its turn no longer carries (the machine's ``interrupt``): an action that was running
         fails as ``interrupted``, its effect unknown; anything else is superseded."""
         if opened.state in RUNNING:
-            self._finish(opened, "failed", error=why, code="interrupted", hint=UNKNOWN_EFFECT)
-        else:
-            self._finish(opened, "superseded")
+            self._finish(opened, "interrupt", error=why, code="interrupted", hint=UNKNOWN_EFFECT)
+        else:  # one a decision ended already (words said instead) has its outcome owed still
+            self._finish(opened, None if SUGGESTION.is_final(opened.state) else "interrupt")
 
     def _abandon(self, why: str) -> None:
         """Give every open suggestion, and the reply's unhandled ones, their outcome after an interruption;

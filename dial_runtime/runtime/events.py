@@ -26,6 +26,7 @@ from ..errors import LogError
 from ..language.outcomes import Outcome, OutcomeFields
 from ..language.records import Option, Step
 from ..language.stream import TextAct
+from ..statemachines.suggestion import OutcomeTrigger
 from ..statemachines.turn_loop import CallStatus
 from .records import ApprovalPolicy
 
@@ -194,6 +195,9 @@ class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outco
     :attr:`outcome` gives the record."""
 
     type: ClassVar[str] = "outcome"
+    # The event of the suggestion's machine that ended it with this outcome; None when an earlier entry ended it
+    # (a dismissal, an expiry, the third refusal), and in logs written before the trigger was recorded.
+    trigger: OutcomeTrigger | None = None
 
     @property
     def outcome(self) -> Outcome:

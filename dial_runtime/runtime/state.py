@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Collection, Iterable
-from typing import Any
+from typing import Any, get_args
 
 import attrs
 import msgspec
@@ -38,6 +38,7 @@ from ..statemachines import (
     LIFE,
     MOVES_FLOW,
     NEEDS_REPLY,
+    OUTCOME_STATUS,
     RUNNING,
     SILENT,
     SUCCEEDED,
@@ -45,6 +46,7 @@ from ..statemachines import (
     TURN_LOOP,
 )
 from ..statemachines.compiled import Table
+from ..statemachines.suggestion import OutcomeStatus, OutcomeTrigger
 from ..statemachines.turn_loop import CALL_STATUS
 from .events import (
     EVENT_TYPES,
@@ -96,8 +98,8 @@ _LIFE_BEGIN = LIFE.guard("begin")
 _LIFE_FINISH = LIFE.guard("finish")
 _START_TURN = TURN_LOOP.guard("start_turn")
 _REPLY = TURN_LOOP.guard("reply")
-_SUCCEED = SUGGESTION.guard("succeed")
-_FAIL = SUGGESTION.guard("fail")
+#: The events that end a suggestion with its outcome, each a lookup by state (see ``Guard``).
+_ENDS = {trigger: SUGGESTION.guard(trigger) for trigger in get_args(OutcomeTrigger)}
 _BEGIN = TURN_LOOP.guard("begin", "ending", "nothing_to_send")
 _HANDLED = TURN_LOOP.guard(
     "handled",
@@ -109,7 +111,7 @@ _HANDLED = TURN_LOOP.guard(
     "needs_reply",
     "unusable_reply",
 )
-_REVIEW = SUGGESTION.guard("review", "overtaken", "read_only", "handoff")
+_REVIEW = SUGGESTION.guard("review", "read_only", "handoff")
 _START_RUN = SUGGESTION.guard("start", "accepted", "handoff")
 _REMIND = SUGGESTION.guard("remind", "reminder_due")
 _ESCALATE = SUGGESTION.guard("escalate", "escalation_due")
@@ -227,6 +229,10 @@ class OpenSuggestion(msgspec.Struct):
     def due(self, now: float) -> bool:
         """Whether a deferred suggestion has something due at ``now``: a reminder, an escalation or its expiry."""
         return self.deferred and (self.expired_at(now) or self.reminder_due(now) or self.escalation_due(now))
+
+    def ends_with(self, trigger: OutcomeTrigger | None) -> OutcomeStatus:
+        """The status of the outcome ``trigger`` ends it with (``None``: an earlier entry ended it already)."""
+        return OUTCOME_STATUS[self.state if trigger is None else _ENDS[trigger][self.state]]
 
     # Who may decide, and what a decision comes to: the decision machine's rules (``DECISION``), one site.
 
@@ -560,10 +566,14 @@ class ConversationState:
         if event.action != opened.action:
             raise _Refusal(f"suggestion {event.id!r} is {opened.action!r}, not {event.action!r}")
         before = opened.state
-        if event.reconciled and (before not in RUNNING or event.code == "interrupted"):
+        interrupted = event.trigger == "interrupt" or event.code == "interrupted"
+        if event.reconciled and (before not in RUNNING or interrupted):
             raise _Refusal(f"suggestion {event.id!r}: only a run the domain can tell of ends reconciled")
-        if before not in SUGGESTION.finals:
-            self._end(opened, event)
+        trigger = event.trigger
+        if trigger is None and before not in SUGGESTION.finals:
+            trigger = _recorded_before_triggers(before, event, self.instead)
+        if trigger is not None:
+            opened.state = _ENDS[trigger][before]
         if opened.state != final:
             raise _Refusal(f"suggestion {event.id!r} cannot end {event.status!r} from {before!r}")
         del self.open_suggestions[event.id]
@@ -577,25 +587,6 @@ class ConversationState:
             owed.append(event.outcome)
         else:
             self.owed_outcomes = [event.outcome]
-
-    def _end(self, opened: OpenSuggestion, event: OutcomeEvent) -> None:
-        """Fire the transition an outcome reports for a suggestion no earlier event ended: a run's end, or an
-        interruption; a dismissal, an expiry and a refusal are ended by their own events first."""
-        state, status = opened.state, event.status
-        if state in RUNNING:
-            if event.code == "interrupted":
-                opened.state = SUGGESTION.fire(state, "interrupt")
-            else:
-                opened.state = (_SUCCEED if status in SUCCEEDED.values() else _FAIL)[state]
-        elif status == "superseded":
-            if state in DECIDING:
-                opened.state = SUGGESTION.fire(state, "supersede")
-            elif state == "proposed" and self.instead is not None:
-                opened.state = SUGGESTION.fire(state, "review", overtaken=True)
-            else:
-                opened.state = SUGGESTION.fire(state, "interrupt")
-        elif status == "invalid" and state == "proposed":
-            opened.state = SUGGESTION.fire(state, "review", refused=True)
 
     def _refused_reply(self, event: ReplyRefusedEvent) -> None:
         if self.loop != "handling":
@@ -694,9 +685,9 @@ class ConversationState:
     def _suggestion(self, event: SuggestionEvent) -> None:
         opened = self._open(event.id)
         _same_proposal(opened, event.action, event.payload, "shows")
-        target = _REVIEW[opened.state, self.instead is not None, not event.mutates, event.handoff]
-        if target in SUGGESTION.finals:
-            raise _Refusal(f"suggestion {event.id!r} is shown, but its review ends it {target!r}")
+        if self.instead is not None:
+            raise _Refusal(f"suggestion {event.id!r} is shown, but the person's words came first: it is overtaken")
+        target = _REVIEW[opened.state, not event.mutates, event.handoff]
         if event.done_before is not None:
             self._check_done_before(event)
         opened.state = target
@@ -891,6 +882,24 @@ def deciding_roles(ended: Iterable[OpenSuggestion], roles: Iterable[str]) -> tup
         if each.policy is not None and each.policy.roles:
             return tuple(sorted(roles))
     return ()
+
+
+def _recorded_before_triggers(state: str, event: OutcomeEvent, instead: str | None) -> OutcomeTrigger | None:
+    """The trigger of an outcome that ends a suggestion in a log written before outcomes recorded it: read from
+    its status, the state it ended from and its error code, as those logs always were (the one step that
+    upgrades them; ``None`` where no trigger gives the status, which the fold then refuses)."""
+    status = event.status
+    if state in RUNNING:
+        if event.code == "interrupted":
+            return "interrupt"
+        return "succeed" if status in SUCCEEDED.values() else "fail"
+    if status == "superseded":
+        if state in DECIDING:
+            return "supersede"
+        return "overtake" if state == "proposed" and instead is not None else "interrupt"
+    if status == "invalid" and state == "proposed":
+        return "reject"
+    return None
 
 
 def _same_proposal(opened: OpenSuggestion, action: str, payload: Any, does: str) -> None:

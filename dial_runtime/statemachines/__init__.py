@@ -28,6 +28,7 @@ from dial_runtime.statemachines.suggestion import (
     SUCCEEDED,
     SUGGESTION,
     OutcomeStatus,
+    OutcomeTrigger,
     SuggestionLifecycle,
     SuggestionState,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "LifeState",
     "LoopState",
     "OutcomeStatus",
+    "OutcomeTrigger",
     "SuggestionLifecycle",
     "SuggestionState",
     "Table",

@@ -4,11 +4,11 @@
 #
 # - Every suggestion starts `proposed` and ends in exactly one final state, which the agent is told as an
 #   outcome (OUTCOME_STATUS names its status).
-# - Once read, a suggestion is reviewed (the `review` event, whose guards are the facts the runtime found):
-#   an unknown action, or a payload that is unusable or that the domain's validate refuses, ends `invalid` at
-#   once, and the person never sees it; a valid one that arrives after the person said something else in this
-#   reply ends `superseded`; a read-only or hand-off action is `cleared` to run without asking; any other
-#   suggestion waits `pending` for the person.
+# - Once read, a suggestion is reviewed: an unknown action, or a payload that is unusable or that the domain's
+#   validate refuses, is rejected (`reject`): it ends `invalid` at once, and the person never sees it; a valid
+#   one that arrives after the person said something else in this reply is overtaken (`overtake`): it ends
+#   `superseded`; otherwise it is shown (`review`): a read-only or hand-off action is `cleared` to run without
+#   asking, any other suggestion waits `pending` for the person.
 # - While pending, the person decides: dismiss ends it `dismissed`, and so does the decision deadline passing
 #   (`expire`); an accept (or an edit) lets it start once its payload passes validate again.
 # - An edit that fails validate, or an accept of a payload that failed before, is refused and the person
@@ -48,6 +48,7 @@ __all__ = [
     "SUCCEEDED",
     "SUGGESTION",
     "OutcomeStatus",
+    "OutcomeTrigger",
     "SuggestionLifecycle",
     "SuggestionState",
 ]
@@ -70,14 +71,9 @@ class SuggestionLifecycle(StateMachine):
     superseded = State(final=True)
     handed_off = State(final=True)
 
-    review = (
-        proposed.to(invalid, cond="unknown")
-        | proposed.to(invalid, cond="refused")
-        | proposed.to(superseded, cond="overtaken")
-        | proposed.to(cleared, cond="handoff")
-        | proposed.to(cleared, cond="read_only")
-        | proposed.to(pending)
-    )
+    reject = proposed.to(invalid)
+    overtake = proposed.to(superseded)
+    review = proposed.to(cleared, cond="handoff") | proposed.to(cleared, cond="read_only") | proposed.to(pending)
     supersede = superseded.from_(pending, pending_refused_once, pending_refused_twice)
     dismiss = dismissed.from_(pending, pending_refused_once, pending_refused_twice)
     expire = dismissed.from_(pending, pending_refused_once, pending_refused_twice)
@@ -156,6 +152,10 @@ SUCCEEDED: dict[str, OutcomeStatus] = {
 
 NEEDS_REPLY = frozenset({"done", "failed", "invalid"})
 """The outcome statuses that make a turn follow at once."""
+
+OutcomeTrigger = Literal["reject", "overtake", "succeed", "fail", "interrupt", "supersede"]
+"""The events of the machine that end a suggestion with its outcome, as the log's ``outcome`` records them (the
+others end it before its outcome: a dismissal, an expiry, the third refusal)."""
 
 MOVES_FLOW = frozenset({"done"})
 """The outcome statuses that fire the flow event their action is bound to (see ``Domain(flow=...)``)."""
