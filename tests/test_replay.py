@@ -414,6 +414,7 @@ async def test_a_domain_that_now_refuses_diverges_where_it_refuses() -> None:
         code="too-long",
         field="text",
         hint="Keep a note under 12 chars.",
+        trigger="reject",
     )
     assert first.replayed == event_to_dict(invalid)
     assert all(d.call == 2 for d in report.divergences), "call 1 (buy milk) is short enough"

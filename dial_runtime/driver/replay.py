@@ -27,6 +27,7 @@ import difflib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -96,6 +97,7 @@ from ..runtime.events import (
 )
 from ..runtime.flow import FlowRules
 from ..runtime.records import Accept, ActionSpec, Ask, Defer, Dismiss, Edit, Issue, Say, as_action_spec, as_issue
+from ..runtime.state import upgraded
 from ..views.calls import call_starts
 from ..views.person import not_waiting
 
@@ -881,11 +883,13 @@ def replay(
     items = list(entries)
     recorded = [item.event if isinstance(item, LogEntry) else item for item in items]
     times = [item.time if isinstance(item, LogEntry) else 0.0 for item in items]
+    recorded = upgraded(recorded, times)  # a log of an older version, in the shape the core records now
     starts = _starts(recorded)
     if timeout is None and any(event.type == "no-reply" for event in recorded):
         raise ValueError("replay: the recording has a no-reply; replay it with the timeout it was recorded with")
     with_ids = conversation_id is not None and any(getattr(e, "message_id", None) for e in recorded)
     with_keys = with_ids and any(isinstance(e, ActionStartedEvent) and e.key is not None for e in recorded)
+    compared = partial(_compared, with_ids=with_ids, with_keys=with_keys)
     options = _options(
         recorded,
         timeout=timeout,
@@ -906,10 +910,8 @@ def replay(
         raised = replayer.make(recorded[start])
         if replayer.core.state.in_call and replayer.position < end:  # it died: what recovering it records
             replayer.recover(replayer.core)
-        theirs = [_compared(event, with_ids=with_ids, with_keys=with_keys) for event in recorded[start:end]]
-        ours = [
-            _compared(event, with_ids=with_ids, with_keys=with_keys) for event in replayer.core.log.events[began:]
-        ]
+        theirs = [compared(event) for event in recorded[start:end]]
+        ours = [compared(event) for event in replayer.core.log.events[began:]]
         for side, error in ((theirs, _recorded_raise(recorded[start:end])), (ours, raised)):
             if error is not None:
                 side.append({"type": "raised", "error": error})
