@@ -3,8 +3,9 @@
 Scenarios (ARCHITECTURE.md): (a) 1,000 conversations x one ``say`` (a suggestion + declare, accepted, then an
 acknowledge: 2 turns each), in microseconds per turn; (b) one reply with 500 and with 1,000 suggestions, and the
 ratio of their times (the median over pairs of runs); (c) one conversation of 2,000 ``say`` calls, the last
-tenth's time over the first tenth's; (m) bytes held per conversation after one ``say``. ``--smoke`` runs small
-sizes, for CI.
+tenth's time over the first tenth's; (m) bytes held per conversation after one ``say``, and (r) of those, the
+bytes the runtime holds (the application's agent, domain and person's function made beforehand). ``--smoke`` runs
+small sizes, for CI; ``bench_memory.py`` measures (m) and (r) side by side with another commit.
 
 The figures depend on the interpreter's build as much as on the machine: a CPython built without profile-guided
 and link-time optimisation (pyenv's default) runs scenario (a) about a quarter slower than the same version built
@@ -174,6 +175,30 @@ def scenario_m(count: int) -> float:
     return held / count
 
 
+def scenario_r(count: int) -> float:
+    """Bytes the runtime holds per conversation after one ``say``: scenario (m) with the application's own objects
+    (its agent, domain and person's function) made before the count starts, so what is counted is the
+    conversation, its log and state, and what the run adds to the application's objects (the domain's count)."""
+    scenario_a(10)
+    parts = [
+        (Alternating([SUGGESTION_REPLY, ACKNOWLEDGE_REPLY]), Notes(), policy_human("accept")) for _ in range(count)
+    ]
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    conversations = [Conversation(agent=agent, domain=domain, human=human) for agent, domain, human in parts]
+
+    async def run() -> None:
+        for each in conversations:
+            await each.say("add a note: buy milk")
+
+    trio.run(run)
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return held / count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="small sizes, to check the benchmark runs")
@@ -192,6 +217,7 @@ def main() -> None:
                 "b_ratio_1000_vs_500": round(ratio, 2),
                 "c_last_tenth_vs_first": round(scenario_c(2000 // scale), 2),
                 "m_bytes_per_conversation": round(scenario_m(200 // scale)),
+                "r_runtime_bytes_per_conversation": round(scenario_r(200 // scale)),
                 "targets": {"a_us_per_turn": 100, "b_ratio": 2.3, "c_ratio": 1.3, "m_bytes": 16384},
             }
         )
