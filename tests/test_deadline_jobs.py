@@ -133,6 +133,14 @@ def check_expired_once(log: list[LogEntry], deadline: float) -> float:
     return late
 
 
+async def no_job_left(url: str, within: float) -> None:
+    """Wait until the database holds no deadline job (each finished job is deleted once its worker wrote what it
+    had to): from then on no worker writes to the conversation."""
+    with anyio.fail_after(within):
+        while jobs(url):
+            await anyio.sleep(0.02)
+
+
 def jobs(url: str) -> list[tuple[str, str, str | None]]:
     """Procrastinate's jobs in the database: task, status, queueing lock."""
     with psycopg.connect(url) as connection:
@@ -152,9 +160,8 @@ async def test_a_deadline_fires_with_no_process_holding_the_conversation(
         assert await fired.expect("job c-1", within=10 + LATE)
         log = await expired(pg_schema_url, "c-1", within=LATE)
         check_expired_once(log, deadlines[0][1])
-        await anyio.sleep(0.5)  # nothing more happens: no second expiry, no other entry
-        assert await read(pg_schema_url, "c-1") == log
-        assert jobs(pg_schema_url) == []  # a finished job is deleted
+        await no_job_left(pg_schema_url, within=10)  # a finished job is deleted ...
+        assert await read(pg_schema_url, "c-1") == log  # ... having written nothing more: no second expiry
         fired.process.terminate()  # SIGTERM stops a worker cleanly
         with anyio.fail_after(10):
             assert await fired.process.wait() == 0, fired.failed("SIGTERM did not stop the worker cleanly")
@@ -201,7 +208,7 @@ async def test_scheduling_a_deadline_again_makes_no_second_job_and_it_expires_on
     assert job[:2] == ("dial_runtime.expire_deadline", "todo")
     async with worker(pg_schema_url, tmp_path, "w1"), worker(pg_schema_url, tmp_path, "w2"):  # either may fire
         check_expired_once(await expired(pg_schema_url, "c-1", within=10 + LATE), deadlines[0][1])
-        await anyio.sleep(0.5)
+        await no_job_left(pg_schema_url, within=10)  # the one job ran and is gone: neither worker writes again
         assert len(expiries(await read(pg_schema_url, "c-1"))) == 1
 
 
@@ -221,7 +228,5 @@ async def test_a_decision_in_time_makes_the_job_a_no_op(pg_schema_url: str, tmp_
     assert [e.event.status for e in decided if isinstance(e.event, OutcomeEvent)] == ["done"]
     async with worker(pg_schema_url, tmp_path, "w1") as fired:
         await fired.expect("job c-1", within=10 + LATE)
-        with anyio.fail_after(10):  # the job ends (and is deleted) without writing anything
-            while jobs(pg_schema_url):
-                await anyio.sleep(0.05)
+        await no_job_left(pg_schema_url, within=10)  # the job ends (and is deleted) without writing anything
     assert await read(pg_schema_url, "c-1") == decided
