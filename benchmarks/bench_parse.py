@@ -25,7 +25,7 @@ from pathlib import Path
 from dial_runtime.language.parser import extract_prose, parse
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from tests.test_parser_hardening import attributes, informs, nested, prose, raw_markup, unclosed
+from tests.language.test_parser_hardening import attributes, informs, nested, prose, raw_markup, unclosed
 
 TYPICAL_REPLY = (
     "Sure, I can add that to your list.\n<dial>\n"

@@ -1,0 +1,329 @@
+"""The README as a new user reads it: every ``python`` block runs as pasted, the agent reply it shows near the top
+parses, validates and runs, and its event table names exactly the fields the event records have.
+
+A block that cannot run here (it needs a model server) says so in an HTML comment right before it,
+``<!-- not run: needs a model server -->``; it is still compiled. Every other block runs as a program of its own,
+in a fresh interpreter in an empty git repository, and fails the test when it raises or does not finish in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import msgspec
+import pytest
+
+from dial_runtime import Conversation, ScriptedAgent, parse, policy_human
+from dial_runtime.cli import build_parser
+from dial_runtime.demo import NotesDomain
+from dial_runtime.language.schema import validate
+from dial_runtime.runtime.events import EVENT_TYPES, RENDERED
+from dial_runtime.statemachines.diagrams import MACHINES, render_mermaid
+
+README = Path(__file__).parents[2] / "README.md"
+#: How long one block may run: the slowest starts an MCP server and holds a conversation.
+BLOCK_TIMEOUT = 60.0
+NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>[^>]+?)\s*-->\s*\Z")
+
+
+class Block(NamedTuple):
+    """A fenced block of the README: its language, text, the line its fence opens on, and why it is not run
+    (``None``: it runs)."""
+
+    language: str
+    code: str
+    line: int
+    not_run: str | None
+
+
+def blocks(language: str, text: str | None = None) -> list[Block]:
+    """The README's fenced blocks of ``language`` (``text`` instead of the README's, for the tests of this)."""
+    lines = (README.read_text(encoding="utf-8") if text is None else text).splitlines()
+    found: list[Block] = []
+    index = 0
+    while index < len(lines):
+        opening = lines[index]
+        if not opening.startswith("```"):
+            index += 1
+            continue
+        close = next((end for end in range(index + 1, len(lines)) if lines[end].rstrip() == "```"), None)
+        if close is None:
+            raise AssertionError(f"README.md:{index + 1}: a code fence that is never closed")
+        before = "\n".join(lines[:index]).rstrip()
+        marked = NOT_RUN.search(before[-200:])
+        if opening[3:].strip() == language:
+            code = "\n".join(lines[index + 1 : close]) + "\n"
+            found.append(Block(language, code, index + 1, marked["reason"] if marked else None))
+        index = close + 1
+    return found
+
+
+def readme_block(section: str, heading: str = "") -> str:
+    """The first ``python`` block under the README's heading ``section`` (and its ``heading`` inside it)."""
+    readme = README.read_text(encoding="utf-8")
+    start = readme.index(f"\n## {section}\n")
+    if heading:
+        start = readme.index(f"\n{heading}\n", start)
+    line = readme.count("\n", 0, start) + 1
+    return next(block.code for block in blocks("python") if block.line > line)
+
+
+# --- every python block runs ------------------------------------------------------------------------------------
+
+PYTHON = blocks("python")
+
+
+def test_the_readme_has_python_blocks_and_few_exceptions() -> None:
+    assert len(PYTHON) >= 6
+    assert sum(block.not_run is not None for block in PYTHON) <= 1
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=[f"README.md:{block.line}" for block in PYTHON])
+def test_a_python_block_runs_as_pasted(block: Block, tmp_path: Path) -> None:
+    compile(block.code, f"README.md:{block.line}", "exec")
+    if block.not_run is not None:
+        pytest.skip(f"README.md:{block.line}: not run ({block.not_run}); compiled only")
+    # An empty git repository: the MCP block works on the repository it runs in.
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=BLOCK_TIMEOUT)
+    script = tmp_path / "block.py"
+    script.write_text(block.code, encoding="utf-8")
+    # The interpreter's own scripts (mcp-server-git) first on PATH, as in an activated environment.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    ran = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    assert ran.returncode == 0, f"README.md:{block.line} raised:\n{ran.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize(
+    ("markdown", "expected"),
+    [
+        ("```python\nx = 1\n```\n", [("x = 1\n", None)]),
+        ("<!-- not run: needs a model server -->\n```python\ny()\n```\n", [("y()\n", "needs a model server")]),
+        ("<!-- not run: a server -->\n\ntext\n```python\nz\n```\n", [("z\n", None)]),
+        ("```sh\nls\n```\n```python\na\n```\n", [("a\n", None)]),
+    ],
+)
+def test_blocks_are_extracted_with_their_marks(markdown: str, expected: list[tuple[str, str | None]]) -> None:
+    assert [(block.code, block.not_run) for block in blocks("python", markdown)] == expected
+
+
+def test_a_block_that_raises_fails(tmp_path: Path) -> None:
+    """The check the block test makes: a block that raises exits non-zero."""
+    (tmp_path / "block.py").write_text(readme_like_failure(), encoding="utf-8")
+    ran = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, capture_output=True, timeout=BLOCK_TIMEOUT)
+    assert ran.returncode != 0
+
+
+def readme_like_failure() -> str:
+    """A block as the README's were before they were made whole: an agent it never defines."""
+    return "from dial_runtime import Conversation, policy_human\nConversation(agent=agent, human=policy_human())\n"
+
+
+# --- the reply shown near the top -------------------------------------------------------------------------------
+
+
+def reply_blocks() -> tuple[str, str]:
+    """The two ``xml`` blocks of "What a conversation looks like": the agent's reply and the runtime's answer."""
+    readme = README.read_text(encoding="utf-8")
+    start = readme.index("\n## What a conversation looks like\n")
+    section_line = readme.count("\n", 0, start) + 1
+    reply, answer = [block.code for block in blocks("xml") if block.line > section_line][:2]
+    return reply, answer
+
+
+def test_the_shown_reply_parses_and_validates_strictly() -> None:
+    reply, _ = reply_blocks()
+    envelope = parse(reply)
+    assert envelope is not None and envelope.issues == ()
+    assert [element.type for element in envelope.elements] == ["dial-inform", "dial-suggest"]
+    assert envelope.elements[1].payload == {"text": "buy milk"}
+    assert validate(envelope.raw, strict=True) == []
+
+
+@pytest.mark.anyio
+async def test_the_shown_reply_runs_and_the_shown_answer_is_what_the_agent_gets() -> None:
+    reply, answer = reply_blocks()
+    agent = ScriptedAgent([reply, "<dial><dial-inform>Added.</dial-inform></dial>"])
+    conversation = Conversation(agent=agent, domain=NotesDomain(), human=policy_human("accept"))
+    result = await conversation.say("add a note: buy milk")
+    assert [(outcome.id, outcome.status) for outcome in result.outcomes] == [("sg-1", "done")]
+    assert agent.sent[1].startswith(answer.rstrip("\n") + "\n")
+    assert validate(answer, strict=False) == []
+
+
+# --- the event table --------------------------------------------------------------------------------------------
+
+
+def readme_event_table() -> dict[str, list[str]]:
+    """The rows of the Events section's table: each event type and the fields its row names."""
+    readme = README.read_text(encoding="utf-8")
+    section = readme.split("\n### Events\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("| `") else []
+        if len(cells) == 2:
+            # Each field is the first `name` of an item; explanations in parentheses follow some.
+            items = re.split(r",\s*(?![^()]*\))", cells[1])
+            rows[cells[0].strip("`")] = [re.findall(r"`([^`]+)`", item)[0] for item in items]
+    return rows
+
+
+def test_the_event_table_names_every_rendered_event_and_all_its_fields() -> None:
+    table = readme_event_table()
+    assert set(table) == set(RENDERED)
+    for kind, fields in table.items():
+        assert [field.name for field in msgspec.structs.fields(EVENT_TYPES[kind])] == fields, kind
+
+
+def test_the_readme_lists_every_log_only_event() -> None:
+    readme = README.read_text(encoding="utf-8")
+    paragraph = readme.split("\n### Events\n", 1)[1].split("also holds what the state depends on", 1)[1]
+    paragraph = paragraph.split("\n\n", 1)[0]
+    assert set(re.findall(r"`([a-z-]+)`", paragraph)) == set(EVENT_TYPES) - RENDERED
+
+
+# --- the lifecycle diagram --------------------------------------------------------------------------------------
+
+EDGE = re.compile(r"^\s*(\S+) --> (\S+)(?: : (\S+(?: / \S+)*))?")
+
+
+def edges(mermaid: str) -> set[tuple[str, str, str]]:
+    """A Mermaid state diagram's transitions as (source, target, event); ``a / b`` is two events."""
+    found = set()
+    for line in mermaid.splitlines():
+        match = EDGE.match(line)
+        if match:
+            source, target, events = match.groups()
+            found.update((source, target, event) for event in (events or "").split(" / "))
+    return found
+
+
+def test_the_readmes_lifecycle_diagram_draws_only_transitions_the_machine_has() -> None:
+    """The README draws the main transitions (the prose names the rest); each is one the compiled machine has,
+    and every state is in it."""
+    (drawn,) = blocks("mermaid")
+    machine = edges(render_mermaid(MACHINES["suggestion_lifecycle"]))
+    shown = edges(drawn.code)
+    assert shown <= machine, shown - machine
+    assert states(shown) == states(machine)
+
+
+def states(transitions: set[tuple[str, str, str]]) -> set[str]:
+    return {state for source, target, _ in transitions for state in (source, target)} - {"[*]"}
+
+
+# --- the API table ----------------------------------------------------------------------------------------------
+
+CALL = re.compile(r"^(?P<name>\.?[A-Za-z_][\w.]*)\((?P<params>.*)\)$")
+
+
+def api_rows(column: int = 0) -> list[list[str]]:
+    """The backticked items of a column of each row of the API section's table of names (``-1``: whole rows)."""
+    readme = README.read_text(encoding="utf-8")
+    table = readme.split("\n| name | what it is |\n", 1)[1].split("\n\n", 1)[0]
+    rows = [row if column < 0 else row.split(" | ")[column] for row in table.splitlines()[1:]]
+    return [re.findall(r"`([^`]+)`", row) for row in rows]
+
+
+def resolve(name: str, owner: str) -> Any:
+    """What a name in the table is: a top-level name or one of the modules the table points to; ``.name`` is a
+    member of ``owner``, the row's last name before it (``Conversation`` when there is none)."""
+    import dial_runtime
+
+    path = (owner + name if name.startswith(".") else name).split(".")
+    homes = ["dial_runtime.language", "dial_runtime.llm", "dial_runtime.errors", "dial_runtime.ports"]
+    homes += ["dial_runtime.views.person", "dial_runtime.driver.replay", "dial_runtime.runtime.events"]
+    found = [vars(importlib.import_module(home)).get(path[0]) for home in homes]
+    value = getattr(dial_runtime, path[0]) if path[0] in dial_runtime.__all__ else next(v for v in found if v)
+    for part in path[1:]:
+        value = getattr(value, part)
+    return value
+
+
+def documented_parameters(params: str) -> list[tuple[str, str, bool]]:
+    """``a, *, b=1, **c`` as (name, kind, has a default) in order."""
+    found, kind = [], "positional"
+    for param in (part.strip() for part in params.split(",") if part.strip()):
+        if param == "*":
+            kind = "keyword"
+        elif param.startswith("**"):
+            found.append((param[2:], "var-keyword", False))
+        else:
+            found.append((param.split("=")[0], kind, "=" in param))
+    return found
+
+
+def actual_parameters(value: Any) -> list[tuple[str, str, bool]]:
+    kinds = {
+        inspect.Parameter.POSITIONAL_ONLY: "positional",
+        inspect.Parameter.POSITIONAL_OR_KEYWORD: "positional",
+        inspect.Parameter.KEYWORD_ONLY: "keyword",
+        inspect.Parameter.VAR_KEYWORD: "var-keyword",
+    }
+    parameters = [p for p in inspect.signature(value).parameters.values() if p.name != "self"]
+    return [(p.name, kinds[p.kind], p.default is not inspect.Parameter.empty) for p in parameters]
+
+
+def test_every_signature_in_the_api_table_is_the_codes() -> None:
+    checked = 0
+    for row in api_rows():
+        owner = "Conversation"
+        for item in row:
+            if not item.startswith("."):
+                owner = item.split("(")[0]
+            call = CALL.match(item)
+            if call:
+                value = resolve(call["name"], owner)
+                assert documented_parameters(call["params"]) == actual_parameters(value), item
+                checked += 1
+    assert checked >= 25
+
+
+def test_the_api_table_names_every_public_name() -> None:
+    import dial_runtime
+
+    named = {item.split("(")[0] for row in api_rows(-1) for item in row}
+    assert set(dial_runtime.__all__) - {"__version__"} <= named
+
+
+# --- the command line -------------------------------------------------------------------------------------------
+
+
+def test_the_command_lines_shown_are_the_parsers() -> None:
+    """Each command is shown once, with exactly the options its parser takes."""
+    readme = README.read_text(encoding="utf-8")
+    section_line = readme.count("\n", 0, readme.index("\n## Command line\n")) + 1
+    usage = next(block.code for block in blocks("sh") if block.line > section_line)
+    shown: dict[str, set[str]] = {}
+    command = ""
+    for line in usage.splitlines():
+        text = line.split("  #", 1)[0]
+        if text.startswith("dial-runtime "):
+            command = text.split()[1]
+            assert command not in shown or command == "diagrams", f"{command} is shown twice"
+        shown.setdefault(command, set()).update(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", text))
+    parser = build_parser()
+    (commands,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    assert set(shown) == set(commands.choices)
+    for name, subparser in commands.choices.items():
+        options = [set(action.option_strings) for action in subparser._actions if action.option_strings]
+        taken = [flags for flags in options if flags & shown[name] and "--help" not in flags]
+        assert len(taken) == len(options) - 1, f"{name}: not shown: {[o for o in options if o not in taken]}"
+        assert shown[name] <= set().union(*options), (
+            f"{name}: no such option: {shown[name] - set().union(*options)}"
+        )
