@@ -123,6 +123,15 @@ _VERDICTS = {
     for event in DECISION.events
 }
 _ARRIVED = DECISION.initial
+#: Each kind of decision's verdict on a suggestion without an approval policy, in time and past its deadline:
+#: the table's own answers with every policy flag false, read once (nearly every decision is one of these).
+_WITHOUT_POLICY = {
+    event: (
+        guard.fire(_ARRIVED, False, False, False, False, False, False),
+        guard.fire(_ARRIVED, True, *(False,) * 5),
+    )
+    for event, guard in _VERDICTS.items()
+}
 #: The kinds of decision an ``approval-refused`` entry may stand for, by its ``decision`` (``None``: an
 #: approval; words refuse as a decision on the suggestion decided on, or as words over any other).
 _REFUSED_KINDS = {None: ("accept", "edit"), "dismiss": ("dismiss",), "say": ("say", "supersede")}
@@ -243,7 +252,7 @@ class OpenSuggestion(msgspec.Struct):
         policy = self.policy
         past_deadline = decision != "supersede" and self.expired_at(now)
         if policy is None:  # as for most suggestions: nothing else to read
-            return _VERDICTS[decision][_ARRIVED, past_deadline, False, False, False, False, False]
+            return _WITHOUT_POLICY[decision][past_deadline]
         outside_roles = bool(policy.roles) and self.approving_roles(policy).isdisjoint(roles)
         approvers = (by,) if decision == "edit" else (*self.approvers, by)
         return _VERDICTS[decision][
