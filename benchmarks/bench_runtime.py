@@ -156,13 +156,14 @@ def scenario_c(calls: int) -> float:
     return last / first
 
 
-def scenario_m(count: int) -> float:
-    """Bytes held per conversation after one ``say`` (tracemalloc, after a warm-up)."""
+def held_per_conversation(build: Callable[[], list[Conversation]]) -> float:
+    """Bytes held per conversation (tracemalloc, after a warm-up) by the conversations ``build`` makes, each
+    once told one thing: what building them and the ``say`` leave allocated."""
     scenario_a(10)
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    conversations = [conversation([SUGGESTION_REPLY, ACKNOWLEDGE_REPLY]) for _ in range(count)]
+    conversations = build()
 
     async def run() -> None:
         for each in conversations:
@@ -172,31 +173,23 @@ def scenario_m(count: int) -> float:
     gc.collect()
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    return held / count
+    return held / len(conversations)
+
+
+def scenario_m(count: int) -> float:
+    """Bytes held per conversation after one ``say``, its agent, domain and person's function included."""
+    replies = [SUGGESTION_REPLY, ACKNOWLEDGE_REPLY]
+    return held_per_conversation(lambda: [conversation(replies) for _ in range(count)])
 
 
 def scenario_r(count: int) -> float:
     """Bytes the runtime holds per conversation after one ``say``: scenario (m) with the application's own objects
     (its agent, domain and person's function) made before the count starts, so what is counted is the
     conversation, its log and state, and what the run adds to the application's objects (the domain's count)."""
-    scenario_a(10)
     parts = [
         (Alternating([SUGGESTION_REPLY, ACKNOWLEDGE_REPLY]), Notes(), policy_human("accept")) for _ in range(count)
     ]
-    gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    conversations = [Conversation(agent=agent, domain=domain, human=human) for agent, domain, human in parts]
-
-    async def run() -> None:
-        for each in conversations:
-            await each.say("add a note: buy milk")
-
-    trio.run(run)
-    gc.collect()
-    held = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
-    return held / count
+    return held_per_conversation(lambda: [Conversation(agent=a, domain=d, human=h) for a, d, h in parts])
 
 
 def main() -> None:
