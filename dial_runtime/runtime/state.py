@@ -250,7 +250,8 @@ class OpenSuggestion(msgspec.Struct):
         ``supersede`` for words that end it) by ``by``, holding ``roles``, comes to at ``now``: the table's
         verdict, read with the flags this suggestion gives."""
         policy = self.policy
-        past_deadline = decision != "supersede" and self.expired_at(now)
+        # Words over it are no decision on it; without a deadline nothing is late (as for most suggestions).
+        past_deadline = self.deadline is not None and decision != "supersede" and self.expired_at(now)
         if policy is None:  # as for most suggestions: nothing else to read
             return _WITHOUT_POLICY[decision][past_deadline]
         outside_roles = bool(policy.roles) and self.approving_roles(policy).isdisjoint(roles)
