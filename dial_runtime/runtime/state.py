@@ -127,7 +127,7 @@ _ARRIVED = DECISION.initial
 #: the table's own answers with every policy flag false, read once (nearly every decision is one of these).
 _WITHOUT_POLICY = {
     event: (
-        guard.fire(_ARRIVED, False, False, False, False, False, False),
+        guard.fire(_ARRIVED, False, *(False,) * 5),
         guard.fire(_ARRIVED, True, *(False,) * 5),
     )
     for event, guard in _VERDICTS.items()
@@ -576,8 +576,9 @@ class ConversationState:
         if event.action != opened.action:
             raise _Refusal(f"suggestion {event.id!r} is {opened.action!r}, not {event.action!r}")
         before = opened.state
-        interrupted = event.trigger == "interrupt" or event.code == "interrupted"
-        if event.reconciled and (before not in RUNNING or interrupted):
+        if event.reconciled and (
+            before not in RUNNING or event.trigger == "interrupt" or event.code == "interrupted"
+        ):
             raise _Refusal(f"suggestion {event.id!r}: only a run the domain can tell of ends reconciled")
         trigger = event.trigger
         if trigger is None and before not in SUGGESTION.finals:
@@ -776,9 +777,10 @@ class ConversationState:
         opened = self._open(event.suggestion_id)
         if not opened.deciding or opened.policy is None:
             raise _Refusal(f"suggestion {event.suggestion_id!r} has no approval to refuse")
-        kinds = _REFUSED_KINDS[event.decision]
-        refused = (opened.refusal(kind, event.by, event.roles, self.now) for kind in kinds)
-        if event.code not in {each[0] for each in refused if each is not None}:
+        verdicts = {
+            opened.verdict(kind, event.by, event.roles, self.now) for kind in _REFUSED_KINDS[event.decision]
+        }
+        if event.code not in {DECISION_REFUSALS.get(verdict) for verdict in verdicts}:
             raise _Refusal(f"suggestion {event.suggestion_id!r}: its rules do not refuse it ({event.code})")
 
     def _reminded(self, event: RemindedEvent) -> None:
