@@ -13,7 +13,7 @@ A class satisfies a port by having the methods, with compatible signatures; it d
 
     domain: DomainPort = Notes()      # mypy reports a missing method or a wrong signature here
 
-Every method the runtime calls may be a plain function or a coroutine function where the README says so (an
+Every method the runtime calls may be a plain function or a coroutine function where the documentation says so (an
 agent's ``send``, a person's ``decide`` and ``answer``, a domain's ``run``): the return types below are
 ``MaybeAwaitable``. Parameters are positional-only, as the runtime passes them, so a user's names are free.
 

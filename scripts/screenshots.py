@@ -1,7 +1,7 @@
-"""Write the README's screenshots of the ``<dial-chat>`` panel into docs/.
+"""Write the web surface page's screenshots of the ``<dial-chat>`` panel into docs/images/.
 
 Runs the web surface on 127.0.0.1 with a scripted agent and drives Debian's headless Chromium (Playwright):
-``python scripts/screenshots.py [--out docs]``. Each PNG is one conversation, as a person sees it:
+``python scripts/screenshots.py [--out docs/images]``. Each PNG is one conversation, as a person sees it:
 
 - ``panel-pending.png``: a card waiting, a proposal the domain refused beside it (light theme);
 - ``panel-dark.png``: the same in the dark theme;
@@ -114,7 +114,9 @@ def shoot(browser: Browser, url: str, out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="docs", help="the folder to write the PNGs into (default: docs)")
+    parser.add_argument(
+        "--out", default="docs/images", help="the folder to write the PNGs into (default: docs/images)"
+    )
     out = Path(parser.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:

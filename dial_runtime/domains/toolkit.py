@@ -208,14 +208,15 @@ async def _awaited(pending: Any) -> Any:
 
 
 class Domain:
-    """A domain built from typed functions; see the module docstring and the README's "Domains" section.
+    """A domain built from typed functions; see the module docstring and the documentation's "Typed domains and
+    flows".
 
     ``name`` names the application; ``description`` (one or two sentences) goes into the system prompt.
     ``flow`` is a python-statemachine ``StateMachine`` class, the domain's own process: an action declared with
     ``event=`` is allowed only in the states where that event is (see :meth:`allowed_now`), and its ``done``
     outcome fires the event (:meth:`after_done`). The flow is compiled once into a table; a ``TypeError`` names
     what a flow cannot hold (compound states, eventless or guarded transitions). A
-    :class:`~dial_runtime.Conversation` keeps the flow's state (see the README's "Flows").
+    :class:`~dial_runtime.Conversation` keeps the flow's state (see the documentation's "Flows").
     """
 
     def __init__(self, name: str, *, description: str = "", flow: type[StateMachine] | None = None) -> None:

@@ -26,7 +26,7 @@ from dial_runtime import (
 from dial_runtime.demo import NotesDomain
 from dial_runtime.domains import INVALID_PAYLOAD, UNKNOWN_ACTION, SchemaPayload, json_schema_issue
 
-from ..docs.test_readme import readme_block
+from ..docs.pages import DOCS, page_block
 from ..fakes import envelope, suggest
 
 Short = Annotated[str, msgspec.Meta(min_length=1, max_length=10)]
@@ -430,17 +430,21 @@ async def test_an_edit_of_a_typed_payload_is_validated_again() -> None:
     assert [(r.code, r.field, r.hint) for r in refused] == [(INVALID_PAYLOAD, "by", "Expected `int` >= 1.")]
 
 
-# --- the README's domain ----------------------------------------------------------------------------------------
+# --- the domains page's example --------------------------------------------------------------------------------
 
 
-def test_the_readmes_domain_is_short() -> None:
-    assert len(readme_block("Domains").strip().splitlines()) < 25
+def documented_domain() -> str:
+    return page_block(DOCS / "how-to" / "domains.md", "# Domains").code
+
+
+def test_the_documented_domain_is_short() -> None:
+    assert len(documented_domain().strip().splitlines()) < 25
 
 
 @pytest.mark.anyio
-async def test_the_readmes_domain_holds_a_conversation() -> None:
+async def test_the_documented_domain_holds_a_conversation() -> None:
     namespace: dict[str, Any] = {}
-    exec(compile(readme_block("Domains"), "README.md", "exec"), namespace)
+    exec(compile(documented_domain(), "domains.md", "exec"), namespace)
     notes: Domain = namespace["notes"]
     assert list(notes.actions) == ["add-note", "remove-note", "list-notes"]
     reply = envelope(

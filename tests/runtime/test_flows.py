@@ -180,12 +180,12 @@ def test_diagrams_refuse_what_is_not_a_flow(spec: str, capsys: pytest.CaptureFix
 
 
 @pytest.mark.anyio
-async def test_the_readmes_flow_runs_a_conversation_to_its_result() -> None:
-    from ..docs.test_readme import readme_block
+async def test_the_documented_flow_runs_a_conversation_to_its_result() -> None:
+    from ..docs.pages import DOCS, page_block
     from ..fakes import envelope, suggest
 
     namespace: dict[str, Any] = {}
-    exec(compile(readme_block("Domains", "### Flows"), "README.md", "exec"), namespace)
+    exec(compile(page_block(DOCS / "how-to" / "domains.md", "## Flows").code, "domains.md", "exec"), namespace)
     declared: Domain = namespace["orders"]
     assert declared.after_done("draft", "confirm-order") == "confirmed"
     order = '{"order_id": "o-1"}'

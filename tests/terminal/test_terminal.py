@@ -50,7 +50,7 @@ def suggest(action: str, text: str, payload: str) -> str:
 class Terminal:
     """A command line running in a 40x120 pseudo-terminal; ``screen`` is everything it showed, as text."""
 
-    def __init__(self, *args: str, editor: str = "") -> None:
+    def __init__(self, *args: str, editor: str = "", cwd: Path | None = None) -> None:
         env = {**os.environ, "TERM": "xterm", "NO_COLOR": "1", "PROMPT_TOOLKIT_NO_CPR": "1", "EDITOR": editor}
         self.output = io.StringIO()
         self.child = pexpect.spawn(
@@ -60,6 +60,7 @@ class Terminal:
             dimensions=(40, 120),
             encoding="utf-8",
             timeout=10,
+            cwd=cwd,
         )
         self.child.logfile_read = self.output
 

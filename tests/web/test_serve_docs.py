@@ -1,6 +1,6 @@
-"""The README's ``dial-runtime serve`` line runs as pasted in a checkout, and the script it serves can be clicked
-through on the notes domain: a suggestion to accept, a read-only action that runs at once, a choice, a destructive
-suggestion, and the script's last words."""
+"""The web surface page's ``dial-runtime serve`` line runs as pasted in a checkout, and the script it serves can be
+clicked through on the notes domain: a suggestion to accept, a read-only action that runs at once, a choice, a
+destructive suggestion, and the script's last words."""
 
 from __future__ import annotations
 
@@ -11,18 +11,16 @@ from typing import Any
 
 import httpx
 
-from ..docs.test_readme import README, blocks
+from ..docs.pages import DOCS, blocks
 from ..web_server import decode, run_input
 from .test_web_serve import serving_in_a_terminal
 
 CHECKOUT = Path(__file__).parents[2]
 
 
-def readme_serve_line() -> list[str]:
-    """The ``dial-runtime serve`` command of the README's Web surface section, split as a shell splits it."""
-    readme = README.read_text(encoding="utf-8")
-    section_line = readme.count("\n", 0, readme.index("\n## Web surface\n")) + 1
-    shown = next(block.code for block in blocks("sh") if block.line > section_line)
+def documented_serve_line() -> list[str]:
+    """The ``dial-runtime serve`` command of the web surface page, split as a shell splits it."""
+    shown = blocks("sh", page=DOCS / "how-to" / "web.md")[0].code
     (line,) = [line for line in shown.splitlines() if line.startswith("dial-runtime serve ")]
     return shlex.split(line)
 
@@ -35,10 +33,10 @@ def resolved(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def test_the_readmes_serve_line_runs_as_pasted_and_its_script_can_be_clicked_through(tmp_path: Path) -> None:
+def test_the_documented_serve_line_runs_as_pasted_and_its_script_can_be_clicked_through(tmp_path: Path) -> None:
     """In a folder laid out as a checkout (``examples/`` beside where the command runs)."""
     (tmp_path / "examples").symlink_to(CHECKOUT / "examples")
-    program, command, *options = readme_serve_line()
+    program, command, *options = documented_serve_line()
     assert (program, command) == ("dial-runtime", "serve")
     with (
         serving_in_a_terminal(*options, output=tmp_path / "serve.log", cwd=tmp_path) as (url, _),

@@ -1,9 +1,11 @@
-"""The README as a new user reads it: every ``python`` block runs as pasted, the agent reply it shows near the top
-parses, validates and runs, and its event table names exactly the fields the event records have.
+"""The README and the documentation site as a new user reads them: every ``python`` block runs as pasted, every
+``dial-runtime`` command shown is one the command line takes, the agent reply shown on the home page parses,
+validates and runs, and the reference's tables name exactly what the code has.
 
 A block that cannot run here (it needs a model server) says so in an HTML comment right before it,
-``<!-- not run: needs a model server -->``; it is still compiled. Every other block runs as a program of its own,
-in a fresh interpreter in an empty git repository, and fails the test when it raises or does not finish in time.
+``<!-- not run: needs a model server -->``; it is still compiled. Every other ``python`` block runs as a program of
+its own, in a fresh interpreter in an empty git repository holding the blocks of its page titled with a file name
+before it (```` ```python title="tasks.py" ````), and fails the test when it raises or does not finish in time.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import importlib
 import inspect
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 import pytest
@@ -28,71 +31,40 @@ from dial_runtime.language.schema import validate
 from dial_runtime.runtime.events import EVENT_TYPES, RENDERED
 from dial_runtime.statemachines.diagrams import MACHINES, render_mermaid
 
-README = Path(__file__).parents[2] / "README.md"
+from .pages import DOCS, PAGES, README, ROOT, Block, blocks, name
+
 #: How long one block may run: the slowest starts an MCP server and holds a conversation.
 BLOCK_TIMEOUT = 60.0
-NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>[^>]+?)\s*-->\s*\Z")
-
-
-class Block(NamedTuple):
-    """A fenced block of the README: its language, text, the line its fence opens on, and why it is not run
-    (``None``: it runs)."""
-
-    language: str
-    code: str
-    line: int
-    not_run: str | None
-
-
-def blocks(language: str, text: str | None = None) -> list[Block]:
-    """The README's fenced blocks of ``language`` (``text`` instead of the README's, for the tests of this)."""
-    lines = (README.read_text(encoding="utf-8") if text is None else text).splitlines()
-    found: list[Block] = []
-    index = 0
-    while index < len(lines):
-        opening = lines[index]
-        if not opening.startswith("```"):
-            index += 1
-            continue
-        close = next((end for end in range(index + 1, len(lines)) if lines[end].rstrip() == "```"), None)
-        if close is None:
-            raise AssertionError(f"README.md:{index + 1}: a code fence that is never closed")
-        before = "\n".join(lines[:index]).rstrip()
-        marked = NOT_RUN.search(before[-200:])
-        if opening[3:].strip() == language:
-            code = "\n".join(lines[index + 1 : close]) + "\n"
-            found.append(Block(language, code, index + 1, marked["reason"] if marked else None))
-        index = close + 1
-    return found
-
-
-def readme_block(section: str, heading: str = "") -> str:
-    """The first ``python`` block under the README's heading ``section`` (and its ``heading`` inside it)."""
-    readme = README.read_text(encoding="utf-8")
-    start = readme.index(f"\n## {section}\n")
-    if heading:
-        start = readme.index(f"\n{heading}\n", start)
-    line = readme.count("\n", 0, start) + 1
-    return next(block.code for block in blocks("python") if block.line > line)
+#: The page that shows every command's synopsis rather than commands to paste.
+CLI_PAGE = DOCS / "reference" / "cli.md"
 
 
 # --- every python block runs ------------------------------------------------------------------------------------
 
-PYTHON = blocks("python")
+PROGRAMS = [(page, block) for page in PAGES for block in blocks("python", page=page) if block.title is None]
 
 
-def test_the_readme_has_python_blocks_and_few_exceptions() -> None:
-    assert len(PYTHON) >= 6
-    assert sum(block.not_run is not None for block in PYTHON) <= 1
+def test_the_pages_have_python_blocks_and_few_exceptions() -> None:
+    assert len(PROGRAMS) >= 15
+    assert sum(block.not_run is not None for _, block in PROGRAMS) <= 3
+    assert any(page == README for page, _ in PROGRAMS)
 
 
-@pytest.mark.parametrize("block", PYTHON, ids=[f"README.md:{block.line}" for block in PYTHON])
-def test_a_python_block_runs_as_pasted(block: Block, tmp_path: Path) -> None:
-    compile(block.code, f"README.md:{block.line}", "exec")
+def files_before(page: Path, block: Block) -> dict[str, str]:
+    """The blocks of ``page`` titled with a file name, before ``block``: the files a reader made by then."""
+    return {each.title: each.code for each in blocks(None, page=page) if each.title and each.line < block.line}
+
+
+@pytest.mark.parametrize(("page", "block"), PROGRAMS, ids=[f"{name(p)}:{b.line}" for p, b in PROGRAMS])
+def test_a_python_block_runs_as_pasted(page: Path, block: Block, tmp_path: Path) -> None:
+    where = f"{name(page)}:{block.line}"
+    compile(block.code, where, "exec")
     if block.not_run is not None:
-        pytest.skip(f"README.md:{block.line}: not run ({block.not_run}); compiled only")
+        pytest.skip(f"{where}: not run ({block.not_run}); compiled only")
     # An empty git repository: the MCP block works on the repository it runs in.
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=BLOCK_TIMEOUT)
+    for file, code in files_before(page, block).items():
+        (tmp_path / file).write_text(code, encoding="utf-8")
     script = tmp_path / "block.py"
     script.write_text(block.code, encoding="utf-8")
     # The interpreter's own scripts (mcp-server-git) first on PATH, as in an activated environment.
@@ -106,20 +78,23 @@ def test_a_python_block_runs_as_pasted(block: Block, tmp_path: Path) -> None:
         timeout=BLOCK_TIMEOUT,
         stdin=subprocess.DEVNULL,
     )
-    assert ran.returncode == 0, f"README.md:{block.line} raised:\n{ran.stderr[-3000:]}"
+    assert ran.returncode == 0, f"{where} raised:\n{ran.stderr[-3000:]}"
 
 
 @pytest.mark.parametrize(
     ("markdown", "expected"),
     [
-        ("```python\nx = 1\n```\n", [("x = 1\n", None)]),
-        ("<!-- not run: needs a model server -->\n```python\ny()\n```\n", [("y()\n", "needs a model server")]),
-        ("<!-- not run: a server -->\n\ntext\n```python\nz\n```\n", [("z\n", None)]),
-        ("```sh\nls\n```\n```python\na\n```\n", [("a\n", None)]),
+        ("```python\nx = 1\n```\n", [("x = 1\n", None, None)]),
+        ("<!-- not run: a model server -->\n```python\ny()\n```\n", [("y()\n", "a model server", None)]),
+        ("<!-- not run: a server -->\n\ntext\n```python\nz\n```\n", [("z\n", None, None)]),
+        ("```sh\nls\n```\n```python\na\n```\n", [("a\n", None, None)]),
+        ('```python title="tasks.py"\nb = 2\n```\n', [("b = 2\n", None, "tasks.py")]),
     ],
 )
-def test_blocks_are_extracted_with_their_marks(markdown: str, expected: list[tuple[str, str | None]]) -> None:
-    assert [(block.code, block.not_run) for block in blocks("python", markdown)] == expected
+def test_blocks_are_extracted_with_their_marks(
+    markdown: str, expected: list[tuple[str, str | None, str | None]]
+) -> None:
+    assert [(block.code, block.not_run, block.title) for block in blocks("python", markdown)] == expected
 
 
 def test_a_block_that_raises_fails(tmp_path: Path) -> None:
@@ -134,15 +109,65 @@ def readme_like_failure() -> str:
     return "from dial_runtime import Conversation, policy_human\nConversation(agent=agent, human=policy_human())\n"
 
 
-# --- the reply shown near the top -------------------------------------------------------------------------------
+# --- every command shown is one the command line takes ----------------------------------------------------------
+
+
+def shell_lines(block: Block) -> list[tuple[int, str]]:
+    """A shell block's commands with the line each starts on, lines ending in a backslash joined to the next."""
+    found: list[tuple[int, str]] = []
+    pending: tuple[int, str] | None = None
+    for offset, text in enumerate(block.code.splitlines(), start=block.line + 1):
+        start, joined = pending if pending is not None else (offset, "")
+        joined += text
+        pending = (start, joined[:-1]) if joined.endswith("\\") else None
+        if pending is None:
+            found.append((start, joined))
+    return found
+
+
+COMMANDS = [
+    (page, line, command)
+    for page in PAGES
+    if page != CLI_PAGE
+    for block in blocks("sh", page=page)
+    for line, command in shell_lines(block)
+    if re.match(r"^(\S*/)?dial-runtime ", command)
+]
+
+
+def test_the_pages_show_commands() -> None:
+    assert len(COMMANDS) >= 8
+    assert {page.name for page, _, _ in COMMANDS} >= {"README.md", "tutorial.md", "web.md"}
+
+
+@pytest.mark.parametrize(("page", "line", "command"), COMMANDS, ids=[f"{name(p)}:{n}" for p, n, _ in COMMANDS])
+def test_a_command_shown_is_one_the_parser_takes(page: Path, line: int, command: str) -> None:
+    """Parsed by the command's own parser, as a shell splits it (a comment after it is the shell's too)."""
+    words = shlex.split(command, comments=True)
+    try:
+        build_parser().parse_args(words[1:])
+    except SystemExit as refused:
+        pytest.fail(f"{name(page)}:{line}: the command line refuses `{command}` (exit {refused.code})")
+
+
+# --- the pages link into each other -----------------------------------------------------------------------------
+
+
+def test_the_readme_is_a_page_long_and_every_link_of_it_exists() -> None:
+    readme = README.read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    links = re.findall(r"\]\(((?!https?:)[^)#]+)(?:#[^)]*)?\)", readme)
+    assert {"docs/tutorial.md", "docs/index.md"} <= set(links)
+    assert [link for link in links if not (ROOT / link).exists()] == []
+
+
+# --- the reply shown on the home page --------------------------------------------------------------------------
 
 
 def reply_blocks() -> tuple[str, str]:
-    """The two ``xml`` blocks of "What a conversation looks like": the agent's reply and the runtime's answer."""
-    readme = README.read_text(encoding="utf-8")
-    start = readme.index("\n## What a conversation looks like\n")
-    section_line = readme.count("\n", 0, start) + 1
-    reply, answer = [block.code for block in blocks("xml") if block.line > section_line][:2]
+    """The two ``xml`` blocks of the home page's "What a conversation looks like": the agent's reply and the
+    runtime's answer."""
+    reply, answer = [block.code for block in blocks("xml", page=DOCS / "index.md")][:2]
     return reply, answer
 
 
@@ -169,10 +194,12 @@ async def test_the_shown_reply_runs_and_the_shown_answer_is_what_the_agent_gets(
 # --- the event table --------------------------------------------------------------------------------------------
 
 
-def readme_event_table() -> dict[str, list[str]]:
-    """The rows of the Events section's table: each event type and the fields its row names."""
-    readme = README.read_text(encoding="utf-8")
-    section = readme.split("\n### Events\n", 1)[1].split("\n## ", 1)[0]
+EVENTS_PAGE = DOCS / "reference" / "events.md"
+
+
+def event_table() -> dict[str, list[str]]:
+    """The rows of the events page's table: each event type and the fields its row names."""
+    section = EVENTS_PAGE.read_text(encoding="utf-8")
     rows: dict[str, list[str]] = {}
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("| `") else []
@@ -184,15 +211,15 @@ def readme_event_table() -> dict[str, list[str]]:
 
 
 def test_the_event_table_names_every_rendered_event_and_all_its_fields() -> None:
-    table = readme_event_table()
+    table = event_table()
     assert set(table) == set(RENDERED)
     for kind, fields in table.items():
         assert [field.name for field in msgspec.structs.fields(EVENT_TYPES[kind])] == fields, kind
 
 
-def test_the_readme_lists_every_log_only_event() -> None:
-    readme = README.read_text(encoding="utf-8")
-    paragraph = readme.split("\n### Events\n", 1)[1].split("also holds what the state depends on", 1)[1]
+def test_the_events_page_lists_every_log_only_event() -> None:
+    page = EVENTS_PAGE.read_text(encoding="utf-8")
+    paragraph = page.split("also holds what the state depends on", 1)[1]
     paragraph = paragraph.split("\n\n", 1)[0]
     assert set(re.findall(r"`([a-z-]+)`", paragraph)) == set(EVENT_TYPES) - RENDERED
 
@@ -213,10 +240,10 @@ def edges(mermaid: str) -> set[tuple[str, str, str]]:
     return found
 
 
-def test_the_readmes_lifecycle_diagram_draws_only_transitions_the_machine_has() -> None:
-    """The README draws the main transitions (the prose names the rest); each is one the compiled machine has,
-    and every state is in it."""
-    (drawn,) = blocks("mermaid")
+def test_the_lifecycle_diagram_draws_only_transitions_the_machine_has() -> None:
+    """The lifecycle page draws the main transitions (the prose names the rest); each is one the compiled machine
+    has, and every state is in it."""
+    (drawn,) = blocks("mermaid", page=DOCS / "explanation" / "lifecycle.md")
     machine = edges(render_mermaid(MACHINES["suggestion_lifecycle"]))
     shown = edges(drawn.code)
     assert shown <= machine, shown - machine
@@ -233,8 +260,8 @@ CALL = re.compile(r"^(?P<name>\.?[A-Za-z_][\w.]*)\((?P<params>.*)\)$")
 
 
 def api_rows(column: int = 0) -> list[list[str]]:
-    """The backticked items of a column of each row of the API section's table of names (``-1``: whole rows)."""
-    readme = README.read_text(encoding="utf-8")
+    """The backticked items of a column of each row of the API page's table of names (``-1``: whole rows)."""
+    readme = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
     table = readme.split("\n| name | what it is |\n", 1)[1].split("\n\n", 1)[0]
     rows = [row if column < 0 else row.split(" | ")[column] for row in table.splitlines()[1:]]
     return [re.findall(r"`([^`]+)`", row) for row in rows]
@@ -305,10 +332,8 @@ def test_the_api_table_names_every_public_name() -> None:
 
 
 def test_the_command_lines_shown_are_the_parsers() -> None:
-    """Each command is shown once, with exactly the options its parser takes."""
-    readme = README.read_text(encoding="utf-8")
-    section_line = readme.count("\n", 0, readme.index("\n## Command line\n")) + 1
-    usage = next(block.code for block in blocks("sh") if block.line > section_line)
+    """The command line page shows each command once, with exactly the options its parser takes."""
+    usage = blocks("sh", page=CLI_PAGE)[0].code
     shown: dict[str, set[str]] = {}
     command = ""
     for line in usage.splitlines():
@@ -320,10 +345,10 @@ def test_the_command_lines_shown_are_the_parsers() -> None:
     parser = build_parser()
     (commands,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
     assert set(shown) == set(commands.choices)
-    for name, subparser in commands.choices.items():
+    for command, subparser in commands.choices.items():
         options = [set(action.option_strings) for action in subparser._actions if action.option_strings]
-        taken = [flags for flags in options if flags & shown[name] and "--help" not in flags]
-        assert len(taken) == len(options) - 1, f"{name}: not shown: {[o for o in options if o not in taken]}"
-        assert shown[name] <= set().union(*options), (
-            f"{name}: no such option: {shown[name] - set().union(*options)}"
+        taken = [flags for flags in options if flags & shown[command] and "--help" not in flags]
+        assert len(taken) == len(options) - 1, f"{command}: not shown: {[o for o in options if o not in taken]}"
+        assert shown[command] <= set().union(*options), (
+            f"{command}: no such option: {shown[command] - set().union(*options)}"
         )
