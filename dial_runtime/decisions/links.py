@@ -5,40 +5,37 @@ This module is the token layer only: it issues tokens, checks them and puts them
 state and does no I/O except reading and writing a key file; the caller authenticates the person, looks up the
 suggestion waiting now, keeps the ids of used tokens (:class:`UsedTokens`) and makes the decision.
 
-A token is four dot-separated fields, all URL-safe ASCII, at most :data:`MAX_TOKEN_LENGTH` characters::
-
-    dl1.<key id>.<claims>.<signature>
-
-``dl1`` is the format's version; the key id names the :class:`Keyring` key that signed it (``[A-Za-z0-9_-]``, 1 to
-64 characters); ``claims`` is the unpadded base64url of the claims' canonical JSON (UTF-8, keys sorted, no
-whitespace, absent optional keys left out, lists sorted); ``signature`` is the unpadded base64url of the
-signature, by that key, of the ASCII bytes ``dl1.<key id>.<claims>`` (HMAC-SHA256: 32 bytes; Ed25519: 64). The
-token names no algorithm: the key id selects a key, and the key is of one algorithm, so a token cannot choose
-how it is checked. The claims' JSON keys:
+A token is a JSON Web Token (RFC 7519) in JWS compact form (RFC 7515), signed and checked by PyJWT, so any
+language's JWT library can verify one: ``<header>.<claims>.<signature>``, each unpadded base64url, at most
+:data:`MAX_TOKEN_LENGTH` characters. The header is ``{"alg", "kid", "typ"}``: ``kid`` names the :class:`Keyring`
+key that signed it (``[A-Za-z0-9_-]``, 1 to 64 characters), ``alg`` is that key's (``HS256``: HMAC-SHA256 with a
+shared secret; ``EdDSA``: Ed25519), and ``typ`` is :data:`TOKEN_TYPE`, so a token of another kind signed by the
+same key is not taken for a link. The header's ``alg`` is never trusted: the key id selects a key, the key has one
+algorithm, and a token whose header names another is refused, so a token cannot choose how it is checked. The
+claims (registered names where JWT has one):
 
 ====== ======================================================================================
 cid    the conversation's id
 sid    the suggestion's id
 dig    the digest of the payload shown (``payload_digest``: ``sha256:`` and 64 hex digits)
 sub    the one person who may use the link (left out: anyone with a role in ``rol``)
-rol    the roles whose holders may use it (sorted; left out when none)
-dec    the decisions it allows: some of ``accept``, ``dismiss``, ``edit`` (sorted)
-iat    when it was issued (Unix seconds): it is not valid before
-exp    when it stops being valid (Unix seconds)
+rol    the roles whose holders may use it (left out when none)
+dec    the decisions it allows: some of ``accept``, ``dismiss``, ``edit``
+iat    when it was issued (whole Unix seconds): it is not valid before
+exp    when it stops being valid (whole Unix seconds)
 jti    the token's unique id, 22 URL-safe characters by default: what single use is kept by
 ====== ======================================================================================
 
 The claims are signed, not encrypted: anyone holding a link can read them, so they carry ids and digests, never
 a payload. Verification refuses, with one :class:`LinkRefused` whose ``reason`` says why, anything this module
-would not have written.
+would not have written: another header field, another claim, a spelling of a field other than unpadded base64url.
+It checks the times itself, against the ``now`` it is given, so a test or a replay can set the verifier's clock.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
-import hmac
 import json
 import math
 import os
@@ -53,12 +50,14 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, get_args
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+import jwt
 import msgspec
 
 from ..errors import LinkRefused as LinkRefused
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+    from jwt.types import Options
 
 __all__ = [
     "DECISIONS",
@@ -69,7 +68,7 @@ __all__ = [
     "MAX_TOKEN_LENGTH",
     "QUERY_PARAMETER",
     "REFUSAL_REASONS",
-    "TOKEN_VERSION",
+    "TOKEN_TYPE",
     "Algorithm",
     "Ed25519Key",
     "HmacKey",
@@ -85,8 +84,8 @@ __all__ = [
     "token_from_url",
 ]
 
-TOKEN_VERSION = "dl1"
-"""The first field of every token: the format described in this module's docstring."""
+TOKEN_TYPE = "dial-link+jwt"
+"""The ``typ`` of every token's header: the format described in this module's docstring."""
 
 MAX_TOKEN_LENGTH = 2048
 """The longest token, in characters: longer input is refused before any parsing, and ``issue`` refuses claims
@@ -131,10 +130,22 @@ Algorithm: TypeAlias = Literal["HS256", "Ed25519"]
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-_TOKEN_SHAPE = re.compile(re.escape(TOKEN_VERSION) + r"\.[A-Za-z0-9_-]{1,64}\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*")
+_TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 _LATEST_TIME = 2**53  # the largest integer a JSON reader in any language holds exactly
 _WIRE_REQUIRED = frozenset({"cid", "sid", "dig", "dec", "iat", "exp", "jti"})
 _WIRE_OPTIONAL = frozenset({"sub", "rol"})
+_HEADER = frozenset({"alg", "kid", "typ"})
+#: PyJWT checks the signature and that the claims are a JSON object; this module checks every claim itself.
+_SIGNATURE_ONLY: Options = {
+    "verify_signature": True,
+    "verify_exp": False,
+    "verify_nbf": False,
+    "verify_iat": False,
+    "verify_aud": False,
+    "verify_iss": False,
+    "verify_sub": False,
+    "verify_jti": False,
+}
 
 
 def _shown(value: str, limit: int = 40) -> str:
@@ -222,8 +233,8 @@ class LinkClaims(msgspec.Struct, frozen=True, kw_only=True):
         """Whether ``principal`` (holding ``principal_roles``) is the decider or holds one of the roles."""
         return principal == self.decider or not self.roles.isdisjoint(principal_roles)
 
-    def to_json(self) -> bytes:
-        """The canonical JSON a token carries (see the module's docstring)."""
+    def to_wire(self) -> dict[str, Any]:
+        """The JWT claims a token carries (see the module's docstring)."""
         wire: dict[str, Any] = {
             "cid": self.conversation_id,
             "sid": self.suggestion_id,
@@ -237,22 +248,20 @@ class LinkClaims(msgspec.Struct, frozen=True, kw_only=True):
             wire["sub"] = self.decider
         if self.roles:
             wire["rol"] = sorted(self.roles)
-        return json.dumps(wire, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return wire
 
     @classmethod
-    def from_json(cls, data: bytes) -> LinkClaims:
-        """The claims of canonical JSON as :meth:`to_json` writes it; ``ValueError`` for anything else (another
-        spelling of the same claims too, so one claims record has one token per key)."""
-        try:
-            wire = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
-        except (ValueError, RecursionError) as error:
-            raise ValueError(f"the claims are not JSON: {error}") from None
+    def from_wire(cls, wire: object) -> LinkClaims:
+        """The claims of a token's decoded JWT claims as :meth:`to_wire` writes them; ``ValueError`` for anything
+        else (a claim it does not write, a time that is not a whole number, a list that is not of strings)."""
         if not isinstance(wire, dict) or not _WIRE_REQUIRED <= wire.keys() <= _WIRE_REQUIRED | _WIRE_OPTIONAL:
             raise ValueError("the claims are not an object of the link's keys")
         lists = [wire["dec"], wire.get("rol", [])]
         if not all(isinstance(items, list) and all(isinstance(item, str) for item in items) for items in lists):
             raise ValueError("the claims' decisions and roles are lists of strings")
-        claims = cls(
+        if len(set(wire["dec"])) != len(wire["dec"]) or len(set(wire.get("rol", ()))) != len(wire.get("rol", ())):
+            raise ValueError("the claims' decisions and roles name each one once")
+        return cls(
             conversation_id=wire["cid"],
             suggestion_id=wire["sid"],
             digest=wire["dig"],
@@ -263,13 +272,6 @@ class LinkClaims(msgspec.Struct, frozen=True, kw_only=True):
             decider=wire.get("sub"),
             roles=frozenset(wire.get("rol", ())),
         )
-        if claims.to_json() != data:
-            raise ValueError("the claims are not in canonical form")
-        return claims
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 class HmacKey:
@@ -277,7 +279,7 @@ class HmacKey:
     both. The secret is at least 32 bytes; it never shows in the key's ``repr``."""
 
     algorithm: Literal["HS256"] = "HS256"
-    signature_length = 32
+    jws_algorithm = "HS256"
     __slots__ = ("_secret", "key_id")
 
     def __init__(self, key_id: str, secret: bytes) -> None:
@@ -291,12 +293,13 @@ class HmacKey:
         """Always: whoever can verify with a shared secret can also sign."""
         return True
 
-    def sign(self, data: bytes) -> bytes:
-        return hmac.new(self._secret, data, hashlib.sha256).digest()
+    def signing_key(self) -> bytes:
+        """What PyJWT signs with: the secret."""
+        return self._secret
 
-    def verify(self, data: bytes, signature: bytes) -> bool:
-        """Whether ``signature`` is this key's for ``data``, compared in constant time."""
-        return hmac.compare_digest(self.sign(data), signature)
+    def verifying_key(self) -> bytes:
+        """What PyJWT verifies with: the secret."""
+        return self._secret
 
     def __repr__(self) -> str:
         return f"HmacKey({self.key_id!r})"
@@ -308,7 +311,7 @@ class Ed25519Key:
     half never shows in the key's ``repr``. Needs the ``cryptography`` package."""
 
     algorithm: Literal["Ed25519"] = "Ed25519"
-    signature_length = 64
+    jws_algorithm = "EdDSA"
     __slots__ = ("_private", "_public", "key_id", "public_bytes")
 
     def __init__(self, key_id: str, *, private: bytes | None = None, public: bytes | None = None) -> None:
@@ -354,19 +357,15 @@ class Ed25519Key:
         """This key's public half alone, under the same key id: what a verifier is given."""
         return Ed25519Key(self.key_id, public=self.public_bytes)
 
-    def sign(self, data: bytes) -> bytes:
+    def signing_key(self) -> Ed25519PrivateKey:
+        """What PyJWT signs with: the private half."""
         if self._private is None:
             raise ValueError(f"Ed25519 key {self.key_id!r} is a public key: it verifies, it cannot sign")
-        return self._private.sign(data)
+        return self._private
 
-    def verify(self, data: bytes, signature: bytes) -> bool:
-        from cryptography.exceptions import InvalidSignature
-
-        try:
-            self._public.verify(signature, data)
-        except InvalidSignature:
-            return False
-        return True
+    def verifying_key(self) -> Ed25519PublicKey:
+        """What PyJWT verifies with: the public half."""
+        return self._public
 
     def __repr__(self) -> str:
         half = "" if self.can_sign else ", public only"
@@ -515,8 +514,8 @@ class Keyring:
         key = self.current
         if key is None:
             raise ValueError("this keyring has no key that can sign: it only verifies")
-        body = f"{TOKEN_VERSION}.{key.key_id}.{_encode64(claims.to_json())}"
-        token = f"{body}.{_encode64(key.sign(body.encode('ascii')))}"
+        headers = {"kid": key.key_id, "typ": TOKEN_TYPE}
+        token = jwt.encode(claims.to_wire(), key.signing_key(), algorithm=key.jws_algorithm, headers=headers)
         if len(token) > MAX_TOKEN_LENGTH:
             raise ValueError(
                 f"the link's token would be {len(token)} characters, over the limit of {MAX_TOKEN_LENGTH}: "
@@ -566,22 +565,28 @@ class Keyring:
             raise LinkRefused("malformed", f"a token is a string, not {type(token).__name__}")
         if len(token) > MAX_TOKEN_LENGTH:
             raise LinkRefused("malformed", f"the token is {len(token)} characters, over {MAX_TOKEN_LENGTH}")
-        fields = token.split(".")
-        if len(fields) != 4 or fields[0] != TOKEN_VERSION:
-            raise LinkRefused("malformed", f"not a decision link token (they read {TOKEN_VERSION}.<key>.<…>.<…>)")
-        _, key_id, body, signature_text = fields
-        data, signature = _decode64(body), _decode64(signature_text)
-        if not _ID.fullmatch(key_id) or data is None or signature is None:
-            raise LinkRefused("malformed", "the token's fields are not base64url as links are written")
+        if not _TOKEN_SHAPE.fullmatch(token) or any(_decode64(part) is None for part in token.split(".")):
+            raise LinkRefused("malformed", "not a decision link token (a JWT: <header>.<claims>.<signature>)")
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.InvalidTokenError:
+            raise LinkRefused("malformed", "the token's header is not a JWT header") from None
+        key_id = str(header.get("kid"))
+        if header.keys() != _HEADER or header.get("typ") != TOKEN_TYPE or not _ID.fullmatch(key_id):
+            raise LinkRefused("malformed", f"the token's header is not a decision link's ({TOKEN_TYPE})")
         key = self._keys.get(key_id)
         if key is None:
             why = "was retired" if key_id in self._retired else "is not in this keyring"
             raise LinkRefused("unknown-key", f"the token's key {key_id!r} {why}")
-        signed = token[: len(token) - len(signature_text) - 1].encode("ascii")
-        if len(signature) != key.signature_length or not key.verify(signed, signature):
-            raise LinkRefused("bad-signature", f"the token was altered, or not signed by key {key_id!r}")
         try:
-            claims = LinkClaims.from_json(data)
+            # The key's own algorithm, never the header's; the times are checked below, against ``now``.
+            wire = jwt.decode(token, key.verifying_key(), algorithms=[key.jws_algorithm], options=_SIGNATURE_ONLY)
+        except (jwt.InvalidSignatureError, jwt.InvalidAlgorithmError):
+            raise LinkRefused("bad-signature", f"the token was altered, or not signed by key {key_id!r}") from None
+        except jwt.InvalidTokenError as error:
+            raise LinkRefused("malformed", f"the token's claims are not a link's: {error}") from None
+        try:
+            claims = LinkClaims.from_wire(wire)
         except ValueError as error:
             raise LinkRefused("malformed", f"the token's claims are not a link's: {error}") from None
         moment = time.time() if now is None else now
