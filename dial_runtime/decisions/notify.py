@@ -17,10 +17,11 @@ fail. Two come with the library:
 Everything that comes from the agent or the payload is untrusted: it is escaped in HTML and in Slack's mrkdwn,
 and a link whose scheme is not ``http`` or ``https`` never becomes a button.
 
-:class:`Notifications` delivers one notification to every notifier, each on its own, retrying failures with
-bounded exponential backoff and jitter, logging each failure in one line (``dial_runtime.notify`` logger, URLs
-masked) and never raising into its caller, which is the decision path: it returns what was delivered and what
-failed for good (:class:`Delivery`), and keeps the latter in :attr:`Notifications.undelivered`.
+:class:`Notifications` delivers one notification to every notifier, each on its own, retrying failures under
+the runtime's one retry policy (stamina's loop, bounded exponential backoff with jitter), logging each failure in
+one line (``dial_runtime.notify`` logger, URLs masked) and never raising into its caller, which is the decision
+path: it returns what was delivered and what failed for good (:class:`Delivery`), and keeps the latter in
+:attr:`Notifications.undelivered`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import inspect
 import ipaddress
 import json
 import logging
-import random
 import re
 import smtplib
 import ssl
@@ -49,7 +49,7 @@ import anyio.to_thread
 import httpx
 import msgspec
 
-from ..llm.chat import parse_retry_after
+from .._retry import RetryPolicy, parse_retry_after
 from ..views.person import Card
 
 __all__ = [
@@ -725,6 +725,18 @@ def _reason(error: Exception) -> str:
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 
 
+class _Failed(Exception):
+    """A notifier's failed try, as the retry policy and its instrumentation see it: the error's one line (URLs
+    masked, so no log names a webhook's secret path), and the error itself on ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(_reason(error))
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"NotifierFailed({self.args[0]!r})"
+
+
 def _retry_after(error: Exception) -> float | None:
     """The wait an HTTP answer asks for (``Retry-After``), if any."""
     if isinstance(error, httpx.HTTPStatusError):
@@ -762,9 +774,10 @@ class Notifications:
     """Delivers each notification to every notifier, each on its own, and never raises into the caller.
 
     A notifier that fails is tried again, up to ``attempts`` tries in all, unless ``permanent(error)`` says no
-    try could succeed (:func:`is_permanent`). Before retry *n* (1, 2, ...) it waits between half of and the whole
-    of ``min(max_backoff, backoff * 2 ** (n - 1))`` seconds (exponential backoff with jitter, so notifiers failing
-    together do not retry together), or what a 429 or 503 answer's ``Retry-After`` asks, up to ``max_backoff``.
+    try could succeed (:func:`is_permanent`). Before retry *n* (1, 2, ...) it waits ``min(max_backoff, backoff *
+    2 ** (n - 1))`` seconds and a random part of up to ``backoff`` (exponential backoff with jitter, so notifiers
+    failing together do not retry together; never more than ``max_backoff``), or what a 429 or 503 answer's
+    ``Retry-After`` asks, up to ``max_backoff``: the runtime's one retry policy (:mod:`dial_runtime._retry`).
     ``attempt_timeout`` bounds each try (a notifier that hangs fails with ``TimeoutError``; a worker thread
     runs on to its own timeout). Each failed try is one WARNING line on the ``dial_runtime.notify`` logger, each
     notification given up one ERROR line; neither holds a secret (URLs are masked, credentials never shown).
@@ -786,12 +799,12 @@ class Notifications:
         permanent: Callable[[Exception], bool] = is_permanent,
         keep: int = 1000,
     ) -> None:
-        if attempts < 1:
-            raise ValueError(f"Notifications: attempts must be 1 or more, got {attempts}")
-        if not (backoff >= 0 and max_backoff >= 0):
-            raise ValueError(
-                f"Notifications: backoff and max_backoff must be 0 or more, got {backoff}, {max_backoff}"
+        try:
+            self.retry = RetryPolicy(
+                attempts=attempts, backoff=backoff, max_backoff=max_backoff, max_asked=max_backoff
             )
+        except ValueError as error:
+            raise ValueError(f"Notifications: {error}") from None
         self.notifiers: tuple[Notifier, ...] = tuple(notifiers)
         self.attempts = attempts
         self.backoff = backoff
@@ -817,11 +830,6 @@ class Notifications:
         )
         return Delivery(notification_id=notification.id, delivered=delivered, undelivered=failed)
 
-    def delay(self, retry: int) -> float:
-        """The wait before retry ``retry`` (1, 2, ...): between half of and all of the backoff's bound."""
-        bound = min(self.max_backoff, self.backoff * 2.0 ** min(retry - 1, 64))
-        return random.uniform(bound / 2, bound)
-
     async def _deliver(self, notifier: Notifier, notification: Notification) -> Undelivered | None:
         """Try ``notifier`` until it delivers (``None``) or fails for good (what failed)."""
         label = _label(notifier)
@@ -829,37 +837,40 @@ class Notifications:
             f"notification {notification.id} ({notification.kind} {_one_line(notification.suggestion_id, 60)}"
             f" in {_one_line(notification.conversation_id, 120)}) to {label}"
         )
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                with anyio.fail_after(self.attempt_timeout):
-                    await notifier.notify(notification)
-                return None
-            except Exception as error:
-                reason = _reason(error)
-                permanent = self.permanent(error)
-                if permanent or attempt >= self.attempts:
-                    why = "refused, not retried" if permanent else f"gave up after {attempt} attempts"
-                    logger.error("%s not delivered (%s): %s", about, why, reason)
-                    return Undelivered(
-                        notification_id=notification.id,
-                        notifier=label,
-                        attempts=attempt,
-                        error=reason,
-                        permanent=permanent,
-                    )
-                asked = _retry_after(error)
-                wait = min(self.max_backoff, asked) if asked is not None else self.delay(attempt)
-                logger.warning(
-                    "%s failed (attempt %d of %d): %s; retrying in %.2fs",
-                    about,
-                    attempt,
-                    self.attempts,
-                    reason,
-                    wait,
-                )
-            await anyio.sleep(wait)
+
+        def retrying(tried: int, failed: BaseException, wait: str) -> None:
+            logger.warning(
+                "%s failed (attempt %d of %d): %s; retrying in %s", about, tried, self.attempts, failed, wait
+            )
+
+        def retried(failed: BaseException) -> bool:
+            return isinstance(failed, _Failed) and not self.permanent(failed.error)
+
+        def asked(failed: BaseException) -> float | None:
+            return _retry_after(failed.error) if isinstance(failed, _Failed) else None
+
+        tries = self.retry.tries(retried, asked=asked, on_retry=retrying)
+        try:
+            async for attempt in tries:
+                with attempt:
+                    try:
+                        with anyio.fail_after(self.attempt_timeout):
+                            await notifier.notify(notification)
+                    except Exception as error:
+                        raise _Failed(error) from None
+        except _Failed as failed:
+            permanent = self.permanent(failed.error)
+            why = "refused, not retried" if permanent else f"gave up after {tries.made} attempts"
+            reason = str(failed)
+            logger.error("%s not delivered (%s): %s", about, why, reason)
+            return Undelivered(
+                notification_id=notification.id,
+                notifier=label,
+                attempts=tries.made,
+                error=reason,
+                permanent=permanent,
+            )
+        return None
 
 
 def _label(notifier: object) -> str:

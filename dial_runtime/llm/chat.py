@@ -7,12 +7,12 @@ or, for a stream, once the caller has seen part of it; a send that fails or is c
 nothing half-said behind, so the conversation can resend what it still owes.
 
 Transient failures (connection errors, timeouts, HTTP 408, 409, 429 and 5xx) are retried up to ``max_retries``
-times, waiting as the server's ``Retry-After`` (or ``retry-after-ms``) asks, else a random time between 0 and
-``min(max_backoff, backoff * 2**retry)`` seconds (exponential backoff with full jitter). The waits are
-``anyio.sleep`` calls, so the caller's deadline (the conversation's ``timeout``, or any cancel scope) cuts them
-short; each retry is logged at INFO level on the ``dial_runtime.agents`` logger. A streamed answer is never
-retried once its first content has arrived: the caller has already seen it. Every other failure raises
-:class:`AgentError` at once, with the server's own message and the HTTP status.
+times under the runtime's one retry policy (stamina's loop; see :mod:`dial_runtime._retry`), waiting as the
+server's ``Retry-After`` (or ``retry-after-ms``) asks, else ``min(max_backoff, backoff * 2**(retry - 1))``
+seconds and a random part of up to ``backoff``. The caller's deadline (the conversation's ``timeout``, or any
+cancel scope) cuts a wait short; each retry is logged at INFO level on the ``dial_runtime.agents`` logger. A
+streamed answer is never retried once its first content has arrived: the caller has already seen it. Every other
+failure raises :class:`AgentError` at once, with the server's own message and the HTTP status.
 
 The API key is sent in the ``Authorization`` header only: it is kept out of reprs, log records and exception
 messages, and removed from any server message that quotes it.
@@ -31,24 +31,19 @@ server or proxy that deduplicates can tell a message resent after a crash from a
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import functools
 import json
 import logging
-import random
-import re
 import ssl
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
-from datetime import timezone
 from types import TracebackType
 from typing import Any
 
 import anyio
-import attrs
 import httpx
 import msgspec
 
+from .._retry import RetryPolicy, Tries, parse_retry_after
 from ..agents.prompt import system_prompt as domain_prompt
 from ..errors import AgentError, TokenLimitReached
 from ..runtime.events import LogEntry
@@ -79,7 +74,6 @@ SERVERS = ("openai", "llamacpp", "vllm", "ollama")
 # Body fields the agent writes itself, which ``extra_body`` may not replace.
 _OWN_FIELDS = frozenset({"model", "messages", "stream"})
 
-_SECONDS = re.compile(r"\d+(?:\.\d+)?")
 _REDACTED = "[redacted]"
 # At most this much of a server's error body is quoted in an AgentError.
 _QUOTE_LIMIT = 500
@@ -132,38 +126,28 @@ class GenerationSettings(msgspec.Struct, frozen=True, kw_only=True):
         return fields
 
 
-@attrs.frozen(kw_only=True)
-class _Failure:
-    """A transient failure of one attempt: why, the HTTP status if any, and the wait the server asked for."""
+class _Transient(Exception):
+    """A transient failure of one attempt, for the retry policy: why, the HTTP status if any, and the wait the
+    server asked for."""
 
-    reason: str
-    status: int | None = None
-    retry_after: float | None = None
-    cause: BaseException | None = None
+    def __init__(
+        self,
+        reason: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(reason)
+        self.reason, self.status, self.retry_after, self.cause = reason, status, retry_after, cause
 
 
-def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """The seconds a server asks the client to wait, from ``retry-after-ms`` or ``Retry-After``.
+def _is_transient(error: BaseException) -> bool:
+    return isinstance(error, _Transient)
 
-    ``Retry-After`` holds seconds (fractions are accepted) or an HTTP date, read against ``now`` (epoch seconds,
-    default the current time); a date in the past means no wait. ``None`` when neither header is there or
-    readable. ``headers`` is looked up by lower-case name, as ``httpx.Headers`` does case-insensitively.
-    """
-    milliseconds = headers.get("retry-after-ms", "").strip()
-    if _SECONDS.fullmatch(milliseconds):
-        return float(milliseconds) / 1000.0
-    value = headers.get("retry-after", "").strip()
-    if _SECONDS.fullmatch(value):
-        return float(value)
-    if not value:
-        return None
-    try:
-        date = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if date.tzinfo is None:  # "-0000" dates come back naive; HTTP dates are always GMT
-        date = date.replace(tzinfo=timezone.utc)
-    return max(0.0, date.timestamp() - (time.time() if now is None else now))
+
+def _asked_wait(error: BaseException) -> float | None:
+    return error.retry_after if isinstance(error, _Transient) else None
 
 
 def _server_message(response: httpx.Response) -> str:
@@ -322,6 +306,7 @@ class ChatAgent:
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self._retry = RetryPolicy(attempts=max_retries + 1, backoff=backoff, max_backoff=max_backoff)
         self._url = f"{self.base_url}/chat/completions"
         #: Why the tries of the message being sent have failed so far (the last one's reason and how many there
         #: were), while it is retried; ``None`` until one fails (each message starts afresh). What a conversation
@@ -365,15 +350,17 @@ class ChatAgent:
         """
         body = self._body(message, stream=False)
         headers = self._headers_for(message_id)
-        attempt = 0
         self.last_failure = None
-        while True:
-            answer = await self._post(body, headers)
-            if isinstance(answer, str):
-                self._remember(message, answer)
-                return answer
-            await self._pause(attempt, answer)
-            attempt += 1
+        tries = self._tries()
+        try:
+            async for attempt in tries:
+                with attempt:
+                    answer = await self._post(body, headers)
+                    self._remember(message, answer)
+                    return answer
+        except _Transient as failure:
+            raise self._gave_up(tries, failure) from failure.cause
+        raise AssertionError("unreachable: the tries end by returning or raising")
 
     async def stream(self, message: str, *, message_id: str | None = None) -> AsyncGenerator[str, None]:
         """Send ``message`` with ``"stream": true`` and yield the reply's text as it arrives.
@@ -389,31 +376,29 @@ class ChatAgent:
         pieces: list[str] = []
         completed = False
         self.last_failure = None
+        tries = self._tries()
         try:
-            attempt = 0
-            while True:
-                failure: _Failure | None = None
-                try:
-                    async with self._client.stream(
-                        "POST", self._url, json=body, headers=headers, timeout=self._timeout
-                    ) as response:
-                        failure = await self._status_failure(response)
-                        if failure is None:
+            async for attempt in tries:
+                with attempt:
+                    try:
+                        async with self._client.stream(
+                            "POST", self._url, json=body, headers=headers, timeout=self._timeout
+                        ) as response:
+                            await self._check_status(response)
                             async with contextlib.aclosing(self._stream_contents(response)) as contents:
                                 async for piece in contents:
                                     pieces.append(piece)
                                     yield piece
-                except httpx.HTTPError as error:
-                    if pieces:
-                        reason = f"{self._url}: the streamed answer broke off after it had started"
-                        reason = self._redact(f"{reason}: {_describe(error)}")
-                        raise AgentError(reason, status=response.status_code) from error
-                    failure = self._transport_failure(error)
-                if failure is None:
+                    except httpx.HTTPError as error:
+                        if pieces:
+                            reason = f"{self._url}: the streamed answer broke off after it had started"
+                            reason = self._redact(f"{reason}: {_describe(error)}")
+                            raise AgentError(reason, status=response.status_code) from error
+                        raise self._transport_failure(error) from error
                     completed = True
                     return
-                await self._pause(attempt, failure)
-                attempt += 1
+        except _Transient as failure:
+            raise self._gave_up(tries, failure) from failure.cause
         finally:
             if completed or pieces:
                 self._remember(message, "".join(pieces))
@@ -462,49 +447,49 @@ class ChatAgent:
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, _REDACTED) if self._api_key else text
 
-    async def _post(self, body: dict[str, Any], headers: Mapping[str, str]) -> str | _Failure:
-        """One plain attempt: the reply's text, a transient failure to retry, or ``AgentError``."""
+    async def _post(self, body: dict[str, Any], headers: Mapping[str, str]) -> str:
+        """One plain attempt: the reply's text; :class:`_Transient` to retry, or ``AgentError``."""
         try:
             response = await self._client.post(self._url, json=body, headers=headers, timeout=self._timeout)
         except httpx.HTTPError as error:
-            return self._transport_failure(error)
-        failure = await self._status_failure(response)
-        return failure if failure is not None else self._completion_content(response)
+            raise self._transport_failure(error) from error
+        await self._check_status(response)
+        return self._completion_content(response)
 
-    def _transport_failure(self, error: httpx.HTTPError) -> _Failure:
+    def _transport_failure(self, error: httpx.HTTPError) -> _Transient:
         """A transient failure to retry, or ``AgentError`` at once for an error another try would not fix."""
         if isinstance(error, _TRANSIENT_ERRORS):
-            return _Failure(reason=self._redact(_describe(error)), cause=error)
+            return _Transient(self._redact(_describe(error)), cause=error)
         raise AgentError(self._redact(f"{self._url}: {_describe(error)}")) from error
 
-    async def _status_failure(self, response: httpx.Response) -> _Failure | None:
-        """``None`` for a 2xx response, a transient failure to retry, or ``AgentError`` at once."""
+    async def _check_status(self, response: httpx.Response) -> None:
+        """Nothing for a 2xx response; :class:`_Transient` to retry, or ``AgentError`` at once."""
         if response.is_success:
-            return None
+            return
         await response.aread()
         status = response.status_code
         message = self._redact(_server_message(response))
         if status in TRANSIENT_STATUSES or status >= 500:
-            return _Failure(
-                reason=f"HTTP {status}: {message}", status=status, retry_after=parse_retry_after(response.headers)
+            raise _Transient(
+                f"HTTP {status}: {message}", status=status, retry_after=parse_retry_after(response.headers)
             )
         raise AgentError(f"{self._url} answered HTTP {status}: {message}", status=status)
 
-    async def _pause(self, attempt: int, failure: _Failure) -> None:
-        """Wait before retry ``attempt + 1``, or raise ``AgentError`` when the retries are used up."""
-        self.last_failure = failure.reason if attempt == 0 else f"{failure.reason} (each of {attempt + 1} tries)"
-        if attempt >= self.max_retries:
-            tries = "1 attempt" if attempt == 0 else f"{attempt + 1} attempts"
-            error = AgentError(f"{self._url}: gave up after {tries}: {failure.reason}", status=failure.status)
-            raise error from failure.cause
-        if failure.retry_after is not None:
-            delay = failure.retry_after
-        else:
-            delay = random.uniform(0.0, min(self.max_backoff, self.backoff * 2.0 ** min(attempt, 64)))
-        logger.info(
-            "%s: %s; retry %d of %d in %.2fs", self._url, failure.reason, attempt + 1, self.max_retries, delay
-        )
-        await anyio.sleep(delay)
+    def _tries(self) -> Tries:
+        return self._retry.tries(_is_transient, asked=_asked_wait, on_retry=self._retrying)
+
+    def _retrying(self, tried: int, error: BaseException, wait: str) -> None:
+        """Before a retry: what ``last_failure`` says meanwhile, and one log line."""
+        reason = error.reason if isinstance(error, _Transient) else str(error)
+        self.last_failure = reason if tried == 1 else f"{reason} (each of {tried} tries)"
+        logger.info("%s: %s; retry %d of %d in %s", self._url, reason, tried, self.max_retries, wait)
+
+    def _gave_up(self, tries: Tries, failure: _Transient) -> AgentError:
+        """The error of a message whose tries ran out."""
+        made = tries.made
+        self.last_failure = failure.reason if made == 1 else f"{failure.reason} (each of {made} tries)"
+        attempts = "1 attempt" if made == 1 else f"{made} attempts"
+        return AgentError(f"{self._url}: gave up after {attempts}: {failure.reason}", status=failure.status)
 
     def _completion_content(self, response: httpx.Response) -> str:
         """A completion's ``choices[0].message.content``; :class:`TokenLimitReached` when the model stopped at its

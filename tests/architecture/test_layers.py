@@ -17,8 +17,9 @@ PACKAGE = Path(__file__).parents[2] / "dial_runtime"
 
 #: The layers, lowest first; a module belongs to the first entry that is its name or a package above it.
 LAYERS: list[tuple[str, ...]] = [
-    # what everything may use: the exceptions, lazy exports and moved names, the command line's one-line failure
-    ("errors", "_lazy", "_command", "dial_xsd"),
+    # what everything may use: the exceptions, lazy exports and moved names, the command line's one-line failure,
+    # the one retry policy
+    ("errors", "_lazy", "_command", "_retry", "dial_xsd"),
     ("statemachines",),
     ("language",),
     # the sans-IO core (events, the fold, the core), and the protocols of what it is handed
@@ -37,7 +38,18 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 
 #: The core's packages and modules: everything below the satellites.
-CORE = ("errors", "_lazy", "_command", "dial_xsd", "statemachines", "language", "runtime", "ports", "views")
+CORE = (
+    "errors",
+    "_lazy",
+    "_command",
+    "_retry",
+    "dial_xsd",
+    "statemachines",
+    "language",
+    "runtime",
+    "ports",
+    "views",
+)
 CORE += ("driver",)
 CORE += ("domains", "stores", "agents")
 

@@ -320,8 +320,9 @@ async def test_a_failing_notifier_is_retried_with_bounded_backoff_and_jitter(
     assert delivery.ok and delivery.delivered == ("flaky-4",)
     assert flaky.ids == [waiting().id] * 5
     gaps = [later - earlier for earlier, later in zip(flaky.tries, flaky.tries[1:], strict=False)]
-    for gap, bound in zip(gaps, [1.0, 2.0, 4.0, 4.0], strict=True):
-        assert bound / 2 <= gap <= bound + 1e-6
+    # min(max_backoff, backoff * 2 ** (n - 1)) and a random part of up to backoff, never over max_backoff
+    for gap, (least, most) in zip(gaps, [(1.0, 2.0), (2.0, 3.0), (4.0, 4.0), (4.0, 4.0)], strict=True):
+        assert least - 1e-6 <= gap <= most + 1e-6
     warnings = one_line_records(caplog)
     assert [record.levelno for record in warnings] == [logging.WARNING] * 4
     assert "attempt 1 of 5" in warnings[0].getMessage() and "RuntimeError: not yet" in warnings[0].getMessage()
@@ -433,3 +434,21 @@ async def test_recipients_resolve_to_addresses() -> None:
     injected = Notification.from_card("waiting", "c-1", CARD, recipients=("a@b.org\r\nBcc: eve@evil.org",))
     with pytest.raises(ValueError, match="no email address"):
         await SmtpNotifier("127.0.0.1", sender="d@e.org").addresses(injected)
+
+
+@pytest.mark.anyio
+async def test_no_retry_record_of_any_logger_names_a_webhooks_secret_path(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """stamina's own instrumentation (the ``stamina`` logger) sees the masked one-line form of a failure too."""
+    caplog.set_level(logging.DEBUG)
+
+    def leaky() -> Exception:
+        return RuntimeError("POST https://hooks.example.org/services/T/B/SECRET failed")
+
+    flaky = Flaky(failures=2, error=leaky)
+    await Notifications([flaky], attempts=3, backoff=0.5).send(waiting())
+    assert len(flaky.tries) == 3
+    assert {record.name for record in caplog.records} >= {"stamina", "dial_runtime.notify"}
+    for record in caplog.records:
+        assert "SECRET" not in record.getMessage() and "SECRET" not in repr(vars(record)), record.name
