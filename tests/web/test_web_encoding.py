@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_core import PydanticSerializationError
 
-from dial_runtime.web.app import _Outbox
+from dial_runtime.web.streams import Outbox
 from dial_runtime.web.mapping import encode_sse
 
 #: Any text a string holds but a lone surrogate (which neither encoder can write in UTF-8): control characters,
@@ -87,7 +87,7 @@ def test_a_lone_surrogate_fails_as_ag_ui_fails() -> None:
 
 @pytest.mark.anyio
 async def test_queued_events_are_taken_together_and_none_waits_for_more() -> None:
-    outbox = _Outbox()
+    outbox = Outbox()
     events = [TextMessageContentEvent(message_id="m-1", delta=str(n)) for n in range(3)]
     for event in events:
         outbox.put(event)
@@ -110,7 +110,7 @@ async def test_queued_events_are_taken_together_and_none_waits_for_more() -> Non
 
 @pytest.mark.anyio
 async def test_a_take_with_nothing_queued_waits_until_an_event_comes() -> None:
-    outbox = _Outbox()
+    outbox = Outbox()
     outbox.put(TextMessageContentEvent(message_id="m-1", delta="a"))
     await outbox.take()
     with anyio.move_on_after(0.05) as waited:
@@ -120,7 +120,7 @@ async def test_a_take_with_nothing_queued_waits_until_an_event_comes() -> None:
 
 @pytest.mark.anyio
 async def test_what_a_run_emits_once_its_response_stopped_reading_is_dropped() -> None:
-    outbox = _Outbox()
+    outbox = Outbox()
     outbox.put(TextMessageContentEvent(message_id="m-1", delta="a"))
     outbox.close()
     outbox.put(TextMessageContentEvent(message_id="m-1", delta="b"))
@@ -138,7 +138,7 @@ def test_every_event_put_is_taken_once_in_order(batches: list[int], pauses: list
     in the order emitted, and then sees the end."""
 
     async def scenario() -> list[BaseEvent]:
-        outbox = _Outbox()
+        outbox = Outbox()
         taken: list[BaseEvent] = []
 
         async def run() -> None:
