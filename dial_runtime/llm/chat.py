@@ -26,6 +26,11 @@ them. A ``grammar`` (GBNF text, or a :class:`~dial_runtime.agents.grammar.Gramma
 
 A message may carry an id (``send(message, message_id=...)``): it is sent as the ``Idempotency-Key`` header, so a
 server or proxy that deduplicates can tell a message resent after a crash from a new one.
+
+The stream's events are read here, a dozen lines over httpx's lines, rather than with httpx-sse: a reply left
+before its end (a deadline, a caller that stops reading) must bring httpx's nested generators to their end at once,
+which :func:`_lines` does and httpx-sse's ``aiter_sse`` does not (it leaves them to the garbage collector, which
+trio reports as a ``ResourceWarning``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,14 @@
 """The web surface's server-sent event streams: a conversation's change notices (:class:`ChangeStream`) and a
 run's AG-UI events (:class:`EventStream`, fed through an :class:`Outbox`), and the runs being served, so that a
-client's abort or a page's detach reaches the right one (:class:`Runs`, :class:`Stop`)."""
+client's abort or a page's detach reaches the right one (:class:`Runs`, :class:`Stop`).
+
+The events are encoded by AG-UI's ``EventEncoder`` (:func:`~dial_runtime.web.mapping.encode_sse`); the framing
+is written here as plain ASGI rather than with sse-starlette, which at import replaces uvicorn's
+``Server.handle_exit`` for the whole process and keeps its shutdown state in process globals, so one server's
+shutdown ends or stalls the streams of every other server the process runs (an application embedding this surface
+beside its own, or a test suite). A run's stream also sends the events queued meanwhile in one write, and waits a
+grace after its client leaves before it stops the run: neither fits a response that iterates one event at a time.
+"""
 
 from __future__ import annotations
 
