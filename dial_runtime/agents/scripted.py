@@ -58,7 +58,7 @@ def load_script(path: str | Path) -> list[str]:
         return _replies(_yaml(text, shown), shown, "YAML")
     if text.lstrip().startswith("["):
         try:
-            replies: Any = json.loads(text)
+            replies: Any = json.loads(text)  # json's errors name the line and column
         except ValueError as error:
             raise ValueError(f"script {shown!r}: not a JSON list of replies ({error})") from None
         return _replies(replies, shown, "JSON")

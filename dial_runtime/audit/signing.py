@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -181,13 +180,13 @@ def sign_head(check: ChainCheck, key: Ed25519PrivateKey, *, signed_at: datetime 
 
 def dumps_signed_head(signed: SignedHead) -> str:
     """The signature document as JSON text (one object, its fields in a fixed order, a newline at the end)."""
-    return json.dumps(msgspec.to_builtins(signed), indent=2) + "\n"
+    return msgspec.json.format(msgspec.json.encode(signed), indent=2).decode() + "\n"
 
 
 def loads_signed_head(text: str) -> SignedHead:
     """The signature document :func:`dumps_signed_head` wrote; ``ValueError`` saying what is wrong with it."""
     try:
-        data = json.loads(text)
+        data = msgspec.json.decode(text)
     except ValueError as error:
         raise ValueError(f"not a signature document: not JSON ({error})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:

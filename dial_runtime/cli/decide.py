@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 import trio
@@ -20,7 +21,6 @@ def _decide(args: argparse.Namespace) -> int:
     """``dial-runtime decide``: take a decision on a suggestion that waits in a stored conversation, as the panel
     and the terminal take one (the same log, the same checks, under the conversation's lock), logged ``via
     cli``; the conversation then carries on with its agent and domain. Prints how the suggestion stands."""
-    import json
 
     from ..decisions.deadlines import conversation_opener
     from ..runtime.records import Accept, Dismiss, Edit
@@ -37,7 +37,7 @@ def _decide(args: argparse.Namespace) -> int:
         decision = Dismiss()
     else:
         try:
-            decision = Edit(json.loads(args.payload))
+            decision = Edit(json.loads(args.payload))  # json's errors name the column
         except ValueError as error:
             _usage(f"--payload is not JSON: {error}")
     domain = load_domain(args.domain)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import math
 import os
 import re
@@ -675,13 +674,13 @@ class Keyring:
             "keys": entries,
             "retired": sorted(self._retired),
         }
-        return json.dumps(document, indent=2) + "\n"
+        return msgspec.json.format(msgspec.json.encode(document), indent=2).decode() + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> Keyring:
         """The keyring of a key file as :meth:`to_json` writes it; ``ValueError`` saying what is wrong with it."""
         try:
-            document = json.loads(text)
+            document = msgspec.json.decode(text)
         except ValueError as error:
             raise ValueError(f"a link key file is JSON: {error}") from None
         if not isinstance(document, dict) or document.get("format") != KEYRING_FORMAT:

@@ -135,7 +135,7 @@ def _persona_from_text(text: str, path: str | Path) -> Persona:
             raise ValueError(f"persona {shown!r}: not YAML ({' '.join(str(error).split())})") from None
     else:
         try:
-            data = json.loads(text)
+            data = json.loads(text)  # json's errors name the line and column of a hand-written file
         except ValueError as error:
             raise ValueError(f"persona {shown!r}: not JSON ({error})") from None
     if not isinstance(data, dict):
@@ -233,15 +233,15 @@ class RulePersonaModel:
     def send(self, message: str) -> str:
         request = message.partition("\n")[0].strip()
         if request == "REQUEST: card":
-            return json.dumps({"decision": self.decision})
+            return msgspec.json.encode({"decision": self.decision}).decode()
         if request == "REQUEST: ask":
-            return json.dumps({"answer": self.answer})
+            return msgspec.json.encode({"answer": self.answer}).decode()
         if not self._opened:
             self._opened = True
-            return json.dumps({"say": self.opening})
+            return msgspec.json.encode({"say": self.opening}).decode()
         if self.closing is None or self.closing in message:
-            return json.dumps({"done": True})
-        return json.dumps({"say": "Please go on."})
+            return msgspec.json.encode({"done": True}).decode()
+        return msgspec.json.encode({"say": "Please go on."}).decode()
 
 
 #: The persona models ``--persona-model builtin:RULE`` names: a :class:`RulePersonaModel` deciding every card so.

@@ -42,7 +42,6 @@ import argparse
 import contextlib
 import hashlib
 import importlib.resources
-import json
 import sys
 import tempfile
 import uuid
@@ -509,7 +508,7 @@ class AirlineDomain:
         except ActionError as error:
             message = str(error)
             with contextlib.suppress(ValueError):  # a tool's error is the server's answer as JSON text
-                message = str(_tau2_content(json.loads(message)))
+                message = str(_tau2_content(msgspec.json.decode(message)))
             raise ActionError(message, code=error.code, hint=error.hint) from None
         return _tau2_content(answer)
 

@@ -575,7 +575,7 @@ class ChatAgent:
                 if event == "[DONE]":
                     break
                 try:
-                    chunk = json.loads(event)
+                    chunk = msgspec.json.decode(event)
                 except ValueError:
                     reason = f"{self._url}: a streamed event is not JSON: {event[:_QUOTE_LIMIT]!r}"
                     raise AgentError(self._redact(reason), status=status) from None

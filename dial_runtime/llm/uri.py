@@ -32,11 +32,12 @@ shown and put on a command line.
 
 from __future__ import annotations
 
-import json
 import os
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
+
+import msgspec
 
 from ..agents.scripted import ScriptedAgent
 from .chat import ChatAgent
@@ -125,7 +126,7 @@ def query_settings(uri: str, query: str) -> dict[str, Any]:
             if field in extra:
                 raise ValueError(f"agent URI {uri!r}: {name} is given twice")
             try:
-                extra[field] = json.loads(value)
+                extra[field] = msgspec.json.decode(value)
             except ValueError:
                 extra[field] = value
             continue

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -28,6 +27,7 @@ from typing import Any
 import anyio
 import attrs
 import httpx
+import msgspec
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.types import Message, Receive, Scope, Send
@@ -183,9 +183,9 @@ def _settings_from_environment() -> tuple[
             log=environ.get(_ENV["mcp_log"]) or None,
         )
     )
-    conversation = json.loads(environ.get(_ENV["conversation"]) or "{}")
-    allowed_hosts = json.loads(environ.get(_ENV["allowed_hosts"]) or "[]")
-    agent_options = json.loads(environ.get(_ENV["agent_options"]) or "{}")
+    conversation = msgspec.json.decode(environ.get(_ENV["conversation"]) or "{}")
+    allowed_hosts = msgspec.json.decode(environ.get(_ENV["allowed_hosts"]) or "[]")
+    agent_options = msgspec.json.decode(environ.get(_ENV["agent_options"]) or "{}")
     return environ[_ENV["agent"]], domain, environ[_ENV["store"]], conversation, allowed_hosts, agent_options
 
 
@@ -317,9 +317,9 @@ def serve(
     settings = {
         _ENV["agent"]: agent,
         _ENV["store"]: store,
-        _ENV["conversation"]: json.dumps(dict(conversation or {})),
-        _ENV["allowed_hosts"]: json.dumps(list(allowed_hosts)),
-        _ENV["agent_options"]: json.dumps(dict(agent_options or {})),
+        _ENV["conversation"]: msgspec.json.encode(dict(conversation or {})).decode(),
+        _ENV["allowed_hosts"]: msgspec.json.encode(list(allowed_hosts)).decode(),
+        _ENV["agent_options"]: msgspec.json.encode(dict(agent_options or {})).decode(),
     }
     if isinstance(domain, McpServer):
         settings.update(

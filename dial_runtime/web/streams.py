@@ -13,12 +13,12 @@ grace after its client leaves before it stops the run: neither fits a response t
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Protocol
 
 import anyio
+import msgspec
 from ag_ui.core import (
     BaseEvent,
     RunAgentInput,
@@ -73,7 +73,7 @@ class ChangeStream:
         self._heartbeat = heartbeat
 
     def _event(self, seq: int) -> bytes:
-        data = json.dumps({"threadId": self._thread, "seq": seq}, separators=(",", ":"))
+        data = msgspec.json.encode({"threadId": self._thread, "seq": seq}).decode()
         return f"event: changed\ndata: {data}\n\n".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

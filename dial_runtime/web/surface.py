@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
 import math
 import re
@@ -19,6 +18,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import anyio
+import msgspec
 from ag_ui.core import (
     BaseEvent,
     CustomEvent,
@@ -318,7 +318,7 @@ class WebSurface:
         if body is None:
             return json_error(413, f"the request body is over {DETACH_MAX_BODY} bytes")
         try:
-            named = json.loads(body)
+            named = msgspec.json.decode(body)
         except ValueError:
             named = None
         thread = named.get("threadId") if isinstance(named, dict) else None
@@ -466,7 +466,7 @@ class WebSurface:
         if body is None:
             return _LinkRefusal("too-large", f"the request body is over {self.settings.max_body} bytes").response()
         try:
-            named = json.loads(body)
+            named = msgspec.json.decode(body)
         except (ValueError, RecursionError):
             named = None
         if not isinstance(named, dict) or not named.keys() <= _DECISION_KEYS:
