@@ -38,7 +38,7 @@ from .mapping import encode_sse
 logger = logging.getLogger("dial_runtime.web")
 
 
-class Refused(Exception):
+class _Refused(Exception):
     """A run that cannot be taken: it ends with ``RUN_ERROR`` carrying ``code``."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -226,7 +226,7 @@ class EventStream:
                 with stop.scope:
                     try:
                         await self._drive(outbox.put, stop)
-                    except Refused as refusal:
+                    except _Refused as refusal:
                         outbox.put(RunErrorEvent(message=str(refusal), code=refusal.code))
                     except Exception as error:
                         logger.error("run of %s failed: %s", thread, type(error).__name__)

@@ -71,7 +71,7 @@ from ..views.person import Card, Notice, Projection, Question, project
 from .decide import LINK_VIA, REFUSAL_STATUS, decision_page
 from .guards import json_error, read_body
 from .mapping import EventMapper, interrupt_for, interrupt_id, item_view, messages_of
-from .streams import DETACH_MAX_BODY, ChangeStream, Detaches, EventStream, Refused, Runs, Stop
+from .streams import DETACH_MAX_BODY, ChangeStream, Detaches, EventStream, Runs, Stop, _Refused
 
 logger = logging.getLogger("dial_runtime.web")
 
@@ -675,20 +675,20 @@ class WebSurface:
                     if announcer is not None and before is not None:
                         outbox += await announcer.announcements(thread, before, mapper.projection.items)
         except ConversationBusy:
-            raise Refused("busy", "another run is driving this conversation; try again") from None
+            raise _Refused("busy", "another run is driving this conversation; try again") from None
         except AlreadyDecided as error:  # what the plan decides ended before its call came (the call says why)
             raise _already(error) from None
         except PayloadChanged as error:
-            raise Refused("digest-mismatch", f"{error}; reload") from None
+            raise _Refused("digest-mismatch", f"{error}; reload") from None
         except Exception:
             unsent = _unanswered(mapper.projection, after=opened_at, what="send-failed")
             if unsent is None:
                 raise
-            raise Refused("no-reply", unsent.text) from None
+            raise _Refused("no-reply", unsent.text) from None
         if last is not None and last.status == "no-reply":
             late = _unanswered(mapper.projection, after=opened_at, what="no-reply")
             assert late is not None, "a call that ends no-reply logs why"
-            raise Refused("no-reply", late.text)
+            raise _Refused("no-reply", late.text)
         await self._schedule(thread, conversation)
         log = conversation.log
         emit(self._finished(run, principal, conversation, mapper.projection, stored=log[-1].seq if log else 0))
@@ -824,7 +824,7 @@ class WebSurface:
         seen: set[str] = set()
         for entry in resume:
             if entry.interrupt_id in seen:
-                raise Refused("invalid-resume", f"interrupt {entry.interrupt_id!r} is answered twice")
+                raise _Refused("invalid-resume", f"interrupt {entry.interrupt_id!r} is answered twice")
             seen.add(entry.interrupt_id)
             subject = waiting.get(entry.interrupt_id)
             if subject is None and entry.status == "cancelled":
@@ -838,7 +838,7 @@ class WebSurface:
                     cancelled.append(subject)
                 continue
             if not self._may_decide(principal, subject):
-                raise Refused("forbidden", f"{principal} may not decide {subject.id!r}")
+                raise _Refused("forbidden", f"{principal} may not decide {subject.id!r}")
             plan.steps.append(_resolution(entry, subject, principal, roles))
             resolved.add(subject.id)
         if words is not None:
@@ -847,7 +847,7 @@ class WebSurface:
             ]
             if barred:
                 names = ", ".join(repr(each) for each in barred)
-                raise Refused(
+                raise _Refused(
                     "awaiting-reviewer",
                     f"{principal} may not decide {names}, which new words would supersede; "
                     "say it once that is decided",
@@ -869,31 +869,31 @@ class WebSurface:
 def _resolution(
     entry: ResumeEntry, subject: Suggestion | Ask, principal: str, roles: frozenset[str] = frozenset()
 ) -> _Step:
-    """The call a ``resolved`` resume entry makes; ``Refused`` for a payload it cannot take."""
+    """The call a ``resolved`` resume entry makes; ``_Refused`` for a payload it cannot take."""
     payload = entry.payload
     if not isinstance(payload, dict):
-        raise Refused("invalid-resume", f"interrupt {entry.interrupt_id!r}: the payload must be an object")
+        raise _Refused("invalid-resume", f"interrupt {entry.interrupt_id!r}: the payload must be an object")
     if isinstance(subject, Ask):
         answer = payload.get("answer")
         if not isinstance(answer, str):
-            raise Refused(
+            raise _Refused(
                 "invalid-resume", f"interrupt {entry.interrupt_id!r}: give the answer as {{answer: text}}"
             )
         values = [option.value for option in subject.options]
         if values and answer not in values:
-            raise Refused(
+            raise _Refused(
                 "invalid-resume", f"interrupt {entry.interrupt_id!r}: the answer must be one of {values}"
             )
         ask_id = subject.id
         return _Step(lambda conversation: conversation.answer(ask_id, answer, by=principal))
     approved = payload.get("approved")
     if not isinstance(approved, bool):
-        raise Refused("invalid-resume", f"interrupt {entry.interrupt_id!r}: give {{approved: true|false}}")
+        raise _Refused("invalid-resume", f"interrupt {entry.interrupt_id!r}: give {{approved: true|false}}")
     digest = payload.get("digest")
     if digest is not None and not isinstance(digest, str):
-        raise Refused("invalid-resume", f"interrupt {entry.interrupt_id!r}: the digest must be text")
+        raise _Refused("invalid-resume", f"interrupt {entry.interrupt_id!r}: the digest must be text")
     if digest is not None and digest != subject.digest:
-        raise Refused(
+        raise _Refused(
             "digest-mismatch", f"{PayloadChanged(subject.id, shown=digest, waiting=subject.digest)}; reload"
         )
     decision: Accept | Edit | Dismiss
@@ -911,16 +911,16 @@ def _resolution(
     )
 
 
-def _unknown(interrupt: str, waiting: Iterable[Suggestion | Ask], seen: Projection) -> Refused:
+def _unknown(interrupt: str, waiting: Iterable[Suggestion | Ask], seen: Projection) -> _Refused:
     """Why a resume names an interrupt that does not wait: replaced after a refused edit, decided elsewhere (by
     whom), ended otherwise, or never asked."""
     subject = _subject_of(interrupt, seen)
     if any(each.id == subject for each in waiting):
-        return Refused("stale-interrupt", f"interrupt {interrupt!r} was replaced after a refused edit; reload")
+        return _Refused("stale-interrupt", f"interrupt {interrupt!r} was replaced after a refused edit; reload")
     ended = None if subject is None else seen.already_decided(subject)
     if ended is not None:
         return _already(ended)
-    return Refused("unknown-interrupt", f"no interrupt {interrupt!r} waits in this conversation")
+    return _Refused("unknown-interrupt", f"no interrupt {interrupt!r} waits in this conversation")
 
 
 def _subject_of(interrupt: str, seen: Projection) -> str | None:
@@ -943,9 +943,9 @@ def _unanswered(seen: Projection, *, after: int, what: str) -> Notice | None:
     return None
 
 
-def _already(error: AlreadyDecided) -> Refused:
+def _already(error: AlreadyDecided) -> _Refused:
     """The ``already-decided`` refusal, saying by whom and how."""
-    return Refused("already-decided", f"{error}; reload")
+    return _Refused("already-decided", f"{error}; reload")
 
 
 def new_words(run: RunAgentInput) -> str | None:

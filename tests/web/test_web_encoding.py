@@ -22,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_core import PydanticSerializationError
 
-from dial_runtime.web.streams import Outbox
 from dial_runtime.web.mapping import encode_sse
+from dial_runtime.web.streams import Outbox
 
 #: Any text a string holds but a lone surrogate (which neither encoder can write in UTF-8): control characters,
 #: quotes, backslashes, line and paragraph separators, characters past the Basic Multilingual Plane.
