@@ -806,9 +806,6 @@ class Notifications:
         except ValueError as error:
             raise ValueError(f"Notifications: {error}") from None
         self.notifiers: tuple[Notifier, ...] = tuple(notifiers)
-        self.attempts = attempts
-        self.backoff = backoff
-        self.max_backoff = max_backoff
         self.attempt_timeout = attempt_timeout
         self.permanent = permanent
         self.undelivered: deque[Undelivered] = deque(maxlen=keep)
@@ -840,7 +837,7 @@ class Notifications:
 
         def retrying(tried: int, failed: BaseException, wait: str) -> None:
             logger.warning(
-                "%s failed (attempt %d of %d): %s; retrying in %s", about, tried, self.attempts, failed, wait
+                "%s failed (attempt %d of %d): %s; retrying in %s", about, tried, self.retry.attempts, failed, wait
             )
 
         def retried(failed: BaseException) -> bool:

@@ -308,10 +308,8 @@ class ChatAgent:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.system_prompt = system_prompt
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self._retry = RetryPolicy(attempts=max_retries + 1, backoff=backoff, max_backoff=max_backoff)
+        #: How transient failures are retried: ``max_retries`` retries after the first try.
+        self.retry = RetryPolicy(attempts=max_retries + 1, backoff=backoff, max_backoff=max_backoff)
         self._url = f"{self.base_url}/chat/completions"
         #: Why the tries of the message being sent have failed so far (the last one's reason and how many there
         #: were), while it is retried; ``None`` until one fails (each message starts afresh). What a conversation
@@ -481,13 +479,13 @@ class ChatAgent:
         raise AgentError(f"{self._url} answered HTTP {status}: {message}", status=status)
 
     def _tries(self) -> Tries:
-        return self._retry.tries(_is_transient, asked=_asked_wait, on_retry=self._retrying)
+        return self.retry.tries(_is_transient, asked=_asked_wait, on_retry=self._retrying)
 
     def _retrying(self, tried: int, error: BaseException, wait: str) -> None:
         """Before a retry: what ``last_failure`` says meanwhile, and one log line."""
         reason = error.reason if isinstance(error, _Transient) else str(error)
         self.last_failure = reason if tried == 1 else f"{reason} (each of {tried} tries)"
-        logger.info("%s: %s; retry %d of %d in %s", self._url, reason, tried, self.max_retries, wait)
+        logger.info("%s: %s; retry %d of %d in %s", self._url, reason, tried, self.retry.attempts - 1, wait)
 
     def _gave_up(self, tries: Tries, failure: _Transient) -> AgentError:
         """The error of a message whose tries ran out."""

@@ -15,7 +15,7 @@ import pytest
 from ..terminal.test_terminal import Terminal
 from ..web.test_serve_docs import resolved
 from ..web.test_web_serve import serving_in_a_terminal
-from ..web_server import decode, run_input
+from ..web_server import decode, run_input, stored_log
 from .pages import DOCS, blocks
 
 TUTORIAL = DOCS / "tutorial.md"
@@ -69,5 +69,6 @@ def test_the_web_panel_step(folder: Path) -> None:
         statuses = [(each["action"], each["status"]) for each in results]
         assert statuses == [("add-task", "done"), ("list-tasks", "done")]
         assert results[-1]["result"] == {"water the plants": False}
-        # Read back from the SQLite file the tutorial named: the conversation outlives the request.
-        assert (folder / "tasks.db").exists()
+    # Kept in the SQLite file the tutorial named: the conversation outlives the server.
+    stored = stored_log(folder / "tasks.db", "tutorial")
+    assert [entry.event.status for entry in stored if entry.event.type == "outcome"] == ["done", "done"]
