@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from .._command import _usage
 from ..domains.loading import load_domain
 from ..runtime.events import LogEntry
 from ..stores.urls import read_log
-from .common import STORE_HELP, add_stream_deadlines, read_log_file
+from .common import STORE_HELP, read_log_file
+
+#: The deadlines a replay was once told, and now reads from the log.
+_RECORDED = ("timeout", "reply_timeout", "idle_timeout", "decide_timeout")
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -21,6 +25,12 @@ def _replay(args: argparse.Namespace) -> int:
         _usage("replaying from a store needs the conversation's ID")
     else:
         conversation_id, entries = args.id, read_log(args.store, args.id)
+    unused = [f"--{name.replace('_', '-')}" for name in _RECORDED if getattr(args, name) is not None]
+    if unused:
+        print(
+            f"dial-runtime replay: {', '.join(unused)}: no longer needed, the log records each deadline",
+            file=sys.stderr,
+        )
     if args.recheck and args.domain is None:
         _usage("replay --recheck asks the domain again: name it with --domain")
     report = replay(
@@ -29,10 +39,6 @@ def _replay(args: argparse.Namespace) -> int:
         recheck=args.recheck,
         conversation_id=conversation_id,
         max_turns=args.max_turns,
-        timeout=args.timeout,
-        reply_timeout=args.reply_timeout,
-        idle_timeout=args.idle_timeout,
-        decide_timeout=args.decide_timeout,
     )
     print(report)
     return 0 if report.ok else 1
@@ -58,13 +64,8 @@ def register(commands: Any) -> None:
         help="module:factory; factory() returns the domain (its flow; with --recheck its verdicts)",
     )
     replaying.add_argument("--max-turns", type=int, default=8, metavar="N", help="as recorded (default: 8)")
-    replaying.add_argument(
-        "--timeout", type=float, default=90.0, metavar="S", help="seconds per reply, as recorded (default: 90)"
-    )
-    add_stream_deadlines(replaying, ", as recorded")
-    replaying.add_argument(
-        "--decide-timeout", type=float, metavar="S", help="seconds per decision, as recorded (default: none)"
-    )
+    for name in _RECORDED:  # accepted and unused until the next release: the log records each deadline
+        replaying.add_argument(f"--{name.replace('_', '-')}", type=float, help=argparse.SUPPRESS)
     replaying.add_argument(
         "--recheck",
         action="store_true",

@@ -172,7 +172,7 @@ STARTING = TURN_LOOP.sources("start_turn")
 #: as TURNING is, for the check every call makes.
 BEGINNING = TURN_LOOP.sources("begin")
 
-#: Where :meth:`ConversationCore.context_in` finds the context in a composed message (a private-use character).
+#: Where :meth:`ConversationCore.context_span` finds the context in a composed message (a private-use character).
 _SLOT = "\ue000"
 
 #: The phatic signal with which an agent ends the conversation.
@@ -358,7 +358,19 @@ def _text_attribute(error: BaseException, name: str) -> str | None:
 class _Stream:
     """A streamed reply as it arrives: its parser, the elements complete so far, and how it went."""
 
-    __slots__ = ("at", "cut", "elements", "ended", "failure", "held", "logged", "parser", "several", "started")
+    __slots__ = (
+        "at",
+        "cut",
+        "elements",
+        "ended",
+        "failure",
+        "handled_at",
+        "held",
+        "logged",
+        "parser",
+        "several",
+        "started",
+    )
 
     def __init__(self) -> None:
         self.parser = StreamParser()
@@ -373,6 +385,7 @@ class _Stream:
         self.cut: ReplyCutEvent | None = None  # why the reply stopped before its end
         self.several = 0  # the envelopes with content of a reply that holds more than one
         self.logged = 0  # how much of the reply's text ``reply-progress`` events hold
+        self.handled_at: int | None = None  # how much had arrived when elements were last handled before the end
 
 
 class ConversationCore:
@@ -645,7 +658,15 @@ class ConversationCore:
                         raise
                     if isinstance(answer, NoReply):
                         self.stream = None
-                        self.record(NoReplyEvent(turn=send.turn, error=no_reply_words(answer), cause=answer.cause))
+                        self.record(
+                            NoReplyEvent(
+                                turn=send.turn,
+                                error=no_reply_words(answer),
+                                cause=answer.cause,
+                                seconds=answer.timeout,
+                                call=answer.call,
+                            )
+                        )
                         break
                     if isinstance(answer, Streamed):
                         yield from self._streamed(send.turn, answer)
@@ -676,17 +697,18 @@ class ConversationCore:
     def _message(self, words: str, context: object) -> Send:
         """The next turn's message, on the log as sent (see :meth:`_compose`)."""
         turn = self.state.turn + 1
-        message = self._compose(words, context)
+        message, span = self._compose(words, context)
         # The message's id (none without a conversation id): the conversation's and the number of the reply it
         # asks for, so a message sent again because no reply to it reached the log (a crash, a deadline, a failed
         # send) has the id of the first copy.
         named = self.conversation_id
         message_id = None if named is None else f"{named}/reply-{self.state.replies + 1}"
-        self.record(SentEvent(turn=turn, message=message, message_id=message_id))
+        self.record(SentEvent(turn=turn, message=message, message_id=message_id, context=span))
         return Send(message=message, turn=turn, message_id=message_id)
 
-    def _compose(self, words: str, context: object) -> str:
-        """The message of a turn: outcomes and refusals owed, the domain's context, then the words."""
+    def _compose(self, words: str, context: object) -> tuple[str, tuple[int, int] | None]:
+        """The message of a turn: outcomes and refusals owed, the domain's context, then the words; and where the
+        context stands in it (``None``: the domain gave none)."""
         state = self.state
         parts = []
         if state.owed_outcomes:
@@ -695,24 +717,28 @@ class ConversationCore:
             parts.append(refusal_reply(refusal.reply_id, refusal.reason))
         for correction in state.owed_corrections:
             parts.append(correction_reply(f"reply-{state.replies}", correction))
+        span = None
         if context:
-            parts.append(str(context))
+            text = str(context)
+            start = sum(map(len, parts)) + 2 * len(parts)  # each part before it, and the blank line after each
+            span = (start, start + len(text))
+            parts.append(text)
         if self.flow is not None:
             parts.append(self.flow.context(self._flow_state()))
         spoken = (*state.owed_words, words) if words else state.owed_words
         if spoken:
             parts.append("\n\n".join(spoken))
-        return "\n\n".join(parts)
+        return "\n\n".join(parts), span
 
-    def context_in(self, message: str, words: str) -> str | None:
-        """The domain's context that ``message``, composed by this core for the next turn with ``words``, holds
-        (how a replay answers :data:`GET_CONTEXT` from a recorded message); ``None`` when it holds none, or is not
-        a message this core composes now."""
-        if message == self._compose(words, None):
+    def context_span(self, message: str, words: str) -> tuple[int, int] | None:
+        """Where the domain's context stands in ``message``, composed by this core for the next turn with
+        ``words`` (how a log written before ``sent`` events held it is read: :mod:`.upgrade`); ``None`` when it
+        holds none, or is not a message this core composes now."""
+        if message == self._compose(words, None)[0]:
             return None
-        before, _, after = self._compose(words, _SLOT).partition(_SLOT)
+        before, _, after = self._compose(words, _SLOT)[0].partition(_SLOT)
         if len(message) > len(before) + len(after) and message.startswith(before) and message.endswith(after):
-            return message[len(before) : len(message) - len(after)]
+            return (len(before), len(message) - len(after))
         return None
 
     # --- a streamed reply --------------------------------------------------------------------------------------
@@ -809,7 +835,7 @@ class ConversationCore:
         elif not stream.started:
             stream.started = True
             self.record(ReplyStartedEvent(turn=turn))
-        self.record(ReplyEvent(turn=turn, text=stream.parser.text))
+        self.record(ReplyEvent(turn=turn, text=stream.parser.text, handled_at=stream.handled_at))
         if stream.cut is not None:
             self.record(stream.cut)
 
@@ -849,6 +875,8 @@ class ConversationCore:
                 stream.several = several
                 break
             if index < ready:
+                if not stream.ended:
+                    stream.handled_at = len(parser.text)
                 index = yield from self._handle(arrived, index, ready)
                 continue
             if stream.ended:
@@ -1076,8 +1104,10 @@ class ConversationCore:
         if spec.mutates and not spec.handoff and not spec.repeatable:
             done_before = self.state.last_done(opened.action, opened.payload)
         now = self.clock()
-        seconds = spec.deadline if spec.deadline is not None else self.decide_timeout
         waits = spec.mutates and not spec.handoff
+        seconds = (spec.deadline if spec.deadline is not None else self.decide_timeout) if waits else None
+        remind_after = spec.remind_after if waits else None
+        escalate_after = spec.escalate_after if waits else None
         policy = spec.policy if waits else None
         self.record(
             SuggestionEvent(
@@ -1090,12 +1120,15 @@ class ConversationCore:
                 mutates=spec.mutates,
                 handoff=spec.handoff,
                 done_before=done_before,
-                deadline=now + seconds if waits and seconds is not None else None,
+                deadline=None if seconds is None else now + seconds,
                 policy=policy,
                 asked_by=self.state.speaker if policy is not None and policy.separation else None,
-                remind_at=now + spec.remind_after if waits and spec.remind_after is not None else None,
-                escalate_at=now + spec.escalate_after if waits and spec.escalate_after is not None else None,
-                escalate_to=tuple(sorted(spec.escalate_to)) if waits and spec.escalate_after is not None else (),
+                remind_at=None if remind_after is None else now + remind_after,
+                escalate_at=None if escalate_after is None else now + escalate_after,
+                escalate_to=() if escalate_after is None else tuple(sorted(spec.escalate_to)),
+                deadline_after=seconds,
+                remind_after=remind_after,
+                escalate_after=escalate_after,
             ),
             now,
         )

@@ -66,22 +66,27 @@ class SentEvent(_Logged, frozen=True, kw_only=True, tag="sent", omit_defaults=Tr
 
     ``message_id`` (a conversation with an id: ``"<conversation id>/reply-<n>"``, ``n`` the number of the reply it
     asks for) is the same for a message sent again because no reply to it reached the log (a crash, a deadline, a
-    failed send), so the agent's side can tell a copy sent again from a new message.
+    failed send), so the agent's side can tell a copy sent again from a new message. ``context`` is where the
+    domain's context for this turn stands in ``message`` (start and end, in characters), when it gave one.
     """
 
     type: ClassVar[str] = "sent"
     turn: int
     message: str
     message_id: str | None = None
+    context: tuple[int, int] | None = None
 
 
-class ReplyEvent(_Logged, frozen=True, kw_only=True, tag="reply"):
+class ReplyEvent(_Logged, frozen=True, kw_only=True, tag="reply", omit_defaults=True):
     """The agent's raw reply arrived (whole: a streamed reply is reported when its last chunk is in);
-    everything the message carried counts as delivered."""
+    everything the message carried counts as delivered. ``handled_at``: of a streamed reply whose informs or
+    acknowledges were handled before its end (each is shown as it completes), how much of ``text`` had arrived
+    (in characters) when that last happened; ``None`` when nothing was."""
 
     type: ClassVar[str] = "reply"
     turn: int
     text: str
+    handled_at: int | None = None
 
 
 class ReplyStartedEvent(_Logged, frozen=True, kw_only=True, tag="reply-started"):
@@ -168,6 +173,9 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
     who must approve it (:class:`~dial_runtime.ApprovalPolicy`), and ``asked_by`` whose words asked for it, when
     the policy separates them from its approvers. ``remind_at`` and ``escalate_at`` are when the deciders are
     reminded and when it escalates to the deciders holding ``escalate_to`` (seconds since the epoch).
+    ``deadline_after``, ``remind_after`` and ``escalate_after`` are the same times as the seconds they were given
+    in (the action's, or the conversation's ``decide_timeout``): what the domain answered, so a replay answers
+    the same.
     """
 
     type: ClassVar[str] = "suggestion"
@@ -187,6 +195,9 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
     remind_at: float | None = None
     escalate_at: float | None = None
     escalate_to: tuple[str, ...] = ()
+    deadline_after: float | None = None
+    remind_after: float | None = None
+    escalate_after: float | None = None
 
 
 class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outcome", omit_defaults=True):
@@ -223,12 +234,16 @@ class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outco
 
 class NoReplyEvent(_Logged, frozen=True, kw_only=True, tag="no-reply", omit_defaults=True):
     """The agent did not answer within the deadline; what it was not told stays owed. ``error`` says so in
-    words, with ``cause``: why the agent's tries failed meanwhile, when it said."""
+    words, with ``cause``: why the agent's tries failed meanwhile, when it said; ``seconds``: the deadline's
+    length, and ``call``: whether it was the call's budget of time for the agent rather than the wait for this
+    reply (``None`` and false in logs written before they were recorded)."""
 
     type: ClassVar[str] = "no-reply"
     turn: int
     error: str
     cause: str | None = None
+    seconds: float | None = None
+    call: bool = False
 
 
 class TurnLimitEvent(_Logged, frozen=True, kw_only=True, tag="turn-limit"):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, get_args
 
 import attrs
@@ -947,28 +947,6 @@ ADMITTED: dict[str, dict[type, Callable[[ConversationState, Any], None]]] = {
     }
     for life in LIFE.states
 }
-
-
-def upgraded(events: Sequence[Event], times: Sequence[float]) -> list[Event]:
-    """A log's events (at ``times``) in the shape this version writes them: each outcome of a log written before
-    outcomes recorded their trigger gets the trigger the fold reads from its status (the one upgrade step, for a
-    reader that compares events with those the core records now, as replay does). From an entry the fold
-    refuses on, the events are returned as they are."""
-    state = ConversationState()
-    found: list[Event] = []
-    for index, (event, time) in enumerate(zip(events, times, strict=True)):
-        state.now = time
-        if type(event) is OutcomeEvent and event.trigger is None:
-            opened = state.open_suggestions.get(event.id)
-            if opened is not None and opened.state not in SUGGESTION.finals:
-                trigger = _recorded_before_triggers(opened.state, event, state.instead)
-                event = msgspec.structs.replace(event, trigger=trigger)
-        try:
-            state.apply(event)
-        except (_Refusal, IllegalTransition):
-            return [*found, *events[index:]]
-        found.append(event)
-    return found
 
 
 def checked_entry(entry: object, expected_seq: int) -> LogEntry:

@@ -7,7 +7,8 @@ those that got a reply, with the extent of the call's part that follows them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import msgspec
 
@@ -22,7 +23,7 @@ from ..runtime.events import (
     SentEvent,
 )
 
-__all__ = ["AnsweredTurn", "answered_turns", "call_starts"]
+__all__ = ["AnsweredTurn", "TurnNumbers", "answered_turns", "call_starts"]
 
 
 def call_starts(events: Sequence[Event]) -> list[int]:
@@ -74,3 +75,29 @@ def answered_turns(entries: Sequence[LogEntry]) -> list[AnsweredTurn]:
         if reply is not None:
             found.append(AnsweredTurn(index, end, message.turn, message.message, reply.text))
     return found
+
+
+class TurnNumbers:
+    """Numbers events (compared forms, fed a call at a time) by turn the way the runtime does: a ``say`` starts
+    at turn 0, each message sent starts the turn it names, and a ``decide``, ``answer`` or ``resume`` goes on in
+    the turn whose reply is being handled."""
+
+    def __init__(self) -> None:
+        self.turn = 0
+        self.ended = False
+        self.sent = 0  # the messages numbered so far
+
+    def number(self, events: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+        """``events`` (one call's), by the turn each belongs to."""
+        turns: dict[int, list[dict[str, Any]]] = {}
+        for event in events:
+            kind = event["type"]
+            if kind == "said" and not self.ended:
+                self.turn = 0
+            elif kind == "sent":
+                self.turn = event["turn"]
+                self.sent += 1
+            elif kind == "ended":
+                self.ended = True
+            turns.setdefault(self.turn, []).append(event)
+        return turns

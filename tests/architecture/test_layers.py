@@ -239,12 +239,6 @@ def test_the_graph_sees_every_kind_of_import() -> None:
 
 # --- who tells one event from another -------------------------------------------------------------------------
 
-#: Modules outside the core and the views that still tell events apart, each with why; the test fails once one
-#: no longer does, so the entry goes too.
-KNOWN_EVENT_READERS: dict[str, str] = {
-    "driver.replay": "rebuilds the driver's answers from what the core recorded, until the answers are logged",
-}
-
 
 def _event_names() -> tuple[frozenset[str], frozenset[str]]:
     """The class names of the logged events, and their type tags."""
@@ -293,10 +287,7 @@ def test_only_the_core_and_the_views_tell_events_apart() -> None:
         lines = _reads_events(ast.parse(path.read_text(encoding="utf-8")), classes, tags)
         if lines:
             readers[module] = lines
-    unexpected = {module: lines for module, lines in readers.items() if module not in KNOWN_EVENT_READERS}
-    assert not unexpected, f"modules that test an event's type (read a view instead): {unexpected}"
-    gone = sorted(set(KNOWN_EVENT_READERS) - set(readers))
-    assert not gone, f"no longer reading events, drop from KNOWN_EVENT_READERS: {gone}"
+    assert not readers, f"modules that test an event's type (read a view instead): {readers}"
 
 
 def test_the_event_reader_check_sees_each_kind_of_test() -> None:

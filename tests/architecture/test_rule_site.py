@@ -22,7 +22,8 @@ from dial_runtime.errors import LogError
 from dial_runtime.runtime.core import ConversationCore
 from dial_runtime.runtime.effects import Answer, Consult, LookUp, Ran, Replied, Review, Reviewed, RunAction, Send
 from dial_runtime.runtime.events import ApprovalRefusedEvent, DecidedEvent, LogEntry
-from dial_runtime.runtime.state import ConversationState, fold_log, upgraded
+from dial_runtime.runtime.state import ConversationState, fold_log
+from dial_runtime.runtime.upgrade import upgraded
 from dial_runtime.statemachines import DECISION_REFUSALS
 from tests.architecture.test_layers import PACKAGE
 
@@ -292,6 +293,10 @@ def fold_log_state(entries: list[LogEntry]) -> ConversationState:
 def test_the_upgrade_step_gives_an_old_log_the_triggers_a_new_one_records() -> None:
     for decision in (Accept(), Dismiss(), Say("later"), None):
         entries = _outcomes_after(decision, SUGGEST if decision is not None else UNUSABLE)
-        events, times = [entry.event for entry in entries], [entry.time for entry in entries]
-        old = [_replace(event, trigger=None) if event.type == "outcome" else event for event in events]
-        assert upgraded(old, times) == events
+        old = [
+            LogEntry(seq=e.seq, time=e.time, event=_replace(e.event, trigger=None))
+            if e.event.type == "outcome"
+            else e
+            for e in entries
+        ]
+        assert upgraded(old) == entries

@@ -276,7 +276,7 @@ def test_the_recordings_hold_what_they_are_for() -> None:
 async def test_every_recording_replays_without_a_difference(name: str) -> None:
     entries = recording(name)
     # the demo's domain checks a note exists before removing it: its state must move as it did, so it runs
-    report = replay(entries, domain=NotesDomain(), **OPTIONS[name])
+    report = replay(entries, domain=NotesDomain())
     assert report.divergences == ()
     assert report.ok
     assert report.calls == CALLS[name]
@@ -486,13 +486,10 @@ async def test_failures_are_replayed_as_they_happened() -> None:
     entries = recording("failures")
     raised = [e.event for e in entries if e.event.type == "send-failed"]
     assert [e.error for e in raised] == ["ConnectionError: the line went dead"]
-    # a longer deadline names itself in the no-reply: the replay must use the recording's
-    report = replay(entries, domain=NotesDomain(), timeout=0.07)
-    (only,) = report.divergences
-    assert (only.call, only.turn, only.recorded and only.recorded["type"]) == (2, 1, "no-reply")
-    assert str(only).endswith(
-        'error recorded "The agent didn\'t reply within 0.05s", replayed "The agent didn\'t reply within 0.07s"'
-    )
+    # the log holds each deadline: a replay given another one (no longer needed) is told so, and uses the log's
+    with pytest.warns(DeprecationWarning, match="timeout no longer needed"):
+        report = replay(entries, domain=NotesDomain(), timeout=0.07)
+    assert report.ok, str(report)
 
 
 def test_a_divergence_reads_as_one_line_per_side() -> None:
@@ -512,10 +509,8 @@ def test_a_divergence_reads_as_one_line_per_side() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_no_reply_needs_a_timeout_and_a_log_must_begin_with_a_call() -> None:
+async def test_a_log_must_begin_with_a_call() -> None:
     entries = recording("failures")
-    with pytest.raises(ValueError, match="the recording has a no-reply"):
-        replay(entries, domain=NotesDomain(), timeout=None)
     with pytest.raises(ValueError, match="the log begins with a 'sent' event, not with a call"):
         replay(entries[1:], domain=NotesDomain())
 

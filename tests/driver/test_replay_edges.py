@@ -211,7 +211,7 @@ async def test_every_way_a_call_ends_replays_identical(name: str, streamed: bool
     if name.startswith("cut"):
         (refused,) = [entry.event for entry in log if entry.event.type == "reply-refused"]
         assert refused.reason.startswith(f"the reply was cut: the {name.split('-')[-2]} deadline passed")
-    report = replay(log, domain=NotesDomain(), timeout=5.0)
+    report = replay(log, domain=NotesDomain())
     assert report.divergences == (), str(report)
 
 

@@ -241,5 +241,5 @@ async def test_a_log_with_expiries_replays_without_a_difference() -> None:
     await conversation.expire_due()
     await conversation.say("and eggs")
     assert [e.event.type for e in conversation.log].count("outcome") == 1
-    report = replay(conversation.log, conversation_id="c-1", decide_timeout=1)
+    report = replay(conversation.log, conversation_id="c-1")
     assert report.divergences == ()
