@@ -57,6 +57,7 @@ __all__ = [
     "Reply",
     "comparable",
     "recorded_raise",
+    "same_events",
     "split_streamed_reply",
 ]
 
@@ -446,6 +447,23 @@ def _failure(cut: ReplyCutEvent) -> Exception | None:
 
 
 # --- comparing a replay with its recording --------------------------------------------------------------------
+
+
+def same_events(recorded: Sequence[Event], replayed: Sequence[Event], *, with_ids: bool, with_keys: bool) -> bool:
+    """Whether a replayed call recorded exactly the recording's events, as :func:`comparable` compares them: the
+    quick check a replay makes before it looks for where they differ."""
+    if len(recorded) != len(replayed):
+        return False
+    for theirs, ours in zip(recorded, replayed, strict=True):
+        if theirs == ours:
+            continue
+        if not with_ids and isinstance(theirs, SentEvent) and isinstance(ours, SentEvent):
+            theirs = msgspec.structs.replace(theirs, message_id=ours.message_id)
+        elif not with_keys and isinstance(theirs, ActionStartedEvent) and isinstance(ours, ActionStartedEvent):
+            theirs = msgspec.structs.replace(theirs, key=ours.key)
+        if theirs != ours:
+            return False
+    return True
 
 
 def comparable(event: Event, *, with_ids: bool, with_keys: bool) -> dict[str, Any]:

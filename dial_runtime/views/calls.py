@@ -87,6 +87,19 @@ class TurnNumbers:
         self.ended = False
         self.sent = 0  # the messages numbered so far
 
+    def pass_over(self, events: Iterable[Event]) -> None:
+        """Go on past ``events`` (one call's) without numbering them (a replay does so for a call it found the
+        same as its recording)."""
+        for event in events:
+            if isinstance(event, SaidEvent):
+                if not self.ended:
+                    self.turn = 0
+            elif isinstance(event, SentEvent):
+                self.turn = event.turn
+                self.sent += 1
+            elif isinstance(event, EndedEvent):
+                self.ended = True
+
     def number(self, events: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
         """``events`` (one call's), by the turn each belongs to."""
         turns: dict[int, list[dict[str, Any]]] = {}
