@@ -5,8 +5,13 @@ agent's acknowledgement; two turns) is held once to warm up, then again under a 
 Python call and return, which of the package's modules is executing. A hand-off is a change from one package
 module to another; frames of other libraries (trio, msgspec, the standard library) are skipped, so a call from
 the driver into trio and back counts nothing, and a call from the core into the fold and back counts two. Reports
-the hand-offs, the modules involved, the events logged and the effects the core yielded, and the pairs of
-modules that hand off most.
+the hand-offs, the modules involved, the events logged, and the pairs of modules that hand off most.
+
+``layer_handoffs`` counts the same way between the layers the package's folders draw (``language``,
+``statemachines``, ``runtime``: the core and its fold, ``views``, ``driver``, ``domains``, ...): how often the
+trail leaves one folder for another, which is what a reader following it with "go to definition" pays for. Inside
+``runtime`` the core hands each event to the fold and back, once per event, by design (the one place a rule
+fires), and that is counted by ``handoffs``, not by ``layer_handoffs``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ def count(top: int) -> dict[str, Any]:
     trio.run(conversation([SUGGESTION_REPLY, ACKNOWLEDGE_REPLY]).say, "add a note: buy milk")  # warm up
     held = conversation([SUGGESTION_REPLY, ACKNOWLEDGE_REPLY])
     pairs: collections.Counter[tuple[str, str]] = collections.Counter()
+    layers: collections.Counter[tuple[str, str]] = collections.Counter()
     modules: set[str] = set()
     current: list[str | None] = [None]
 
@@ -41,8 +47,11 @@ def count(top: int) -> dict[str, Any]:
         if not (name == PACKAGE or name.startswith(PACKAGE + ".")):
             return
         modules.add(name)
-        if current[0] is not None and current[0] != name:
-            pairs[(current[0], name)] += 1
+        before = current[0]
+        if before is not None and before != name:
+            pairs[(before, name)] += 1
+            if _layer(before) != _layer(name):
+                layers[(_layer(before), _layer(name))] += 1
         current[0] = name
 
     sys.setprofile(hook)
@@ -54,13 +63,21 @@ def count(top: int) -> dict[str, Any]:
     return {
         "benchmark": "handoffs",
         "handoffs": sum(pairs.values()),
+        "layer_handoffs": sum(layers.values()),
         "modules": len(modules),
         "events": events,
         "busiest": [
             {"from": a.removeprefix(PACKAGE + "."), "to": b.removeprefix(PACKAGE + "."), "times": n}
             for (a, b), n in pairs.most_common(top)
         ],
+        "busiest_layers": [{"from": a, "to": b, "times": n} for (a, b), n in layers.most_common(top)],
     }
+
+
+def _layer(module: str) -> str:
+    """The folder of the package that ``module`` is in (the package itself for a top-level module)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 else PACKAGE
 
 
 def main() -> None:

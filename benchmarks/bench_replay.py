@@ -94,7 +94,9 @@ class Side:
         line = self.process.stdout.readline()
         if not line:
             error = self.process.stderr.read() if self.process.stderr is not None else ""
-            raise CompareError(f"a side stopped: {error.strip().splitlines()[-1] if error.strip() else 'no output'}")
+            raise CompareError(
+                f"a side stopped: {error.strip().splitlines()[-1] if error.strip() else 'no output'}"
+            )
         return float(line)
 
     def close(self) -> None:
@@ -106,7 +108,9 @@ class Side:
             self.process.kill()
 
 
-def pairs_of(base_tree: Path, new_tree: Path, conversations: int, rounds: int, passes: int) -> list[tuple[float, float]]:
+def pairs_of(
+    base_tree: Path, new_tree: Path, conversations: int, rounds: int, passes: int
+) -> list[tuple[float, float]]:
     pairs = []
     for _ in range(rounds):
         seed = random.randrange(1, 2**32)

@@ -54,7 +54,7 @@ from ..runtime.effects import (
 )
 from ..runtime.events import Event, InformDeltaEvent, LogEntry
 from ..runtime.flow import FlowRules
-from ..runtime.records import ActionSpec, Ask, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
+from ..runtime.records import ActionSpec, Ask, Issue, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
 from ..statemachines import CALL
 from ..views.person import not_waiting, shown_live
 
@@ -534,11 +534,8 @@ class Conversation:
     async def _recover(self) -> TurnResult | None:
         """Close what a dead process left open, then expire the deferred suggestions whose deadline passed (the
         result of that expiry, ``None`` when none was due)."""
-        core = self._core
-        if core.state.in_call:
-            await self._perform(core.recover())
-        expiring = core.expire_due()
-        expired: TurnResult | None = None if expiring is None else await self._perform(expiring)
+        settling = self._core.settle()
+        expired: TurnResult | None = None if settling is None else await self._perform(settling)
         self._show()
         return expired
 
@@ -808,11 +805,14 @@ class Conversation:
     def _look_up(self, effect: LookUp) -> ActionSpec | None:
         actions = getattr(self.domain, "actions", None)
         declared = actions.get(effect.action) if isinstance(actions, (dict, Mapping)) else None
-        return None if declared is None else as_action_spec(declared)
+        if declared is None or type(declared) is ActionSpec:  # the record itself: nothing to convert
+            return declared
+        return as_action_spec(declared)
 
     def _review(self, effect: Review) -> Reviewed:
         validate = getattr(self.domain, "validate", None)
-        issue = None if validate is None else as_issue(validate(effect.action, effect.payload))
+        verdict = None if validate is None else validate(effect.action, effect.payload)
+        issue = verdict if verdict is None or type(verdict) is Issue else as_issue(verdict)
         if not effect.preview or (issue is not None and not effect.refused_too):
             return Reviewed(issue)
         return Reviewed(issue, self._preview(effect.action, effect.payload))

@@ -522,6 +522,20 @@ class ConversationCore:
         self.record(InterruptedEvent(turn=state.turn, reason=PROCESS_STOPPED))
         self.record(FinishedEvent(status="interrupted", turns=state.turn))
 
+    def settle(self) -> Generator[Effect, Any, TurnResult | None] | None:
+        """What is owed before the next call, as one call: close what a dead process left open
+        (:meth:`recover`), then fire what is due of the deferred suggestions' times (:meth:`expire_due`, whose
+        result it returns); ``None`` when there is neither, the usual case, which then costs the driver one
+        question."""
+        if self.state.in_call:
+            return self._settling()
+        return self.expire_due()
+
+    def _settling(self) -> Generator[Effect, Any, TurnResult | None]:
+        yield from self.recover()
+        expiring = self.expire_due()
+        return None if expiring is None else (yield from expiring)
+
     # --- the calls ---------------------------------------------------------------------------------------------
 
     def say(self, words: str, by: str | None = None, roles: Iterable[str] = ()) -> Call:
@@ -720,7 +734,7 @@ class ConversationCore:
         span = None
         if context:
             text = str(context)
-            start = sum(map(len, parts)) + 2 * len(parts)  # each part before it, and the blank line after each
+            start = len("\n\n".join(parts)) + 2 if parts else 0  # the parts before it, and a blank line
             span = (start, start + len(text))
             parts.append(text)
         if self.flow is not None:
@@ -1101,37 +1115,30 @@ class ConversationCore:
             self._finish(opened, "overtake", preview=preview)
             return after
         done_before = None
+        state = self.state
         if spec.mutates and not spec.handoff and not spec.repeatable:
-            done_before = self.state.last_done(opened.action, opened.payload)
+            done_before = state.last_done(opened.action, opened.payload)
         now = self.clock()
         waits = spec.mutates and not spec.handoff
-        seconds = (spec.deadline if spec.deadline is not None else self.decide_timeout) if waits else None
-        remind_after = spec.remind_after if waits else None
-        escalate_after = spec.escalate_after if waits else None
         policy = spec.policy if waits else None
-        self.record(
-            SuggestionEvent(
-                id=opened.id,
-                action=opened.action,
-                text=element.text or "",
-                payload=opened.payload,
-                preview=preview,
-                destructive=spec.destructive,
-                mutates=spec.mutates,
-                handoff=spec.handoff,
-                done_before=done_before,
-                deadline=None if seconds is None else now + seconds,
-                policy=policy,
-                asked_by=self.state.speaker if policy is not None and policy.separation else None,
-                remind_at=None if remind_after is None else now + remind_after,
-                escalate_at=None if escalate_after is None else now + escalate_after,
-                escalate_to=() if escalate_after is None else tuple(sorted(spec.escalate_to)),
-                deadline_after=seconds,
-                remind_after=remind_after,
-                escalate_after=escalate_after,
-            ),
-            now,
+        shown = SuggestionEvent(
+            id=opened.id,
+            action=opened.action,
+            text=element.text or "",
+            payload=opened.payload,
+            preview=preview,
+            destructive=spec.destructive,
+            mutates=spec.mutates,
+            handoff=spec.handoff,
+            done_before=done_before,
+            policy=policy,
+            asked_by=state.speaker if policy is not None and policy.separation else None,
         )
+        if waits:
+            seconds = spec.deadline if spec.deadline is not None else self.decide_timeout
+            if seconds is not None or spec.remind_after is not None or spec.escalate_after is not None:
+                shown = _timed(shown, now, seconds, spec)
+        self.record(shown, now)
         if opened.deciding:
             yield from self._decide(opened)
         else:
@@ -1232,7 +1239,7 @@ class ConversationCore:
         now = self.clock()
         kind = _DECISION_KINDS[type(decision)]
         ended = self.state.superseded(opened) if kind == "say" else (opened,)
-        roles = deciding_roles(ended, roles)
+        roles = deciding_roles(ended, roles) if roles else ()  # no roles held: none to log, whatever the policy
         verdict = opened.verdict(kind, by, roles, now)
         if verdict == "expired":
             self._expire(opened, by=by, via=via, at=now)
@@ -1501,6 +1508,25 @@ class ConversationCore:
                 index = after
             else:
                 index += 1
+
+
+def _timed(shown: SuggestionEvent, now: float, seconds: float | None, spec: ActionSpec) -> SuggestionEvent:
+    """A suggestion shown at ``now`` that waits for the person, with its times: a deadline ``seconds`` later,
+    and the spec's reminder and escalation; each also in the seconds it was given in (what a replay answers).
+
+    Apart from the suggestion built without them: most actions have none of these times, and each keyword a
+    record is built with costs every suggestion (measured side by side: see CONTRIBUTING)."""
+    remind_after, escalate_after = spec.remind_after, spec.escalate_after
+    return msgspec.structs.replace(
+        shown,
+        deadline=None if seconds is None else now + seconds,
+        remind_at=None if remind_after is None else now + remind_after,
+        escalate_at=None if escalate_after is None else now + escalate_after,
+        escalate_to=() if escalate_after is None else tuple(sorted(spec.escalate_to)),
+        deadline_after=seconds,
+        remind_after=remind_after,
+        escalate_after=escalate_after,
+    )
 
 
 def idempotency_key(conversation: str | None, began: float | None, suggestion_id: str, attempt: int) -> str:
