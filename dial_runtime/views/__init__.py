@@ -1,9 +1,10 @@
-"""The views: the three readings of a conversation's log, and the only code besides the core that tells one
+"""The views: the four readings of a conversation's log, and the only code besides the core that tells one
 event from another.
 
 - what the person sees: :mod:`.person` (the projection every surface renders);
 - what the agent saw: :mod:`.agent` (each message sent and its reply);
-- where calls and turns begin: :mod:`.calls` (what replay and evaluation cut a log into).
+- where calls and turns begin: :mod:`.calls` (what replay and evaluation cut a log into);
+- what the driver answered: :mod:`.answers` (every input the core was given, which replay feeds back).
 
 Each is a pure function of the log, and can be fed a log as it grows.
 """
