@@ -42,6 +42,7 @@ import tarfile
 import tempfile
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parent
 CHECKOUT = BENCHMARKS.parent
@@ -235,14 +236,16 @@ class Side:
 
 
 def interleaved(
-    base_tree: Path, new_tree: Path, conversations: int, rounds: int, passes: int
+    base_tree: Path, new_tree: Path, conversations: int, rounds: int, passes: int, side: Any = None
 ) -> list[tuple[float, float]]:
-    """(base, new) microseconds per turn of every pair of passes: ``rounds`` pairs of interpreters sharing a
-    fresh hash seed each, taking ``passes`` passes in turn after one pass each to warm up (imports, caches)."""
+    """(base, new) figures of every pair of passes (microseconds per turn, for a :class:`Side`): ``rounds`` pairs
+    of interpreters sharing a fresh hash seed each, taking ``passes`` passes in turn after one pass each to warm
+    up (imports, caches). ``side`` makes an interpreter, as :class:`Side` does (the default)."""
+    make = Side if side is None else side
     pairs = []
     for _ in range(rounds):
         seed = random.randrange(1, 2**32)
-        base, new = Side(base_tree, conversations, seed), Side(new_tree, conversations, seed)
+        base, new = make(base_tree, conversations, seed), make(new_tree, conversations, seed)
         try:
             base.run_pass(), new.run_pass()
             for number in range(passes):

@@ -17,14 +17,13 @@ import argparse
 import json
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench_compare import CHECKOUT, CompareError, export, quartiles
+from bench_compare import CHECKOUT, CompareError, export, interleaved, quartiles
 
 #: Records the demo (whole and streamed) with the package at argv[1], checks each replays identical, then times one
 #: pass of replays over argv[2] conversations for each line read; prints microseconds per conversation.
@@ -108,28 +107,6 @@ class Side:
             self.process.kill()
 
 
-def pairs_of(
-    base_tree: Path, new_tree: Path, conversations: int, rounds: int, passes: int
-) -> list[tuple[float, float]]:
-    pairs = []
-    for _ in range(rounds):
-        seed = random.randrange(1, 2**32)
-        base, new = Side(base_tree, conversations, seed), Side(new_tree, conversations, seed)
-        try:
-            base.run_pass(), new.run_pass()  # warm up
-            for number in range(passes):
-                if number % 2:
-                    after = new.run_pass()
-                    pairs.append((base.run_pass(), after))
-                else:
-                    before = base.run_pass()
-                    pairs.append((before, new.run_pass()))
-        finally:
-            base.close()
-            new.close()
-    return pairs
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", help="the commit to compare with (default: HEAD with --smoke)")
@@ -145,7 +122,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as scratch:
             base_tree = export(base, Path(scratch))
-            pairs = pairs_of(base_tree, CHECKOUT, conversations, rounds, passes)
+            pairs = interleaved(base_tree, CHECKOUT, conversations, rounds, passes, side=Side)
     except CompareError as error:
         print(f"bench_replay: {error}", file=sys.stderr)
         raise SystemExit(1) from None
