@@ -211,6 +211,7 @@ class _Replayer:
         self.recheck = recheck
         self.max_turns = max_turns
         self.conversation_id = conversation_id
+        self.person_answers = self.answers.person_could_answer()  # read once: every core made here is told it
         self.decide_timeout = decide_timeout  # for what the recording holds no spec of (another reply's proposals)
         self.not_run: list[NotRun] = []
         self.calls = 0
@@ -224,7 +225,7 @@ class _Replayer:
             entries,
             max_turns=self.max_turns,
             decide_timeout=self.decide_timeout,
-            answers=self.answers.person_could_answer(),
+            answers=self.person_answers,
             flow=rules if isinstance(rules, FlowRules) else None,
             conversation_id=self.conversation_id,
             clock=self._time,

@@ -1515,7 +1515,8 @@ def _timed(shown: SuggestionEvent, now: float, seconds: float | None, spec: Acti
     and the spec's reminder and escalation; each also in the seconds it was given in (what a replay answers).
 
     Apart from the suggestion built without them: most actions have none of these times, and each keyword a
-    record is built with costs every suggestion (measured side by side: see CONTRIBUTING)."""
+    record is built with costs every suggestion (building it with all seven cost about 4,000 instructions a turn
+    more, counted side by side with ``bench_compare.py --public --instructions``)."""
     remind_after, escalate_after = spec.remind_after, spec.escalate_after
     return msgspec.structs.replace(
         shown,

@@ -261,15 +261,20 @@ def test_an_outcome_records_the_trigger_that_ended_it(
     assert [(each.status, each.trigger) for each in outcomes[:1]] == [(status, trigger)]
 
 
+def _without_triggers(entries: list[LogEntry]) -> list[LogEntry]:
+    """``entries`` as a log written before outcomes recorded their trigger."""
+    return [
+        LogEntry(seq=entry.seq, time=entry.time, event=_replace(entry.event, trigger=None))
+        if entry.event.type == "outcome"
+        else entry
+        for entry in entries
+    ]
+
+
 def test_a_log_written_before_outcomes_recorded_their_trigger_folds_to_the_same_state() -> None:
     for decision in (Accept(), Dismiss(), None):
         entries = _outcomes_after(decision, SUGGEST if decision is not None else UNUSABLE)
-        old = [
-            LogEntry(seq=entry.seq, time=entry.time, event=_replace(entry.event, trigger=None))
-            if entry.event.type == "outcome"
-            else entry
-            for entry in entries
-        ]
+        old = _without_triggers(entries)
         assert fold_log(old) == old
         now, then = fold_log_state(entries), fold_log_state(old)
         assert (now.ended_suggestions, now.done_proposals) == (then.ended_suggestions, then.done_proposals)
@@ -293,10 +298,4 @@ def fold_log_state(entries: list[LogEntry]) -> ConversationState:
 def test_the_upgrade_step_gives_an_old_log_the_triggers_a_new_one_records() -> None:
     for decision in (Accept(), Dismiss(), Say("later"), None):
         entries = _outcomes_after(decision, SUGGEST if decision is not None else UNUSABLE)
-        old = [
-            LogEntry(seq=e.seq, time=e.time, event=_replace(e.event, trigger=None))
-            if e.event.type == "outcome"
-            else e
-            for e in entries
-        ]
-        assert upgraded(old) == entries
+        assert upgraded(_without_triggers(entries)) == entries

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from dial_runtime import ActionSpec, ApprovalPolicy, Conversation, LogEntry, replay, scripted_human
 from dial_runtime.demo import NotesDomain
-from dial_runtime.runtime.events import Event
+from dial_runtime.runtime.events import ActionStartedEvent, Event, SentEvent
 from dial_runtime.runtime.upgrade import upgraded
 from dial_runtime.stores import MemoryStore
+from dial_runtime.views.answers import comparable, same_events
 
 from ..fakes import Agent, StreamingAgent, envelope, suggest
 from .test_replay import record_crashes, record_deferred, record_demo, record_failures
@@ -196,3 +197,34 @@ def test_a_streamed_reply_replays_identical_however_it_was_chunked(size: int) ->
     assert report.ok, str(report)
     report = replay(written_before(entries), domain=NotesDomain())
     assert report.ok, str(report)
+
+
+SENT = SentEvent(turn=1, message="hello", message_id="c/reply-1")
+STARTED = ActionStartedEvent(
+    suggestion_id="sg-1", action="add-note", payload={"text": "milk"}, preview="p", key="k1"
+)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "replayed", "with_ids", "with_keys", "same"),
+    [
+        ([SENT, STARTED], [SENT, STARTED], True, True, True),
+        ([SENT], [msgspec.structs.replace(SENT, message_id=None)], False, False, True),
+        ([SENT], [msgspec.structs.replace(SENT, message_id=None)], True, True, False),
+        ([STARTED], [msgspec.structs.replace(STARTED, key=None)], True, False, True),
+        ([STARTED], [msgspec.structs.replace(STARTED, key=None)], True, True, False),
+        ([SENT], [msgspec.structs.replace(SENT, message="hello!", message_id=None)], False, False, False),
+        ([STARTED], [msgspec.structs.replace(STARTED, payload={"text": "eggs"}, key=None)], True, False, False),
+        ([SENT, STARTED], [SENT], True, True, False),
+        ([SENT, STARTED], [STARTED, SENT], True, True, False),
+    ],
+)
+def test_the_quick_comparison_finds_the_same_call_only_where_the_full_one_finds_no_difference(
+    recorded: list[Event], replayed: list[Event], with_ids: bool, with_keys: bool, same: bool
+) -> None:
+    assert same_events(recorded, replayed, with_ids=with_ids, with_keys=with_keys) is same
+    as_compared = [
+        [comparable(event, with_ids=with_ids, with_keys=with_keys) for event in side]
+        for side in (recorded, replayed)
+    ]
+    assert (as_compared[0] == as_compared[1]) is same
