@@ -37,11 +37,12 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeAlias, TypeVar
 
 from .runtime.events import LogEntry
-from .runtime.records import ActionSpec, Ask, Decision, Defer, Issue, Suggestion
+from .runtime.records import ActionSpec, AgentReply, Ask, Decision, Defer, Issue, ProviderMessage, Suggestion
 
 __all__ = [
     "ActionSpecLike",
     "AgentPort",
+    "AgentReply",
     "AnswerLike",
     "DecisionLike",
     "DescribedDomainPort",
@@ -49,6 +50,7 @@ __all__ = [
     "HumanPort",
     "IssueLike",
     "MaybeAwaitable",
+    "ProviderMessage",
     "ReconcilingDomainPort",
     "StorePort",
     "StreamingAgentPort",
@@ -76,18 +78,19 @@ AnswerLike: TypeAlias = str | Defer | None
 
 class AgentPort(Protocol):
     """Whatever answers the runtime's messages: ``send`` returns the agent's reply text (``None`` counts as an
-    empty reply)."""
+    empty reply), or an :class:`AgentReply` holding it with the model's own message a codec read it from."""
 
-    def send(self, message: str, /) -> MaybeAwaitable[str | None]: ...
+    def send(self, message: str, /) -> MaybeAwaitable[str | AgentReply | None]: ...
 
 
 class StreamingAgentPort(AgentPort, Protocol):
     """An agent that can also stream its reply: ``stream`` yields the reply's text in chunks as they arrive.
 
     The runtime uses ``stream`` whenever an agent has it, and handles each element as soon as it is complete.
+    After its text a stream may yield one :class:`ProviderMessage`: the model's message the text was read from.
     """
 
-    def stream(self, message: str, /) -> AsyncIterator[str]: ...
+    def stream(self, message: str, /) -> AsyncIterator[str | ProviderMessage]: ...
 
 
 class HumanPort(Protocol):

@@ -19,6 +19,9 @@ Steps, taken in order:
   ``drop_after=N`` closes the connection after N content pieces, mid-body (``0``: right after the headers and the
   role chunk); ``hold_after=N`` sends N pieces and holds the rest until the server closes (a reply whose end is
   still on its way, for as long as a test needs).
+  ``tool_calls=[Call(id, name, arguments), ...]`` adds tool calls after the text (``finish_reason`` is then
+  ``tool_calls`` unless given); streamed, each call's first delta carries its id and name, then its arguments
+  come in ``chunks`` pieces, and ``drop_after`` and ``hold_after`` count these pieces after the text's.
 - ``Error(status, message="scripted error", retry_after=None, body=None, delay=0.0)``: answer ``status`` with an
   OpenAI-style ``{"error": {"message", "type", "code"}}`` body (or the text ``body`` instead) and, when given, a
   ``Retry-After`` header.
@@ -58,7 +61,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Drop", "Error", "OpenAIServer", "Reply", "Request", "Step"]
+__all__ = ["Call", "Drop", "Error", "OpenAIServer", "Reply", "Request", "Step"]
 
 # OpenAI's error types by status, for the error bodies.
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}
@@ -88,6 +91,16 @@ class Request:
 
 
 @attrs.frozen
+class Call:
+    """A tool call of a reply: its id (``""``: none), the tool's name and the arguments as sent (JSON text, or
+    any text a model might write)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@attrs.frozen
 class Reply:
     """Answer ``text``: whole, or streamed in ``chunks`` pieces ``interval`` seconds apart (see the module)."""
 
@@ -98,6 +111,7 @@ class Reply:
     drop_after: int | None = attrs.field(default=None, kw_only=True)
     hold_after: int | None = attrs.field(default=None, kw_only=True)
     finish_reason: str = attrs.field(default="stop", kw_only=True)
+    tool_calls: tuple[Call, ...] = attrs.field(default=(), kw_only=True, converter=tuple)
 
 
 @attrs.frozen
@@ -350,7 +364,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self._send_event(_chunk(request, number, {"role": "assistant", "content": ""}))
-        for index, piece in enumerate(_split(reply.text, reply.chunks)):
+        texts = _split(reply.text, reply.chunks) if reply.text or not reply.tool_calls else []
+        deltas: list[dict[str, Any]] = [{"content": piece} for piece in texts]
+        for place, call in enumerate(reply.tool_calls):
+            opening = {"index": place, "type": "function", "function": {"name": call.name, "arguments": ""}}
+            if call.id:
+                opening["id"] = call.id
+            deltas.append({"tool_calls": [opening]})
+            for piece in _split(call.arguments, reply.chunks) if call.arguments else []:
+                deltas.append({"tool_calls": [{"index": place, "function": {"arguments": piece}}]})
+        for index, piece in enumerate(deltas):
             if reply.drop_after is not None and index >= reply.drop_after:
                 self.close_connection = True
                 return
@@ -361,8 +384,8 @@ class _Handler(BaseHTTPRequestHandler):
             if index and not owner._wait(reply.interval):
                 self.close_connection = True
                 return
-            self._send_event(_chunk(request, number, {"content": piece}))
-        self._send_event(_chunk(request, number, {}, finish_reason=reply.finish_reason))
+            self._send_event(_chunk(request, number, piece))
+        self._send_event(_chunk(request, number, {}, finish_reason=_finish(reply)))
         self._send_chunk(b"data: [DONE]\n\n")
         self._send_chunk(b"")
 
@@ -390,14 +413,24 @@ def _error_body(status: int, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "code": None}}
 
 
+def _finish(reply: Reply) -> str:
+    return "tool_calls" if reply.tool_calls and reply.finish_reason == "stop" else reply.finish_reason
+
+
 def _completion(reply: Reply, request: Request, number: int) -> dict[str, Any]:
-    message = {"role": "assistant", "content": reply.text}
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+    if reply.tool_calls:
+        message["content"] = reply.text or None
+        message["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call in reply.tool_calls
+        ]
     return {
         "id": f"chatcmpl-{number}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": _model(request),
-        "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
+        "choices": [{"index": 0, "message": message, "finish_reason": _finish(reply)}],
     }
 
 

@@ -54,7 +54,18 @@ from ..runtime.effects import (
 )
 from ..runtime.events import Event, InformDeltaEvent, LogEntry
 from ..runtime.flow import FlowRules
-from ..runtime.records import ActionSpec, Ask, Issue, Suggestion, TurnResult, as_action_spec, as_decision, as_issue
+from ..runtime.records import (
+    ActionSpec,
+    AgentReply,
+    Ask,
+    Issue,
+    ProviderMessage,
+    Suggestion,
+    TurnResult,
+    as_action_spec,
+    as_decision,
+    as_issue,
+)
 from ..statemachines import CALL
 from ..views.person import not_waiting, shown_live
 
@@ -78,6 +89,23 @@ def _awaitable(value: object) -> TypeGuard[Awaitable[Any]]:
     """Whether a collaborator's answer must be awaited (``inspect.isawaitable`` without its slow ABC check for
     the plain values most answers are)."""
     return hasattr(value, "__await__") or (type(value) is GeneratorType and inspect.isawaitable(value))
+
+
+def _replied(reply: object) -> Replied:
+    """An agent's whole reply: its text (``None`` is an empty reply, anything else is read with ``str``), or an
+    :class:`AgentReply` with the model's message it came from."""
+    if type(reply) is AgentReply:
+        return Replied(reply.text, reply.provider)
+    return Replied("" if reply is None else str(reply))
+
+
+def _provider(item: object) -> ProviderMessage:
+    """The model's message a streamed reply ended with; what else a stream yields but text is refused."""
+    if not isinstance(item, ProviderMessage):
+        raise TypeError(
+            f"an agent's stream yields text, then at most one ProviderMessage; got {type(item).__name__}"
+        )
+    return item
 
 
 def accepts_message_id(method: Any) -> bool:
@@ -654,7 +682,7 @@ class Conversation:
         ids = None if effect.message_id is None else self._ids(effect, streamed=False)
         reply: object = self.agent.send(effect.message, **ids) if ids else self.agent.send(effect.message)
         if not _awaitable(reply):  # a plain send answered at once: it cannot be waited for, nor cut
-            return Replied("" if reply is None else str(reply))
+            return _replied(reply)
         timeout, budget = self.timeout, self._budget
         bound = math.inf if timeout is None else timeout
         if budget is not None and budget < bound:
@@ -670,7 +698,7 @@ class Conversation:
                     return self._no_reply(timeout)
         finally:
             self._spend(started)
-        return Replied("" if reply is None else str(reply))
+        return _replied(reply)
 
     def _ids(self, effect: Send, *, streamed: bool) -> dict[str, str]:
         """The message's id as a keyword, for an agent whose method takes one (looked up once per agent)."""
@@ -706,6 +734,7 @@ class Conversation:
         async def produce() -> None:
             failure: Exception | None = None
             passed: DeadlinePassed | None = None
+            provider: ProviderMessage | None = None
             read = 0
             chunks = cast("StreamingAgentPort", self.agent).stream(
                 effect.message, **self._ids(effect, streamed=True)
@@ -722,6 +751,9 @@ class Conversation:
                             chunk = await pieces.__anext__()
                         except StopAsyncIteration:
                             break
+                        if type(chunk) is not str:  # the model's own message, after the reply's text
+                            provider = _provider(chunk)
+                            continue
                         arrived.append(chunk)
                         read += len(chunk)
                         woken[0].set()
@@ -751,7 +783,7 @@ class Conversation:
                             await close()
                         except Exception:
                             logger.exception("closing the agent's stream raised; the conversation goes on")
-            over.append(Streamed(ended=True, failure=failure, passed=passed))
+            over.append(Streamed(ended=True, failure=failure, passed=passed, provider=provider))
             woken[0].set()
 
         def taken() -> Streamed:
@@ -761,7 +793,9 @@ class Conversation:
             if not over:
                 return Streamed(chunks=chunks)
             end = over[0]
-            return Streamed(chunks=chunks, ended=True, failure=end.failure, passed=end.passed)
+            return Streamed(
+                chunks=chunks, ended=True, failure=end.failure, passed=end.passed, provider=end.provider
+            )
 
         async def more() -> Streamed:
             while not arrived and not over:

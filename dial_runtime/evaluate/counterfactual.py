@@ -54,6 +54,7 @@ from ..llm.chat import ChatMessage, history_from_log
 from ..llm.uri import agent_from_uri
 from ..ports import AgentPort
 from ..runtime.events import LogEntry
+from ..runtime.records import AgentReply
 from ..views.calls import answered_turns
 from ..views.person import Card, Notice, Projection, Question, RefusedProposal, project
 
@@ -285,6 +286,8 @@ async def _ask(agent: AgentPort, message: str) -> tuple[str | None, str | None]:
         close = getattr(agent, "aclose", None)
         if close is not None:
             await close()
+    if isinstance(text, AgentReply):
+        return text.text, None
     return (text or ""), None
 
 

@@ -41,7 +41,7 @@ from ..llm.chat import ChatAgent
 from ..llm.uri import agent_from_uri
 from ..ports import AgentPort, AnswerLike, DecisionLike, StorePort
 from ..runtime.events import Event, InformDeltaEvent, LogEntry
-from ..runtime.records import Accept, Ask, Decision, Dismiss, Edit, Say, Suggestion
+from ..runtime.records import Accept, AgentReply, Ask, Decision, Dismiss, Edit, Say, Suggestion
 from ..stores import open_store
 from ..views.person import (
     AgentText,
@@ -369,6 +369,8 @@ class PersonaHuman:
         except Exception as error:
             self.failure = error
             raise
+        if isinstance(reply, AgentReply):
+            return reply.text
         return reply or ""
 
 

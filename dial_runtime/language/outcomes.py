@@ -23,8 +23,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
+from lxml import etree
 
 from ..statemachines.suggestion import OutcomeStatus
+from .hardening import hardened_parser
 
 STATUSES = ("done", "failed", "invalid", "dismissed", "superseded", "handed-off")
 
@@ -375,3 +377,84 @@ def correction_reply(reply_id: str, reason: str) -> str:
         f'  <dial-acknowledge of="{ident}" yield="{ident}:unconfirmed">{escape_text(words)}</dial-acknowledge>\n'
         "</dial>"
     )
+
+
+class Reported(msgspec.Struct, frozen=True, kw_only=True):
+    """One outcome as a message to the agent reports it (:func:`outcome_reply`): the suggestion's ``id``, its
+    ``status``, the acknowledgement's text and the declared ``fact``."""
+
+    id: str
+    status: str
+    acknowledgement: str
+    fact: dict[str, Any]
+
+
+class Reports(msgspec.Struct, frozen=True, kw_only=True):
+    """A message to the agent, read back: the outcomes it reports, the notices about the agent's own replies
+    (:func:`refusal_reply`, :func:`correction_reply`: the text of each), and the rest (the domain's context and
+    the person's words), as the agent would read it."""
+
+    outcomes: tuple[Reported, ...] = ()
+    notices: tuple[str, ...] = ()
+    rest: str = ""
+
+
+_BLOCK_END = "\n</dial>"
+
+
+def read_reports(message: str) -> Reports:
+    """Read back what :func:`outcome_reply`, :func:`refusal_reply` and :func:`correction_reply` wrote at the start
+    of a message (each envelope a part of its own, parts apart by a blank line), for a codec that tells a model
+    the same things in its own channel (a tool result per outcome). Only envelopes in exactly those forms are
+    read; anything else, from the first part that is not one, is the rest."""
+    outcomes: list[Reported] = []
+    notices: list[str] = []
+    rest = message
+    while rest.startswith("<dial>\n"):
+        end = rest.find(_BLOCK_END)
+        if end < 0:
+            break
+        read = _read_block(rest[: end + len(_BLOCK_END)])
+        if read is None:
+            break
+        outcomes.extend(read[0])
+        notices.extend(read[1])
+        rest = rest[end + len(_BLOCK_END) :]
+        rest = rest[2:] if rest.startswith("\n\n") else rest.lstrip("\n")
+    return Reports(outcomes=tuple(outcomes), notices=tuple(notices), rest=rest)
+
+
+def _read_block(block: str) -> tuple[list[Reported], list[str]] | None:
+    """The outcomes and notices of one envelope the runtime wrote; ``None`` for anything else."""
+    try:
+        root = etree.fromstring(block.encode(), hardened_parser())
+    except etree.XMLSyntaxError:
+        return None
+    if root.tag != "dial" or root.attrib:
+        return None
+    children = list(root)
+    outcomes: list[Reported] = []
+    notices: list[str] = []
+    index = 0
+    while index < len(children):
+        acknowledge = children[index]
+        of = acknowledge.get("of")
+        ident, _, status = (acknowledge.get("yield") or "").rpartition(":")
+        if acknowledge.tag != "dial-acknowledge" or of is None or ident != of:
+            return None
+        text = acknowledge.text or ""
+        following = children[index + 1] if index + 1 < len(children) else None
+        if following is not None and following.get("context-key") == f"outcome:{of}":
+            payload = following.find("dial-payload")
+            try:
+                fact = json.loads(payload.text or "") if payload is not None else None
+            except ValueError:
+                return None
+            if following.tag != "dial-declare" or not isinstance(fact, dict):
+                return None
+            outcomes.append(Reported(id=of, status=status, acknowledgement=text, fact=fact))
+            index += 2
+        else:
+            notices.append(text)
+            index += 1
+    return outcomes, notices

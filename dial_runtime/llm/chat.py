@@ -51,9 +51,15 @@ import msgspec
 from .._retry import RetryPolicy, Tries, parse_retry_after
 from ..agents.prompt import system_prompt as domain_prompt
 from ..errors import AgentError, TokenLimitReached
+from ..language.outcomes import compact_json
 from ..runtime.events import LogEntry
+from ..runtime.records import AgentReply, ProviderMessage
 from ..views.agent import exchanges
+from .codecs import Codec, DialCodec, codec_for
 from .grammar import Grammar, domain_grammar
+
+#: How the model's own message is named on the log (:class:`~dial_runtime.ports.ProviderMessage`).
+_API = "openai-chat"
 
 __all__ = [
     "SERVERS",
@@ -84,11 +90,32 @@ _REDACTED = "[redacted]"
 _QUOTE_LIMIT = 500
 
 
-class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """One message of a chat history: ``role`` is ``system``, ``user`` or ``assistant``."""
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One message of a chat history: ``role`` is ``system``, ``user``, ``assistant`` or ``tool``; an assistant's
+    ``tool_calls`` (in the API's form) and a tool message's ``tool_call_id`` when a codec speaks in tool calls."""
 
     role: str
-    content: str
+    content: str | None
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    tool_call_id: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The message as the API takes it (JSON data: the calls a list)."""
+        wire: dict[str, Any] = msgspec.to_builtins(self)
+        if self.tool_calls:
+            wire["tool_calls"] = list(self.tool_calls)
+        return wire
+
+
+def _message(data: Mapping[str, Any]) -> ChatMessage:
+    """A codec's message (the API's form) as a :class:`ChatMessage`."""
+    calls = data.get("tool_calls")
+    return ChatMessage(
+        role=str(data.get("role")),
+        content=data.get("content"),
+        tool_calls=tuple(calls) if isinstance(calls, (list, tuple)) else (),
+        tool_call_id=data.get("tool_call_id"),
+    )
 
 
 def _stops(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
@@ -224,24 +251,28 @@ def _describe(error: BaseException) -> str:
     return f"{kind}: {text}" if text else kind
 
 
-def history_from_log(entries: Iterable[LogEntry]) -> list[ChatMessage]:
+def history_from_log(entries: Iterable[LogEntry], codec: Codec | None = None) -> list[ChatMessage]:
     """The chat history a conversation's log implies (what the agent saw, :mod:`dial_runtime.views.agent`): each
-    message sent that got a reply, and that reply.
+    message sent that got a reply, and that reply, as ``codec`` (the DIAL codec by default) spoke them: a reply
+    a codec read from the model's own message is that message again.
 
     A message whose streamed reply had begun when the log stops, or stopped before the reply's end (a process
     that died while the person decided on an element the stream had already delivered), was delivered: it is
     kept, with the reply as far as the log has it (its ``reply-progress`` texts), or alone when the log has none.
     A message that got no reply at all is not kept.
     """
-    history: list[ChatMessage] = []
+    speaking = DialCodec() if codec is None else codec
+    history: list[dict[str, Any]] = []
     for exchange in exchanges(entry.event for entry in entries):
         if not exchange.delivered:
             continue
-        history.append(ChatMessage(role="user", content=exchange.message))
+        history += speaking.incoming(exchange.message, history)
         answer = exchange.so_far if exchange.reply is None else exchange.reply
-        if answer or exchange.reply is not None:
-            history.append(ChatMessage(role="assistant", content=answer))
-    return history
+        if exchange.provider is not None:
+            history.append(speaking.read(exchange.provider.message, history).message)
+        elif answer or exchange.reply is not None:
+            history.append({"role": "assistant", "content": answer})
+    return [_message(message) for message in history]
 
 
 class ChatAgent:
@@ -284,6 +315,7 @@ class ChatAgent:
         extra_body: Mapping[str, Any] | None = None,
         grammar: str | Grammar | None = None,
         server: str = "openai",
+        codec: Codec | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"ChatAgent: max_retries must be 0 or more, got {max_retries}")
@@ -301,6 +333,9 @@ class ChatAgent:
         clashing = sorted(_OWN_FIELDS & set(extra_body or {}))
         if clashing:
             raise ValueError(f"ChatAgent: extra_body may not set {', '.join(clashing)}; the agent writes them")
+        self.codec: Codec = DialCodec() if codec is None else codec
+        if grammar is not None and self.codec.name != "dial":
+            raise ValueError(f"ChatAgent: a grammar constrains DIAL replies; the {self.codec.name} codec has none")
         self.settings = settings
         self.server = server
         self.grammar = grammar.gbnf if isinstance(grammar, Grammar) else grammar
@@ -326,13 +361,29 @@ class ChatAgent:
 
     @classmethod
     def for_domain(
-        cls, base_url: str, model: str, domain: Any, *, constrain: bool = False, **options: Any
+        cls,
+        base_url: str,
+        model: str,
+        domain: Any,
+        *,
+        constrain: bool = False,
+        codec: str = "dial",
+        strict: bool = False,
+        **options: Any,
     ) -> ChatAgent:
-        """An agent for ``domain``: its :func:`~dial_runtime.agents.system_prompt`, and with ``constrain`` the
-        grammar :func:`~dial_runtime.agents.grammar.domain_grammar` writes for it (for llama.cpp or vLLM)."""
-        options.setdefault("system_prompt", domain_prompt(domain))
-        if constrain:
-            options["grammar"] = domain_grammar(domain)
+        """An agent for ``domain`` speaking ``codec`` (one of :data:`~dial_runtime.llm.codecs.CODECS`).
+
+        With ``"dial"`` it gets the domain's :func:`~dial_runtime.agents.system_prompt`, and with ``constrain``
+        the grammar :func:`~dial_runtime.agents.grammar.domain_grammar` writes for it (for llama.cpp or vLLM);
+        with ``"tools"`` each action is a tool (``strict`` marks their schemas strict) and the system prompt is
+        yours to give."""
+        options["codec"] = codec_for(codec, domain, strict=strict)
+        if codec == "dial":
+            options.setdefault("system_prompt", domain_prompt(domain))
+            if constrain:
+                options["grammar"] = domain_grammar(domain)
+        elif constrain:
+            raise ValueError(f"ChatAgent: constrain writes a DIAL grammar; the {codec} codec has none")
         return cls(base_url, model, **options)
 
     def __repr__(self) -> str:
@@ -344,14 +395,17 @@ class ChatAgent:
         """The conversation so far, without the system prompt: user and assistant messages, alternating."""
         return tuple(self._history)
 
-    async def send(self, message: str, *, message_id: str | None = None) -> str:
-        """Send ``message`` with the history and return the assistant's reply, retrying transient failures.
+    async def send(self, message: str, *, message_id: str | None = None) -> str | AgentReply:
+        """Send ``message`` with the history and return the assistant's reply, retrying transient failures: its
+        text, or with a codec other than DIAL the reply as DIAL with the model's message (:class:`AgentReply`).
 
         A reply the model stopped at its token limit is not whole: :class:`TokenLimitReached`, and the history
         stays as it was. ``message_id`` goes as the ``Idempotency-Key`` header (every retry of the message carries
         the same one).
         """
-        body = self._body(message, stream=False)
+        history = self._wire_history()
+        incoming = self.codec.incoming(message, history)
+        body = self._body(history + incoming, stream=False)
         headers = self._headers_for(message_id)
         self.last_failure = None
         tries = self._tries()
@@ -359,13 +413,18 @@ class ChatAgent:
             async for attempt in tries:
                 with attempt:
                     answer = await self._post(body, headers)
-                    self._remember(message, answer)
-                    return answer
+                    read = self.codec.read(answer, history + incoming)
+                    self._remember(incoming, read.message)
+                    if self.codec.name == "dial":
+                        return read.dial
+                    return AgentReply(text=read.dial, provider=ProviderMessage(api=_API, message=answer))
         except _Transient as failure:
             raise self._gave_up(tries, failure) from failure.cause
         raise AssertionError("unreachable: the tries end by returning or raising")
 
-    async def stream(self, message: str, *, message_id: str | None = None) -> AsyncGenerator[str, None]:
+    async def stream(
+        self, message: str, *, message_id: str | None = None
+    ) -> AsyncGenerator[str | ProviderMessage, None]:
         """Send ``message`` with ``"stream": true`` and yield the reply's text as it arrives.
 
         The reply joins the history when the stream completes. Once some text has arrived, what arrived joins it
@@ -373,9 +432,17 @@ class ChatAgent:
         since the caller has seen that much; a stream that ends before any text leaves the history as it was.
         Transient failures are retried until the first piece of text arrives, never after. ``message_id`` is sent
         as for :meth:`send`.
+
+        With a codec other than DIAL the text is the reply as DIAL: the model's words as they arrive, each tool
+        call once the stream is complete (a stream cut in the middle of a call proposes nothing), then the
+        model's message (:class:`ProviderMessage`).
         """
-        body = self._body(message, stream=True)
+        history = self._wire_history()
+        incoming = self.codec.incoming(message, history)
+        body = self._body(history + incoming, stream=True)
         headers = self._headers_for(message_id)
+        live = self.codec.live()
+        assembled = _Assembled()
         pieces: list[str] = []
         completed = False
         self.last_failure = None
@@ -388,10 +455,12 @@ class ChatAgent:
                             "POST", self._url, json=body, headers=headers, timeout=self._timeout
                         ) as response:
                             await self._check_status(response)
-                            async with contextlib.aclosing(self._stream_contents(response)) as contents:
-                                async for piece in contents:
-                                    pieces.append(piece)
-                                    yield piece
+                            async with contextlib.aclosing(self._stream_deltas(response)) as deltas:
+                                async for delta in deltas:
+                                    piece = live.feed(assembled.add(delta))
+                                    if piece:
+                                        pieces.append(piece)
+                                        yield piece
                     except httpx.HTTPError as error:
                         if pieces:
                             reason = f"{self._url}: the streamed answer broke off after it had started"
@@ -399,12 +468,20 @@ class ChatAgent:
                             raise AgentError(reason, status=response.status_code) from error
                         raise self._transport_failure(error) from error
                     completed = True
-                    return
+                    break
         except _Transient as failure:
             raise self._gave_up(tries, failure) from failure.cause
         finally:
-            if completed or pieces:
-                self._remember(message, "".join(pieces))
+            if not completed and pieces:  # the caller has seen this much of the model's words
+                self._remember(incoming, {"role": "assistant", "content": assembled.content()})
+        answer = assembled.message()
+        read = self.codec.read(answer, history + incoming)
+        self._remember(incoming, read.message)
+        rest = live.finish(read.dial)
+        if rest:
+            yield rest
+        if self.codec.name != "dial":
+            yield ProviderMessage(api=_API, message=answer)
 
     async def aclose(self) -> None:
         """Close the HTTP client, if the agent made it."""
@@ -421,15 +498,15 @@ class ChatAgent:
 
     # ------------------------------------------------------------------------------------------ internals
 
-    def _body(self, message: str, *, stream: bool) -> dict[str, Any]:
-        history = [ChatMessage(role="system", content=self.system_prompt)] if self.system_prompt else []
-        history += [*self._history, ChatMessage(role="user", content=message)]
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [msgspec.structs.asdict(entry) for entry in history],
-        }
+    def _wire_history(self) -> list[dict[str, Any]]:
+        return [entry.wire() for entry in self._history]
+
+    def _body(self, messages: list[dict[str, Any]], *, stream: bool) -> dict[str, Any]:
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        body: dict[str, Any] = {"model": self.model, "messages": system + messages}
         if stream:
             body["stream"] = True
+        body.update(self.codec.request_fields())
         body.update(self.settings.body())
         if self.grammar is not None:
             if self.server == "vllm":
@@ -444,20 +521,20 @@ class ChatAgent:
             return self._headers
         return {**self._headers, "Idempotency-Key": message_id}
 
-    def _remember(self, message: str, reply: str) -> None:
-        self._history += [ChatMessage(role="user", content=message), ChatMessage(role="assistant", content=reply)]
+    def _remember(self, incoming: list[dict[str, Any]], reply: Mapping[str, Any]) -> None:
+        self._history += [_message(message) for message in (*incoming, reply)]
 
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, _REDACTED) if self._api_key else text
 
-    async def _post(self, body: dict[str, Any], headers: Mapping[str, str]) -> str:
-        """One plain attempt: the reply's text; :class:`_Transient` to retry, or ``AgentError``."""
+    async def _post(self, body: dict[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
+        """One plain attempt: the assistant's message; :class:`_Transient` to retry, or ``AgentError``."""
         try:
             response = await self._client.post(self._url, json=body, headers=headers, timeout=self._timeout)
         except httpx.HTTPError as error:
             raise self._transport_failure(error) from error
         await self._check_status(response)
-        return self._completion_content(response)
+        return self._completion_message(response)
 
     def _transport_failure(self, error: httpx.HTTPError) -> _Transient:
         """A transient failure to retry, or ``AgentError`` at once for an error another try would not fix."""
@@ -494,14 +571,14 @@ class ChatAgent:
         attempts = "1 attempt" if made == 1 else f"{made} attempts"
         return AgentError(f"{self._url}: gave up after {attempts}: {failure.reason}", status=failure.status)
 
-    def _completion_content(self, response: httpx.Response) -> str:
-        """A completion's ``choices[0].message.content``; :class:`TokenLimitReached` when the model stopped at its
-        token limit (``finish_reason`` ``length``): the text is not the whole reply."""
+    def _completion_message(self, response: httpx.Response) -> dict[str, Any]:
+        """A completion's ``choices[0].message``; :class:`TokenLimitReached` when the model stopped at its token
+        limit (``finish_reason`` ``length``): the reply is not whole."""
         data = self._completion(response)
-        content = self._content(data, "message", response.status_code)
+        message = self._part(data, "message", response.status_code)
         if _finish_reason(data) == "length":
             raise self._token_limit(response.status_code)
-        return content
+        return message
 
     def _completion(self, response: httpx.Response) -> Any:
         """A completion's JSON body, or ``AgentError``."""
@@ -518,11 +595,12 @@ class ChatAgent:
         reason = f"{self._url}: the answer reached the token limit (finish_reason length)"
         return TokenLimitReached(reason, status=status)
 
-    def _content(self, data: Any, key: str, status: int) -> str:
-        """``choices[0][key].content`` of a completion (``message``) or of a stream chunk (``delta``).
+    def _part(self, data: Any, key: str, status: int) -> dict[str, Any]:
+        """``choices[0][key]`` of a completion (``message``) or of a stream chunk (``delta``).
 
-        A chunk without content (a role, a finish reason, usage) gives ``""``; a completion without content, or
-        any payload with an ``error``, raises ``AgentError``.
+        A chunk without one (usage, a finish reason alone) gives ``{}``; a completion whose message has no text
+        (and, with a codec that reads tool calls, no tool calls either), or any payload with an ``error``, raises
+        ``AgentError``.
         """
         error = data.get("error") if isinstance(data, Mapping) else None
         if error:
@@ -531,18 +609,21 @@ class ChatAgent:
         choices = data.get("choices") if isinstance(data, Mapping) else None
         first = choices[0] if isinstance(choices, list) and choices else None
         part = first.get(key) if isinstance(first, Mapping) else None
-        content = part.get("content") if isinstance(part, Mapping) else None
-        if isinstance(content, str):
-            return content
+        if not isinstance(part, dict):
+            part = None
         if key == "delta":
-            return ""
+            return part or {}
+        if part is not None and (
+            isinstance(part.get("content"), str) or (self.codec.name != "dial" and "tool_calls" in part)
+        ):
+            return part
         shown = json.dumps(data, ensure_ascii=False)[:_QUOTE_LIMIT]
         raise AgentError(self._redact(f"{self._url}: no choices[0].message.content in {shown}"), status=status)
 
-    async def _stream_contents(self, response: httpx.Response) -> AsyncGenerator[str, None]:
-        """The non-empty ``choices[0].delta.content`` pieces of a server-sent event stream, up to ``[DONE]``.
+    async def _stream_deltas(self, response: httpx.Response) -> AsyncGenerator[dict[str, Any], None]:
+        """The ``choices[0].delta`` of each event of a server-sent event stream, up to ``[DONE]``.
 
-        A server that answers a streamed request with a plain JSON completion gives its content as one piece. A
+        A server that answers a streamed request with a plain JSON completion gives its message as one delta. A
         stream is whole when it says it ended (``[DONE]``, or a chunk's ``finish_reason``): one whose body ends
         without saying so (a server that died, a proxy that gave up) raises ``AgentError`` after its pieces, and
         one that ended at the token limit (``finish_reason`` ``length``, in the stream or the completion) raises
@@ -551,9 +632,7 @@ class ChatAgent:
         if response.headers.get("content-type", "").startswith("application/json"):
             await response.aread()
             completion = self._completion(response)
-            content = self._content(completion, "message", response.status_code)
-            if content:
-                yield content
+            yield self._part(completion, "message", response.status_code)
             if _finish_reason(completion) == "length":
                 raise self._token_limit(response.status_code)
             return
@@ -577,9 +656,9 @@ class ChatAgent:
                 except ValueError:
                     reason = f"{self._url}: a streamed event is not JSON: {event[:_QUOTE_LIMIT]!r}"
                     raise AgentError(self._redact(reason), status=status) from None
-                piece = self._content(chunk, "delta", status)
-                if piece:
-                    yield piece
+                delta = self._part(chunk, "delta", status)
+                if delta:
+                    yield delta
                 finish_reason = _finish_reason(chunk) or finish_reason
             else:
                 if finish_reason is None:
@@ -595,3 +674,53 @@ def _finish_reason(chunk: Any) -> str | None:
     first = choices[0] if isinstance(choices, list) and choices else None
     reason = first.get("finish_reason") if isinstance(first, Mapping) else None
     return reason if isinstance(reason, str) else None
+
+
+class _Assembled:
+    """A streamed assistant message put together from its deltas: the text, and each tool call by its index
+    (its id and name from the first delta that has them, its arguments joined)."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+
+    def add(self, delta: Mapping[str, Any]) -> str:
+        """Take one delta; return the text it adds."""
+        for fragment in delta.get("tool_calls") or ():
+            if not isinstance(fragment, Mapping):
+                continue
+            index = fragment.get("index", len(self.calls))
+            call = self.calls.setdefault(index, {"id": "", "type": "function", "name": "", "arguments": []})
+            if fragment.get("id"):
+                call["id"] = fragment["id"]
+            function = fragment.get("function")
+            if isinstance(function, Mapping):
+                if function.get("name"):
+                    call["name"] += function["name"]
+                arguments = function.get("arguments")
+                if isinstance(arguments, str):
+                    call["arguments"].append(arguments)
+                elif arguments is not None:  # a server that sends the arguments whole, as an object
+                    call["arguments"].append(compact_json(arguments))
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self.pieces.append(content)
+            return content
+        return ""
+
+    def content(self) -> str:
+        return "".join(self.pieces)
+
+    def message(self) -> dict[str, Any]:
+        """The whole message, as a completion would give it."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content() or None}
+        if self.calls:
+            message["tool_calls"] = [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": "".join(call["arguments"])},
+                }
+                for _, call in sorted(self.calls.items())
+            ]
+        return message

@@ -687,7 +687,7 @@ class ConversationCore:
                         self.record(HandledEvent(turn=state.turn))
                         continue
                     assert isinstance(answer, Replied)
-                    self.record(ReplyEvent(turn=send.turn, text=answer.text))
+                    self.record(ReplyEvent(turn=send.turn, text=answer.text, provider=answer.provider))
                 elements = self._elements()
                 yield from self._handle(elements, self._unhandled(), len(elements))
                 self.record(HandledEvent(turn=state.turn))
@@ -849,7 +849,11 @@ class ConversationCore:
         elif not stream.started:
             stream.started = True
             self.record(ReplyStartedEvent(turn=turn))
-        self.record(ReplyEvent(turn=turn, text=stream.parser.text, handled_at=stream.handled_at))
+        self.record(
+            ReplyEvent(
+                turn=turn, text=stream.parser.text, handled_at=stream.handled_at, provider=streamed.provider
+            )
+        )
         if stream.cut is not None:
             self.record(stream.cut)
 

@@ -17,7 +17,7 @@ import msgspec
 
 from ..language.parser import DEFAULT_MAX_REPLY_SIZE
 from .events import InformDeltaEvent
-from .records import Ask, Issue, Suggestion
+from .records import Ask, Issue, ProviderMessage, Suggestion
 
 
 class Effect(msgspec.Struct, frozen=True, kw_only=True):
@@ -146,9 +146,10 @@ END_STREAM = EndStream()
 
 
 class Replied(msgspec.Struct, frozen=True):
-    """The agent's whole reply."""
+    """The agent's whole reply, and the model's message a codec read it from (see :class:`ProviderMessage`)."""
 
     text: str
+    provider: ProviderMessage | None = None
 
 
 class NoReply(msgspec.Struct, frozen=True):
@@ -174,12 +175,13 @@ class DeadlinePassed(msgspec.Struct, frozen=True, kw_only=True):
 class Streamed(msgspec.Struct, frozen=True, kw_only=True):
     """What arrived of the agent's streamed reply since the last input: its ``chunks``, in order, and, once the
     stream is over, ``ended``, with why it ended early (``failure``: it broke off; ``passed``: a deadline
-    passed)."""
+    passed) and the model's message a codec read the reply from (``provider``), when the agent gave one."""
 
     chunks: tuple[str, ...] = ()
     ended: bool = False
     failure: Exception | None = None
     passed: DeadlinePassed | None = None
+    provider: ProviderMessage | None = None
 
 
 class Answer(msgspec.Struct, frozen=True):

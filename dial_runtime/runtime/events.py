@@ -28,7 +28,7 @@ from ..language.records import Option, Step
 from ..language.stream import TextAct
 from ..statemachines.suggestion import OutcomeTrigger
 from ..statemachines.turn_loop import CallStatus
-from .records import ApprovalPolicy
+from .records import ApprovalPolicy, ProviderMessage
 
 #: What the person's decision on a suggestion was (``DecidedEvent.decision``).
 DecisionKind = Literal["accept", "dismiss", "edit", "say", "expire"]
@@ -81,12 +81,14 @@ class ReplyEvent(_Logged, frozen=True, kw_only=True, tag="reply", omit_defaults=
     """The agent's raw reply arrived (whole: a streamed reply is reported when its last chunk is in);
     everything the message carried counts as delivered. ``handled_at``: of a streamed reply whose informs or
     acknowledges were handled before its end (each is shown as it completes), how much of ``text`` had arrived
-    (in characters) when that last happened; ``None`` when nothing was."""
+    (in characters) when that last happened; ``None`` when nothing was. ``provider``: the model's own message
+    the agent's codec read ``text`` from (tool calls, structured output), when it gave one."""
 
     type: ClassVar[str] = "reply"
     turn: int
     text: str
     handled_at: int | None = None
+    provider: ProviderMessage | None = None
 
 
 class ReplyStartedEvent(_Logged, frozen=True, kw_only=True, tag="reply-started"):

@@ -123,6 +123,23 @@ class Ask(msgspec.Struct, frozen=True, kw_only=True):
     timeout: float | None = None
 
 
+class ProviderMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent's reply as its model's API gave it, before a codec read it as DIAL: ``api`` names the wire
+    (``openai-chat``, ``anthropic-messages``, ...) and ``message`` is the message as JSON data. The log keeps it
+    beside the DIAL text the runtime handled, so an audit can show what the model said in its own words."""
+
+    api: str
+    message: Any
+
+
+class AgentReply(msgspec.Struct, frozen=True, kw_only=True):
+    """What an agent's ``send`` may return instead of text: the reply as DIAL (``text``) and, when a codec made
+    it from a model's native message, that message (``provider``)."""
+
+    text: str
+    provider: ProviderMessage | None = None
+
+
 class Accept(msgspec.Struct, frozen=True):
     """Run the suggestion as shown (its payload is validated once more first)."""
 

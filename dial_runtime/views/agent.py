@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import msgspec
 
 from ..runtime.events import Event, ReplyEvent, ReplyProgressEvent, ReplyStartedEvent, SentEvent
+from ..runtime.records import ProviderMessage
 
 __all__ = ["Exchange", "Exchanges", "exchanges"]
 
@@ -23,12 +24,13 @@ class Exchange(msgspec.Struct, frozen=True, kw_only=True):
     ``reply`` is the whole reply, ``None`` when the log has none (no answer came, or a streamed one was cut off
     by the log's end or a dead process); ``delivered`` whether a reply began (a streamed one's first chunk, or
     the whole reply); ``so_far`` what arrived of a streamed reply whose end the log lacks (its ``reply-progress``
-    texts)."""
+    texts); ``provider`` the model's own message a codec read ``reply`` from, when the agent gave one."""
 
     message: str
     reply: str | None = None
     delivered: bool = False
     so_far: str = ""
+    provider: ProviderMessage | None = None
 
 
 class Exchanges:
@@ -53,7 +55,11 @@ class Exchanges:
         elif isinstance(event, ReplyProgressEvent):
             self._replace(msgspec.structs.replace(opened, so_far=opened.so_far + event.text))
         elif isinstance(event, ReplyEvent):
-            self._replace(msgspec.structs.replace(opened, reply=event.text, delivered=True, so_far=""))
+            self._replace(
+                msgspec.structs.replace(
+                    opened, reply=event.text, delivered=True, so_far="", provider=event.provider
+                )
+            )
             self._open = None
 
     def _replace(self, exchange: Exchange) -> None:

@@ -194,7 +194,7 @@ class RecordedAnswers:
             position, ReplyEvent, ReplyStartedEvent, NoReplyEvent, SendFailedEvent, InterruptedEvent
         )
         if isinstance(answer, ReplyEvent):
-            return Replied(answer.text)
+            return Replied(answer.text, answer.provider)
         if isinstance(answer, NoReplyEvent):
             return NoReply(answer.seconds or 0.0, call=answer.call, cause=answer.cause)
         if isinstance(answer, SendFailedEvent):
@@ -230,9 +230,12 @@ class RecordedAnswers:
         cut = events[following] if following < len(events) else None
         rest = (text[begun:],) if begun < len(text) else ()
         if isinstance(cut, ReplyCutEvent):
-            pieces.append(Streamed(chunks=rest, ended=True, passed=_passed(cut), failure=_failure(cut)))
+            ending = Streamed(
+                chunks=rest, ended=True, passed=_passed(cut), failure=_failure(cut), provider=reply.provider
+            )
         else:
-            pieces.append(Streamed(chunks=rest, ended=True))
+            ending = Streamed(chunks=rest, ended=True, provider=reply.provider)
+        pieces.append(ending)
         return tuple(pieces)
 
     # --- the domain ----------------------------------------------------------------------------------------

@@ -1,0 +1,481 @@
+"""Codecs: how the runtime's DIAL is spoken to a model, and how the model's answer is read back as DIAL.
+
+The runtime speaks DIAL whatever the model: its messages to the agent are DIAL (outcomes, refusals, the domain's
+context, the person's words) and it reads a DIAL reply. A codec sits between that and a model's API, without I/O:
+
+- :class:`DialCodec` (``"dial"``) sends the messages as they are and reads the model's text as the reply: the
+  model writes DIAL itself (with :func:`~dial_runtime.llm.grammar.domain_grammar` on a local server);
+- :class:`ToolCallCodec` (``"tools"``) speaks the OpenAI Chat Completions tool-call protocol: each action of the
+  domain is a tool, with the payload's JSON Schema from the domain's vocabulary, and ``ask_user`` asks the
+  person. Each tool call the model makes is one suggestion (its call id is the suggestion's id), the model's text
+  is an inform, and a reply without a call ends the model's turn. Each outcome goes back as the ``tool`` message
+  of its call, which is the channel the model was trained to read.
+
+A codec reads a message to the agent with :meth:`~ToolCallCodec.incoming`, which returns the API's messages that
+carry it, and a model's message with :meth:`~ToolCallCodec.read`, which returns the DIAL reply and the message as
+it joins the history. The log keeps both the DIAL reply the runtime handled and the model's own message
+(:class:`~dial_runtime.ports.ProviderMessage`), so a conversation is taken up, replayed and audited alike whatever
+the codec.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
+
+import msgspec
+
+from ..language.outcomes import Reported, compact_json, escape_attribute, escape_text, read_reports
+
+__all__ = [
+    "CODECS",
+    "Codec",
+    "DialCodec",
+    "Live",
+    "Read",
+    "Tool",
+    "ToolCallCodec",
+    "codec_for",
+    "domain_tools",
+    "tool_result",
+]
+
+#: The codecs a :class:`~dial_runtime.llm.ChatAgent` speaks, by name.
+CODECS: Final = ("dial", "tools")
+
+#: A tool's name as the OpenAI API takes it.
+_TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_ASK_TOOL: Final = "ask_user"
+# How a model writes calls as text: in a Markdown fence or not, each in <tool_call> tags or not.
+_FENCED: Final = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)
+_OPENING_TAG: Final = re.compile(r"\s*(?:<tool_call>)?\s*")
+_CLOSING_TAG: Final = re.compile(r"\s*(?:</tool_call>)?\s*")
+
+_WAITING: Final = (
+    "No decision yet: this is waiting for the person, and did not run. Its outcome will be sent when they decide."
+)
+_ASKED: Final = "The question was put to the person; their answer is in the next message."
+
+
+class Read(msgspec.Struct, frozen=True, kw_only=True):
+    """A model's message read by a codec: the reply as DIAL (``dial``), and the message as it joins the chat
+    history (``message``: the API's form, with an id for each tool call)."""
+
+    dial: str
+    message: dict[str, Any]
+
+
+class Codec(Protocol):
+    """How a :class:`~dial_runtime.llm.ChatAgent` speaks to its model (see the module docstring)."""
+
+    #: The codec's name, one of :data:`CODECS`.
+    name: str
+
+    def request_fields(self) -> dict[str, Any]:
+        """The fields this codec adds to every request body (the tools, a response format)."""
+        ...
+
+    def incoming(self, message: str, history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The API's messages that carry the runtime's ``message``, after ``history``."""
+        ...
+
+    def read(self, message: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> Read:
+        """The model's ``message`` (the API's assistant message, answering after ``history``) as a DIAL reply."""
+        ...
+
+    def live(self) -> Live:
+        """What turns a streamed message's text, as it arrives, into the start of its DIAL reply."""
+        ...
+
+
+class Live(Protocol):
+    """A streamed reply as DIAL while it arrives: :meth:`feed` takes the model's next piece of text and returns
+    what of the DIAL reply may be given now; :meth:`finish` takes the whole reply (:attr:`Read.dial`) once the
+    message is complete and returns the rest of it. What ``feed`` gave, then what ``finish`` gives, is the
+    reply."""
+
+    def feed(self, text: str) -> str: ...
+
+    def finish(self, dial: str) -> str: ...
+
+
+class _AsItComes:
+    """The DIAL codec's live reply: the model's text is the reply."""
+
+    def feed(self, text: str) -> str:
+        return text
+
+    def finish(self, dial: str) -> str:
+        return ""
+
+
+class _LiveInform:
+    """The tool-call codec's live reply: the model's words stream as the body of the reply's first inform, once
+    they cannot be calls written as text (see :class:`ToolCallCodec`); the calls come with :meth:`finish`."""
+
+    _MAYBE_CALLS = ("{", "[", "<", "`")
+
+    def __init__(self) -> None:
+        self.held: list[str] = []
+        self.given: list[str] = []
+        self.open = False
+
+    def feed(self, text: str) -> str:
+        if not text:
+            return ""
+        if self.open:
+            return self._give(escape_text(text))
+        self.held.append(text)
+        so_far = "".join(self.held).lstrip()
+        if not so_far or so_far.startswith(self._MAYBE_CALLS):
+            return ""
+        self.open = True
+        return self._give(f"<dial>\n  <dial-inform>{escape_text(''.join(self.held))}")
+
+    def _give(self, text: str) -> str:
+        self.given.append(text)
+        return text
+
+    def finish(self, dial: str) -> str:
+        given = "".join(self.given)
+        if not dial.startswith(given):  # cannot happen: the inform's escaped text is the start of the reply
+            raise AssertionError("the streamed start of a reply is not the start of the reply")
+        return dial[len(given) :]
+
+
+class DialCodec:
+    """The model reads and writes DIAL: each message is a user message, each reply the assistant's text."""
+
+    name = "dial"
+
+    def request_fields(self) -> dict[str, Any]:
+        return {}
+
+    def incoming(self, message: str, history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": message}]
+
+    def read(self, message: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> Read:
+        text = _text(message.get("content"))
+        return Read(dial=text, message={"role": "assistant", "content": text})
+
+    def live(self) -> Live:
+        return _AsItComes()
+
+
+class Tool(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool the model may call: ``name`` (as the API takes it), the ``action`` it proposes (``None`` for the
+    tool that asks the person), what it does, and its arguments' JSON Schema."""
+
+    name: str
+    action: str | None
+    description: str
+    parameters: dict[str, Any]
+
+
+_ASK_PARAMETERS: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "question": {"type": "string", "description": "The question, in the person's language."},
+        "options": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "The answers to choose from; leave it empty for a free answer.",
+        },
+    },
+    "required": ["question", "options"],
+    "additionalProperties": False,
+}
+
+_ANY_OBJECT: Final[dict[str, Any]] = {"type": "object"}
+
+
+def domain_tools(domain: Any) -> tuple[Tool, ...]:
+    """The tools of ``domain``: one per action, in its order (the description says when an action changes
+    something, and when it cannot be undone), then ``ask_user``.
+
+    An action's name that the API would refuse as a tool name (more than 64 characters, or a character other
+    than letters, digits, ``_`` and ``-``) is written with ``_`` for each such character, made unique with a
+    number; the codec maps it back.
+    """
+    from ..agents.prompt import vocabulary  # prompt imports the runtime's records; keep this import light
+
+    tools: list[Tool] = []
+    taken: set[str] = set()
+    for entry in vocabulary(domain):
+        name = _unique(_tool_name(entry.name), taken)
+        marks = []
+        if entry.spec.destructive:
+            marks.append("It cannot be undone.")
+        elif entry.spec.mutates:
+            marks.append("It changes something.")
+        else:
+            marks.append("It only reads.")
+        marks.append("The person sees it and decides before it runs.")
+        description = " ".join([entry.description or f"Propose the action {entry.name}.", *marks])
+        schema = entry.schema if isinstance(entry.schema, Mapping) else _ANY_OBJECT
+        tools.append(Tool(name=name, action=entry.name, description=description, parameters=dict(schema)))
+    ask = _unique(_ASK_TOOL, taken)
+    tools.append(
+        Tool(
+            name=ask,
+            action=None,
+            description="Ask the person a question when you need their answer to go on.",
+            parameters=_ASK_PARAMETERS,
+        )
+    )
+    return tuple(tools)
+
+
+def _tool_name(action: str) -> str:
+    if _TOOL_NAME.fullmatch(action):
+        return action
+    return re.sub(r"[^A-Za-z0-9_-]", "_", action)[:60] or "action"
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, number = name, 1
+    while candidate in taken:
+        number += 1
+        candidate = f"{name[:60]}_{number}"
+    taken.add(candidate)
+    return candidate
+
+
+class ToolCallCodec:
+    """The OpenAI Chat Completions tool-call protocol (see the module docstring).
+
+    ``strict`` marks each tool's schema ``strict`` (servers that enforce it decode the arguments to the schema;
+    the OpenAI API then requires every schema to be closed, which a domain's typed actions are).
+
+    A model that writes its calls as text instead of making them (small local models often answer with the
+    JSON object ``{"name": ..., "arguments": {...}}``, in ``<tool_call>`` tags or not, as their chat template
+    shows them) has them read as calls when the whole text is such calls to known tools: the same thing the
+    servers' own parsers do for the tags their templates name.
+    """
+
+    name = "tools"
+
+    def __init__(self, tools: Sequence[Tool], *, strict: bool = False) -> None:
+        self.tools = tuple(tools)
+        self.strict = strict
+        self._by_name = {tool.name: tool for tool in self.tools}
+
+    @classmethod
+    def for_domain(cls, domain: Any, *, strict: bool = False) -> ToolCallCodec:
+        """The codec for ``domain``'s actions (:func:`domain_tools`)."""
+        return cls(domain_tools(domain), strict=strict)
+
+    def request_fields(self) -> dict[str, Any]:
+        tools = []
+        for tool in self.tools:
+            function: dict[str, Any] = {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            }
+            if self.strict:
+                function["strict"] = True
+            tools.append({"type": "function", "function": function})
+        return {"tools": tools}
+
+    # --- to the model --------------------------------------------------------------------------------------
+
+    def incoming(self, message: str, history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """A ``tool`` message for each call of the last assistant message still without one (the outcome, or
+        that the person has not decided yet), then a user message with the rest: outcomes of calls answered
+        before, notices about the model's replies, the domain's context and the person's words."""
+        reports = read_reports(message)
+        outcomes = {reported.id: reported for reported in reports.outcomes}
+        messages: list[dict[str, Any]] = []
+        told: set[str] = set()
+        for call in _unanswered(history):
+            ident = call.get("id", "")
+            reported = outcomes.get(ident)
+            tool = self._tool(call)
+            if reported is not None:
+                content = tool_result(reported)
+                told.add(ident)
+            elif tool is not None and tool.action is None:
+                content = _ASKED
+            else:
+                content = _WAITING
+            messages.append({"role": "tool", "tool_call_id": ident, "content": content})
+        said = [
+            f"Outcome of your call {reported.id}: {tool_result(reported)}"
+            for reported in reports.outcomes
+            if reported.id not in told
+        ]
+        said.extend(reports.notices)
+        if reports.rest:
+            said.append(reports.rest)
+        if said or not messages:
+            messages.append({"role": "user", "content": "\n\n".join(said)})
+        return messages
+
+    def live(self) -> Live:
+        return _LiveInform()
+
+    def _tool(self, call: Mapping[str, Any]) -> Tool | None:
+        function = call.get("function")
+        name = function.get("name") if isinstance(function, Mapping) else None
+        return self._by_name.get(name) if isinstance(name, str) else None
+
+    # --- from the model ------------------------------------------------------------------------------------
+
+    def read(self, message: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> Read:
+        """The model's message as DIAL: its text an inform, each tool call a suggestion (``ask_user`` an ask),
+        in the order made; the message as it joins the history, each call with an id (one the model left out is
+        made from the count of assistant messages before it and the call's place)."""
+        text = _text(message.get("content"))
+        raw_calls = message.get("tool_calls")
+        calls: list[dict[str, Any]] = []
+        if isinstance(raw_calls, (list, tuple)):
+            calls = [call for call in raw_calls if isinstance(call, Mapping)]  # type: ignore[misc]
+        if not calls and text:
+            written = self._written_calls(text)
+            if written:
+                calls, text = written, ""
+        turn = sum(1 for earlier in history if earlier.get("role") == "assistant") + 1
+        kept: list[dict[str, Any]] = []
+        for place, call in enumerate(calls, 1):
+            given = call.get("function")
+            function: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+            ident = call.get("id")
+            kept.append(
+                {
+                    "id": ident if isinstance(ident, str) and ident else f"call-{turn}-{place}",
+                    "type": "function",
+                    "function": {
+                        "name": str(function.get("name") or ""),
+                        "arguments": _arguments_text(function.get("arguments")),
+                    },
+                }
+            )
+        elements = []
+        if text:
+            elements.append(f"  <dial-inform>{escape_text(text)}</dial-inform>")
+        elements.extend(self._element(call) for call in kept)
+        dial = "<dial>\n" + "\n".join(elements) + "\n</dial>" if elements else ""
+        history_message: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if kept:
+            history_message["tool_calls"] = kept
+        return Read(dial=dial, message=history_message)
+
+    def _written_calls(self, text: str) -> list[dict[str, Any]]:
+        """The calls a model wrote as text, when the whole text is calls to known tools; else none."""
+        body = text.strip()
+        fenced = _FENCED.fullmatch(body)
+        if fenced:
+            body = fenced.group(1)
+        calls: list[dict[str, Any]] = []
+        at = 0
+        decoder = json.JSONDecoder()
+        while at < len(body):
+            at = _skip(_OPENING_TAG, body, at)
+            if at >= len(body):
+                break
+            try:
+                value, at = decoder.raw_decode(body, at)
+            except ValueError:
+                return []
+            at = _skip(_CLOSING_TAG, body, at)
+            for item in value if isinstance(value, list) else [value]:
+                if not (isinstance(item, Mapping) and set(item) == {"name", "arguments"}):
+                    return []
+                if item["name"] not in self._by_name:
+                    return []
+                calls.append({"function": {"name": item["name"], "arguments": item["arguments"]}})
+        return calls
+
+    def _element(self, call: Mapping[str, Any]) -> str:
+        """One call as a DIAL element: an ask for ``ask_user``, else a suggestion of the tool's action (a tool
+        the codec does not know is proposed under its own name, which the runtime refuses as unknown)."""
+        ident = escape_attribute(call["id"])
+        function = call["function"]
+        tool = self._by_name.get(function["name"])
+        arguments = function["arguments"]
+        if tool is not None and tool.action is None:
+            return _ask(ident, arguments)
+        action = escape_attribute(function["name"] if tool is None else tool.action or "")
+        return (
+            f'  <dial-suggest id="{ident}" action="{action}">'
+            f'<dial-payload type="application/json">{escape_text(arguments)}</dial-payload></dial-suggest>'
+        )
+
+
+def _skip(pattern: re.Pattern[str], text: str, at: int) -> int:
+    """Where ``pattern`` (which matches the empty string too) ends, matched at ``at``."""
+    match = pattern.match(text, at)
+    return at if match is None else match.end()
+
+
+def _ask(ident: str, arguments: str) -> str:
+    """An ``ask_user`` call as a DIAL ask: a choice among its options, or a free answer."""
+    try:
+        given = json.loads(arguments)
+    except ValueError:
+        given = None
+    question = given.get("question") if isinstance(given, Mapping) else None
+    options = given.get("options") if isinstance(given, Mapping) else None
+    text = question if isinstance(question, str) else arguments
+    choices = [option for option in options if isinstance(option, str)] if isinstance(options, list) else []
+    if not choices:
+        return f'  <dial-ask id="{ident}">{escape_text(text)}</dial-ask>'
+    written = "".join(
+        f'<dial-option value="{escape_attribute(option)}">{escape_text(option)}</dial-option>'
+        for option in choices
+    )
+    return f'  <dial-ask id="{ident}" response-type="choice">{escape_text(text)}{written}</dial-ask>'
+
+
+def tool_result(reported: Reported) -> str:
+    """What a ``tool`` message says of an outcome: the acknowledgement, then the outcome's facts as JSON."""
+    return f"{reported.acknowledgement}\n{compact_json(reported.fact)}"
+
+
+def _unanswered(history: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The tool calls of the last assistant message that no ``tool`` message after it answers."""
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if message.get("role") != "assistant":
+            continue
+        calls = message.get("tool_calls")
+        if not isinstance(calls, (list, tuple)):
+            return []
+        answered = {later.get("tool_call_id") for later in history[index + 1 :] if later.get("role") == "tool"}
+        return [call for call in calls if isinstance(call, Mapping) and call.get("id") not in answered]
+    return []
+
+
+def _text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text"
+        )
+    return ""
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A call's arguments as JSON text (as the API sends them; a server that sent an object has it written)."""
+    if isinstance(arguments, str):
+        return arguments
+    if arguments is None:
+        return "{}"
+    return compact_json(arguments)
+
+
+def codec_for(name: str, domain: Any = None, *, strict: bool = False) -> Codec:
+    """The codec called ``name`` (one of :data:`CODECS`), for ``domain``'s actions where it names tools;
+    ``ValueError`` naming the codecs for any other name, or for ``tools`` without a domain."""
+    if name == "dial":
+        return DialCodec()
+    if name == "tools":
+        if domain is None:
+            raise ValueError("the tools codec needs the domain, whose actions are its tools")
+        return ToolCallCodec.for_domain(domain, strict=strict)
+    raise ValueError(f"unknown codec {name!r}; use one of {', '.join(CODECS)}")

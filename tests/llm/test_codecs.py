@@ -1,0 +1,477 @@
+"""The codecs: what a model is sent and how its answer is read, for every outcome, shape of call and way a
+stream ends; through the codec alone, and through a conversation with a ChatAgent over real HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dial_runtime import ActionSpec, Conversation, parse, policy_human, replay, scripted_human
+from dial_runtime.cli import main
+from dial_runtime.language.outcomes import (
+    Outcome,
+    compact_json,
+    correction_reply,
+    outcome_reply,
+    read_reports,
+    refusal_reply,
+)
+from dial_runtime.language.records import AskElement, Inform, Suggest
+from dial_runtime.llm.chat import ChatAgent, history_from_log
+from dial_runtime.llm.codecs import DialCodec, ToolCallCodec, codec_for, domain_tools
+from dial_runtime.runtime.events import ReplyCutEvent, ReplyEvent, SuggestionEvent
+from dial_runtime.stores import SQLiteStore
+from dial_runtime.views.person import Card, project
+
+from ..fakes import Notes
+from ..openai_server import Call, OpenAIServer, Reply
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["trio", "asyncio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+class TypedNotes(Notes):
+    """The fakes' notes, with a vocabulary whose schemas become the tools' parameters."""
+
+    vocabulary: ClassVar[dict[str, Any]] = {
+        "add-note": {
+            "description": "Add one note.",
+            "schema": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"],
+                "additionalProperties": False,
+            },
+        }
+    }
+
+
+def events(conversation: Conversation) -> list[Any]:
+    return [entry.event for entry in conversation.log]
+
+
+def codec() -> ToolCallCodec:
+    return ToolCallCodec.for_domain(TypedNotes())
+
+
+def elements(dial: str) -> list[Any]:
+    envelope = parse(dial)
+    assert envelope is not None and not envelope.issues, envelope
+    return list(envelope.elements)
+
+
+# --- the tools ------------------------------------------------------------------------------------------------
+
+
+def test_each_action_is_a_tool_with_its_schema_and_marks_then_ask_user() -> None:
+    tools = {tool.name: tool for tool in domain_tools(TypedNotes())}
+    assert list(tools) == ["add-note", "remove-note", "list-notes", "open-poll", "fail-note", "ask_user"]
+    assert tools["add-note"].parameters["required"] == ["text"]
+    assert tools["add-note"].description.startswith("Add one note. It changes something.")
+    assert "cannot be undone" in tools["remove-note"].description
+    assert "only reads" in tools["list-notes"].description
+    assert tools["list-notes"].parameters == {"type": "object"}
+    assert tools["ask_user"].action is None
+
+
+def test_names_the_api_refuses_are_rewritten_and_kept_apart() -> None:
+    class Odd:
+        actions: ClassVar[dict[str, Any]] = {
+            "notes.add": ActionSpec(mutates=False),
+            "notes_add": ActionSpec(mutates=False),
+            "ask_user": ActionSpec(mutates=False),
+            "x" * 80: ActionSpec(mutates=False),
+        }
+
+    tools = domain_tools(Odd())
+    assert [(tool.name, tool.action) for tool in tools] == [
+        ("notes_add", "notes.add"),
+        ("notes_add_2", "notes_add"),
+        ("ask_user", "ask_user"),
+        ("x" * 60, "x" * 80),
+        ("ask_user_2", None),
+    ]
+    dial = ToolCallCodec(tools).read(_calls(("c1", "notes_add_2", "{}"), ("c2", "ask_user_2", "{}")), []).dial
+    suggestion, ask = elements(dial)
+    assert isinstance(suggestion, Suggest) and suggestion.action == "notes_add"
+    assert isinstance(ask, AskElement)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_the_request_carries_the_tools(strict: bool) -> None:
+    fields = ToolCallCodec.for_domain(TypedNotes(), strict=strict).request_fields()
+    first = fields["tools"][0]
+    assert first["type"] == "function" and first["function"]["name"] == "add-note"
+    assert ("strict" in first["function"]) is strict
+
+
+def test_codecs_by_name() -> None:
+    assert isinstance(codec_for("dial"), DialCodec)
+    assert isinstance(codec_for("tools", TypedNotes()), ToolCallCodec)
+    with pytest.raises(ValueError, match="unknown codec 'xml'; use one of dial, tools"):
+        codec_for("xml")
+    with pytest.raises(ValueError, match="needs the domain"):
+        codec_for("tools")
+
+
+# --- reading the model ----------------------------------------------------------------------------------------
+
+
+def _calls(*calls: tuple[str, str, str], content: str | None = None) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {"id": ident, "type": "function", "function": {"name": name, "arguments": arguments}}
+            for ident, name, arguments in calls
+        ],
+    }
+
+
+def test_each_call_is_a_suggestion_with_its_id_and_the_text_an_inform() -> None:
+    read = codec().read(
+        _calls(("call_a", "add-note", '{"text":"milk"}'), ("call_b", "list-notes", "{}"), content="On it."), []
+    )
+    inform, first, second = elements(read.dial)
+    assert isinstance(inform, Inform) and inform.text == "On it."
+    assert (first.id, first.action, first.payload) == ("call_a", "add-note", {"text": "milk"})
+    assert (second.id, second.action, second.payload) == ("call_b", "list-notes", {})
+    assert read.message["tool_calls"][1]["id"] == "call_b"
+
+
+def test_a_call_without_an_id_gets_one_from_its_place() -> None:
+    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    read = codec().read(_calls(("", "list-notes", "{}"), ("", "list-notes", "{}")), history)
+    assert [element.id for element in elements(read.dial)] == ["call-2-1", "call-2-2"]
+    assert [call["id"] for call in read.message["tool_calls"]] == ["call-2-1", "call-2-2"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ('{"question": "Which list?", "options": ["home", "work"]}', ("Which list?", ("home", "work"), "choice")),
+        ('{"question": "What should it say?", "options": []}', ("What should it say?", (), "text")),
+        ("not json", ("not json", (), "text")),
+    ],
+)
+def test_ask_user_is_an_ask(arguments: str, expected: tuple[str, tuple[str, ...], str]) -> None:
+    (ask,) = elements(codec().read(_calls(("call_q", "ask_user", arguments)), []).dial)
+    assert isinstance(ask, AskElement)
+    assert (ask.text, tuple(option.value for option in ask.options), ask.response_type) == expected
+    assert ask.id == "call_q"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Sure! I've added it.",
+        '<dial><dial-suggest action="remove-note">{"text":"x"}</dial-suggest></dial>',
+        "```xml\n<dial><dial-inform>hi</dial-inform></dial>\n```",
+        "a < b && c > d\r\n",
+        '{"name": "unknown-tool", "arguments": {}}',
+        '{"name": "add-note", "arguments": {"text": "x"}} and then some',
+    ],
+)
+def test_the_models_text_is_only_ever_an_inform(text: str) -> None:
+    """Whatever the text holds (DIAL of its own, markup, a call to a tool that does not exist), it is the
+    model's words: one inform with exactly that text, never an act of its own."""
+    (inform,) = elements(codec().read({"role": "assistant", "content": text}, []).dial)
+    assert isinstance(inform, Inform) and inform.text == text.strip()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "add-note", "arguments": {"text": "milk"}}',
+        '<tool_call>\n{"name": "add-note", "arguments": {"text": "milk"}}\n</tool_call>',
+        '```json\n{"name": "add-note", "arguments": {"text": "milk"}}\n```',
+        '[{"name": "add-note", "arguments": {"text": "milk"}}]',
+    ],
+)
+def test_calls_a_model_writes_as_text_are_read_as_calls(text: str) -> None:
+    read = codec().read({"role": "assistant", "content": text}, [])
+    (suggestion,) = elements(read.dial)
+    assert isinstance(suggestion, Suggest) and suggestion.payload == {"text": "milk"}
+    assert read.message == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call-1-1",
+                "type": "function",
+                "function": {"name": "add-note", "arguments": '{"text":"milk"}'},
+            }
+        ],
+    }
+
+
+def test_a_reply_without_text_or_calls_is_empty() -> None:
+    assert codec().read({"role": "assistant", "content": None}, []).dial == ""
+
+
+# --- telling the model -----------------------------------------------------------------------------------------
+
+ASKED = "The question was put to the person; their answer is in the next message."
+WAITING = "No decision yet: this is waiting for the person, and did not run."
+
+
+def test_outcomes_answer_their_calls_and_the_rest_is_a_user_message() -> None:
+    history = [_calls(("c1", "add-note", "{}"), ("c2", "list-notes", "{}"), ("c3", "ask_user", "{}"))]
+    done = Outcome(id="c1", action="add-note", status="done", result={"count": 1}, preview="Add it")
+    earlier = Outcome(id="old", action="add-note", status="failed", error="locked")
+    message = "\n\n".join(
+        [outcome_reply([done, earlier]), refusal_reply("reply-1", "bad"), "<context n='1'/>", "home"]
+    )
+    sent = codec().incoming(message, history)
+    assert sent[0] == {"role": "tool", "tool_call_id": "c1", "content": 'Done: Add it.\n{"action":"add-note",'
+                       '"status":"done","result":{"count":1}}'}  # fmt: skip
+    assert sent[1]["tool_call_id"] == "c2" and sent[1]["content"].startswith(WAITING)
+    assert sent[2] == {"role": "tool", "tool_call_id": "c3", "content": ASKED}
+    assert sent[3]["role"] == "user"
+    assert sent[3]["content"].split("\n\n") == [
+        'Outcome of your call old: Couldn\'t do it: add-note.\n{"action":"add-note","status":"failed",'
+        '"error":"locked"}',
+        "Your reply could not be used: bad",
+        "<context n='1'/>",
+        "home",
+    ]
+
+
+def test_calls_answered_before_are_not_answered_again() -> None:
+    history = [_calls(("c1", "add-note", "{}")), {"role": "tool", "tool_call_id": "c1", "content": WAITING}]
+    sent = codec().incoming("hello", history)
+    assert sent == [{"role": "user", "content": "hello"}]
+
+
+STATUSES = [
+    (Outcome(id="c", action="a", status="done", result=1), "Done: a.", {"result": 1}),
+    (Outcome(id="c", action="a", status="done", edited=True), "Done: a.", {"edited": True}),
+    (Outcome(id="c", action="a", status="failed", error="e", code="k", hint="h"), "Couldn't do it", {"code": "k"}),
+    (Outcome(id="c", action="a", status="invalid", code="k", field="f", hint="h"), "is invalid", {"field": "f"}),
+    (Outcome(id="c", action="a", status="dismissed"), "The user dismissed: a.", {}),
+    (Outcome(id="c", action="a", status="superseded"), "moved on without deciding", {}),
+    (Outcome(id="c", action="a", status="superseded", expired=True), "moved on", {"expired": True}),
+    (Outcome(id="c", action="a", status="handed-off"), "in its own panel", {}),
+]
+
+
+@pytest.mark.parametrize(("outcome", "words", "facts"), STATUSES)
+def test_every_status_goes_back_as_the_calls_tool_result(
+    outcome: Outcome, words: str, facts: dict[str, Any]
+) -> None:
+    (result,) = codec().incoming(outcome_reply([outcome]), [_calls(("c", "a", "{}"))])
+    assert result["role"] == "tool" and result["tool_call_id"] == "c"
+    acknowledgement, _, fact = result["content"].partition("\n")
+    assert words in acknowledgement
+    assert json.loads(fact) == {**outcome.fact(), **facts} == json.loads(compact_json(outcome.fact()))
+
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+_OUTCOMES = st.builds(
+    Outcome,
+    id=st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=12),
+    action=st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=12),
+    status=st.sampled_from(["done", "failed", "invalid", "dismissed", "superseded", "handed-off"]),
+    result=_JSON,
+    error=st.none() | _TEXT,
+    hint=st.none() | _TEXT,
+    edited=st.booleans(),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(outcomes=st.lists(_OUTCOMES, min_size=1, max_size=3), refusals=st.lists(_TEXT, max_size=2), rest=_TEXT)
+def test_what_the_runtime_writes_is_read_back(outcomes: list[Outcome], refusals: list[str], rest: str) -> None:
+    parts = [outcome_reply(outcomes), *(refusal_reply("reply-1", why) for why in refusals)]
+    parts.append(correction_reply("reply-2", "no"))
+    if rest:
+        parts.append(rest)
+    reports = read_reports("\n\n".join(parts))
+    assert [(r.id, r.status, r.fact) for r in reports.outcomes] == [
+        (o.id, o.status, json.loads(compact_json(o.fact()))) for o in outcomes
+    ]
+    assert len(reports.notices) == len(refusals) + 1
+    assert reports.rest == rest
+
+
+# --- streaming ------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.text(max_size=40),
+    calls=st.lists(st.tuples(st.sampled_from(["add-note", "ask_user", "nope"]), _TEXT), max_size=3),
+    cuts=st.lists(st.integers(0, 40), max_size=6),
+)
+def test_a_streamed_reply_is_the_start_of_the_whole_reply(text: str, calls: list[Any], cuts: list[int]) -> None:
+    """However the text arrives, what is given as it arrives, then the rest, is the reply read whole; and no
+    text is given while it could still be calls written as text."""
+    reading = codec()
+    live = reading.live()
+    given_so_far = []
+    for start, end in zip([0, *sorted(cuts)], [*sorted(cuts), len(text)], strict=False):
+        given_so_far.append(live.feed(text[start:end]))
+    message = _calls(*((f"c{i}", name, arguments) for i, (name, arguments) in enumerate(calls)), content=text)
+    dial = reading.read(message, []).dial
+    assert "".join(given_so_far) + live.finish(dial) == dial
+    if text.lstrip().startswith(("{", "[", "<", "`")):
+        assert not "".join(given_so_far)
+
+
+# --- through a conversation, over HTTP ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as running:
+        yield running
+
+
+def tools_agent(server: OpenAIServer, domain: Any, **options: Any) -> ChatAgent:
+    return ChatAgent.for_domain(server.base_url, "m", domain, codec="tools", max_retries=0, **options)
+
+
+class Plain:
+    """An agent that only sends: the runtime streams from any agent that can."""
+
+    def __init__(self, agent: ChatAgent) -> None:
+        self.agent = agent
+
+    async def send(self, message: str) -> Any:
+        return await self.agent.send(message)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize(
+    ("call", "human", "words"),
+    [
+        (Call("c1", "add-note", '{"text":"milk"}'), "accept", "Done: Add the note 'milk'."),
+        (Call("c1", "add-note", '{"text":"milk"}'), {"edit": {"text": "oat"}}, "Done: Add the note 'oat'"),
+        (Call("c1", "add-note", '{"text":"milk"}'), "dismiss", "The user dismissed"),
+        (Call("c1", "add-note", '{"text":""}'), "accept", "the payload for add-note is invalid"),
+        (Call("c1", "fail-note", "{}"), "accept", "Couldn't do it"),
+        (Call("c1", "open-poll", "{}"), "accept", "Passed to the user in its own panel"),
+        (Call("c1", "no-such-tool", "{}"), "accept", "the payload for no-such-tool is invalid"),
+        (Call("c1", "add-note", '{"text": "mi'), "accept", "the payload for add-note is invalid"),
+    ],
+)
+async def test_each_outcome_reaches_the_model_as_the_calls_result(
+    server: OpenAIServer, streamed: bool, call: Call, human: Any, words: str
+) -> None:
+    server.add(Reply("", tool_calls=[call], chunks=3), Reply("Noted."), Reply("Nothing more."))
+    agent = tools_agent(server, TypedNotes())
+    async with agent:
+        conversation = Conversation(
+            agent=agent if streamed else Plain(agent), domain=TypedNotes(), human=scripted_human([human])
+        )
+        result = await conversation.say("add milk")
+        if len(server.requests) == 1:  # nothing ran: the outcome waits for the person's next words
+            await conversation.say("and now?")
+    assert [outcome.id for outcome in result.outcomes] == ["c1"]
+    second = server.requests[1].messages
+    (answered,) = [index for index, message in enumerate(second) if message["role"] == "tool"]
+    assert second[answered - 1]["tool_calls"][0]["id"] == "c1"
+    assert second[answered]["tool_call_id"] == "c1"
+    assert words in second[answered]["content"]
+    assert json.loads(second[answered]["content"].partition("\n")[2])["status"] == result.outcomes[0].status
+
+
+async def test_parallel_calls_are_suggestions_of_one_reply_each_answered(server: OpenAIServer) -> None:
+    calls = [Call("c1", "add-note", '{"text":"a"}'), Call("c2", "add-note", '{"text":"b"}')]
+    server.add(Reply("Adding both.", tool_calls=calls, chunks=4), Reply("Both added."))
+    async with tools_agent(server, TypedNotes()) as agent:
+        conversation = Conversation(agent=agent, domain=TypedNotes(), human=scripted_human(["accept", "dismiss"]))
+        result = await conversation.say("add a and b")
+    assert [(o.id, o.status) for o in result.outcomes] == [("c1", "done"), ("c2", "dismissed")]
+    sent = server.requests[1].messages
+    assert [(m["role"], m.get("tool_call_id")) for m in sent[-3:]] == [
+        ("assistant", None),
+        ("tool", "c1"),
+        ("tool", "c2"),
+    ]
+    shown = [event for event in events(conversation) if isinstance(event, SuggestionEvent)]
+    assert [event.id for event in shown] == ["c1", "c2"]
+
+
+async def test_an_answer_to_ask_user_follows_its_result(server: OpenAIServer) -> None:
+    ask = Call("q1", "ask_user", '{"question": "Which list?", "options": ["home", "work"]}')
+    server.add(Reply("", tool_calls=[ask]), Reply("Thanks."))
+    human = scripted_human([{"answer": "work"}])
+    async with tools_agent(server, TypedNotes()) as agent:
+        conversation = Conversation(agent=agent, domain=TypedNotes(), human=human)
+        await conversation.say("add a note")
+    (asked,) = human.seen
+    assert [option.value for option in asked.options] == ["home", "work"]  # type: ignore[union-attr]
+    sent = server.requests[1].messages
+    assert sent[-2] == {"role": "tool", "tool_call_id": "q1", "content": ASKED}
+    assert sent[-1] == {"role": "user", "content": "work"}
+
+
+async def test_a_stream_cut_in_the_middle_of_a_call_proposes_nothing(server: OpenAIServer) -> None:
+    call = Call("c1", "add-note", '{"text": "milk and more"}')
+    server.add(Reply("Adding it.", tool_calls=[call], chunks=4, drop_after=6), Reply("Sorry, again."))
+    domain = TypedNotes()
+    async with tools_agent(server, domain) as agent:
+        conversation = Conversation(agent=agent, domain=domain, human=policy_human("accept"))
+        result = await conversation.say("add milk")
+    assert result.outcomes == () and domain.ran == []
+    assert any(isinstance(event, ReplyCutEvent) for event in events(conversation))
+    told = server.requests[1].messages[-1]
+    assert told["role"] == "user" and "could not be used" in told["content"]
+
+
+async def test_a_tools_conversations_log_keeps_the_models_messages_and_works_as_any_log(
+    server: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The log keeps the DIAL the runtime handled and the model's message; it replays identical, exports,
+    imports and verifies, takes the agent up where it was, and the person's view shows the suggestion."""
+    server.add(Reply("Adding.", tool_calls=[Call("c1", "add-note", '{"text":"milk"}')], chunks=3), Reply("Done."))
+    database = tmp_path / "logs.db"
+    store = SQLiteStore(str(database))
+    async with tools_agent(server, TypedNotes()) as agent:
+        conversation = Conversation(
+            agent=agent, domain=TypedNotes(), human=policy_human("accept"), store=store, conversation_id="t"
+        )
+        await conversation.say("add milk")
+    await store.aclose()
+    replies = [event for event in events(conversation) if isinstance(event, ReplyEvent)]
+    assert replies[0].provider is not None and replies[0].provider.api == "openai-chat"
+    assert replies[0].provider.message["tool_calls"][0]["id"] == "c1"
+    assert replies[1].provider is not None and replies[1].provider.message["content"] == "Done."
+
+    report = replay(conversation.log, domain=TypedNotes())
+    assert report.ok and report.turns == 2, report
+
+    exported, copy = tmp_path / "t.jsonl", tmp_path / "copy.db"
+    for argv in (  # the command line runs an event loop of its own: in a thread of its own
+        ["export", "t", "--store", f"sqlite:{database}", "-o", str(exported)],
+        ["import", str(exported), "--store", f"sqlite:{copy}", "--id", "t"],
+        ["verify", "t", "--store", f"sqlite:{copy}"],
+    ):
+        assert await anyio.to_thread.run_sync(main, argv) == 0, capsys.readouterr().err
+    assert " ok: " in capsys.readouterr().out
+
+    taken_up = history_from_log(conversation.log, agent.codec)
+    assert [message.wire() for message in taken_up] == [
+        *server.requests[1].messages,
+        {"role": "assistant", "content": "Done."},
+    ]
+
+    cards = [item for item in project(conversation.log).items if isinstance(item, Card)]
+    assert [(card.id, card.preview) for card in cards] == [("c1", "Add the note 'milk'")]
