@@ -63,11 +63,24 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def qwen() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct (``scripts/fetch_qwen.sh``): ``DIAL_QWEN_MODEL``, else the cache's copy."""
+    named = os.environ.get("DIAL_QWEN_MODEL")
+    if named:
+        assert Path(named).is_file(), f"DIAL_QWEN_MODEL names a missing file: {named}"
+        return Path(named)
+    found = CACHE / "qwen2.5-coder-0.5b-instruct.gguf"
+    if not found.is_file():
+        pytest.skip("no Qwen2.5-Coder-0.5B: run scripts/fetch_qwen.sh (or set DIAL_QWEN_MODEL)")
+    return found
+
+
 @contextlib.contextmanager
-def llama_server(log: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A llama-server of its own, healthy, with one slot: its base URL (``http://127.0.0.1:PORT``) and process,
-    writing to ``log``; stopped at the end."""
-    server, model = binaries()
+def llama_server(log: Path, model: Path | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A llama-server of its own, healthy, with one slot, serving ``model`` (SmolLM2 by default): its base URL
+    (``http://127.0.0.1:PORT``) and process, writing to ``log``; stopped at the end."""
+    server, smollm2 = binaries()
+    model = smollm2 if model is None else model
     port = free_port()
     command = [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", "4096"]
     command += ["--parallel", "1", "--threads", "2", "--slots"]

@@ -1,0 +1,117 @@
+"""The tool-call codec end to end against a real model: Qwen2.5-Coder-0.5B-Instruct on llama.cpp's
+``llama-server`` (``scripts/fetch_qwen.sh``; the server as in ``tests/llm/test_llama.py``).
+
+The server renders the domain's tools with the model's chat template and parses the calls the template names
+(``<tool_call>`` tags); this small model writes its call as bare JSON instead, which the codec reads as the call.
+A call the server itself parsed is checked with the official ``openai`` client: the model is started inside the
+tags (an assistant message the server continues), so the server returns a structured ``tool_calls`` message.
+Every request the codec builds after a call (the call, its ``tool`` result) must be one the server takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import openai
+import pytest
+
+from dial_runtime import Conversation, parse, policy_human
+from dial_runtime.language.outcomes import Outcome, outcome_reply
+from dial_runtime.language.records import Suggest
+from dial_runtime.llm.chat import ChatAgent
+from dial_runtime.llm.codecs import ToolCallCodec
+from dial_runtime.runtime.events import ReplyEvent
+
+from .test_llama import REQUEST, Notes, llama_server, qwen
+
+pytestmark = [pytest.mark.llama, pytest.mark.anyio]
+
+SETTINGS: dict[str, Any] = {"temperature": 0.0, "seed": 1, "max_tokens": 120}
+
+
+@pytest.fixture(scope="module")
+def qwen_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A llama-server serving Qwen: its base URL."""
+    with llama_server(tmp_path_factory.mktemp("qwen") / "server.log", qwen()) as (url, _):
+        yield url
+
+
+@pytest.fixture(params=["trio", "asyncio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+class SendOnly:
+    """The agent without its stream: the runtime then sends whole."""
+
+    def __init__(self, agent: ChatAgent) -> None:
+        self.agent = agent
+
+    async def send(self, message: str) -> Any:
+        return await self.agent.send(message)
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+async def test_a_call_becomes_a_suggestion_and_its_outcome_the_calls_result(
+    qwen_server: str, streamed: bool
+) -> None:
+    domain = Notes()
+    agent = ChatAgent.for_domain(f"{qwen_server}/v1", "qwen", domain, codec="tools", **SETTINGS)
+    async with agent:
+        conversation = Conversation(
+            agent=agent if streamed else SendOnly(agent),
+            domain=domain,
+            human=policy_human("accept"),
+            timeout=REQUEST,
+            max_turns=2,
+        )
+        with anyio.fail_after(3 * REQUEST):
+            result = await conversation.say("Add a note: buy milk")
+    assert domain.notes == ["buy milk"], result
+    (outcome,) = result.outcomes
+    assert outcome.status == "done"
+    replies = [entry.event for entry in conversation.log if isinstance(entry.event, ReplyEvent)]
+    assert len(replies) == 2, "the server took the call and its result, and the model answered"
+    assert replies[0].provider is not None and replies[1].provider is not None
+    history = [message.wire() for message in agent.history]
+    (called,) = [message for message in history if message.get("tool_calls")]
+    assert called["tool_calls"][0]["id"] == outcome.id
+    (answered,) = [message for message in history if message["role"] == "tool"]
+    assert answered["tool_call_id"] == outcome.id and answered["content"].startswith("Done: Add the note")
+
+
+async def test_a_call_the_server_parsed_is_read_and_its_result_is_taken(qwen_server: str) -> None:
+    codec = ToolCallCodec.for_domain(Notes())
+    client = openai.AsyncOpenAI(base_url=f"{qwen_server}/v1", api_key="none", max_retries=0)
+    history: list[dict[str, Any]] = codec.incoming("Add a note: buy milk", [])
+    tools = codec.request_fields()["tools"]
+    async with client:
+        with anyio.fail_after(REQUEST):
+            started = [*history, {"role": "assistant", "content": "<tool_call>\n"}]
+            completion = await client.chat.completions.create(
+                model="qwen", messages=started, tools=tools, **SETTINGS
+            )
+        choice = completion.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls, choice
+        message = choice.message.model_dump(exclude_none=True)
+        read = codec.read(message, history)
+        envelope = parse(read.dial)
+        assert envelope is not None
+        (suggestion,) = envelope.elements
+        assert isinstance(suggestion, Suggest) and suggestion.action == "add-note"
+        assert suggestion.id == choice.message.tool_calls[0].id
+        assert suggestion.payload == {"text": "buy milk"}
+
+        history.append(read.message)
+        done = Outcome(id=suggestion.id, action="add-note", status="done", result={"count": 1}, preview="Add it")
+        history += codec.incoming(outcome_reply([done]), history)
+        assert history[-1] == {
+            "role": "tool",
+            "tool_call_id": suggestion.id,
+            "content": 'Done: Add it.\n{"action":"add-note","status":"done","result":{"count":1}}',
+        }
+        with anyio.fail_after(REQUEST):
+            after = await client.chat.completions.create(model="qwen", messages=history, tools=tools, **SETTINGS)
+        assert after.choices[0].message.role == "assistant"
