@@ -36,7 +36,7 @@ from ..language.outcomes import Outcome, compact_json, escape_attribute, escape_
 from ..runtime.flow import FlowRules
 from ..runtime.records import ActionSpec, as_action_spec
 
-__all__ = ["VocabularyEntry", "system_prompt", "vocabulary"]
+__all__ = ["VocabularyEntry", "system_prompt", "tools_prompt", "vocabulary"]
 
 
 class VocabularyEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -143,6 +143,28 @@ def system_prompt(domain: Any) -> str:
     if isinstance(rules, FlowRules):
         parts.append(_flow_section(rules))
     return "\n\n".join(parts) + "\n"
+
+
+def tools_prompt(domain: Any) -> str:
+    """The system prompt for a model that proposes actions as tool calls (the ``tools`` codec): what the
+    application is, and how its calls are decided and reported. The tools themselves carry the actions'
+    descriptions and schemas."""
+    about = str(getattr(domain, "description", "") or "").strip()
+    parts = [_TOOLS_INTRODUCTION]
+    if about:
+        parts.append(f"The application: {about}")
+    rules = getattr(domain, "flow_rules", None)
+    if isinstance(rules, FlowRules):
+        parts.append(_flow_section(rules))
+    return "\n\n".join(parts) + "\n"
+
+
+_TOOLS_INTRODUCTION = """\
+You are the assistant inside an application. You help the person by talking with them and by calling the \
+application's tools. A call is a proposal: the application checks it, shows it to the person, and runs it only if \
+they accept it (they may change it first, or refuse it). The tool's result tells you how it ended. Until a result \
+says a call was done, nothing was done: never tell the person otherwise. Call ask_user when you need the person's \
+answer to go on."""
 
 
 # ---------------------------------------------------------------------------------------------- primer

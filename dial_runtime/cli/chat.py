@@ -30,14 +30,13 @@ def _chat(args: argparse.Namespace) -> int:
         from ..terminal.surface import PlainAgent, TerminalSurface
     except ModuleNotFoundError as error:
         return without_terminal_extra("chat", error)
-    from ..agents import system_prompt
     from ..driver import Conversation
-    from ..llm import agent_from_uri, domain_grammar, history_from_log
+    from ..llm import agent_from_uri
 
     domain = load_domain(args.domain) if args.mcp is None else None
     check_mcp_options(args)
     agent_options = chat_agent_options(args)
-    constrain = agent_options.pop("constrain", False)
+    constrain = agent_options.pop("constrain", None)
     if args.id and not args.store:
         _usage("--id needs --store")
     store = open_url(args.store) if args.store else None
@@ -50,15 +49,10 @@ def _chat(args: argparse.Namespace) -> int:
                 stack.push_async_callback(store.aclose)
             chosen = domain if domain is not None else await served(args, stack)
             earlier = await store.read(ident) if store is not None else []
-            if constrain:
-                agent_options["grammar"] = domain_grammar(chosen)
+            if constrain is not None:
+                agent_options["constrain"] = constrain
             try:
-                agent = agent_from_uri(
-                    args.agent,
-                    system_prompt=system_prompt(chosen),
-                    history=history_from_log(earlier),
-                    **agent_options,
-                )
+                agent = agent_from_uri(args.agent, domain=chosen, log=earlier, **agent_options)
             except ValueError as error:
                 _usage(str(error))
             if callable(getattr(agent, "__aenter__", None)):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._command import _CommandError, _usage
+from ..llm.codecs import CODECS
 
 if TYPE_CHECKING:
     from ..stores.jsonl import LogFile
@@ -52,9 +53,13 @@ def chat_agent_options(args: argparse.Namespace) -> dict[str, Any]:
         "stop": args.stop,
     }
     options: dict[str, Any] = {name: value for name, value in settings.items() if value is not None}
+    if args.codec is not None:
+        options["codec"] = args.codec
     if args.grammar == "domain":
         options["constrain"] = True
-    elif args.grammar != "off":
+    elif args.grammar == "off":
+        options["constrain"] = False
+    elif args.grammar is not None:
         try:
             raw = Path(args.grammar).read_bytes()
         except OSError as error:
@@ -64,7 +69,10 @@ def chat_agent_options(args: argparse.Namespace) -> dict[str, Any]:
         except UnicodeDecodeError as error:
             _usage(f"--grammar: {args.grammar} is not UTF-8 text (at byte {error.start})")
     if options and args.agent.startswith("script:"):
-        _usage("--server, --grammar and the generation settings are for a model server; script:FILE takes none")
+        _usage(
+            "--server, --codec, --grammar and the generation settings are for a model server; "
+            "script:FILE takes none"
+        )
     return options
 
 
@@ -95,11 +103,16 @@ def add_stream_deadlines(parser: argparse.ArgumentParser, recorded: str) -> None
 def add_agent_options(parser: argparse.ArgumentParser) -> None:
     """What goes with every request to a model server: the grammar, how to send it, the generation settings."""
     parser.add_argument(
+        "--codec",
+        choices=CODECS,
+        help="how the model is spoken to: tools (native tool calls) or dial (the model writes DIAL); default: "
+        "the URI's ?codec=, else tools for openai: and dial for the others",
+    )
+    parser.add_argument(
         "--grammar",
-        default="off",
         metavar="off|domain|FILE",
-        help="constrain the replies: domain (the grammar of valid DIAL for the domain), or a file of GBNF "
-        "(llama.cpp, vLLM; default: off)",
+        help="constrain DIAL replies: domain (the grammar of valid DIAL for the domain), or a file of GBNF "
+        "(llama.cpp, vLLM; default: domain for llamacpp: URIs speaking DIAL, else off)",
     )
     parser.add_argument(
         "--server",

@@ -48,7 +48,6 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from ..agents.prompt import system_prompt
 from ..driver.replay import handle_reply
 from ..llm.chat import ChatMessage, history_from_log
 from ..llm.uri import agent_from_uri
@@ -267,11 +266,12 @@ def score(reply: PointReply, recorded: PointReply, verdicts: Sequence[Verdict]) 
     }
 
 
-async def _candidate_agent(candidate: Candidate, history: Sequence[ChatMessage], domain: Any) -> AgentPort:
+async def _candidate_agent(candidate: Candidate, earlier: Sequence[LogEntry], domain: Any) -> AgentPort:
+    """The candidate's agent, taking the conversation up at the end of ``earlier``: a URI's, with its codec's
+    history of the log, or what a factory makes of the history as the DIAL codec reads it."""
     if isinstance(candidate, str):
-        prompt = system_prompt(domain) if domain is not None else ""
-        return agent_from_uri(candidate, system_prompt=prompt, history=list(history))
-    made = candidate(history)
+        return agent_from_uri(candidate, domain=domain, log=earlier)
+    made = candidate(history_from_log(earlier))
     return await made if inspect.isawaitable(made) else made
 
 
@@ -312,10 +312,9 @@ async def evaluate_conversation(
         items, trail = _turn(recorded_view, first, last)
         recorded = _read(items, trail, text=at.reply)
         verdicts = _verdicts(items)
-        history = history_from_log(entries[: at.index])
         replies: dict[str, PointReply] = {}
         for name, candidate in candidates.items():
-            agent = await _candidate_agent(candidate, history, domain)
+            agent = await _candidate_agent(candidate, entries[: at.index], domain)
             text, error = await _ask(agent, at.message)
             if text is None:
                 replies[name] = PointReply(text=None, error=error, parses=False)

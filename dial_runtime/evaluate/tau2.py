@@ -55,11 +55,9 @@ import msgspec
 
 from .._command import _CommandError, _described, _usage
 from ..adapters.mcp import DEFAULT_DEADLINE, McpDomain
-from ..agents.prompt import system_prompt
 from ..domains import SchemaPayload, default_preview, example_from_schema, words
 from ..errors import ActionError, AgentError, McpConnectionError
 from ..language.outcomes import compact_json, escape_attribute, escape_text
-from ..llm.grammar import domain_grammar
 from ..llm.uri import agent_from_uri
 from ..ports import AgentPort, StorePort
 from ..runtime.events import LogEntry
@@ -1097,8 +1095,8 @@ def _agent_factory(uri: str, *, grammar: bool) -> AgentFactory:
         _usage("--grammar constrains a model agent; a script:FILE agent generates nothing")
 
     def model(task: Tau2Task, domain: AirlineDomain) -> AgentPort:
-        options: dict[str, Any] = {"grammar": domain_grammar(domain)} if grammar else {}
-        return agent_from_uri(uri, system_prompt=system_prompt(domain), **options)
+        options: dict[str, Any] = {"constrain": True} if grammar else {}
+        return agent_from_uri(uri, domain=domain, **options)
 
     return model
 

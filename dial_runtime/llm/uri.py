@@ -18,6 +18,15 @@ skips the replies that history holds already, and ``ChatAgent``'s other options 
 
 ``OPENAI_API_KEY`` is required; ``DIAL_AGENT_API_KEY`` is sent when it is set.
 
+**The codec** (:mod:`dial_runtime.llm.codecs`) says how the model is spoken to: ``?codec=tools`` (each action a
+native tool call) or ``?codec=dial`` (the model writes DIAL). Hosted models are trained for tool calls, small
+local ones write DIAL under a grammar better than they call tools, so the default depends on the scheme:
+``tools`` for ``openai:``, ``dial`` for the others (and without a domain), and for ``llamacpp:`` the domain's
+grammar too (``constrain``), unless a grammar is given or ``constrain=False``. The tools codec needs the
+``domain``; so does the default system prompt (:func:`~dial_runtime.agents.system_prompt` for DIAL,
+:func:`~dial_runtime.agents.prompt.tools_prompt` for tools), which ``system_prompt`` replaces. ``log`` (a stored
+conversation taken up) gives the agent its history as the codec spoke it.
+
 A query string sets generation settings: ``llamacpp:smollm2@localhost:8080?temperature=0&seed=1&max_tokens=256``.
 The settings are ``max_tokens`` and ``seed`` (whole numbers), ``temperature`` and ``top_p`` (numbers) and ``stop``
 (text; repeat it for several). A server-specific body field is written ``extra.NAME=VALUE``: the value is read as
@@ -34,13 +43,15 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
 
 from ..agents.scripted import ScriptedAgent
-from .chat import ChatAgent
+from ..runtime.events import LogEntry
+from .chat import ChatAgent, history_from_log
+from .codecs import CODECS, codec_for
 
 __all__ = ["agent_from_uri"]
 
@@ -60,7 +71,11 @@ _SETTINGS: dict[str, Callable[[str], Any]] = {
     "stop": str,
 }
 _EXTRA = "extra."
-_ALLOWED = f"{', '.join(_SETTINGS)} or {_EXTRA}NAME"
+_ALLOWED = f"{', '.join(_SETTINGS)}, codec or {_EXTRA}NAME"
+
+#: The codec each scheme speaks unless told (see the module docstring).
+DEFAULT_CODECS = {"openai": "tools", "ollama": "dial", "vllm": "dial", "llamacpp": "dial", "http": "dial"}
+
 
 _FORMS = (
     "openai:MODEL, ollama:MODEL@HOST:PORT, vllm:MODEL@HOST:PORT, llamacpp:MODEL@HOST:PORT, "
@@ -68,13 +83,22 @@ _FORMS = (
 )
 
 
-def agent_from_uri(uri: str, *, system_prompt: str = "", **options: Any) -> ChatAgent | ScriptedAgent:
-    """The :class:`ChatAgent` that ``uri`` names, with ``system_prompt`` and ``options`` (``ChatAgent``'s keyword
-    arguments: ``timeout``, ``max_retries``, ``client``, ...); for ``script:FILE``, the :class:`ScriptedAgent`
-    replying with the file's replies.
+def agent_from_uri(
+    uri: str,
+    *,
+    system_prompt: str | None = None,
+    domain: Any = None,
+    log: Iterable[LogEntry] | None = None,
+    **options: Any,
+) -> ChatAgent | ScriptedAgent:
+    """The :class:`ChatAgent` that ``uri`` names, for ``domain``, with ``options`` (``ChatAgent``'s keyword
+    arguments: ``timeout``, ``max_retries``, ``client``, ``codec`` (a name), ``constrain``, ...); for
+    ``script:FILE``, the :class:`ScriptedAgent` replying with the file's replies. ``log``: the stored
+    conversation it takes up (see the module docstring for the codec, the prompt and the grammar).
 
-    Raises ``ValueError`` naming the accepted forms for a malformed URI, and naming the variable when a key the
-    URI needs is not in the environment; ``TypeError`` for an ``api_key`` option (keys come from the environment).
+    Raises ``ValueError`` naming the accepted forms for a malformed URI, naming the variable when a key the URI
+    needs is not in the environment, and for a codec that needs the domain without one; ``TypeError`` for an
+    ``api_key`` option (keys come from the environment).
     """
     if "api_key" in options:
         raise TypeError("agent_from_uri: the API key comes from the environment, not from an option")
@@ -84,7 +108,7 @@ def agent_from_uri(uri: str, *, system_prompt: str = "", **options: Any) -> Chat
             raise ValueError(
                 f"agent URI {uri!r}: write script:FILE, FILE a JSON list of replies or a JSON Lines log"
             )
-        history = options.get("history") or ()
+        history = history_from_log(log) if log is not None else options.get("history") or ()
         given = sum(1 for message in history if getattr(message, "role", None) == "assistant")
         return ScriptedAgent.from_file(rest, skip=given)
     if not colon or any(character.isspace() for character in uri):
@@ -113,7 +137,41 @@ def agent_from_uri(uri: str, *, system_prompt: str = "", **options: Any) -> Chat
         options["extra_body"] = extra_body
     options = {**settings, **options}
     options.setdefault("server", scheme if scheme in _LOCAL_SERVERS else "openai")
-    return ChatAgent(base_url, model, api_key=_api_key(uri, scheme), system_prompt=system_prompt, **options)
+    key = _api_key(uri, scheme)
+    speaking = _spoken(uri, scheme, domain, system_prompt, options)
+    if log is not None:
+        options["history"] = history_from_log(log, options["codec"])
+    return ChatAgent(base_url, model, api_key=key, system_prompt=speaking, **options)
+
+
+def _spoken(uri: str, scheme: str, domain: Any, system_prompt: str | None, options: dict[str, Any]) -> str:
+    """Set ``options``' codec (and grammar) as the module docstring says; return the system prompt."""
+    from ..agents.prompt import system_prompt as dial_prompt
+    from ..agents.prompt import tools_prompt
+    from .grammar import domain_grammar
+
+    # Without a domain there are no tools: a model spoken to plainly (a simulated person) gets the DIAL codec.
+    name = options.pop("codec", None) or (DEFAULT_CODECS.get(scheme, "dial") if domain is not None else "dial")
+    constrain = options.pop("constrain", None)
+    if name not in CODECS:
+        raise ValueError(f"agent URI {uri!r}: unknown codec {name!r}; use one of {', '.join(CODECS)}")
+    if name != "dial":
+        if domain is None:
+            raise ValueError(f"agent URI {uri!r}: the {name} codec needs the domain, whose actions are its tools")
+        if constrain or options.get("grammar") is not None:
+            raise ValueError(f"agent URI {uri!r}: a grammar constrains DIAL replies; the {name} codec has none")
+        options["codec"] = codec_for(name, domain)
+        return tools_prompt(domain) if system_prompt is None else system_prompt
+    options["codec"] = codec_for("dial")
+    if constrain is None:
+        constrain = scheme == "llamacpp" and domain is not None and options.get("grammar") is None
+    if constrain:
+        if domain is None:
+            raise ValueError(f"agent URI {uri!r}: constrain writes the domain's grammar; give the domain")
+        options["grammar"] = domain_grammar(domain)
+    if system_prompt is not None:
+        return system_prompt
+    return dial_prompt(domain) if domain is not None else ""
 
 
 def query_settings(uri: str, query: str) -> dict[str, Any]:
@@ -129,6 +187,11 @@ def query_settings(uri: str, query: str) -> dict[str, Any]:
                 extra[field] = msgspec.json.decode(value)
             except ValueError:
                 extra[field] = value
+            continue
+        if name == "codec":
+            if "codec" in settings:
+                raise ValueError(f"agent URI {uri!r}: codec is given twice")
+            settings["codec"] = value
             continue
         read = _SETTINGS.get(name)
         if read is None:

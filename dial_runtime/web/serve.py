@@ -109,19 +109,15 @@ def agent_factory(uri: str, domain: Any, options: Mapping[str, Any] | None = Non
             return scripted_agents(load_script(rest))
         except ValueError as error:
             raise ValueError(f"--agent {uri!r}: {error}") from None
-    from ..agents import system_prompt
-    from ..llm import agent_from_uri, domain_grammar, history_from_log
+    from ..llm import agent_from_uri
 
-    prompt = system_prompt(domain)
     chosen = dict(options or {})
-    if chosen.pop("constrain", False):
-        chosen["grammar"] = domain_grammar(domain)
     client = httpx.AsyncClient(timeout=None)
     # A bad URI, option or a missing key fails now, not later.
-    agent_from_uri(uri, system_prompt=prompt, client=client, **chosen)
+    agent_from_uri(uri, domain=domain, client=client, **chosen)
 
     def build(conversation_id: str, log: Sequence[LogEntry]) -> Any:
-        return agent_from_uri(uri, system_prompt=prompt, history=history_from_log(log), client=client, **chosen)
+        return agent_from_uri(uri, domain=domain, log=log, client=client, **chosen)
 
     return build
 

@@ -18,8 +18,18 @@ import dial_runtime.language
 import dial_runtime.llm
 
 #: Exported classes that do something rather than hold a value: agents, the conversation, the parser, the ports,
-#: the domain toolkit.
-SERVICES = {"ChatAgent", "Conversation", "Domain", "Projection", "RecordedAgent", "ScriptedAgent", "StreamParser"}
+#: the domain toolkit, the codecs.
+SERVICES = {
+    "ChatAgent",
+    "Conversation",
+    "DialCodec",
+    "Domain",
+    "Projection",
+    "RecordedAgent",
+    "ScriptedAgent",
+    "StreamParser",
+    "ToolCallCodec",
+}
 
 #: The packages whose exported classes are checked: the front door and the packages its users reach into.
 PACKAGES = (

@@ -309,7 +309,8 @@ def cases(tmp: Path, postgres_url: str) -> dict[str, Case]:
         "chat with generation settings for a script": Case(
             [*CHAT, "--temperature", "0"],
             2,
-            "--server, --grammar and the generation settings are for a model server; script:FILE takes none",
+            "--server, --codec, --grammar and the generation settings are for a model server; script:FILE takes "
+            "none",
             files={"replies.json": b"[]"},
         ),
         "chat with an unknown kind of server": Case(

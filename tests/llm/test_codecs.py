@@ -4,6 +4,7 @@ stream ends; through the codec alone, and through a conversation with a ChatAgen
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dial_runtime import ActionSpec, Conversation, parse, policy_human, replay, scripted_human
+from dial_runtime.agents.prompt import system_prompt, tools_prompt
 from dial_runtime.cli import main
 from dial_runtime.language.outcomes import (
     Outcome,
@@ -26,6 +28,7 @@ from dial_runtime.language.outcomes import (
 from dial_runtime.language.records import AskElement, Inform, Suggest
 from dial_runtime.llm.chat import ChatAgent, history_from_log
 from dial_runtime.llm.codecs import DialCodec, ToolCallCodec, codec_for, domain_tools
+from dial_runtime.llm.uri import agent_from_uri
 from dial_runtime.runtime.events import ReplyCutEvent, ReplyEvent, SuggestionEvent
 from dial_runtime.stores import SQLiteStore
 from dial_runtime.views.person import Card, project
@@ -475,3 +478,70 @@ async def test_a_tools_conversations_log_keeps_the_models_messages_and_works_as_
 
     cards = [item for item in project(conversation.log).items if isinstance(item, Card)]
     assert [(card.id, card.preview) for card in cards] == [("c1", "Add the note 'milk'")]
+
+
+# --- choosing a codec -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("uri", "options", "codec_name", "prompt", "grammar"),
+    [
+        ("openai:gpt-4o-mini", {}, "tools", "tools", False),
+        ("openai:gpt-4o-mini?codec=dial", {}, "dial", "dial", False),
+        ("llamacpp:qwen", {}, "dial", "dial", True),
+        ("llamacpp:qwen", {"constrain": False}, "dial", "dial", False),
+        ("llamacpp:qwen?codec=tools", {}, "tools", "tools", False),
+        ("ollama:qwen", {}, "dial", "dial", False),
+        ("vllm:qwen", {"codec": "tools"}, "tools", "tools", False),
+        ("http://127.0.0.1:9/v1?codec=tools#m", {"system_prompt": "mine"}, "tools", "mine", False),
+    ],
+)
+def test_each_uri_speaks_its_codec(
+    monkeypatch: pytest.MonkeyPatch, uri: str, options: dict[str, Any], codec_name: str, prompt: str, grammar: bool
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    domain = TypedNotes()
+    agent = agent_from_uri(uri, domain=domain, **options)
+    assert isinstance(agent, ChatAgent) and agent.codec.name == codec_name
+    expected = {"tools": tools_prompt(domain), "dial": system_prompt(domain)}.get(prompt, prompt)
+    assert agent.system_prompt == expected
+    assert (agent.grammar is not None) is grammar
+
+
+def test_a_uri_without_a_domain_speaks_dial(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    agent = agent_from_uri("openai:gpt-4o-mini")
+    assert isinstance(agent, ChatAgent) and agent.codec.name == "dial" and agent.system_prompt == ""
+
+
+@pytest.mark.parametrize(
+    ("uri", "options", "says"),
+    [
+        ("llamacpp:q?codec=tools", {"domain": None}, "the tools codec needs the domain"),
+        ("llamacpp:q?codec=xml", {}, "unknown codec 'xml'; use one of dial, tools"),
+        ("llamacpp:q?codec=tools&codec=dial", {}, "codec is given twice"),
+        ("llamacpp:q?codec=tools", {"constrain": True}, "a grammar constrains DIAL replies"),
+        ("ollama:q", {"domain": None, "constrain": True}, "constrain writes the domain's grammar"),
+    ],
+)
+def test_a_codec_that_cannot_be_is_refused(uri: str, options: dict[str, Any], says: str) -> None:
+    options = {"domain": TypedNotes(), **options}
+    with pytest.raises(ValueError, match=re.escape(says)):
+        agent_from_uri(uri, **options)
+
+
+async def test_a_uri_agent_takes_a_tools_conversation_up_as_the_model_saw_it(server: OpenAIServer) -> None:
+    server.add(Reply("", tool_calls=[Call("c1", "add-note", '{"text":"milk"}')]), Reply("Done."), Reply("Bye."))
+    uri = f"{server.base_url}?codec=tools#m"
+    agent = agent_from_uri(uri, domain=TypedNotes(), max_retries=0)
+    async with agent:  # type: ignore[union-attr]
+        conversation = Conversation(agent=agent, domain=TypedNotes(), human=policy_human("accept"))
+        await conversation.say("add milk")
+    again = agent_from_uri(uri, domain=TypedNotes(), log=conversation.log, max_retries=0)
+    async with again:  # type: ignore[union-attr]
+        await again.send("thanks")
+    assert server.requests[2].messages == [
+        *server.requests[1].messages,
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "thanks"},
+    ]
