@@ -36,7 +36,7 @@ from ..language.outcomes import Outcome, compact_json, escape_attribute, escape_
 from ..runtime.flow import FlowRules
 from ..runtime.records import ActionSpec, as_action_spec
 
-__all__ = ["VocabularyEntry", "system_prompt", "tools_prompt", "vocabulary"]
+__all__ = ["VocabularyEntry", "json_prompt", "system_prompt", "tools_prompt", "vocabulary"]
 
 
 class VocabularyEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -157,6 +157,50 @@ def tools_prompt(domain: Any) -> str:
     if isinstance(rules, FlowRules):
         parts.append(_flow_section(rules))
     return "\n\n".join(parts) + "\n"
+
+
+def json_prompt(domain: Any) -> str:
+    """The system prompt for a model whose replies are JSON objects of acts (the ``json`` codec): how to write
+    one, what comes back, and the domain's actions with their payload schemas and examples."""
+    entries = vocabulary(domain)
+    about = str(getattr(domain, "description", "") or "").strip()
+    parts = [_JSON_INTRODUCTION]
+    if about:
+        parts.append(f"The application: {about}")
+    lines = ["# This application's actions"]
+    if not entries:
+        lines += ["", "This application offers no actions: inform the person and ask them, but suggest nothing."]
+    for entry in entries:
+        lines += ["", f"## `{entry.name}`", ""]
+        if entry.description:
+            lines += [entry.description, ""]
+        lines.append(f"- {_kind(entry.spec)}")
+        if entry.schema is not None:
+            lines.append(f"- Payload (JSON Schema): {json.dumps(entry.schema, ensure_ascii=False, default=str)}")
+        if entry.example is not None:
+            suggestion = {"act": "suggest", "action": entry.name, "text": "...", "payload": entry.example}
+            lines.append(f"- Example act: {json.dumps(suggestion, ensure_ascii=False, default=str)}")
+    parts.append("\n".join(lines))
+    rules = getattr(domain, "flow_rules", None)
+    if isinstance(rules, FlowRules):
+        parts.append(_flow_section(rules))
+    return "\n\n".join(parts) + "\n"
+
+
+_JSON_INTRODUCTION = """\
+You are the assistant inside an application. You help the person by talking with them and by proposing actions \
+the application can run; you never run anything yourself. Write every reply as one JSON object \
+{"acts": [...]}, its acts handled in order:
+
+- {"act": "inform", "text": "..."} tells the person something;
+- {"act": "ask", "question": "...", "options": ["...", "..."]} asks them (no options: a free answer);
+- {"act": "suggest", "action": "...", "text": "...", "payload": {...}} proposes an action: the application checks \
+it, shows it to the person, and runs it only if they accept it (they may change it first, or refuse it).
+
+Messages come to you as JSON too: "message" holds the person's words (and the application's context), \
+"outcomes" how each proposal ended (its status: done, failed, invalid, dismissed, superseded or handed-off, with \
+the result or the error), "notices" what was wrong with a reply of yours. Until an outcome says a proposal was \
+done, nothing was done: never tell the person otherwise."""
 
 
 _TOOLS_INTRODUCTION = """\

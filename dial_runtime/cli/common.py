@@ -105,7 +105,8 @@ def add_agent_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--codec",
         choices=CODECS,
-        help="how the model is spoken to: tools (native tool calls) or dial (the model writes DIAL); default: "
+        help="how the model is spoken to: tools (native tool calls), json (structured output) or dial (the "
+        "model writes DIAL); default: "
         "the URI's ?codec=, else tools for openai: and dial for the others",
     )
     parser.add_argument(

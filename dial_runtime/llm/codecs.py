@@ -35,15 +35,17 @@ __all__ = [
     "DialCodec",
     "Live",
     "Read",
+    "StructuredCodec",
     "Tool",
     "ToolCallCodec",
     "codec_for",
     "domain_tools",
+    "reply_schema",
     "tool_result",
 ]
 
 #: The codecs a :class:`~dial_runtime.llm.ChatAgent` speaks, by name.
-CODECS: Final = ("dial", "tools")
+CODECS: Final = ("dial", "tools", "json")
 
 #: A tool's name as the OpenAI API takes it.
 _TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -411,8 +413,9 @@ def _skip(pattern: re.Pattern[str], text: str, at: int) -> int:
     return at if match is None else match.end()
 
 
-def _ask(ident: str, arguments: str) -> str:
-    """An ``ask_user`` call as a DIAL ask: a choice among its options, or a free answer."""
+def _ask(ident: str | None, arguments: str) -> str:
+    """An ``ask_user`` call (its arguments' JSON text) as a DIAL ask with id ``ident`` (escaped; ``None``: the
+    runtime numbers it): a choice among its options, or a free answer."""
     try:
         given = json.loads(arguments)
     except ValueError:
@@ -421,13 +424,14 @@ def _ask(ident: str, arguments: str) -> str:
     options = given.get("options") if isinstance(given, Mapping) else None
     text = question if isinstance(question, str) else arguments
     choices = [option for option in options if isinstance(option, str)] if isinstance(options, list) else []
+    named = "" if ident is None else f' id="{ident}"'
     if not choices:
-        return f'  <dial-ask id="{ident}">{escape_text(text)}</dial-ask>'
+        return f"  <dial-ask{named}>{escape_text(text)}</dial-ask>"
     written = "".join(
         f'<dial-option value="{escape_attribute(option)}">{escape_text(option)}</dial-option>'
         for option in choices
     )
-    return f'  <dial-ask id="{ident}" response-type="choice">{escape_text(text)}{written}</dial-ask>'
+    return f'  <dial-ask{named} response-type="choice">{escape_text(text)}{written}</dial-ask>'
 
 
 def tool_result(reported: Reported) -> str:
@@ -469,13 +473,182 @@ def _arguments_text(arguments: Any) -> str:
     return compact_json(arguments)
 
 
+class StructuredCodec:
+    """Structured output: the whole reply is one JSON object that the reply's JSON Schema (:meth:`schema`) fixes,
+    for servers that constrain decoding to a schema but call tools poorly (llama.cpp's ``response_format``,
+    vLLM's guided JSON): ``{"acts": [...]}``, each act an ``inform`` (``text``), an ``ask`` (``question`` and
+    ``options``) or a ``suggest`` (``action``, one of the domain's, with ``text`` and the action's ``payload``).
+    It is the JSON twin of the grammar :func:`~dial_runtime.llm.grammar.domain_grammar` writes.
+
+    The runtime's messages go to the model as JSON too: ``{"outcomes": [...], "notices": [...], "message":
+    "..."}``, each outcome with the id the runtime gave the suggestion, and only the parts there are. A reply that
+    is not such an object is the model's words, shown as they are. A reply is read once it is whole: nothing of it
+    is shown while it streams."""
+
+    name = "json"
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self._schema = schema
+
+    @classmethod
+    def for_domain(cls, domain: Any) -> StructuredCodec:
+        """The codec for ``domain``'s actions (see :func:`reply_schema`)."""
+        return cls(reply_schema(domain))
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON Schema of one reply."""
+        return self._schema
+
+    def request_fields(self) -> dict[str, Any]:
+        return {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "dial_reply", "strict": True, "schema": self._schema},
+            }
+        }
+
+    def incoming(self, message: str, history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        reports = read_reports(message)
+        told: dict[str, Any] = {}
+        if reports.outcomes:
+            told["outcomes"] = [{"id": reported.id, **reported.fact} for reported in reports.outcomes]
+        if reports.notices:
+            told["notices"] = list(reports.notices)
+        if reports.rest or not told:
+            told["message"] = reports.rest
+        return [{"role": "user", "content": compact_json(told)}]
+
+    def read(self, message: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> Read:
+        text = _text(message.get("content"))
+        kept = {"role": "assistant", "content": text}
+        try:
+            reply = json.loads(text)
+        except ValueError:
+            reply = None
+        acts = reply.get("acts") if isinstance(reply, dict) else None
+        if not isinstance(acts, list):
+            return Read(dial=_informing(text) if text.strip() else "", message=kept)
+        elements = [element for act in acts if (element := _act_element(act)) is not None]
+        dial = "<dial>\n" + "\n".join(elements) + "\n</dial>" if elements else ""
+        return Read(dial=dial, message=kept)
+
+    def live(self) -> Live:
+        return _WhenWhole()
+
+
+class _WhenWhole:
+    """A live reply that gives nothing until the whole reply is read."""
+
+    def feed(self, text: str) -> str:
+        return ""
+
+    def finish(self, dial: str) -> str:
+        return dial
+
+
+def _informing(text: str) -> str:
+    return f"<dial>\n  <dial-inform>{escape_text(text.strip())}</dial-inform>\n</dial>"
+
+
+def _act_element(act: Any) -> str | None:
+    """One act of a structured reply as a DIAL element; ``None`` for what is not an act."""
+    if not isinstance(act, Mapping):
+        return None
+    kind = act.get("act")
+    if kind == "inform" and isinstance(act.get("text"), str):
+        return f"  <dial-inform>{escape_text(act['text'])}</dial-inform>"
+    if kind == "ask" and isinstance(act.get("question"), str):
+        arguments = compact_json({"question": act["question"], "options": act.get("options") or []})
+        return _ask(None, arguments)
+    if kind == "suggest" and isinstance(act.get("action"), str):
+        words = act.get("text")
+        text = words if isinstance(words, str) else ""
+        payload = compact_json(act.get("payload", {}))
+        return (
+            f'  <dial-suggest action="{escape_attribute(act["action"])}">{escape_text(text)}'
+            f'<dial-payload type="application/json">{escape_text(payload)}</dial-payload></dial-suggest>'
+        )
+    return None
+
+
+def reply_schema(domain: Any) -> dict[str, Any]:
+    """The JSON Schema of one structured reply for ``domain`` (see :class:`StructuredCodec`): each action's
+    payload schema as the domain's vocabulary gives it (its ``$defs`` moved to the root, named for the action)."""
+    from ..agents.prompt import vocabulary  # prompt imports the runtime's records; keep this import light
+
+    definitions: dict[str, Any] = {}
+    acts: list[dict[str, Any]] = [
+        _closed({"act": {"const": "inform"}, "text": {"type": "string"}}),
+        _closed(
+            {
+                "act": {"const": "ask"},
+                "question": {"type": "string"},
+                "options": {"type": "array", "items": {"type": "string"}},
+            }
+        ),
+    ]
+    for entry in vocabulary(domain):
+        given = entry.schema if isinstance(entry.schema, Mapping) else _ANY_OBJECT
+        payload = _hoisted(given, _tool_name(entry.name), definitions)
+        acts.append(
+            _closed(
+                {
+                    "act": {"const": "suggest"},
+                    "action": {"const": entry.name},
+                    "text": {"type": "string"},
+                    "payload": payload,
+                }
+            )
+        )
+    reply = _closed({"acts": {"type": "array", "items": {"anyOf": acts}}})
+    if definitions:
+        reply["$defs"] = definitions
+    return reply
+
+
+def _closed(properties: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def _hoisted(schema: Mapping[str, Any], prefix: str, definitions: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` without its ``$defs``, which go into ``definitions`` as ``PREFIX__NAME``, every local
+    reference to them rewritten."""
+    local = schema.get("$defs") if isinstance(schema.get("$defs"), Mapping) else {}
+
+    def renamed(node: Any) -> Any:
+        if isinstance(node, Mapping):
+            result = {}
+            for key, value in node.items():
+                if key == "$defs" and node is schema:
+                    continue
+                if key == "$ref" and isinstance(value, str) and value.startswith("#/$defs/"):
+                    result[key] = f"#/$defs/{prefix}__{value.removeprefix('#/$defs/')}"
+                else:
+                    result[key] = renamed(value)
+            return result
+        if isinstance(node, list):
+            return [renamed(item) for item in node]
+        return node
+
+    for name, definition in local.items():  # type: ignore[union-attr]
+        definitions[f"{prefix}__{name}"] = renamed(definition)
+    return renamed(schema)  # type: ignore[no-any-return]
+
+
 def codec_for(name: str, domain: Any = None, *, strict: bool = False) -> Codec:
-    """The codec called ``name`` (one of :data:`CODECS`), for ``domain``'s actions where it names tools;
-    ``ValueError`` naming the codecs for any other name, or for ``tools`` without a domain."""
+    """The codec called ``name`` (one of :data:`CODECS`), for ``domain``'s actions where it names them;
+    ``ValueError`` naming the codecs for any other name, or for ``tools`` or ``json`` without a domain."""
     if name == "dial":
         return DialCodec()
+    if name in ("tools", "json") and domain is None:
+        raise ValueError(f"the {name} codec needs the domain, whose actions it names")
     if name == "tools":
-        if domain is None:
-            raise ValueError("the tools codec needs the domain, whose actions are its tools")
         return ToolCallCodec.for_domain(domain, strict=strict)
+    if name == "json":
+        return StructuredCodec.for_domain(domain)
     raise ValueError(f"unknown codec {name!r}; use one of {', '.join(CODECS)}")

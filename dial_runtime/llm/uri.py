@@ -19,13 +19,15 @@ skips the replies that history holds already, and ``ChatAgent``'s other options 
 ``OPENAI_API_KEY`` is required; ``DIAL_AGENT_API_KEY`` is sent when it is set.
 
 **The codec** (:mod:`dial_runtime.llm.codecs`) says how the model is spoken to: ``?codec=tools`` (each action a
-native tool call) or ``?codec=dial`` (the model writes DIAL). Hosted models are trained for tool calls, small
-local ones write DIAL under a grammar better than they call tools, so the default depends on the scheme:
-``tools`` for ``openai:``, ``dial`` for the others (and without a domain), and for ``llamacpp:`` the domain's
-grammar too (``constrain``), unless a grammar is given or ``constrain=False``. The tools codec needs the
-``domain``; so does the default system prompt (:func:`~dial_runtime.agents.system_prompt` for DIAL,
-:func:`~dial_runtime.agents.prompt.tools_prompt` for tools), which ``system_prompt`` replaces. ``log`` (a stored
-conversation taken up) gives the agent its history as the codec spoke it.
+native tool call), ``?codec=json`` (each reply one JSON object the server's structured output constrains) or
+``?codec=dial`` (the model writes DIAL). Hosted models are trained for tool calls, small local ones write DIAL
+under a grammar better than they call tools, so the default depends on the scheme: ``tools`` for ``openai:``,
+``dial`` for the others (and without a domain), and for ``llamacpp:`` the domain's grammar too (``constrain``),
+unless a grammar is given or ``constrain=False``. The tools and json codecs need the ``domain``; so does the
+default system prompt (:func:`~dial_runtime.agents.system_prompt` for DIAL,
+:func:`~dial_runtime.agents.prompt.tools_prompt` for tools, :func:`~dial_runtime.agents.prompt.json_prompt`
+for JSON), which ``system_prompt`` replaces. ``log`` (a stored conversation taken up) gives the agent its
+history as the codec spoke it.
 
 A query string sets generation settings: ``llamacpp:smollm2@localhost:8080?temperature=0&seed=1&max_tokens=256``.
 The settings are ``max_tokens`` and ``seed`` (whole numbers), ``temperature`` and ``top_p`` (numbers) and ``stop``
@@ -146,8 +148,8 @@ def agent_from_uri(
 
 def _spoken(uri: str, scheme: str, domain: Any, system_prompt: str | None, options: dict[str, Any]) -> str:
     """Set ``options``' codec (and grammar) as the module docstring says; return the system prompt."""
+    from ..agents.prompt import json_prompt, tools_prompt
     from ..agents.prompt import system_prompt as dial_prompt
-    from ..agents.prompt import tools_prompt
     from .grammar import domain_grammar
 
     # Without a domain there are no tools: a model spoken to plainly (a simulated person) gets the DIAL codec.
@@ -157,11 +159,13 @@ def _spoken(uri: str, scheme: str, domain: Any, system_prompt: str | None, optio
         raise ValueError(f"agent URI {uri!r}: unknown codec {name!r}; use one of {', '.join(CODECS)}")
     if name != "dial":
         if domain is None:
-            raise ValueError(f"agent URI {uri!r}: the {name} codec needs the domain, whose actions are its tools")
+            raise ValueError(f"agent URI {uri!r}: the {name} codec needs the domain, whose actions it names")
         if constrain or options.get("grammar") is not None:
             raise ValueError(f"agent URI {uri!r}: a grammar constrains DIAL replies; the {name} codec has none")
         options["codec"] = codec_for(name, domain)
-        return tools_prompt(domain) if system_prompt is None else system_prompt
+        if system_prompt is not None:
+            return system_prompt
+        return tools_prompt(domain) if name == "tools" else json_prompt(domain)
     options["codec"] = codec_for("dial")
     if constrain is None:
         constrain = scheme == "llamacpp" and domain is not None and options.get("grammar") is None

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dial_runtime import ActionSpec, Conversation, parse, policy_human, replay, scripted_human
-from dial_runtime.agents.prompt import system_prompt, tools_prompt
+from dial_runtime.agents.prompt import json_prompt, system_prompt, tools_prompt
 from dial_runtime.cli import main
 from dial_runtime.language.outcomes import (
     Outcome,
@@ -27,7 +27,14 @@ from dial_runtime.language.outcomes import (
 )
 from dial_runtime.language.records import AskElement, Inform, Suggest
 from dial_runtime.llm.chat import ChatAgent, history_from_log
-from dial_runtime.llm.codecs import DialCodec, ToolCallCodec, codec_for, domain_tools
+from dial_runtime.llm.codecs import (
+    DialCodec,
+    StructuredCodec,
+    ToolCallCodec,
+    codec_for,
+    domain_tools,
+    reply_schema,
+)
 from dial_runtime.llm.uri import agent_from_uri
 from dial_runtime.runtime.events import ReplyCutEvent, ReplyEvent, SuggestionEvent
 from dial_runtime.stores import SQLiteStore
@@ -122,10 +129,11 @@ def test_the_request_carries_the_tools(strict: bool) -> None:
 def test_codecs_by_name() -> None:
     assert isinstance(codec_for("dial"), DialCodec)
     assert isinstance(codec_for("tools", TypedNotes()), ToolCallCodec)
-    with pytest.raises(ValueError, match="unknown codec 'xml'; use one of dial, tools"):
+    with pytest.raises(ValueError, match="unknown codec 'xml'; use one of dial, tools, json"):
         codec_for("xml")
     with pytest.raises(ValueError, match="needs the domain"):
         codec_for("tools")
+    assert isinstance(codec_for("json", TypedNotes()), StructuredCodec)
 
 
 # --- reading the model ----------------------------------------------------------------------------------------
@@ -493,6 +501,7 @@ async def test_a_tools_conversations_log_keeps_the_models_messages_and_works_as_
         ("llamacpp:qwen?codec=tools", {}, "tools", "tools", False),
         ("ollama:qwen", {}, "dial", "dial", False),
         ("vllm:qwen", {"codec": "tools"}, "tools", "tools", False),
+        ("llamacpp:qwen?codec=json", {}, "json", "json", False),
         ("http://127.0.0.1:9/v1?codec=tools#m", {"system_prompt": "mine"}, "tools", "mine", False),
     ],
 )
@@ -503,7 +512,8 @@ def test_each_uri_speaks_its_codec(
     domain = TypedNotes()
     agent = agent_from_uri(uri, domain=domain, **options)
     assert isinstance(agent, ChatAgent) and agent.codec.name == codec_name
-    expected = {"tools": tools_prompt(domain), "dial": system_prompt(domain)}.get(prompt, prompt)
+    prompts = {"tools": tools_prompt(domain), "json": json_prompt(domain), "dial": system_prompt(domain)}
+    expected = prompts.get(prompt, prompt)
     assert agent.system_prompt == expected
     assert (agent.grammar is not None) is grammar
 
@@ -518,7 +528,7 @@ def test_a_uri_without_a_domain_speaks_dial(monkeypatch: pytest.MonkeyPatch) -> 
     ("uri", "options", "says"),
     [
         ("llamacpp:q?codec=tools", {"domain": None}, "the tools codec needs the domain"),
-        ("llamacpp:q?codec=xml", {}, "unknown codec 'xml'; use one of dial, tools"),
+        ("llamacpp:q?codec=xml", {}, "unknown codec 'xml'; use one of dial, tools, json"),
         ("llamacpp:q?codec=tools&codec=dial", {}, "codec is given twice"),
         ("llamacpp:q?codec=tools", {"constrain": True}, "a grammar constrains DIAL replies"),
         ("ollama:q", {"domain": None, "constrain": True}, "constrain writes the domain's grammar"),
@@ -545,3 +555,101 @@ async def test_a_uri_agent_takes_a_tools_conversation_up_as_the_model_saw_it(ser
         {"role": "assistant", "content": "Done."},
         {"role": "user", "content": "thanks"},
     ]
+
+
+# --- structured output ----------------------------------------------------------------------------------------
+
+
+def structured() -> StructuredCodec:
+    return StructuredCodec.for_domain(TypedNotes())
+
+
+def test_the_reply_schema_names_each_action_with_its_payload_schema() -> None:
+    schema = structured().schema()
+    acts = schema["properties"]["acts"]["items"]["anyOf"]
+    assert [act["properties"]["act"]["const"] for act in acts[:2]] == ["inform", "ask"]
+    actions = {act["properties"]["action"]["const"]: act["properties"]["payload"] for act in acts[2:]}
+    assert list(actions) == ["add-note", "remove-note", "list-notes", "open-poll", "fail-note"]
+    assert actions["add-note"]["required"] == ["text"]
+    assert all(act["additionalProperties"] is False for act in acts)
+    fields = structured().request_fields()["response_format"]
+    assert fields["type"] == "json_schema" and fields["json_schema"]["schema"] == schema
+
+
+def test_local_definitions_move_to_the_root_under_the_actions_name() -> None:
+    class Defined:
+        actions: ClassVar[dict[str, Any]] = {"plan.trip": ActionSpec(mutates=True)}
+        vocabulary: ClassVar[dict[str, Any]] = {
+            "plan.trip": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"stops": {"type": "array", "items": {"$ref": "#/$defs/Stop"}}},
+                    "$defs": {"Stop": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Stop"}}}},
+                }
+            }
+        }
+
+    schema = reply_schema(Defined())
+    payload = schema["properties"]["acts"]["items"]["anyOf"][2]["properties"]["payload"]
+    assert "$defs" not in payload
+    assert payload["properties"]["stops"]["items"] == {"$ref": "#/$defs/plan_trip__Stop"}
+    assert schema["$defs"] == {
+        "plan_trip__Stop": {"type": "object", "properties": {"next": {"$ref": "#/$defs/plan_trip__Stop"}}}
+    }
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (
+            '{"acts": [{"act": "inform", "text": "a < b"}, {"act": "suggest", "action": "add-note", '
+            '"text": "Add it", "payload": {"text": "milk"}}]}',
+            [("inform", "a < b"), ("suggest", "add-note", {"text": "milk"}, "Add it")],
+        ),
+        (
+            '{"acts": [{"act": "ask", "question": "Which?", "options": ["a", "b"]}]}',
+            [("ask", "Which?", ("a", "b"))],
+        ),
+        ('{"acts": [{"act": "dance"}, {"act": "inform", "text": "hi"}]}', [("inform", "hi")]),
+        ("Sure, done!", [("inform", "Sure, done!")]),
+        ('{"acts": "none"}', [("inform", '{"acts": "none"}')]),
+    ],
+)
+def test_a_structured_reply_is_read_as_its_acts(content: str, expected: list[Any]) -> None:
+    read = structured().read({"role": "assistant", "content": content}, [])
+    found: list[Any] = []
+    for element in elements(read.dial):
+        if isinstance(element, Inform):
+            found.append(("inform", element.text))
+        elif isinstance(element, Suggest):
+            found.append(("suggest", element.action, element.payload, element.text))
+        else:
+            found.append(("ask", element.text, tuple(option.value for option in element.options)))
+    assert found == expected
+    assert read.message == {"role": "assistant", "content": content}
+
+
+def test_messages_go_to_a_structured_model_as_json() -> None:
+    done = Outcome(id="sg-1", action="add-note", status="done", result={"count": 1})
+    (sent,) = structured().incoming(outcome_reply([done]) + "\n\nthanks", [])
+    assert json.loads(sent["content"]) == {
+        "outcomes": [{"id": "sg-1", "action": "add-note", "status": "done", "result": {"count": 1}}],
+        "message": "thanks",
+    }
+    (plain,) = structured().incoming("hello", [])
+    assert json.loads(plain["content"]) == {"message": "hello"}
+
+
+async def test_a_structured_conversation_over_http(server: OpenAIServer) -> None:
+    proposal = '{"acts": [{"act": "suggest", "action": "add-note", "text": "", "payload": {"text": "milk"}}]}'
+    server.add(Reply(proposal, chunks=5), Reply('{"acts": [{"act": "inform", "text": "Added."}]}'))
+    domain = TypedNotes()
+    async with agent_from_uri(f"{server.base_url}?codec=json#m", domain=domain, max_retries=0) as agent:  # type: ignore[union-attr]
+        conversation = Conversation(agent=agent, domain=domain, human=policy_human("accept"))
+        result = await conversation.say("add milk")
+    assert [(o.id, o.status) for o in result.outcomes] == [("sg-1", "done")] and domain.notes == ["milk"]
+    first, second = server.requests
+    assert first.body["response_format"]["json_schema"]["name"] == "dial_reply"
+    assert first.body["messages"][0]["content"] == json_prompt(domain)
+    assert json.loads(second.messages[-1]["content"])["outcomes"][0]["status"] == "done"
+    assert second.messages[-2] == {"role": "assistant", "content": proposal}

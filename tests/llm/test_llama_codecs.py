@@ -5,11 +5,13 @@ The server renders the domain's tools with the model's chat template and parses 
 (``<tool_call>`` tags); this small model writes its call as bare JSON instead, which the codec reads as the call.
 A call the server itself parsed is checked with the official ``openai`` client: the model is started inside the
 tags (an assistant message the server continues), so the server returns a structured ``tool_calls`` message.
-Every request the codec builds after a call (the call, its ``tool`` result) must be one the server takes.
+Every request the codec builds after a call (the call, its ``tool`` result) must be one the server takes. The
+structured-output codec's schema goes as ``response_format``, which the server turns into a grammar.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +24,7 @@ from dial_runtime.language.outcomes import Outcome, outcome_reply
 from dial_runtime.language.records import Suggest
 from dial_runtime.llm.chat import ChatAgent
 from dial_runtime.llm.codecs import ToolCallCodec
+from dial_runtime.llm.uri import agent_from_uri
 from dial_runtime.runtime.events import ReplyEvent
 
 from .test_llama import REQUEST, Notes, llama_server, qwen
@@ -115,3 +118,30 @@ async def test_a_call_the_server_parsed_is_read_and_its_result_is_taken(qwen_ser
         with anyio.fail_after(REQUEST):
             after = await client.chat.completions.create(model="qwen", messages=history, tools=tools, **SETTINGS)
         assert after.choices[0].message.role == "assistant"
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+async def test_structured_output_constrains_every_reply_to_the_schema(qwen_server: str, streamed: bool) -> None:
+    """With ``response_format`` the server decodes to the reply's schema: every reply is an object of acts, its
+    suggestions name the domain's actions, and each proposal gets one outcome."""
+    domain = Notes()
+    uri = f"llamacpp:qwen@{qwen_server.removeprefix('http://')}?codec=json&temperature=0&seed=1&max_tokens=120"
+    agent = agent_from_uri(uri, domain=domain)
+    async with agent:  # type: ignore[union-attr]
+        conversation = Conversation(
+            agent=agent if streamed else SendOnly(agent),  # type: ignore[arg-type]
+            domain=domain,
+            human=policy_human("accept"),
+            timeout=REQUEST,
+            max_turns=2,
+        )
+        with anyio.fail_after(3 * REQUEST):
+            result = await conversation.say("Add a note: buy milk")
+    replies = [entry.event for entry in conversation.log if isinstance(entry.event, ReplyEvent)]
+    assert replies
+    for reply in replies:
+        assert reply.provider is not None
+        assert isinstance(json.loads(reply.provider.message["content"])["acts"], list)
+    proposed = [entry.event for entry in conversation.log if entry.event.type == "proposed"]
+    assert len(result.outcomes) == len(proposed)
+    assert all(event.action in domain.actions for event in proposed)
