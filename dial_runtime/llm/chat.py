@@ -351,7 +351,7 @@ class ChatAgent:
         #: whose deadline passed before any answer tells the person, instead of only that the agent was slow.
         self.last_failure: str | None = None
         self._api_key = api_key or None
-        self._headers = dict(extra_headers or {})
+        self._headers = {"Content-Type": "application/json", **(extra_headers or {})}
         if self._api_key:
             self._headers["Authorization"] = f"Bearer {self._api_key}"
         self._owns_client = client is None
@@ -452,7 +452,7 @@ class ChatAgent:
                 with attempt:
                     try:
                         async with self._client.stream(
-                            "POST", self._url, json=body, headers=headers, timeout=self._timeout
+                            "POST", self._url, content=body, headers=headers, timeout=self._timeout
                         ) as response:
                             await self._check_status(response)
                             async with contextlib.aclosing(self._stream_deltas(response)) as deltas:
@@ -501,7 +501,9 @@ class ChatAgent:
     def _wire_history(self) -> list[dict[str, Any]]:
         return [entry.wire() for entry in self._history]
 
-    def _body(self, messages: list[dict[str, Any]], *, stream: bool) -> dict[str, Any]:
+    def _body(self, messages: list[dict[str, Any]], *, stream: bool) -> bytes:
+        """The request's JSON body, encoded once for every try (msgspec: the tools or schema a codec sends with
+        every request are most of it, and httpx's ``json=`` would encode them again with the slower ``json``)."""
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         body: dict[str, Any] = {"model": self.model, "messages": system + messages}
         if stream:
@@ -514,7 +516,7 @@ class ChatAgent:
             else:
                 body["grammar"] = self.grammar
         body.update(self._extra_body)
-        return body
+        return msgspec.json.encode(body)
 
     def _headers_for(self, message_id: str | None) -> dict[str, str]:
         if message_id is None:
@@ -527,10 +529,10 @@ class ChatAgent:
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, _REDACTED) if self._api_key else text
 
-    async def _post(self, body: dict[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
+    async def _post(self, body: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
         """One plain attempt: the assistant's message; :class:`_Transient` to retry, or ``AgentError``."""
         try:
-            response = await self._client.post(self._url, json=body, headers=headers, timeout=self._timeout)
+            response = await self._client.post(self._url, content=body, headers=headers, timeout=self._timeout)
         except httpx.HTTPError as error:
             raise self._transport_failure(error) from error
         await self._check_status(response)

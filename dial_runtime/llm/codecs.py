@@ -51,6 +51,8 @@ CODECS: Final = ("dial", "tools", "json")
 _TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _ASK_TOOL: Final = "ask_user"
 # How a model writes calls as text: in a Markdown fence or not, each in <tool_call> tags or not.
+_DECODER: Final = json.JSONDecoder()
+_CALLS_START: Final = ("{", "[", "<tool_call>", "```")
 _FENCED: Final = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)
 _OPENING_TAG: Final = re.compile(r"\s*(?:<tool_call>)?\s*")
 _CLOSING_TAG: Final = re.compile(r"\s*(?:</tool_call>)?\s*")
@@ -263,6 +265,7 @@ class ToolCallCodec:
         self.tools = tuple(tools)
         self.strict = strict
         self._by_name = {tool.name: tool for tool in self.tools}
+        self._fields = {"tools": [self._written(tool) for tool in self.tools]}
 
     @classmethod
     def for_domain(cls, domain: Any, *, strict: bool = False) -> ToolCallCodec:
@@ -270,17 +273,18 @@ class ToolCallCodec:
         return cls(domain_tools(domain), strict=strict)
 
     def request_fields(self) -> dict[str, Any]:
-        tools = []
-        for tool in self.tools:
-            function: dict[str, Any] = {
-                "name": tool.name,
-                "description": tool.description,
-                "parameters": tool.parameters,
-            }
-            if self.strict:
-                function["strict"] = True
-            tools.append({"type": "function", "function": function})
-        return {"tools": tools}
+        return self._fields
+
+    def _written(self, tool: Tool) -> dict[str, Any]:
+        """A tool as the request names it."""
+        function: dict[str, Any] = {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        }
+        if self.strict:
+            function["strict"] = True
+        return {"type": "function", "function": function}
 
     # --- to the model --------------------------------------------------------------------------------------
 
@@ -289,26 +293,21 @@ class ToolCallCodec:
         that the person has not decided yet), then a user message with the rest: outcomes of calls answered
         before, notices about the model's replies, the domain's context and the person's words."""
         reports = read_reports(message)
+        pending = _unanswered(history)
+        if not (pending or reports.outcomes or reports.notices):  # the person's words, the usual first message
+            return [{"role": "user", "content": reports.rest}]
         outcomes = {reported.id: reported for reported in reports.outcomes}
         messages: list[dict[str, Any]] = []
-        told: set[str] = set()
-        for call in _unanswered(history):
+        for call in pending:
             ident = call.get("id", "")
-            reported = outcomes.get(ident)
-            tool = self._tool(call)
+            reported = outcomes.pop(ident, None)
             if reported is not None:
-                content = tool_result(reported)
-                told.add(ident)
-            elif tool is not None and tool.action is None:
-                content = _ASKED
+                content = f"{reported.acknowledgement}\n{reported.body}"
             else:
-                content = _WAITING
+                tool = self._tool(call)
+                content = _ASKED if tool is not None and tool.action is None else _WAITING
             messages.append({"role": "tool", "tool_call_id": ident, "content": content})
-        said = [
-            f"Outcome of your call {reported.id}: {tool_result(reported)}"
-            for reported in reports.outcomes
-            if reported.id not in told
-        ]
+        said = [f"Outcome of your call {reported.id}: {tool_result(reported)}" for reported in outcomes.values()]
         said.extend(reports.notices)
         if reports.rest:
             said.append(reports.rest)
@@ -321,7 +320,7 @@ class ToolCallCodec:
 
     def _tool(self, call: Mapping[str, Any]) -> Tool | None:
         function = call.get("function")
-        name = function.get("name") if isinstance(function, Mapping) else None
+        name = function.get("name") if isinstance(function, dict) else None
         return self._by_name.get(name) if isinstance(name, str) else None
 
     # --- from the model ------------------------------------------------------------------------------------
@@ -333,74 +332,66 @@ class ToolCallCodec:
         text = _text(message.get("content"))
         raw_calls = message.get("tool_calls")
         calls: list[dict[str, Any]] = []
-        if isinstance(raw_calls, (list, tuple)):
-            calls = [call for call in raw_calls if isinstance(call, Mapping)]  # type: ignore[misc]
-        if not calls and text:
-            written = self._written_calls(text)
-            if written:
-                calls, text = written, ""
-        turn = sum(1 for earlier in history if earlier.get("role") == "assistant") + 1
+        if raw_calls and isinstance(raw_calls, (list, tuple)):
+            calls = [call for call in raw_calls if isinstance(call, dict)]
+        if not calls:
+            written = self._written_calls(text) if text else []
+            if not written:  # words only, the usual last reply of a turn
+                dial = f"<dial>\n  <dial-inform>{escape_text(text)}</dial-inform>\n</dial>" if text else ""
+                return Read(dial=dial, message={"role": "assistant", "content": text or None})
+            calls, text = written, ""
         kept: list[dict[str, Any]] = []
+        elements = [f"<dial>\n  <dial-inform>{escape_text(text)}</dial-inform>" if text else "<dial>"]
         for place, call in enumerate(calls, 1):
             given = call.get("function")
-            function: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+            function: dict[str, Any] = given if isinstance(given, dict) else {}
             ident = call.get("id")
-            kept.append(
-                {
-                    "id": ident if isinstance(ident, str) and ident else f"call-{turn}-{place}",
-                    "type": "function",
-                    "function": {
-                        "name": str(function.get("name") or ""),
-                        "arguments": _arguments_text(function.get("arguments")),
-                    },
-                }
-            )
-        elements = []
-        if text:
-            elements.append(f"  <dial-inform>{escape_text(text)}</dial-inform>")
-        elements.extend(self._element(call) for call in kept)
-        dial = "<dial>\n" + "\n".join(elements) + "\n</dial>" if elements else ""
-        history_message: dict[str, Any] = {"role": "assistant", "content": text or None}
-        if kept:
-            history_message["tool_calls"] = kept
-        return Read(dial=dial, message=history_message)
+            if not (isinstance(ident, str) and ident):
+                turn = sum(1 for earlier in history if earlier.get("role") == "assistant") + 1
+                ident = f"call-{turn}-{place}"
+            name = str(function.get("name") or "")
+            arguments = _arguments_text(function.get("arguments"))
+            kept.append({"id": ident, "type": "function", "function": {"name": name, "arguments": arguments}})
+            elements.append(self._element(ident, name, arguments))
+        elements.append("</dial>")
+        dial = "\n".join(elements)
+        return Read(dial=dial, message={"role": "assistant", "content": text or None, "tool_calls": kept})
 
     def _written_calls(self, text: str) -> list[dict[str, Any]]:
         """The calls a model wrote as text, when the whole text is calls to known tools; else none."""
         body = text.strip()
+        if not body.startswith(_CALLS_START):  # most text: words, not calls
+            return []
         fenced = _FENCED.fullmatch(body)
         if fenced:
             body = fenced.group(1)
         calls: list[dict[str, Any]] = []
         at = 0
-        decoder = json.JSONDecoder()
         while at < len(body):
             at = _skip(_OPENING_TAG, body, at)
             if at >= len(body):
                 break
             try:
-                value, at = decoder.raw_decode(body, at)
+                value, at = _DECODER.raw_decode(body, at)
             except ValueError:
                 return []
             at = _skip(_CLOSING_TAG, body, at)
             for item in value if isinstance(value, list) else [value]:
-                if not (isinstance(item, Mapping) and set(item) == {"name", "arguments"}):
+                if not (isinstance(item, dict) and set(item) == {"name", "arguments"}):
                     return []
                 if item["name"] not in self._by_name:
                     return []
                 calls.append({"function": {"name": item["name"], "arguments": item["arguments"]}})
         return calls
 
-    def _element(self, call: Mapping[str, Any]) -> str:
+    def _element(self, call_id: str, name: str, arguments: str) -> str:
         """One call as a DIAL element: an ask for ``ask_user``, else a suggestion of the tool's action (a tool
         the codec does not know is proposed under its own name, which the runtime refuses as unknown)."""
-        ident = escape_attribute(call["id"])
-        function = call["function"]
-        tool = self._by_name.get(function["name"])
-        arguments = function["arguments"]
+        ident = escape_attribute(call_id)
+        tool = self._by_name.get(name)
         if tool is not None and tool.action is None:
             return _ask(ident, arguments)
-        action = escape_attribute(function["name"] if tool is None else tool.action or "")
+        action = escape_attribute(name if tool is None else tool.action or "")
         return (
             f'  <dial-suggest id="{ident}" action="{action}">'
             f'<dial-payload type="application/json">{escape_text(arguments)}</dial-payload></dial-suggest>'
@@ -420,8 +411,8 @@ def _ask(ident: str | None, arguments: str) -> str:
         given = json.loads(arguments)
     except ValueError:
         given = None
-    question = given.get("question") if isinstance(given, Mapping) else None
-    options = given.get("options") if isinstance(given, Mapping) else None
+    question = given.get("question") if isinstance(given, dict) else None
+    options = given.get("options") if isinstance(given, dict) else None
     text = question if isinstance(question, str) else arguments
     choices = [option for option in options if isinstance(option, str)] if isinstance(options, list) else []
     named = "" if ident is None else f' id="{ident}"'
@@ -436,11 +427,16 @@ def _ask(ident: str | None, arguments: str) -> str:
 
 def tool_result(reported: Reported) -> str:
     """What a ``tool`` message says of an outcome: the acknowledgement, then the outcome's facts as JSON."""
-    return f"{reported.acknowledgement}\n{compact_json(reported.fact)}"
+    return f"{reported.acknowledgement}\n{reported.body}"
 
 
 def _unanswered(history: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The tool calls of the last assistant message that no ``tool`` message after it answers."""
+    if history:  # most often the model's last message ends the history: its calls, if any, all wait
+        last = history[-1]
+        if last.get("role") == "assistant":
+            calls = last.get("tool_calls")
+            return [call for call in calls if isinstance(call, dict)] if isinstance(calls, (list, tuple)) else []
     for index in range(len(history) - 1, -1, -1):
         message = history[index]
         if message.get("role") != "assistant":
@@ -449,7 +445,7 @@ def _unanswered(history: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]
         if not isinstance(calls, (list, tuple)):
             return []
         answered = {later.get("tool_call_id") for later in history[index + 1 :] if later.get("role") == "tool"}
-        return [call for call in calls if isinstance(call, Mapping) and call.get("id") not in answered]
+        return [call for call in calls if isinstance(call, dict) and call.get("id") not in answered]
     return []
 
 
@@ -459,7 +455,7 @@ def _text(content: Any) -> str:
         return content
     if isinstance(content, list):
         return "".join(
-            part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text"
+            part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text"
         )
     return ""
 
@@ -511,7 +507,7 @@ class StructuredCodec:
         reports = read_reports(message)
         told: dict[str, Any] = {}
         if reports.outcomes:
-            told["outcomes"] = [{"id": reported.id, **reported.fact} for reported in reports.outcomes]
+            told["outcomes"] = [{"id": reported.id, **reported.fact()} for reported in reports.outcomes]
         if reports.notices:
             told["notices"] = list(reports.notices)
         if reports.rest or not told:
@@ -522,8 +518,8 @@ class StructuredCodec:
         text = _text(message.get("content"))
         kept = {"role": "assistant", "content": text}
         try:
-            reply = json.loads(text)
-        except ValueError:
+            reply = msgspec.json.decode(text)
+        except msgspec.DecodeError:
             reply = None
         acts = reply.get("acts") if isinstance(reply, dict) else None
         if not isinstance(acts, list):
@@ -552,7 +548,7 @@ def _informing(text: str) -> str:
 
 def _act_element(act: Any) -> str | None:
     """One act of a structured reply as a DIAL element; ``None`` for what is not an act."""
-    if not isinstance(act, Mapping):
+    if not isinstance(act, dict):
         return None
     kind = act.get("act")
     if kind == "inform" and isinstance(act.get("text"), str):

@@ -314,7 +314,7 @@ def test_what_the_runtime_writes_is_read_back(outcomes: list[Outcome], refusals:
     if rest:
         parts.append(rest)
     reports = read_reports("\n\n".join(parts))
-    assert [(r.id, r.status, r.fact) for r in reports.outcomes] == [
+    assert [(r.id, r.status, r.fact()) for r in reports.outcomes] == [
         (o.id, o.status, json.loads(compact_json(o.fact()))) for o in outcomes
     ]
     assert len(reports.notices) == len(refusals) + 1
