@@ -1,8 +1,10 @@
 """An agent that talks to any OpenAI-compatible chat-completions endpoint over HTTP.
 
-:class:`ChatAgent` keeps its conversation's chat history (the system prompt, then alternating user and assistant
-messages) and POSTs it to ``{base_url}/chat/completions`` on every turn, plainly (:meth:`ChatAgent.send`) or
-streamed as server-sent events (:meth:`ChatAgent.stream`). A turn joins the history once its answer is complete,
+:class:`ChatAgent` keeps its conversation's chat history (the system prompt, then the messages its codec wrote:
+user and assistant messages, and with native tool calls the calls and their ``tool`` results) and POSTs it to
+``{base_url}/chat/completions`` on every turn, plainly (:meth:`ChatAgent.send`) or streamed as server-sent events
+(:meth:`ChatAgent.stream`). Its codec (:mod:`dial_runtime.llm.codecs`) says how the runtime's DIAL is spoken to
+the model and how the model's answer is read back as DIAL. A turn joins the history once its answer is complete,
 or, for a stream, once the caller has seen part of it; a send that fails or is cancelled before any answer leaves
 nothing half-said behind, so the conversation can resend what it still owes.
 
@@ -26,6 +28,12 @@ them. A ``grammar`` (GBNF text, or a :class:`~dial_runtime.agents.grammar.Gramma
 
 A message may carry an id (``send(message, message_id=...)``): it is sent as the ``Idempotency-Key`` header, so a
 server or proxy that deduplicates can tell a message resent after a crash from a new one.
+
+The wire is spoken with httpx rather than the ``openai`` SDK: the requests are a handful of JSON fields, every
+transient failure goes through the package's one retry policy (the SDK's own retries would be a second), a
+stream must close at once when a deadline cuts it, on trio as on asyncio, and the agent must not bring a
+dependency into a package whose core needs none. The tests check the messages the codecs write against a real
+server through the official ``openai`` client.
 
 The stream's events are read here, a dozen lines over httpx's lines, rather than with httpx-sse: a reply left
 before its end (a deadline, a caller that stops reading) must bring httpx's nested generators to their end at once,

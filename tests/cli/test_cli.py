@@ -313,6 +313,16 @@ def cases(tmp: Path, postgres_url: str) -> dict[str, Case]:
             "none",
             files={"replies.json": b"[]"},
         ),
+        "chat with an unknown codec": Case(
+            ["chat", "--agent", "llamacpp:m@127.0.0.1:9?codec=xml", "--domain", NOTES],
+            2,
+            "unknown codec 'xml'; use one of dial, tools, json",
+        ),
+        "chat with a grammar for tool calls": Case(
+            [*MODEL_CHAT, "--codec", "tools", "--grammar", "domain"],
+            2,
+            "a grammar constrains DIAL replies; the tools codec has none",
+        ),
         "chat with an unknown kind of server": Case(
             [*MODEL_CHAT, "--server", "tgi"],
             2,
@@ -349,6 +359,7 @@ CASE_NAMES = [
     "a script that is not a list of replies", "a malformed store URL", "replay of a missing file",
     "chat with a grammar file that is not there", "chat with a grammar file that is not UTF-8",
     "chat with generation settings for a script", "chat with an unknown kind of server",
+    "chat with an unknown codec", "chat with a grammar for tool calls",
     "chat with no tokens to reply with", "serve with a grammar file that is not there",
     "chat with stdin not a terminal while a decision is pending",
 ]  # fmt: skip
