@@ -21,7 +21,10 @@ Steps, taken in order:
   still on its way, for as long as a test needs).
   ``tool_calls=[Call(id, name, arguments), ...]`` adds tool calls after the text (``finish_reason`` is then
   ``tool_calls`` unless given); streamed, each call's first delta carries its id and name, then its arguments
-  come in ``chunks`` pieces, and ``drop_after`` and ``hold_after`` count these pieces after the text's.
+  come in ``chunks`` pieces, and ``drop_after`` and ``hold_after`` count these pieces after the text's;
+  ``error_after=N`` sends an error event (the API's own) after N pieces and ends the stream there.
+  ``POST .../v1/messages`` answers the same steps as the Anthropic Messages API does (a message of content
+  blocks, or its stream of named events).
 - ``Error(status, message="scripted error", retry_after=None, body=None, delay=0.0)``: answer ``status`` with an
   OpenAI-style ``{"error": {"message", "type", "code"}}`` body (or the text ``body`` instead) and, when given, a
   ``Retry-After`` header.
@@ -112,6 +115,7 @@ class Reply:
     hold_after: int | None = attrs.field(default=None, kw_only=True)
     finish_reason: str = attrs.field(default="stop", kw_only=True)
     tool_calls: tuple[Call, ...] = attrs.field(default=(), kw_only=True, converter=tuple)
+    error_after: int | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen
@@ -298,7 +302,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         owner = self.server.owner
         request, number = self._record()
-        if not self.path.split("?")[0].rstrip("/").endswith("/chat/completions"):
+        path = self.path.split("?")[0].rstrip("/")
+        anthropic = path.endswith("/v1/messages")
+        if not (anthropic or path.endswith("/chat/completions")):
             self._send_json(404, _error_body(404, f"no such endpoint: POST {self.path}"))
             return
         action = owner._next_action(request, number)
@@ -307,6 +313,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
             elif isinstance(action, Error):
                 self._send_error(action)
+            elif anthropic and request.stream:
+                self._send_anthropic_stream(action, number)
+            elif anthropic:
+                self._send_json(200, _anthropic_message(action, number))
             elif request.stream:
                 self._send_stream(action, request, number)
             else:
@@ -377,6 +387,10 @@ class _Handler(BaseHTTPRequestHandler):
             if reply.drop_after is not None and index >= reply.drop_after:
                 self.close_connection = True
                 return
+            if reply.error_after is not None and index == reply.error_after:
+                self._send_event({"error": {"message": "scripted error mid-stream", "type": "server_error"}})
+                self._send_chunk(b"")
+                return
             if index == reply.hold_after:
                 owner._closing.wait()
                 self.close_connection = True
@@ -388,6 +402,59 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_event(_chunk(request, number, {}, finish_reason=_finish(reply)))
         self._send_chunk(b"data: [DONE]\n\n")
         self._send_chunk(b"")
+
+    def _send_anthropic_stream(self, reply: Reply, number: int) -> None:
+        """A reply as the Anthropic Messages API streams one: a text block's deltas, then each call's
+        ``tool_use`` block and its input's JSON in pieces, the stop reason and ``message_stop``."""
+        owner = self.server.owner
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        start = {"id": f"msg_{number}", "type": "message", "role": "assistant", "content": [], "stop_reason": None}
+        self._send_named("message_start", {"type": "message_start", "message": start})
+        pieces: list[tuple[str, dict[str, Any]]] = []
+        block = 0
+        if reply.text:
+            opening = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+            self._send_named("content_block_start", opening)
+            for piece in _split(reply.text, reply.chunks):
+                delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+                pieces.append(("content_block_delta", delta))
+            pieces.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+            block = 1
+        for place, call in enumerate(reply.tool_calls, block):
+            used = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+            pieces.append(
+                ("content_block_start", {"type": "content_block_start", "index": place, "content_block": used})
+            )
+            for piece in _split(call.arguments, reply.chunks) if call.arguments else []:
+                delta = {"type": "input_json_delta", "partial_json": piece}
+                pieces.append(
+                    ("content_block_delta", {"type": "content_block_delta", "index": place, "delta": delta})
+                )
+            pieces.append(("content_block_stop", {"type": "content_block_stop", "index": place}))
+        for index, (name, data) in enumerate(pieces):
+            if reply.drop_after is not None and index >= reply.drop_after:
+                self.close_connection = True
+                return
+            if reply.error_after is not None and index == reply.error_after:
+                self._send_named(
+                    "error", {"type": "error", "error": {"type": "overloaded_error", "message": "scripted"}}
+                )
+                self._send_chunk(b"")
+                return
+            if index and not owner._wait(reply.interval):
+                self.close_connection = True
+                return
+            self._send_named(name, data)
+        stop = _anthropic_stop(reply)
+        self._send_named("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop}})
+        self._send_named("message_stop", {"type": "message_stop"})
+        self._send_chunk(b"")
+
+    def _send_named(self, name: str, data: Any) -> None:
+        self._send_chunk(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
 
     def _send_event(self, data: Any) -> None:
         self._send_chunk(b"data: " + json.dumps(data).encode() + b"\n\n")
@@ -411,6 +478,29 @@ def _split(text: str, count: int) -> list[str]:
 def _error_body(status: int, message: str) -> dict[str, Any]:
     kind = _ERROR_TYPES.get(status, "rate_limit_error" if status == 429 else "api_error")
     return {"error": {"message": message, "type": kind, "code": None}}
+
+
+def _anthropic_stop(reply: Reply) -> str:
+    if reply.finish_reason == "length":
+        return "max_tokens"
+    return "tool_use" if reply.tool_calls else "end_turn"
+
+
+def _anthropic_message(reply: Reply, number: int) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+    for call in reply.tool_calls:
+        try:
+            given: Any = json.loads(call.arguments)
+        except ValueError:
+            given = call.arguments
+        content.append({"type": "tool_use", "id": call.id, "name": call.name, "input": given})
+    return {
+        "id": f"msg_{number}",
+        "type": "message",
+        "role": "assistant",
+        "content": content,
+        "stop_reason": _anthropic_stop(reply),
+    }
 
 
 def _finish(reply: Reply) -> str:

@@ -1,7 +1,8 @@
 """Agents behind a language model: :class:`ChatAgent` for any OpenAI-compatible chat-completions endpoint (a
-hosted model, or llama.cpp's server with a grammar built from the domain), the codecs that say how it speaks to
+hosted model, or llama.cpp's server with a grammar built from the domain), :class:`AnthropicAgent` for the
+Anthropic Messages API, the codecs that say how it speaks to
 its model (:mod:`~dial_runtime.llm.codecs`: DIAL, or native tool calls), and :func:`agent_from_uri`, which makes
-an agent from the URI the command line takes (``openai:…``, ``llamacpp:…``, ``http(s)://…#model``,
+an agent from the URI the command line takes (``openai:…``, ``anthropic:…``, ``llamacpp:…``, ``http(s)://…#model``,
 ``script:file``).
 
 The codecs and the grammar need no HTTP library; the agent and the URI bring httpx in when first asked for."""
@@ -11,20 +12,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from .codecs import CODECS, DialCodec, ToolCallCodec, codec_for
+from .codecs import CODECS, AnthropicToolCodec, DialCodec, StructuredCodec, ToolCallCodec, codec_for
 from .grammar import Grammar, domain_grammar
 
 if TYPE_CHECKING:
+    from .anthropic import AnthropicAgent
     from .chat import ChatAgent, ChatMessage, GenerationSettings, history_from_log
     from .uri import agent_from_uri
 
 __all__ = [
     "CODECS",
+    "AnthropicAgent",
+    "AnthropicToolCodec",
     "ChatAgent",
     "ChatMessage",
     "DialCodec",
     "GenerationSettings",
     "Grammar",
+    "StructuredCodec",
     "ToolCallCodec",
     "agent_from_uri",
     "codec_for",
@@ -35,6 +40,7 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "AnthropicAgent": ".anthropic",
         "ChatAgent": ".chat",
         "ChatMessage": ".chat",
         "GenerationSettings": ".chat",

@@ -66,9 +66,6 @@ from ..views.agent import exchanges
 from .codecs import Codec, DialCodec, codec_for
 from .grammar import Grammar, domain_grammar
 
-#: How the model's own message is named on the log (:class:`~dial_runtime.ports.ProviderMessage`).
-_API = "openai-chat"
-
 __all__ = [
     "SERVERS",
     "TRANSIENT_STATUSES",
@@ -99,11 +96,12 @@ _QUOTE_LIMIT = 500
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One message of a chat history: ``role`` is ``system``, ``user``, ``assistant`` or ``tool``; an assistant's
-    ``tool_calls`` (in the API's form) and a tool message's ``tool_call_id`` when a codec speaks in tool calls."""
+    """One message of a chat history: ``role`` is ``system``, ``user``, ``assistant`` or ``tool``; ``content`` its
+    text, or its content blocks (the Anthropic Messages API's); an assistant's ``tool_calls`` (in the API's form)
+    and a tool message's ``tool_call_id`` when a codec speaks in OpenAI's tool calls."""
 
     role: str
-    content: str | None
+    content: str | list[dict[str, Any]] | None
     tool_calls: tuple[dict[str, Any], ...] = ()
     tool_call_id: str | None = None
 
@@ -300,6 +298,11 @@ class ChatAgent:
     module docstring); ``server`` (one of :data:`SERVERS`) says how to send it.
     """
 
+    #: The API, as the log names the model's own messages (:class:`~dial_runtime.ports.ProviderMessage`).
+    api = "openai-chat"
+    #: Where the API answers, after the base URL.
+    path = "/chat/completions"
+
     def __init__(
         self,
         base_url: str,
@@ -353,7 +356,7 @@ class ChatAgent:
         self.system_prompt = system_prompt
         #: How transient failures are retried: ``max_retries`` retries after the first try.
         self.retry = RetryPolicy(attempts=max_retries + 1, backoff=backoff, max_backoff=max_backoff)
-        self._url = f"{self.base_url}/chat/completions"
+        self._url = f"{self.base_url}{self.path}"
         #: Why the tries of the message being sent have failed so far (the last one's reason and how many there
         #: were), while it is retried; ``None`` until one fails (each message starts afresh). What a conversation
         #: whose deadline passed before any answer tells the person, instead of only that the agent was slow.
@@ -361,7 +364,7 @@ class ChatAgent:
         self._api_key = api_key or None
         self._headers = {"Content-Type": "application/json", **(extra_headers or {})}
         if self._api_key:
-            self._headers["Authorization"] = f"Bearer {self._api_key}"
+            self._headers.update(self._authorization(self._api_key))
         self._owns_client = client is None
         self._client = client if client is not None else httpx.AsyncClient(timeout=timeout, verify=_ssl_context())
         self._timeout: Any = timeout if timeout is not None or client is None else httpx.USE_CLIENT_DEFAULT
@@ -425,7 +428,7 @@ class ChatAgent:
                     self._remember(incoming, read.message)
                     if self.codec.name == "dial":
                         return read.dial
-                    return AgentReply(text=read.dial, provider=ProviderMessage(api=_API, message=answer))
+                    return AgentReply(text=read.dial, provider=ProviderMessage(api=self.api, message=answer))
         except _Transient as failure:
             raise self._gave_up(tries, failure) from failure.cause
         raise AssertionError("unreachable: the tries end by returning or raising")
@@ -482,14 +485,14 @@ class ChatAgent:
         finally:
             if not completed and pieces:  # the caller has seen this much of the model's words
                 self._remember(incoming, {"role": "assistant", "content": assembled.content()})
-        answer = assembled.message()
+        answer = self._streamed_message(assembled)
         read = self.codec.read(answer, history + incoming)
         self._remember(incoming, read.message)
         rest = live.finish(read.dial)
         if rest:
             yield rest
         if self.codec.name != "dial":
-            yield ProviderMessage(api=_API, message=answer)
+            yield ProviderMessage(api=self.api, message=answer)
 
     async def aclose(self) -> None:
         """Close the HTTP client, if the agent made it."""
@@ -505,6 +508,14 @@ class ChatAgent:
         await self.aclose()
 
     # ------------------------------------------------------------------------------------------ internals
+
+    def _authorization(self, key: str) -> dict[str, str]:
+        """The headers that carry the API key."""
+        return {"Authorization": f"Bearer {key}"}
+
+    def _streamed_message(self, assembled: _Assembled) -> dict[str, Any]:
+        """The whole message a stream put together, in the API's form."""
+        return assembled.message()
 
     def _wire_history(self) -> list[dict[str, Any]]:
         return [entry.wire() for entry in self._history]

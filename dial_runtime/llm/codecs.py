@@ -31,6 +31,7 @@ from ..language.outcomes import Reported, compact_json, escape_attribute, escape
 
 __all__ = [
     "CODECS",
+    "AnthropicToolCodec",
     "Codec",
     "DialCodec",
     "Live",
@@ -334,11 +335,21 @@ class ToolCallCodec:
         calls: list[dict[str, Any]] = []
         if raw_calls and isinstance(raw_calls, (list, tuple)):
             calls = [call for call in raw_calls if isinstance(call, dict)]
+        dial, text, kept = self._translated(text, calls, history)
+        if not kept:
+            return Read(dial=dial, message={"role": "assistant", "content": text or None})
+        return Read(dial=dial, message={"role": "assistant", "content": text or None, "tool_calls": kept})
+
+    def _translated(
+        self, text: str, calls: list[dict[str, Any]], history: Sequence[Mapping[str, Any]]
+    ) -> tuple[str, str, list[dict[str, Any]]]:
+        """A reply's text and calls (the OpenAI form) as DIAL; the text left once calls written in it are read,
+        and the calls as they join the history, each with an id."""
         if not calls:
             written = self._written_calls(text) if text else []
             if not written:  # words only, the usual last reply of a turn
                 dial = f"<dial>\n  <dial-inform>{escape_text(text)}</dial-inform>\n</dial>" if text else ""
-                return Read(dial=dial, message={"role": "assistant", "content": text or None})
+                return dial, text, []
             calls, text = written, ""
         kept: list[dict[str, Any]] = []
         elements = [f"<dial>\n  <dial-inform>{escape_text(text)}</dial-inform>" if text else "<dial>"]
@@ -354,8 +365,7 @@ class ToolCallCodec:
             kept.append({"id": ident, "type": "function", "function": {"name": name, "arguments": arguments}})
             elements.append(self._element(ident, name, arguments))
         elements.append("</dial>")
-        dial = "\n".join(elements)
-        return Read(dial=dial, message={"role": "assistant", "content": text or None, "tool_calls": kept})
+        return "\n".join(elements), text, kept
 
     def _written_calls(self, text: str) -> list[dict[str, Any]]:
         """The calls a model wrote as text, when the whole text is calls to known tools; else none."""
@@ -396,6 +406,92 @@ class ToolCallCodec:
             f'  <dial-suggest id="{ident}" action="{action}">'
             f'<dial-payload type="application/json">{escape_text(arguments)}</dial-payload></dial-suggest>'
         )
+
+
+#: The outcomes that tell a model its call did not do what it asked: a ``tool_result`` with ``is_error``.
+_NOT_DONE: Final = frozenset({"failed", "invalid", "dismissed", "superseded"})
+
+
+class AnthropicToolCodec(ToolCallCodec):
+    """The tool-call codec on the Anthropic Messages API: each action a tool (``input_schema``: the payload's
+        schema), each ``tool_use`` block one suggestion whose id is the block's, the text blocks an inform; each
+        outcome the ``tool_result`` block of its call, ``is_error`` when the call did not do what it asked (failed,
+        invalid, dismissed, expired or superseded), the acknowledgement and the outcome's JSON as its text. An edit
+        is a result that says what ran (the preview of the payload that ran, and ``edited``). The tool results come
+    first in the user message that follows the calls, as the API requires, then the rest as a text block."""
+
+    def __init__(self, tools: Sequence[Tool]) -> None:
+        super().__init__(tools)
+        self._fields = {
+            "tools": [
+                {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
+                for tool in self.tools
+            ]
+        }
+
+    @classmethod
+    def for_domain(cls, domain: Any, *, strict: bool = False) -> AnthropicToolCodec:
+        """The codec for ``domain``'s actions (:func:`domain_tools`); ``strict`` is the OpenAI API's, unused."""
+        return cls(domain_tools(domain))
+
+    def incoming(self, message: str, history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        reports = read_reports(message)
+        pending = _unanswered_uses(history)
+        if not (pending or reports.outcomes or reports.notices):
+            return [{"role": "user", "content": reports.rest}]
+        outcomes = {reported.id: reported for reported in reports.outcomes}
+        blocks: list[dict[str, Any]] = []
+        for use in pending:
+            ident = use.get("id", "")
+            reported = outcomes.pop(ident, None)
+            result: dict[str, Any] = {"type": "tool_result", "tool_use_id": ident}
+            if reported is not None:
+                result["content"] = f"{reported.acknowledgement}\n{reported.body}"
+                if reported.status in _NOT_DONE:  # an expired suggestion is dismissed
+                    result["is_error"] = True
+            else:
+                tool = self._by_name.get(use.get("name", ""))
+                result["content"] = _ASKED if tool is not None and tool.action is None else _WAITING
+            blocks.append(result)
+        said = [f"Outcome of your call {reported.id}: {tool_result(reported)}" for reported in outcomes.values()]
+        said.extend(reports.notices)
+        if reports.rest:
+            said.append(reports.rest)
+        if said:
+            blocks.append({"type": "text", "text": "\n\n".join(said)})
+        return [{"role": "user", "content": blocks}]
+
+    def read(self, message: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> Read:
+        """The model's message as DIAL: its text blocks an inform, each ``tool_use`` block a suggestion
+        (``ask_user`` an ask); the message as it joins the history, each call with an id."""
+        content = message.get("content")
+        blocks = [block for block in content if isinstance(block, dict)] if isinstance(content, list) else []
+        text = content if isinstance(content, str) else _text(blocks)
+        calls = [
+            {"id": block.get("id"), "function": {"name": block.get("name"), "arguments": block.get("input")}}
+            for block in blocks
+            if block.get("type") == "tool_use"
+        ]
+        dial, text, kept = self._translated(text, calls, history)
+        written: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        for call in kept:
+            function = call["function"]
+            try:
+                given = json.loads(function["arguments"])
+            except ValueError:
+                given = function["arguments"]
+            written.append({"type": "tool_use", "id": call["id"], "name": function["name"], "input": given})
+        return Read(dial=dial, message={"role": "assistant", "content": written})
+
+
+def _unanswered_uses(history: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The ``tool_use`` blocks of the last assistant message (the Anthropic form), when no message follows it."""
+    if not history or history[-1].get("role") != "assistant":
+        return []
+    content = history[-1].get("content")
+    if not isinstance(content, list):
+        return []
+    return [block for block in content if isinstance(block, dict) and block.get("type") == "tool_use"]
 
 
 def _skip(pattern: re.Pattern[str], text: str, at: int) -> int:
@@ -636,14 +732,20 @@ def _hoisted(schema: Mapping[str, Any], prefix: str, definitions: dict[str, Any]
     return renamed(schema)  # type: ignore[no-any-return]
 
 
-def codec_for(name: str, domain: Any = None, *, strict: bool = False) -> Codec:
-    """The codec called ``name`` (one of :data:`CODECS`), for ``domain``'s actions where it names them;
-    ``ValueError`` naming the codecs for any other name, or for ``tools`` or ``json`` without a domain."""
+def codec_for(name: str, domain: Any = None, *, strict: bool = False, api: str = "openai-chat") -> Codec:
+    """The codec called ``name`` (one of :data:`CODECS`) for the ``api`` (``openai-chat`` or
+    ``anthropic-messages``), for ``domain``'s actions where it names them; ``ValueError`` naming the codecs for
+    any other name, for ``tools`` or ``json`` without a domain, and for ``json`` on the Anthropic API, which has
+    no structured output to constrain a reply with."""
     if name == "dial":
         return DialCodec()
     if name in ("tools", "json") and domain is None:
         raise ValueError(f"the {name} codec needs the domain, whose actions it names")
+    if name == "json" and api == "anthropic-messages":
+        raise ValueError("the json codec needs a server's structured output, which the Anthropic API has not")
     if name == "tools":
+        if api == "anthropic-messages":
+            return AnthropicToolCodec.for_domain(domain)
         return ToolCallCodec.for_domain(domain, strict=strict)
     if name == "json":
         return StructuredCodec.for_domain(domain)

@@ -4,6 +4,8 @@
 URI                                   endpoint                                              API key from
 ====================================  ====================================================  ======================
 ``openai:MODEL``                      ``https://api.openai.com/v1``                         ``OPENAI_API_KEY``
+``anthropic:MODEL``                   ``https://api.anthropic.com`` (Messages API)          ``ANTHROPIC_API_KEY``
+``anthropic:MODEL@HOST[:PORT]``       ``http://HOST:PORT`` (a server of the same API)       ``ANTHROPIC_API_KEY``
 ``ollama:MODEL[@HOST[:PORT]]``        ``http://HOST:PORT/v1``, default ``localhost:11434``  none
 ``vllm:MODEL[@HOST[:PORT]]``          ``http://HOST:PORT/v1``, default ``localhost:8000``   ``DIAL_AGENT_API_KEY``
 ``llamacpp:MODEL[@HOST[:PORT]]``      ``http://HOST:PORT/v1``, default ``localhost:8080``   ``DIAL_AGENT_API_KEY``
@@ -16,15 +18,17 @@ or prose), or a JSON Lines log as ``dial-runtime export`` writes it (the agent's
 It makes a :class:`~dial_runtime.agents.ScriptedAgent`; a ``history`` option (a stored conversation taken up)
 skips the replies that history holds already, and ``ChatAgent``'s other options do not apply to it.
 
-``OPENAI_API_KEY`` is required; ``DIAL_AGENT_API_KEY`` is sent when it is set.
+``OPENAI_API_KEY`` is required, and ``ANTHROPIC_API_KEY`` for Anthropic's own API (a local server of the API gets
+it when it is set); ``DIAL_AGENT_API_KEY`` is sent when it is set. ``anthropic:`` makes an
+:class:`~dial_runtime.llm.anthropic.AnthropicAgent`, every other model scheme a :class:`ChatAgent`.
 
 **The codec** (:mod:`dial_runtime.llm.codecs`) says how the model is spoken to: ``?codec=tools`` (each action a
 native tool call), ``?codec=json`` (each reply one JSON object the server's structured output constrains) or
 ``?codec=dial`` (the model writes DIAL). Hosted models are trained for tool calls, small local ones write DIAL
-under a grammar better than they call tools, so the default depends on the scheme: ``tools`` for ``openai:``,
-``dial`` for the others (and without a domain), and for ``llamacpp:`` the domain's grammar too (``constrain``),
-unless a grammar is given or ``constrain=False``. The tools and json codecs need the ``domain``; so does the
-default system prompt (:func:`~dial_runtime.agents.system_prompt` for DIAL,
+under a grammar better than they call tools, so the default depends on the scheme: ``tools`` for ``openai:``
+and ``anthropic:``, ``dial`` for the others (and without a domain), and for ``llamacpp:`` the domain's grammar
+too (``constrain``), unless a grammar is given or ``constrain=False``. The tools and json codecs need the
+``domain``; so does the default system prompt (:func:`~dial_runtime.agents.system_prompt` for DIAL,
 :func:`~dial_runtime.agents.prompt.tools_prompt` for tools, :func:`~dial_runtime.agents.prompt.json_prompt`
 for JSON), which ``system_prompt`` replaces. ``log`` (a stored conversation taken up) gives the agent its
 history as the codec spoke it.
@@ -52,12 +56,15 @@ import msgspec
 
 from ..agents.scripted import ScriptedAgent
 from ..runtime.events import LogEntry
+from .anthropic import ANTHROPIC_BASE_URL, AnthropicAgent
 from .chat import ChatAgent, history_from_log
 from .codecs import CODECS, codec_for
 
 __all__ = ["agent_from_uri"]
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+#: The API a scheme's agent speaks, by whether it is ``anthropic:``.
+_API = {False: "openai-chat", True: "anthropic-messages"}
 
 # Local servers: the scheme's default host and port.
 _LOCAL_SERVERS = {"ollama": "localhost:11434", "vllm": "localhost:8000", "llamacpp": "localhost:8080"}
@@ -76,11 +83,19 @@ _EXTRA = "extra."
 _ALLOWED = f"{', '.join(_SETTINGS)}, codec or {_EXTRA}NAME"
 
 #: The codec each scheme speaks unless told (see the module docstring).
-DEFAULT_CODECS = {"openai": "tools", "ollama": "dial", "vllm": "dial", "llamacpp": "dial", "http": "dial"}
+DEFAULT_CODECS = {
+    "openai": "tools",
+    "anthropic": "tools",
+    "ollama": "dial",
+    "vllm": "dial",
+    "llamacpp": "dial",
+    "http": "dial",
+}
 
 
 _FORMS = (
-    "openai:MODEL, ollama:MODEL@HOST:PORT, vllm:MODEL@HOST:PORT, llamacpp:MODEL@HOST:PORT, "
+    "openai:MODEL, anthropic:MODEL[@HOST:PORT], ollama:MODEL@HOST:PORT, vllm:MODEL@HOST:PORT, "
+    "llamacpp:MODEL@HOST:PORT, "
     "http(s)://HOST/v1#MODEL or script:FILE"
 )
 
@@ -124,6 +139,13 @@ def agent_from_uri(
         if not rest or "@" in rest:
             raise ValueError(f"agent URI {uri!r}: write openai:MODEL, e.g. openai:gpt-4o-mini")
         base_url, model = OPENAI_BASE_URL, rest
+    elif scheme == "anthropic":
+        model, at, host = rest.rpartition("@")
+        if not at:
+            model, host = rest, ""
+        if not model:
+            raise ValueError(f"agent URI {uri!r}: write anthropic:MODEL, e.g. anthropic:claude-sonnet-4-5")
+        base_url = f"http://{_host_port(uri, host, 'localhost:8080')}" if host else ANTHROPIC_BASE_URL
     elif scheme in _LOCAL_SERVERS:
         model, at, host = rest.rpartition("@")
         if not at:
@@ -139,11 +161,12 @@ def agent_from_uri(
         options["extra_body"] = extra_body
     options = {**settings, **options}
     options.setdefault("server", scheme if scheme in _LOCAL_SERVERS else "openai")
-    key = _api_key(uri, scheme)
+    key = _api_key(uri, scheme, hosted=base_url == ANTHROPIC_BASE_URL)
     speaking = _spoken(uri, scheme, domain, system_prompt, options)
     if log is not None:
         options["history"] = history_from_log(log, options["codec"])
-    return ChatAgent(base_url, model, api_key=key, system_prompt=speaking, **options)
+    kind = AnthropicAgent if scheme == "anthropic" else ChatAgent
+    return kind(base_url, model, api_key=key, system_prompt=speaking, **options)
 
 
 def _spoken(uri: str, scheme: str, domain: Any, system_prompt: str | None, options: dict[str, Any]) -> str:
@@ -162,13 +185,18 @@ def _spoken(uri: str, scheme: str, domain: Any, system_prompt: str | None, optio
             raise ValueError(f"agent URI {uri!r}: the {name} codec needs the domain, whose actions it names")
         if constrain or options.get("grammar") is not None:
             raise ValueError(f"agent URI {uri!r}: a grammar constrains DIAL replies; the {name} codec has none")
-        options["codec"] = codec_for(name, domain)
+        try:
+            options["codec"] = codec_for(name, domain, api=_API[scheme == "anthropic"])
+        except ValueError as refused:
+            raise ValueError(f"agent URI {uri!r}: {refused}") from None
         if system_prompt is not None:
             return system_prompt
         return tools_prompt(domain) if name == "tools" else json_prompt(domain)
     options["codec"] = codec_for("dial")
     if constrain is None:
         constrain = scheme == "llamacpp" and domain is not None and options.get("grammar") is None
+    if constrain and scheme == "anthropic":
+        raise ValueError(f"agent URI {uri!r}: the Anthropic API takes no grammar")
     if constrain:
         if domain is None:
             raise ValueError(f"agent URI {uri!r}: constrain writes the domain's grammar; give the domain")
@@ -250,7 +278,12 @@ def _host_port(uri: str, host: str, default: str) -> str:
     return f"{name}:{port if port is not None else default.rpartition(':')[2]}"
 
 
-def _api_key(uri: str, scheme: str) -> str | None:
+def _api_key(uri: str, scheme: str, *, hosted: bool = False) -> str | None:
+    if scheme == "anthropic":
+        key = os.environ.get("ANTHROPIC_API_KEY") or None
+        if hosted and not key:
+            raise ValueError(f"agent URI {uri!r} needs the ANTHROPIC_API_KEY environment variable")
+        return key
     if scheme == "openai":
         key = os.environ.get("OPENAI_API_KEY")
         if not key:

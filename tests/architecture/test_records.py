@@ -20,6 +20,8 @@ import dial_runtime.llm
 #: Exported classes that do something rather than hold a value: agents, the conversation, the parser, the ports,
 #: the domain toolkit, the codecs.
 SERVICES = {
+    "AnthropicAgent",
+    "AnthropicToolCodec",
     "ChatAgent",
     "Conversation",
     "DialCodec",
@@ -28,6 +30,7 @@ SERVICES = {
     "RecordedAgent",
     "ScriptedAgent",
     "StreamParser",
+    "StructuredCodec",
     "ToolCallCodec",
 }
 

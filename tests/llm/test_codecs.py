@@ -26,8 +26,10 @@ from dial_runtime.language.outcomes import (
     refusal_reply,
 )
 from dial_runtime.language.records import AskElement, Inform, Suggest
+from dial_runtime.llm.anthropic import AnthropicAgent
 from dial_runtime.llm.chat import ChatAgent, history_from_log
 from dial_runtime.llm.codecs import (
+    AnthropicToolCodec,
     DialCodec,
     StructuredCodec,
     ToolCallCodec,
@@ -653,3 +655,142 @@ async def test_a_structured_conversation_over_http(server: OpenAIServer) -> None
     assert first.body["messages"][0]["content"] == json_prompt(domain)
     assert json.loads(second.messages[-1]["content"])["outcomes"][0]["status"] == "done"
     assert second.messages[-2] == {"role": "assistant", "content": proposal}
+
+
+# --- the Anthropic Messages API -------------------------------------------------------------------------------
+
+
+def anthropic_codec() -> AnthropicToolCodec:
+    return AnthropicToolCodec.for_domain(TypedNotes())
+
+
+def test_anthropic_tools_carry_the_input_schema() -> None:
+    (first, *_rest) = anthropic_codec().request_fields()["tools"]
+    assert set(first) == {"name", "description", "input_schema"} and first["input_schema"]["required"] == ["text"]
+
+
+def test_anthropic_tool_use_blocks_are_suggestions_and_text_blocks_an_inform() -> None:
+    message = {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "On it."},
+            {"type": "tool_use", "id": "toolu_1", "name": "add-note", "input": {"text": "milk"}},
+            {
+                "type": "tool_use",
+                "id": "toolu_2",
+                "name": "ask_user",
+                "input": {"question": "More?", "options": []},
+            },
+        ],
+    }
+    read = anthropic_codec().read(message, [])
+    inform, suggestion, ask = elements(read.dial)
+    assert isinstance(inform, Inform) and inform.text == "On it."
+    assert (suggestion.id, suggestion.action, suggestion.payload) == ("toolu_1", "add-note", {"text": "milk"})
+    assert isinstance(ask, AskElement) and ask.id == "toolu_2"
+    assert read.message == message
+
+
+@pytest.mark.parametrize(
+    ("outcome", "words", "error"), [(o, w, o.status not in ("done", "handed-off")) for o, w, _ in STATUSES]
+)
+def test_every_status_goes_back_as_a_tool_result_block(outcome: Outcome, words: str, error: bool) -> None:
+    history = [{"role": "assistant", "content": [{"type": "tool_use", "id": "c", "name": "a", "input": {}}]}]
+    (sent,) = anthropic_codec().incoming(outcome_reply([outcome]) + "\n\nnext", history)
+    result, rest = sent["content"]
+    assert sent["role"] == "user" and rest == {"type": "text", "text": "next"}
+    assert result["type"] == "tool_result" and result["tool_use_id"] == "c"
+    assert words in result["content"] and result.get("is_error", False) is error
+
+
+def test_anthropic_waiting_calls_and_asks_are_answered_in_order() -> None:
+    uses = [
+        {"type": "tool_use", "id": "c1", "name": "add-note", "input": {}},
+        {"type": "tool_use", "id": "q1", "name": "ask_user", "input": {}},
+    ]
+    (sent,) = anthropic_codec().incoming("work", [{"role": "assistant", "content": uses}])
+    waiting, asked, words = sent["content"]
+    assert (waiting["tool_use_id"], asked["tool_use_id"]) == ("c1", "q1")
+    assert waiting["content"].startswith(WAITING) and asked["content"] == ASKED
+    assert words == {"type": "text", "text": "work"}
+    assert anthropic_codec().incoming("hello", []) == [{"role": "user", "content": "hello"}]
+
+
+def test_anthropic_uris(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="needs the ANTHROPIC_API_KEY environment variable"):
+        agent_from_uri("anthropic:claude-sonnet-4-5", domain=TypedNotes())
+    local = agent_from_uri("anthropic:qwen@127.0.0.1:9", domain=TypedNotes())
+    assert isinstance(local, AnthropicAgent) and isinstance(local.codec, AnthropicToolCodec)
+    assert local.base_url == "http://127.0.0.1:9" and local.system_prompt == tools_prompt(TypedNotes())
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    hosted = agent_from_uri("anthropic:claude-sonnet-4-5?codec=dial", domain=TypedNotes())
+    assert hosted.base_url == "https://api.anthropic.com" and hosted.codec.name == "dial"
+    assert "sk-ant-test" not in repr(hosted)
+    with pytest.raises(ValueError, match="the Anthropic API has not"):
+        agent_from_uri("anthropic:claude?codec=json", domain=TypedNotes())
+    with pytest.raises(ValueError, match="takes no grammar"):
+        agent_from_uri("anthropic:claude?codec=dial", domain=TypedNotes(), constrain=True)
+
+
+def anthropic_agent(server: OpenAIServer, domain: Any, **options: Any) -> ChatAgent:
+    base = server.base_url.removesuffix("/v1")
+    return AnthropicAgent.for_domain(base, "claude", domain, max_retries=0, **options)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize(
+    ("call", "human", "words", "error"),
+    [
+        (Call("t1", "add-note", '{"text":"milk"}'), "accept", "Done: Add the note 'milk'.", False),
+        (Call("t1", "add-note", '{"text":"milk"}'), {"edit": {"text": "oat"}}, "Done: Add the note 'oat'", False),
+        (Call("t1", "add-note", '{"text":"milk"}'), "dismiss", "The user dismissed", True),
+        (Call("t1", "fail-note", "{}"), "accept", "Couldn't do it", True),
+        (Call("t1", "no-such-tool", "{}"), "accept", "the payload for no-such-tool is invalid", True),
+    ],
+)
+async def test_each_outcome_reaches_an_anthropic_model_as_a_tool_result(
+    server: OpenAIServer, streamed: bool, call: Call, human: Any, words: str, error: bool
+) -> None:
+    server.add(Reply("Adding.", tool_calls=[call], chunks=3), Reply("Noted."), Reply("Nothing more."))
+    agent = anthropic_agent(server, TypedNotes(), temperature=0.0, stop=["STOP"])
+    async with agent:
+        conversation = Conversation(
+            agent=agent if streamed else Plain(agent), domain=TypedNotes(), human=scripted_human([human])
+        )
+        result = await conversation.say("add milk")
+        if len(server.requests) == 1:
+            await conversation.say("and now?")
+    assert [outcome.id for outcome in result.outcomes] == ["t1"]
+    first, second = server.requests[:2]
+    assert first.path == "/v1/messages" and first.headers["anthropic-version"] == "2023-06-01"
+    assert first.body["system"] == tools_prompt(TypedNotes()) and first.body["max_tokens"] == 1024
+    assert first.body["stop_sequences"] == ["STOP"] and first.body["tools"][0]["input_schema"]["type"] == "object"
+    assistant, told = second.messages[-2:]
+    assert assistant["content"][-1]["type"] == "tool_use" and assistant["content"][-1]["id"] == "t1"
+    result_block = told["content"][0]
+    assert result_block["type"] == "tool_result" and result_block["tool_use_id"] == "t1"
+    assert words in result_block["content"] and result_block.get("is_error", False) is error
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("ending", ["cut in the call", "an error event"])
+async def test_a_stream_that_breaks_in_a_call_proposes_nothing_and_is_told(
+    server: OpenAIServer, api: str, ending: str
+) -> None:
+    call = Call("c1", "add-note", '{"text": "milk and more"}')
+    broken = {"drop_after": 6} if ending == "cut in the call" else {"error_after": 6}
+    server.add(Reply("Adding it.", tool_calls=[call], chunks=4, **broken), Reply("Sorry."))
+    domain = TypedNotes()
+    agent = tools_agent(server, domain) if api == "openai" else anthropic_agent(server, domain)
+    async with agent:
+        conversation = Conversation(agent=agent, domain=domain, human=policy_human("accept"))
+        result = await conversation.say("add milk")
+    assert result.outcomes == () and domain.ran == []
+    (cut,) = [event for event in events(conversation) if isinstance(event, ReplyCutEvent)]
+    assert cut.cause == "broken"
+    if ending == "an error event":
+        assert "scripted" in (cut.error or "")
+    told = server.requests[1].messages[-1]
+    text = told["content"] if isinstance(told["content"], str) else told["content"][-1]["text"]
+    assert "could not be used" in text

@@ -6,7 +6,9 @@ The server renders the domain's tools with the model's chat template and parses 
 A call the server itself parsed is checked with the official ``openai`` client: the model is started inside the
 tags (an assistant message the server continues), so the server returns a structured ``tool_calls`` message.
 Every request the codec builds after a call (the call, its ``tool`` result) must be one the server takes. The
-structured-output codec's schema goes as ``response_format``, which the server turns into a grammar.
+structured-output codec's schema goes as ``response_format``, which the server turns into a grammar. The
+server answers the Anthropic Messages API too (``/v1/messages``): the same through :class:`AnthropicAgent` and
+the official ``anthropic`` client.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import anyio
 import openai
 import pytest
@@ -22,8 +25,9 @@ import pytest
 from dial_runtime import Conversation, parse, policy_human
 from dial_runtime.language.outcomes import Outcome, outcome_reply
 from dial_runtime.language.records import Suggest
+from dial_runtime.llm.anthropic import AnthropicAgent
 from dial_runtime.llm.chat import ChatAgent
-from dial_runtime.llm.codecs import ToolCallCodec
+from dial_runtime.llm.codecs import AnthropicToolCodec, ToolCallCodec
 from dial_runtime.llm.uri import agent_from_uri
 from dial_runtime.runtime.events import ReplyEvent
 
@@ -145,3 +149,66 @@ async def test_structured_output_constrains_every_reply_to_the_schema(qwen_serve
     proposed = [entry.event for entry in conversation.log if entry.event.type == "proposed"]
     assert len(result.outcomes) == len(proposed)
     assert all(event.action in domain.actions for event in proposed)
+
+
+# --- the Anthropic Messages API, which llama-server answers at /v1/messages ------------------------------------
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+async def test_an_anthropic_conversation_runs_each_call_once_and_answers_it(
+    qwen_server: str, streamed: bool
+) -> None:
+    domain = Notes()
+    agent = AnthropicAgent.for_domain(qwen_server, "qwen", domain, temperature=0.0, max_tokens=120)
+    async with agent:
+        conversation = Conversation(
+            agent=agent if streamed else SendOnly(agent),
+            domain=domain,
+            human=policy_human("accept"),
+            timeout=REQUEST,
+            max_turns=2,
+        )
+        with anyio.fail_after(3 * REQUEST):
+            result = await conversation.say("Add a note: buy milk")
+    assert domain.notes == ["buy milk"], result
+    (outcome,) = result.outcomes
+    replies = [entry.event for entry in conversation.log if isinstance(entry.event, ReplyEvent)]
+    assert len(replies) == 2 and all(reply.provider is not None for reply in replies)
+    assert replies[0].provider is not None and replies[0].provider.api == "anthropic-messages"
+    blocks = [
+        block
+        for message in agent.history
+        if isinstance(message.content, list)  # the person's first words are a string
+        for block in message.content
+    ]
+    (used,) = [block for block in blocks if block["type"] == "tool_use"]
+    (result_block,) = [block for block in blocks if block["type"] == "tool_result"]
+    assert used["id"] == outcome.id == result_block["tool_use_id"] and "is_error" not in result_block
+
+
+async def test_a_tool_use_the_server_parsed_is_read_and_its_result_is_taken(qwen_server: str) -> None:
+    codec = AnthropicToolCodec.for_domain(Notes())
+    client = anthropic.AsyncAnthropic(base_url=qwen_server, api_key="none", max_retries=0)
+    history: list[dict[str, Any]] = codec.incoming("Add a note: buy milk", [])
+    tools = codec.request_fields()["tools"]
+    async with client:
+        with anyio.fail_after(REQUEST):
+            started = [*history, {"role": "assistant", "content": "<tool_call>\n"}]
+            reply = await client.messages.create(model="qwen", max_tokens=60, messages=started, tools=tools)
+        assert reply.stop_reason == "tool_use", reply
+        read = codec.read(reply.model_dump(exclude_none=True), history)
+        envelope = parse(read.dial)
+        assert envelope is not None
+        (suggestion,) = envelope.elements
+        assert isinstance(suggestion, Suggest) and suggestion.payload == {"text": "buy milk"}
+        (block,) = [block for block in reply.content if block.type == "tool_use"]
+        assert suggestion.id == block.id
+
+        history.append(read.message)
+        refused = Outcome(id=suggestion.id, action="add-note", status="dismissed", preview="Add it")
+        history += codec.incoming(outcome_reply([refused]), history)
+        result = history[-1]["content"][0]
+        assert result["tool_use_id"] == block.id and result["is_error"] is True
+        with anyio.fail_after(REQUEST):
+            after = await client.messages.create(model="qwen", max_tokens=60, messages=history, tools=tools)
+        assert after.role == "assistant"
