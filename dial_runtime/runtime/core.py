@@ -19,7 +19,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -35,6 +35,7 @@ from ..errors import (
     RecordedError,
     TokenLimitReached,
 )
+from ..language.claims import claims_done
 from ..language.outcomes import (
     MAX_DEPTH,
     MAX_TEXT,
@@ -866,7 +867,7 @@ class ConversationCore:
         if not parser.started:
             prose = parser.text.strip()
             if prose:
-                self.record(InformEvent(text=prose, element=-1))
+                self._prose(prose, -1)
         advice = "; send a shorter reply" if cut.cause == "token-limit" else ""
         self._refuse(
             f"{CUT}{cut_words(cut)}; the elements complete by then were handled, the rest was not read{advice}"
@@ -882,7 +883,7 @@ class ConversationCore:
                 prose_shown = True
                 stream.at = None
                 if parser.prose_before and parser.prose_before.strip():
-                    self.record(InformEvent(text=parser.prose_before.strip(), element=-1))
+                    self._prose(parser.prose_before.strip(), -1)
             arrived = stream.elements
             ready = len(arrived)
             if not stream.ended:  # only text is handled before the end: a later envelope would void the rest
@@ -909,7 +910,7 @@ class ConversationCore:
             return
         trailing = parser.prose_after()
         if prose_shown and trailing:
-            self.record(InformEvent(text=trailing, element=-2))
+            self._prose(trailing, -2)
 
     # --- a whole reply -----------------------------------------------------------------------------------------
 
@@ -927,7 +928,7 @@ class ConversationCore:
         if envelope is None:
             text = reply.strip()
             if text and state.cursor < -1:
-                self.record(InformEvent(text=text, element=-1))
+                self._prose(text, -1)
             return ()
         if envelope.candidates > 1:
             return self._refuse(several_envelopes(envelope.candidates))
@@ -940,7 +941,7 @@ class ConversationCore:
         elif envelope.issues and not envelope.usable:
             return self._refuse("; ".join(issue.message for issue in envelope.issues) or "the envelope is empty")
         if state.cursor < -1 and envelope.prose:
-            self.record(InformEvent(text=envelope.prose, element=-1))
+            self._prose(envelope.prose, -1)
         return envelope.elements
 
     def _refuse(self, why: str) -> tuple[Element, ...]:
@@ -976,14 +977,39 @@ class ConversationCore:
         return max(self.state.cursor + 1, 0)
 
     def _inform(self, element: Any, index: int) -> None:
-        if element.text:
+        """Show an inform or acknowledge; marked unconfirmed first when it contradicts the log: an acknowledgement
+        of what the log does not hold (:meth:`_contradiction`), or words that say something was done in a call
+        where nothing has run (:func:`~dial_runtime.language.claims.claims_done`)."""
+        text = element.text
+        if text:
             act: InformAct = "inform"
             if isinstance(element, Acknowledge):
                 act = "acknowledge"
                 contradiction = self._contradiction(element)
-                if contradiction is not None:
-                    self.record(UnconfirmedEvent(reason=contradiction, element=index))
-            self.record(InformEvent(text=element.text, act=act, element=index))
+            else:
+                contradiction = self._unran_claim(text)
+            if contradiction is not None:
+                self.record(UnconfirmedEvent(reason=contradiction, element=index))
+            self.record(InformEvent(text=text, act=act, element=index))
+
+    def _prose(self, text: str, element: int) -> None:
+        """Show the reply's prose before (``element`` -1) or after (-2) its envelope, or all of a reply without
+        one; marked unconfirmed first when it says something was done and nothing has run in the call."""
+        claim = self._unran_claim(text)
+        if claim is not None:
+            self.record(UnconfirmedEvent(reason=claim, element=element))
+        self.record(InformEvent(text=text, element=element))
+
+    def _unran_claim(self, text: str) -> str | None:
+        """Why ``text`` is not confirmed: it says something was done in a call where nothing has run yet; ``None``
+        when it says no such thing, or an action ran."""
+        if self._ran_in_call() or not claims_done(text):
+            return None
+        return UNRAN_CLAIM
+
+    def _ran_in_call(self) -> bool:
+        """Whether an action ran to ``done`` in the call in progress."""
+        return any(outcome.status == "done" for outcome in self._outcomes or ())
 
     def _contradiction(self, element: Acknowledge) -> str | None:
         """How an acknowledgement contradicts the log: it names (``of``) an id no suggestion, ask or reply of the
@@ -1548,6 +1574,10 @@ def idempotency_key(conversation: str | None, began: float | None, suggestion_id
     stamp = "~" if began is None else began.hex()
     named = f"{named}|{stamp}|{len(suggestion_id)}:{suggestion_id}|{attempt}"
     return hashlib.blake2b(named.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+#: Why words that say something was done are not confirmed, as the agent is told.
+UNRAN_CLAIM: Final = "it says something was done, and nothing has run in this turn"
 
 
 def _reply_number(ident: str) -> int:

@@ -140,8 +140,9 @@ class InformEvent(_Logged, frozen=True, kw_only=True, tag="inform"):
 
 class UnconfirmedEvent(_Logged, frozen=True, kw_only=True, tag="unconfirmed"):
     """The acknowledgement at ``element`` of the reply contradicts the log (an id the conversation never had, an
-    outcome other than the one recorded): its ``inform`` follows, shown as the agent's own words, not confirmed,
-    and the next message tells the agent ``reason``."""
+    outcome other than the one recorded), or the words there (an inform, or the prose at -1 or -2) say something
+    was done in a call where nothing has run: its ``inform`` follows, shown as the agent's own words, not
+    confirmed, and the next message tells the agent ``reason``."""
 
     type: ClassVar[str] = "unconfirmed"
     reason: str

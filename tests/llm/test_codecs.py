@@ -38,9 +38,10 @@ from dial_runtime.llm.codecs import (
     reply_schema,
 )
 from dial_runtime.llm.uri import agent_from_uri
+from dial_runtime.runtime.core import UNRAN_CLAIM
 from dial_runtime.runtime.events import ReplyCutEvent, ReplyEvent, SuggestionEvent
 from dial_runtime.stores import SQLiteStore
-from dial_runtime.views.person import Card, project
+from dial_runtime.views.person import AgentText, Card, project
 
 from ..fakes import Notes
 from ..openai_server import Call, OpenAIServer, Reply
@@ -67,6 +68,17 @@ class TypedNotes(Notes):
             },
         }
     }
+
+
+class RecordingAgent:
+    """Replies from a list, and keeps every message it was sent."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies, self.seen = list(replies), []
+
+    def send(self, message: str) -> str:
+        self.seen.append(message)
+        return self.replies.pop(0)
 
 
 def events(conversation: Conversation) -> list[Any]:
@@ -794,3 +806,50 @@ async def test_a_stream_that_breaks_in_a_call_proposes_nothing_and_is_told(
     told = server.requests[1].messages[-1]
     text = told["content"] if isinstance(told["content"], str) else told["content"][-1]["text"]
     assert "could not be used" in text
+
+
+# --- what the model says and what happened ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("replies", "flagged"),
+    [
+        (['Sure! I\'ve added "buy milk" to your notes.'], True),
+        (["<dial><dial-inform>Your note has been added.</dial-inform></dial>"], True),
+        (["I can add it if you like."], False),
+        (
+            [
+                '<dial><dial-suggest action="add-note"><dial-payload>{"text":"milk"}</dial-payload>'
+                "</dial-suggest></dial>",
+                "<dial><dial-inform>I've added it.</dial-inform></dial>",
+            ],
+            False,
+        ),
+    ],
+)
+async def test_words_that_claim_an_effect_nothing_ran_for_are_not_confirmed(
+    replies: list[str], flagged: bool
+) -> None:
+    """A reply that says something was done in a call where nothing ran is shown as the agent's claim, not
+    confirmed, and the agent is told; once an action ran in the call, the same words stand."""
+    agent = RecordingAgent([*replies, "ok"])
+    conversation = Conversation(agent=agent, domain=TypedNotes(), human=policy_human("accept"))
+    await conversation.say("add milk")
+    said = [item for item in project(conversation.log).items if isinstance(item, AgentText)]
+    assert (said[-1].unconfirmed == UNRAN_CLAIM) is flagged
+    if flagged:
+        await conversation.say("did it work?")
+        assert UNRAN_CLAIM in agent.seen[-1]
+
+
+async def test_a_tool_call_said_to_be_done_before_its_result_is_not_confirmed(server: OpenAIServer) -> None:
+    server.add(
+        Reply("I've added it to your notes.", tool_calls=[Call("c1", "add-note", '{"text":"milk"}')]),
+        Reply("It is in your notes now."),
+    )
+    async with tools_agent(server, TypedNotes()) as agent:
+        conversation = Conversation(agent=agent, domain=TypedNotes(), human=policy_human("accept"))
+        result = await conversation.say("add milk")
+    assert [outcome.status for outcome in result.outcomes] == ["done"]
+    first = next(item for item in project(conversation.log).items if isinstance(item, AgentText))
+    assert first.text == "I've added it to your notes." and first.unconfirmed == UNRAN_CLAIM
