@@ -9,7 +9,10 @@ context, the person's words) and it reads a DIAL reply. A codec sits between tha
   domain is a tool, with the payload's JSON Schema from the domain's vocabulary, and ``ask_user`` asks the
   person. Each tool call the model makes is one suggestion (its call id is the suggestion's id), the model's text
   is an inform, and a reply without a call ends the model's turn. Each outcome goes back as the ``tool`` message
-  of its call, which is the channel the model was trained to read.
+  of its call, which is the channel the model was trained to read;
+- :class:`AnthropicToolCodec` is the same on the Anthropic Messages API (``tool_use`` and ``tool_result`` blocks);
+- :class:`StructuredCodec` (``"json"``) has each reply be one JSON object of acts, which the server's structured
+  output decodes to the reply's schema (:func:`reply_schema`).
 
 A codec reads a message to the agent with :meth:`~ToolCallCodec.incoming`, which returns the API's messages that
 carry it, and a model's message with :meth:`~ToolCallCodec.read`, which returns the DIAL reply and the message as

@@ -1009,7 +1009,10 @@ class ConversationCore:
 
     def _ran_in_call(self) -> bool:
         """Whether an action ran to ``done`` in the call in progress."""
-        return any(outcome.status == "done" for outcome in self._outcomes or ())
+        outcomes = self._outcomes
+        if not outcomes:  # the usual case: no generator made
+            return False
+        return any(outcome.status == "done" for outcome in outcomes)
 
     def _contradiction(self, element: Acknowledge) -> str | None:
         """How an acknowledgement contradicts the log: it names (``of``) an id no suggestion, ask or reply of the
