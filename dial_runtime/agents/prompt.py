@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -138,7 +138,11 @@ def system_prompt(domain: Any) -> str:
         parts.append(_SUGGESTING.format(example=_envelope(_suggest(owner, shown)), note=note))
         parts.append(_OUTCOMES.format(example=_outcome_example(owner, shown)))
     parts.append(_RECEIVING)
-    parts.append(_vocabulary_section(domain, entries))
+    parts.append(
+        _vocabulary_section(
+            entries, lambda entry: ["- Example:", "", "```xml", _envelope(_suggest(domain, entry)), "```"]
+        )
+    )
     rules = getattr(domain, "flow_rules", None)
     if isinstance(rules, FlowRules):
         parts.append(_flow_section(rules))
@@ -167,24 +171,17 @@ def json_prompt(domain: Any) -> str:
     parts = [_JSON_INTRODUCTION]
     if about:
         parts.append(f"The application: {about}")
-    lines = ["# This application's actions"]
-    if not entries:
-        lines += ["", "This application offers no actions: inform the person and ask them, but suggest nothing."]
-    for entry in entries:
-        lines += ["", f"## `{entry.name}`", ""]
-        if entry.description:
-            lines += [entry.description, ""]
-        lines.append(f"- {_kind(entry.spec)}")
-        if entry.schema is not None:
-            lines.append(f"- Payload (JSON Schema): {json.dumps(entry.schema, ensure_ascii=False, default=str)}")
-        if entry.example is not None:
-            suggestion = {"act": "suggest", "action": entry.name, "text": "...", "payload": entry.example}
-            lines.append(f"- Example act: {json.dumps(suggestion, ensure_ascii=False, default=str)}")
-    parts.append("\n".join(lines))
+    parts.append(_vocabulary_section(entries, _json_example))
     rules = getattr(domain, "flow_rules", None)
     if isinstance(rules, FlowRules):
         parts.append(_flow_section(rules))
     return "\n\n".join(parts) + "\n"
+
+
+def _json_example(entry: VocabularyEntry) -> list[str]:
+    """A suggestion of ``entry``'s action, as an act of a JSON reply."""
+    act = {"act": "suggest", "action": entry.name, "text": "...", "payload": entry.example}
+    return ["- Example act:", "", "```json", json.dumps(act, ensure_ascii=False, default=str), "```"]
 
 
 _JSON_INTRODUCTION = """\
@@ -304,7 +301,11 @@ says they are finished, end your last envelope with `<dial-phatic signal="sessio
 # ---------------------------------------------------------------------------------------------- vocabulary
 
 
-def _vocabulary_section(domain: Any, entries: tuple[VocabularyEntry, ...]) -> str:
+def _vocabulary_section(
+    entries: tuple[VocabularyEntry, ...], example: Callable[[VocabularyEntry], list[str]] | None = None
+) -> str:
+    """The domain's actions: each one's description, kind and payload schema, and ``example``'s lines for it
+    (a suggestion of it in the reply's form), or a word that its payload is not described."""
     lines = ["# This application's actions"]
     if not entries:
         lines += ["", "This application offers no actions: inform the person and ask them, but suggest nothing."]
@@ -318,13 +319,13 @@ def _vocabulary_section(domain: Any, entries: tuple[VocabularyEntry, ...]) -> st
         if entry.schema is not None:
             schema = json.dumps(entry.schema, ensure_ascii=False, default=str)
             lines += ["- Payload (JSON Schema):", "", "```json", schema, "```", ""]
-        if entry.example is None:
+        if entry.example is None or example is None:
             lines.append(
                 "- Payload: not described. Send a JSON object with what the action needs; an `invalid` outcome's "
                 "`hint` says what is missing."
             )
         else:
-            lines += ["- Example:", "", "```xml", _envelope(_suggest(domain, entry)), "```"]
+            lines += example(entry)
     return "\n".join(lines)
 
 

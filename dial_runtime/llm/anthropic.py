@@ -19,6 +19,7 @@ client.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
@@ -27,7 +28,7 @@ import httpx
 import msgspec
 
 from ..errors import AgentError
-from .chat import _QUOTE_LIMIT, ChatAgent, _Assembled, _lines
+from .chat import _QUOTE_LIMIT, ChatAgent, _Assembled, _events, _lines
 from .codecs import Codec
 
 __all__ = ["ANTHROPIC_BASE_URL", "ANTHROPIC_VERSION", "AnthropicAgent"]
@@ -130,24 +131,11 @@ class AnthropicAgent(ChatAgent):
             for index, block in enumerate(message["content"]):
                 yield _as_delta(index, block)
             return
-        data: list[str] = []
         stop_reason: str | None = None
         status = response.status_code
-        async with _lines(response) as lines:
-            async for line in lines:
-                if line:
-                    field, _, value = line.partition(":")
-                    if field == "data":
-                        data.append(value[1:] if value.startswith(" ") else value)
-                    continue
-                if not data:
-                    continue
-                text, data = "\n".join(data), []
-                try:
-                    event = msgspec.json.decode(text)
-                except msgspec.DecodeError:
-                    reason = f"{self._url}: a streamed event is not JSON: {text[:_QUOTE_LIMIT]!r}"
-                    raise AgentError(self._redact(reason), status=status) from None
+        async with _lines(response) as lines, contextlib.aclosing(_events(lines)) as events:
+            async for text in events:
+                event = self._decoded(text, status)
                 self._raise_reported(event, status)
                 kind = event.get("type") if isinstance(event, dict) else None
                 if kind == "content_block_start":

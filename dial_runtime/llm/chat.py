@@ -611,6 +611,14 @@ class ChatAgent:
                 status=response.status_code,
             ) from None
 
+    def _decoded(self, event: str, status: int) -> Any:
+        """A streamed event's JSON, or ``AgentError`` quoting what was not JSON."""
+        try:
+            return msgspec.json.decode(event)
+        except msgspec.DecodeError:
+            reason = f"{self._url}: a streamed event is not JSON: {event[:_QUOTE_LIMIT]!r}"
+            raise AgentError(self._redact(reason), status=status) from None
+
     def _token_limit(self, status: int) -> TokenLimitReached:
         """Why a reply is not whole: the model stopped at its token limit."""
         reason = f"{self._url}: the answer reached the token limit (finish_reason length)"
@@ -657,26 +665,13 @@ class ChatAgent:
             if _finish_reason(completion) == "length":
                 raise self._token_limit(response.status_code)
             return
-        data: list[str] = []
         finish_reason: str | None = None
         status = response.status_code
-        async with _lines(response) as lines:
-            async for line in lines:
-                if line:
-                    field, _, value = line.partition(":")
-                    if field == "data":
-                        data.append(value[1:] if value.startswith(" ") else value)
-                    continue
-                if not data:
-                    continue
-                event, data = "\n".join(data), []
+        async with _lines(response) as lines, contextlib.aclosing(_events(lines)) as events:
+            async for event in events:
                 if event == "[DONE]":
                     break
-                try:
-                    chunk = msgspec.json.decode(event)
-                except ValueError:
-                    reason = f"{self._url}: a streamed event is not JSON: {event[:_QUOTE_LIMIT]!r}"
-                    raise AgentError(self._redact(reason), status=status) from None
+                chunk = self._decoded(event, status)
                 delta = self._part(chunk, "delta", status)
                 if delta:
                     yield delta
@@ -687,6 +682,19 @@ class ChatAgent:
                     raise AgentError(reason, status=status)
         if finish_reason == "length":
             raise self._token_limit(status)
+
+
+async def _events(lines: AsyncIterator[str]) -> AsyncGenerator[str, None]:
+    """The data of each server-sent event of ``lines`` (its ``data:`` lines joined); other fields are skipped."""
+    data: list[str] = []
+    async for line in lines:
+        if line:
+            field, _, value = line.partition(":")
+            if field == "data":
+                data.append(value[1:] if value.startswith(" ") else value)
+        elif data:
+            yield "\n".join(data)
+            data = []
 
 
 def _finish_reason(chunk: Any) -> str | None:

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import msgspec
 
-from ..language.outcomes import Reported, compact_json, escape_attribute, escape_text, read_reports
+from ..language.outcomes import Reported, Reports, compact_json, escape_attribute, escape_text, read_reports
 
 __all__ = [
     "CODECS",
@@ -311,10 +311,7 @@ class ToolCallCodec:
                 tool = self._tool(call)
                 content = _ASKED if tool is not None and tool.action is None else _WAITING
             messages.append({"role": "tool", "tool_call_id": ident, "content": content})
-        said = [f"Outcome of your call {reported.id}: {tool_result(reported)}" for reported in outcomes.values()]
-        said.extend(reports.notices)
-        if reports.rest:
-            said.append(reports.rest)
+        said = _said(outcomes.values(), reports)
         if said or not messages:
             messages.append({"role": "user", "content": "\n\n".join(said)})
         return messages
@@ -456,10 +453,7 @@ class AnthropicToolCodec(ToolCallCodec):
                 tool = self._by_name.get(use.get("name", ""))
                 result["content"] = _ASKED if tool is not None and tool.action is None else _WAITING
             blocks.append(result)
-        said = [f"Outcome of your call {reported.id}: {tool_result(reported)}" for reported in outcomes.values()]
-        said.extend(reports.notices)
-        if reports.rest:
-            said.append(reports.rest)
+        said = _said(outcomes.values(), reports)
         if said:
             blocks.append({"type": "text", "text": "\n\n".join(said)})
         return [{"role": "user", "content": blocks}]
@@ -527,6 +521,16 @@ def _ask(ident: str | None, arguments: str) -> str:
 def tool_result(reported: Reported) -> str:
     """What a ``tool`` message says of an outcome: the acknowledgement, then the outcome's facts as JSON."""
     return f"{reported.acknowledgement}\n{reported.body}"
+
+
+def _said(outcomes: Iterable[Reported], reports: Reports) -> list[str]:
+    """What a message to the model says besides the results of its last calls: the outcomes of calls answered
+    before, the notices about its replies, then the rest (the domain's context and the person's words)."""
+    said = [f"Outcome of your call {reported.id}: {tool_result(reported)}" for reported in outcomes]
+    said.extend(reports.notices)
+    if reports.rest:
+        said.append(reports.rest)
+    return said
 
 
 def _unanswered(history: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
