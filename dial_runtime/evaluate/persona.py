@@ -33,7 +33,6 @@ import msgspec
 
 from .. import __version__
 from .._command import _CommandError, _described, _usage
-from ..agents.prompt import system_prompt
 from ..domains.loading import DomainPerConversation, load_domain
 from ..driver.conversation import Conversation
 from ..errors import AgentError, DialError
@@ -557,7 +556,7 @@ def _model_record(uri: str, seed: int | None) -> ModelRecord:
     if uri.startswith(_SCRIPT):
         agent_from_uri(uri)  # reads the file: a script that cannot be read is refused now
         return ModelRecord(uri=_SCRIPT + str(Path(uri.removeprefix(_SCRIPT)).resolve()))
-    made = agent_from_uri(uri)
+    made = agent_from_uri(uri, codec="dial")  # the settings, whatever the codec (which needs a domain)
     assert isinstance(made, ChatAgent)
     settings = {name: value for name, value in msgspec.to_builtins(made.settings).items() if value is not None}
     own = settings.pop("seed", None)
@@ -616,14 +615,17 @@ def _domain(spec: str, conversation_id: str) -> Any:
     return loaded(conversation_id, []) if isinstance(loaded, DomainPerConversation) else loaded
 
 
-def _model(uri: str, seed: int | None, prompt: str, persona: Persona | None = None) -> AgentPort:
-    """The model ``uri`` names, sending ``seed`` (a built-in persona model plays ``persona`` by its rule)."""
+def _model(
+    uri: str, seed: int | None, prompt: str | None, persona: Persona | None = None, domain: Any = None
+) -> AgentPort:
+    """The model ``uri`` names, sending ``seed`` (a built-in persona model plays ``persona`` by its rule); the
+    agent under test gets the ``domain``, whose actions its codec names and whose prompt its codec writes."""
     if uri.startswith(_BUILTIN) and persona is not None:
         rule = uri.removeprefix(_BUILTIN)
         return RulePersonaModel(persona.opening or persona.goal, decision=rule, opened=persona.opening is not None)
     if seed is None:
-        return agent_from_uri(uri, system_prompt=prompt)
-    return agent_from_uri(uri, system_prompt=prompt, seed=seed)
+        return agent_from_uri(uri, system_prompt=prompt, domain=domain)
+    return agent_from_uri(uri, system_prompt=prompt, domain=domain, seed=seed)
 
 
 async def selfplay(
@@ -634,8 +636,8 @@ async def selfplay(
     **conversation_options: Any,
 ) -> list[SelfPlayRun]:
     """Hold the manifest's conversations in order, into ``store``: each with a fresh domain, a fresh agent (the
-    domain's system prompt) and a fresh persona model (:func:`persona_prompt`), each sending its seed;
-    ``on_run`` is called with each run as it ends. ``ValueError`` for a domain that cannot be loaded or a
+    prompt its codec needs for the domain) and a fresh persona model (:func:`persona_prompt`), each sending its
+    seed; ``on_run`` is called with each run as it ends. ``ValueError`` for a domain that cannot be loaded or a
     conversation the store holds already (nothing is held then); ``AgentError`` when the persona's model fails."""
     persona = manifest.persona
     for planned in manifest.conversations:
@@ -647,7 +649,7 @@ async def selfplay(
     for planned in manifest.conversations:
         domain = _domain(manifest.domain, planned.id)
         async with contextlib.AsyncExitStack() as stack:
-            agent = _model(manifest.agent.uri, planned.agent_seed, system_prompt(domain))
+            agent = _model(manifest.agent.uri, planned.agent_seed, None, domain=domain)
             model = _model(manifest.persona_model.uri, planned.persona_seed, persona_prompt(persona), persona)
             for made in (agent, model):
                 close = getattr(made, "aclose", None)

@@ -1115,9 +1115,10 @@ def _persona_factory(uri: str) -> PersonaModelFactory:
 
 
 async def _check_uri(option: str, uri: str) -> None:
-    """Refuse, in one line and before anything runs, a URI that names no agent."""
+    """Refuse, in one line and before anything runs, a URI that names no agent. The codec the URI asks for is
+    made per task, with the task's domain: the URI is checked as a DIAL agent's."""
     try:
-        agent = agent_from_uri(uri)
+        agent = agent_from_uri(uri, codec="dial")
     except ValueError as error:
         _usage(f"{option}: {error}")
     close = getattr(agent, "aclose", None)

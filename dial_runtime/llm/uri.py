@@ -223,6 +223,8 @@ def query_settings(uri: str, query: str) -> dict[str, Any]:
         if name == "codec":
             if "codec" in settings:
                 raise ValueError(f"agent URI {uri!r}: codec is given twice")
+            if value not in CODECS:
+                raise ValueError(f"agent URI {uri!r}: unknown codec {value!r}; use one of {', '.join(CODECS)}")
             settings["codec"] = value
             continue
         read = _SETTINGS.get(name)

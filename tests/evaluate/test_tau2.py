@@ -582,3 +582,17 @@ def test_the_command_draws_the_runs_rates(tmp_path: Path, capsys: pytest.Capture
     )
     assert status == 0 and "7" in capsys.readouterr().out
     assert chart.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_agents_uri_chooses_its_codec(tmp_path: Path, agent_server: OpenAIServer) -> None:
+    """``?codec=tools`` is the task's: checked before the run, then each task's agent speaks tool calls (this
+    server answers in DIAL, which a tool-call agent only shows: the run goes on, and scores nothing)."""
+    out = tmp_path / "report.json"
+    status = command(
+        "--agent", uri(agent_server) + "?codec=tools", "--persona-model", "builtin:accept", "--tasks", "7",
+        "--max-turns", "1", "--report", str(out),
+    )  # fmt: skip
+    assert status == 0
+    first = agent_server.requests[0].body
+    assert {tool["function"]["name"] for tool in first["tools"]} >= {"cancel_reservation", "ask_user"}
+    assert "grammar" not in first
