@@ -36,6 +36,9 @@ from .test_llama import REQUEST, Notes, llama_server, qwen
 pytestmark = [pytest.mark.llama, pytest.mark.anyio]
 
 SETTINGS: dict[str, Any] = {"temperature": 0.0, "seed": 1, "max_tokens": 120}
+#: The same for the official anthropic client, whose create takes neither (the server reads them from the body),
+#: and no prompt cache: a reply then does not depend on what the server answered before.
+REPEATABLE: dict[str, Any] = {"temperature": 0.0, "seed": 1, "cache_prompt": False}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +68,9 @@ async def test_a_call_becomes_a_suggestion_and_its_outcome_the_calls_result(
     qwen_server: str, streamed: bool
 ) -> None:
     domain = Notes()
-    agent = ChatAgent.for_domain(f"{qwen_server}/v1", "qwen", domain, codec="tools", **SETTINGS)
+    agent = ChatAgent.for_domain(
+        f"{qwen_server}/v1", "qwen", domain, codec="tools", extra_body={"cache_prompt": False}, **SETTINGS
+    )
     async with agent:
         conversation = Conversation(
             agent=agent if streamed else SendOnly(agent),
@@ -98,7 +103,7 @@ async def test_a_call_the_server_parsed_is_read_and_its_result_is_taken(qwen_ser
         with anyio.fail_after(REQUEST):
             started = [*history, {"role": "assistant", "content": "<tool_call>\n"}]
             completion = await client.chat.completions.create(
-                model="qwen", messages=started, tools=tools, **SETTINGS
+                model="qwen", messages=started, tools=tools, extra_body={"cache_prompt": False}, **SETTINGS
             )
         choice = completion.choices[0]
         assert choice.finish_reason == "tool_calls" and choice.message.tool_calls, choice
@@ -120,7 +125,9 @@ async def test_a_call_the_server_parsed_is_read_and_its_result_is_taken(qwen_ser
             "content": 'Done: Add it.\n{"action":"add-note","status":"done","result":{"count":1}}',
         }
         with anyio.fail_after(REQUEST):
-            after = await client.chat.completions.create(model="qwen", messages=history, tools=tools, **SETTINGS)
+            after = await client.chat.completions.create(
+                model="qwen", messages=history, tools=tools, extra_body={"cache_prompt": False}, **SETTINGS
+            )
         assert after.choices[0].message.role == "assistant"
 
 
@@ -129,7 +136,7 @@ async def test_structured_output_constrains_every_reply_to_the_schema(qwen_serve
     """With ``response_format`` the server decodes to the reply's schema: every reply is an object of acts, its
     suggestions name the domain's actions, and each proposal gets one outcome."""
     domain = Notes()
-    uri = f"llamacpp:qwen@{qwen_server.removeprefix('http://')}?codec=json&temperature=0&seed=1&max_tokens=120"
+    uri = f"llamacpp:qwen@{qwen_server.removeprefix('http://')}?codec=json&temperature=0&seed=1&max_tokens=120&extra.cache_prompt=false"
     agent = agent_from_uri(uri, domain=domain)
     async with agent:  # type: ignore[union-attr]
         conversation = Conversation(
@@ -159,7 +166,9 @@ async def test_an_anthropic_conversation_runs_each_call_once_and_answers_it(
     qwen_server: str, streamed: bool
 ) -> None:
     domain = Notes()
-    agent = AnthropicAgent.for_domain(qwen_server, "qwen", domain, temperature=0.0, max_tokens=120)
+    agent = AnthropicAgent.for_domain(
+        qwen_server, "qwen", domain, temperature=0.0, max_tokens=120, extra_body={"cache_prompt": False}
+    )
     async with agent:
         conversation = Conversation(
             agent=agent if streamed else SendOnly(agent),
@@ -194,7 +203,9 @@ async def test_a_tool_use_the_server_parsed_is_read_and_its_result_is_taken(qwen
     async with client:
         with anyio.fail_after(REQUEST):
             started = [*history, {"role": "assistant", "content": "<tool_call>\n"}]
-            reply = await client.messages.create(model="qwen", max_tokens=60, messages=started, tools=tools)
+            reply = await client.messages.create(
+                model="qwen", max_tokens=60, messages=started, tools=tools, extra_body=REPEATABLE
+            )
         assert reply.stop_reason == "tool_use", reply
         read = codec.read(reply.model_dump(exclude_none=True), history)
         envelope = parse(read.dial)
@@ -210,5 +221,7 @@ async def test_a_tool_use_the_server_parsed_is_read_and_its_result_is_taken(qwen
         result = history[-1]["content"][0]
         assert result["tool_use_id"] == block.id and result["is_error"] is True
         with anyio.fail_after(REQUEST):
-            after = await client.messages.create(model="qwen", max_tokens=60, messages=history, tools=tools)
+            after = await client.messages.create(
+                model="qwen", max_tokens=60, messages=history, tools=tools, extra_body=REPEATABLE
+            )
         assert after.role == "assistant"
