@@ -24,7 +24,9 @@ Steps, taken in order:
   come in ``chunks`` pieces, and ``drop_after`` and ``hold_after`` count these pieces after the text's;
   ``error_after=N`` sends an error event (the API's own) after N pieces and ends the stream there.
   ``POST .../v1/messages`` answers the same steps as the Anthropic Messages API does (a message of content
-  blocks, or its stream of named events).
+  blocks, or its stream of named events), and ``POST .../responses`` as the OpenAI Responses API does (a
+  response of output items, or its stream of ``response.*`` events; ``finish_reason="length"`` is an incomplete
+  response at ``max_output_tokens``).
 - ``Error(status, message="scripted error", retry_after=None, body=None, delay=0.0)``: answer ``status`` with an
   OpenAI-style ``{"error": {"message", "type", "code"}}`` body (or the text ``body`` instead) and, when given, a
   ``Retry-After`` header.
@@ -304,7 +306,8 @@ class _Handler(BaseHTTPRequestHandler):
         request, number = self._record()
         path = self.path.split("?")[0].rstrip("/")
         anthropic = path.endswith("/v1/messages")
-        if not (anthropic or path.endswith("/chat/completions")):
+        responses = path.endswith("/responses")
+        if not (anthropic or responses or path.endswith("/chat/completions")):
             self._send_json(404, _error_body(404, f"no such endpoint: POST {self.path}"))
             return
         action = owner._next_action(request, number)
@@ -317,6 +320,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_anthropic_stream(action, number)
             elif anthropic:
                 self._send_json(200, _anthropic_message(action, number))
+            elif responses and request.stream:
+                self._send_responses_stream(action, number)
+            elif responses:
+                self._send_json(200, _response(action, number))
             elif request.stream:
                 self._send_stream(action, request, number)
             else:
@@ -453,6 +460,46 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_named("message_stop", {"type": "message_stop"})
         self._send_chunk(b"")
 
+    def _send_responses_stream(self, reply: Reply, number: int) -> None:
+        """A reply as the Responses API streams one: the message item's text deltas, then each call's
+        ``function_call`` item and its arguments in pieces, then the final event with the whole response."""
+        owner = self.server.owner
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._send_named("response.created", {"type": "response.created", "response": {"id": f"resp_{number}"}})
+        pieces: list[dict[str, Any]] = []
+        if reply.text:
+            message = {"type": "message", "id": f"msg_{number}", "role": "assistant", "content": []}
+            pieces.append({"type": "response.output_item.added", "output_index": 0, "item": message})
+            for piece in _split(reply.text, reply.chunks):
+                pieces.append({"type": "response.output_text.delta", "item_id": f"msg_{number}", "delta": piece})
+        for place, call in enumerate(reply.tool_calls):
+            item = {"type": "function_call", "id": f"fc_{place}", "call_id": call.id, "name": call.name}
+            pieces.append({"type": "response.output_item.added", "item": {**item, "arguments": ""}})
+            for piece in _split(call.arguments, reply.chunks) if call.arguments else []:
+                pieces.append(
+                    {"type": "response.function_call_arguments.delta", "item_id": f"fc_{place}", "delta": piece}
+                )
+            pieces.append({"type": "response.output_item.done", "item": {**item, "arguments": call.arguments}})
+        for index, data in enumerate(pieces):
+            if reply.drop_after is not None and index >= reply.drop_after:
+                self.close_connection = True
+                return
+            if reply.error_after is not None and index == reply.error_after:
+                self._send_named("error", {"type": "error", "code": "server_error", "message": "scripted"})
+                self._send_chunk(b"")
+                return
+            if index and not owner._wait(reply.interval):
+                self.close_connection = True
+                return
+            self._send_named(data["type"], data)
+        whole = _response(reply, number)
+        final = "response.incomplete" if whole["status"] == "incomplete" else "response.completed"
+        self._send_named(final, {"type": final, "response": whole})
+        self._send_chunk(b"")
+
     def _send_named(self, name: str, data: Any) -> None:
         self._send_chunk(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
 
@@ -501,6 +548,33 @@ def _anthropic_message(reply: Reply, number: int) -> dict[str, Any]:
         "content": content,
         "stop_reason": _anthropic_stop(reply),
     }
+
+
+def _response(reply: Reply, number: int) -> dict[str, Any]:
+    output: list[dict[str, Any]] = []
+    if reply.text:
+        text = {"type": "output_text", "text": reply.text, "annotations": []}
+        output.append({"type": "message", "id": f"msg_{number}", "role": "assistant", "content": [text]})
+    for place, call in enumerate(reply.tool_calls):
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{place}",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.arguments,
+            }
+        )
+    response: dict[str, Any] = {
+        "id": f"resp_{number}",
+        "object": "response",
+        "status": "completed",
+        "output": output,
+    }
+    if reply.finish_reason == "length":
+        response["status"] = "incomplete"
+        response["incomplete_details"] = {"reason": "max_output_tokens"}
+    return response
 
 
 def _finish(reply: Reply) -> str:

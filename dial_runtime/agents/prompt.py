@@ -36,7 +36,7 @@ from ..language.outcomes import Outcome, compact_json, escape_attribute, escape_
 from ..runtime.flow import FlowRules
 from ..runtime.records import ActionSpec, as_action_spec
 
-__all__ = ["VocabularyEntry", "json_prompt", "system_prompt", "tools_prompt", "vocabulary"]
+__all__ = ["VocabularyEntry", "codec_prompt", "json_prompt", "system_prompt", "tools_prompt", "vocabulary"]
 
 
 class VocabularyEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -176,6 +176,15 @@ def json_prompt(domain: Any) -> str:
     if isinstance(rules, FlowRules):
         parts.append(_flow_section(rules))
     return "\n\n".join(parts) + "\n"
+
+
+def codec_prompt(codec: str, domain: Any) -> str:
+    """The system prompt a model speaking ``codec`` (``dial``, ``tools`` or ``json``) needs for ``domain``:
+    :func:`system_prompt`, :func:`tools_prompt` or :func:`json_prompt`."""
+    prompts = {"dial": system_prompt, "tools": tools_prompt, "json": json_prompt}
+    if codec not in prompts:
+        raise ValueError(f"unknown codec {codec!r}; use one of {', '.join(prompts)}")
+    return prompts[codec](domain)
 
 
 def _json_example(entry: VocabularyEntry) -> list[str]:

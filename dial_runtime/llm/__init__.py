@@ -1,6 +1,6 @@
 """Agents behind a language model: :class:`ChatAgent` for any OpenAI-compatible chat-completions endpoint (a
-hosted model, or llama.cpp's server with a grammar built from the domain), :class:`AnthropicAgent` for the
-Anthropic Messages API, the codecs that say how it speaks to
+hosted model, or llama.cpp's server with a grammar built from the domain), :class:`ResponsesAgent` for the
+OpenAI Responses API, :class:`AnthropicAgent` for the Anthropic Messages API, the codecs that say how it speaks to
 its model (:mod:`~dial_runtime.llm.codecs`: DIAL, or native tool calls), and :func:`agent_from_uri`, which makes
 an agent from the URI the command line takes (``openai:…``, ``anthropic:…``, ``llamacpp:…``, ``http(s)://…#model``,
 ``script:file``).
@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from .codecs import CODECS, AnthropicToolCodec, DialCodec, StructuredCodec, ToolCallCodec, codec_for
+from .codecs import CODECS, AnthropicToolCodec, DialCodec, OnResponses, StructuredCodec, ToolCallCodec, codec_for
 from .grammar import Grammar, domain_grammar
 
 if TYPE_CHECKING:
     from .anthropic import AnthropicAgent
     from .chat import ChatAgent, ChatMessage, GenerationSettings, history_from_log
+    from .responses import ResponsesAgent
     from .uri import agent_from_uri
 
 __all__ = [
@@ -29,6 +30,8 @@ __all__ = [
     "DialCodec",
     "GenerationSettings",
     "Grammar",
+    "OnResponses",
+    "ResponsesAgent",
     "StructuredCodec",
     "ToolCallCodec",
     "agent_from_uri",
@@ -45,6 +48,7 @@ __getattr__, __dir__ = lazy_exports(
         "ChatMessage": ".chat",
         "GenerationSettings": ".chat",
         "history_from_log": ".chat",
+        "ResponsesAgent": ".responses",
         "agent_from_uri": ".uri",
     },
     globals(),

@@ -54,28 +54,8 @@ class AnthropicAgent(ChatAgent):
         super().__init__(base_url, model, codec=codec, **options)
         self._headers["anthropic-version"] = ANTHROPIC_VERSION
 
-    @classmethod
-    def for_domain(
-        cls,
-        base_url: str,
-        model: str,
-        domain: Any,
-        *,
-        constrain: bool = False,
-        codec: str = "tools",
-        strict: bool = False,
-        **options: Any,
-    ) -> ChatAgent:
-        """An agent for ``domain`` speaking ``codec`` (``tools`` by default, or ``dial``) with the system
-        prompt that codec needs, unless ``system_prompt`` is given."""
-        from ..agents.prompt import system_prompt, tools_prompt
-        from .codecs import codec_for
-
-        if constrain:
-            raise ValueError("AnthropicAgent: the Anthropic API takes no grammar")
-        options["codec"] = codec_for(codec, domain, api=cls.api)
-        options.setdefault("system_prompt", tools_prompt(domain) if codec == "tools" else system_prompt(domain))
-        return cls(base_url, model, **options)
+    #: Claude is trained for tool calls.
+    default_codec = "tools"
 
     def __repr__(self) -> str:
         key = "'<hidden>'" if self._api_key else "None"

@@ -57,7 +57,7 @@ import httpx
 import msgspec
 
 from .._retry import RetryPolicy, Tries, parse_retry_after
-from ..agents.prompt import system_prompt as domain_prompt
+from ..agents.prompt import codec_prompt
 from ..errors import AgentError, TokenLimitReached
 from ..language.outcomes import compact_json
 from ..runtime.events import LogEntry
@@ -87,8 +87,6 @@ _TRANSIENT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemotePro
 #: The server kinds a ChatAgent knows; the kind decides how a grammar is sent.
 SERVERS = ("openai", "llamacpp", "vllm", "ollama")
 
-# Body fields the agent writes itself, which ``extra_body`` may not replace.
-_OWN_FIELDS = frozenset({"model", "messages", "stream"})
 
 _REDACTED = "[redacted]"
 # At most this much of a server's error body is quoted in an AgentError.
@@ -302,6 +300,8 @@ class ChatAgent:
     api = "openai-chat"
     #: Where the API answers, after the base URL.
     path = "/chat/completions"
+    #: Body fields the agent writes itself, which ``extra_body`` may not replace.
+    own_fields = frozenset({"model", "messages", "stream"})
 
     def __init__(
         self,
@@ -341,7 +341,7 @@ class ChatAgent:
             raise TypeError("ChatAgent: pass settings or the separate generation settings, not both")
         if server not in SERVERS:
             raise ValueError(f"ChatAgent: server must be one of {', '.join(SERVERS)}, got {server!r}")
-        clashing = sorted(_OWN_FIELDS & set(extra_body or {}))
+        clashing = sorted(self.own_fields & set(extra_body or {}))
         if clashing:
             raise ValueError(f"ChatAgent: extra_body may not set {', '.join(clashing)}; the agent writes them")
         self.codec: Codec = DialCodec() if codec is None else codec
@@ -370,6 +370,9 @@ class ChatAgent:
         self._timeout: Any = timeout if timeout is not None or client is None else httpx.USE_CLIENT_DEFAULT
         self._history: list[ChatMessage] = list(history)
 
+    #: The codec :meth:`for_domain` speaks unless told.
+    default_codec = "dial"
+
     @classmethod
     def for_domain(
         cls,
@@ -378,23 +381,24 @@ class ChatAgent:
         domain: Any,
         *,
         constrain: bool = False,
-        codec: str = "dial",
+        codec: str | None = None,
         strict: bool = False,
         **options: Any,
     ) -> ChatAgent:
-        """An agent for ``domain`` speaking ``codec`` (one of :data:`~dial_runtime.llm.codecs.CODECS`).
+        """An agent for ``domain`` speaking ``codec`` (one of :data:`~dial_runtime.llm.codecs.CODECS`; the
+        class's :attr:`default_codec` unless given) with the system prompt that codec needs
+        (:func:`~dial_runtime.agents.prompt.codec_prompt`) unless ``system_prompt`` is given.
 
-        With ``"dial"`` it gets the domain's :func:`~dial_runtime.agents.system_prompt`, and with ``constrain``
-        the grammar :func:`~dial_runtime.agents.grammar.domain_grammar` writes for it (for llama.cpp or vLLM);
-        with ``"tools"`` each action is a tool (``strict`` marks their schemas strict) and the system prompt is
-        yours to give."""
-        options["codec"] = codec_for(codec, domain, strict=strict)
-        if codec == "dial":
-            options.setdefault("system_prompt", domain_prompt(domain))
-            if constrain:
-                options["grammar"] = domain_grammar(domain)
-        elif constrain:
-            raise ValueError(f"ChatAgent: constrain writes a DIAL grammar; the {codec} codec has none")
+        With ``"dial"`` and ``constrain`` it gets the grammar
+        :func:`~dial_runtime.llm.grammar.domain_grammar` writes for the domain (for llama.cpp or vLLM); with
+        ``"tools"`` each action is a tool (``strict`` marks their schemas strict)."""
+        name = cls.default_codec if codec is None else codec
+        if constrain and name != "dial":
+            raise ValueError(f"{cls.__name__}: constrain writes a DIAL grammar; the {name} codec has none")
+        options["codec"] = codec_for(name, domain, strict=strict, api=cls.api)
+        options.setdefault("system_prompt", codec_prompt(name, domain))
+        if constrain:
+            options["grammar"] = domain_grammar(domain)
         return cls(base_url, model, **options)
 
     def __repr__(self) -> str:

@@ -12,7 +12,10 @@ context, the person's words) and it reads a DIAL reply. A codec sits between tha
   of its call, which is the channel the model was trained to read;
 - :class:`AnthropicToolCodec` is the same on the Anthropic Messages API (``tool_use`` and ``tool_result`` blocks);
 - :class:`StructuredCodec` (``"json"``) has each reply be one JSON object of acts, which the server's structured
-  output decodes to the reply's schema (:func:`reply_schema`).
+  output decodes to the reply's schema (:func:`reply_schema`);
+- :class:`OnResponses` speaks any of the three on the OpenAI Responses API (input and output items instead of
+  chat messages, ``function_call`` and ``function_call_output`` items instead of tool calls and ``tool``
+  messages): the history stays in the chat form, and only the wire changes.
 
 A codec reads a message to the agent with :meth:`~ToolCallCodec.incoming`, which returns the API's messages that
 carry it, and a model's message with :meth:`~ToolCallCodec.read`, which returns the DIAL reply and the message as
@@ -33,23 +36,30 @@ import msgspec
 from ..language.outcomes import Reported, Reports, compact_json, escape_attribute, escape_text, read_reports
 
 __all__ = [
+    "APIS",
     "CODECS",
     "AnthropicToolCodec",
     "Codec",
     "DialCodec",
     "Live",
+    "OnResponses",
     "Read",
     "StructuredCodec",
     "Tool",
     "ToolCallCodec",
+    "chat_message",
     "codec_for",
     "domain_tools",
     "reply_schema",
+    "responses_input",
     "tool_result",
 ]
 
 #: The codecs a :class:`~dial_runtime.llm.ChatAgent` speaks, by name.
 CODECS: Final = ("dial", "tools", "json")
+#: The APIs a codec is made for, by the name the log gives a model's own messages
+#: (:class:`~dial_runtime.ports.ProviderMessage`).
+APIS: Final = ("openai-chat", "openai-responses", "anthropic-messages")
 
 #: A tool's name as the OpenAI API takes it.
 _TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -739,11 +749,109 @@ def _hoisted(schema: Mapping[str, Any], prefix: str, definitions: dict[str, Any]
     return renamed(schema)  # type: ignore[no-any-return]
 
 
+class OnResponses:
+    """A chat-completions codec (``inner``) spoken on the OpenAI Responses API (``POST /v1/responses``).
+
+    The history stays in the chat form ``inner`` reads and writes; :func:`responses_input` turns it into the
+    request's input items (a user or assistant message item per message, a ``function_call`` item per tool call,
+    a ``function_call_output`` item per ``tool`` message, each keyed by the call's id), the tools are written flat
+    (``{"type": "function", "name": ..., "parameters": ...}``) and a response format becomes ``text.format``. A
+    model's answer is its response's output items (``{"output": [...]}``, as the log keeps it), read as the chat
+    message they make (:func:`chat_message`): the text of its message items, a tool call per ``function_call``
+    item, whose ``call_id`` is the suggestion's id."""
+
+    def __init__(self, inner: Codec) -> None:
+        self.inner = inner
+        self.name = inner.name
+        fields = inner.request_fields()
+        written: dict[str, Any] = {}
+        if "tools" in fields:
+            written["tools"] = [{"type": "function", **tool["function"]} for tool in fields["tools"]]
+        given = fields.get("response_format")
+        if given is not None:
+            written["text"] = {"format": {"type": "json_schema", **given["json_schema"]}}
+        self._fields = written
+
+    def request_fields(self) -> dict[str, Any]:
+        return self._fields
+
+    def incoming(self, message: str, history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return self.inner.incoming(message, history)
+
+    def read(self, message: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> Read:
+        return self.inner.read(chat_message(message), history)
+
+    def live(self) -> Live:
+        return self.inner.live()
+
+
+def responses_input(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages (the form :class:`OnResponses` keeps) as the Responses API's input items."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            output = _text(message.get("content"))
+            items.append(
+                {"type": "function_call_output", "call_id": message.get("tool_call_id"), "output": output}
+            )
+            continue
+        text = _text(message.get("content"))
+        if text or role != "assistant":
+            items.append({"type": "message", "role": role, "content": text})
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.get("id"),
+                    "name": function.get("name"),
+                    "arguments": _arguments_text(function.get("arguments")),
+                }
+            )
+    return items
+
+
+def chat_message(response: Mapping[str, Any]) -> dict[str, Any]:
+    """A response's output items (``{"output": [...]}``) as the chat assistant message they make: the text of its
+    message items (their ``output_text`` and ``refusal`` parts), and a tool call per ``function_call`` item (its
+    ``call_id`` the call's id). Other items (reasoning, a server's own tools) say nothing to the runtime."""
+    output = response.get("output")
+    items = [item for item in output if isinstance(item, Mapping)] if isinstance(output, list) else []
+    pieces: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for item in items:
+        kind = item.get("type")
+        if kind == "message":
+            content = item.get("content")
+            if isinstance(content, str):
+                pieces.append(content)
+            elif isinstance(content, list):
+                pieces += [_part_text(part) for part in content if isinstance(part, Mapping)]
+        elif kind == "function_call":
+            function = {"name": item.get("name"), "arguments": _arguments_text(item.get("arguments"))}
+            calls.append({"id": item.get("call_id"), "type": "function", "function": function})
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(pieces) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _part_text(part: Mapping[str, Any]) -> str:
+    """An output message part's text: an ``output_text`` part's text, a ``refusal`` part's refusal."""
+    value = part.get("refusal") if part.get("type") == "refusal" else part.get("text")
+    return value if isinstance(value, str) else ""
+
+
 def codec_for(name: str, domain: Any = None, *, strict: bool = False, api: str = "openai-chat") -> Codec:
-    """The codec called ``name`` (one of :data:`CODECS`) for the ``api`` (``openai-chat`` or
-    ``anthropic-messages``), for ``domain``'s actions where it names them; ``ValueError`` naming the codecs for
-    any other name, for ``tools`` or ``json`` without a domain, and for ``json`` on the Anthropic API, which has
-    no structured output to constrain a reply with."""
+    """The codec called ``name`` (one of :data:`CODECS`) for the ``api`` (one of :data:`APIS`), for ``domain``'s
+    actions where it names them; ``ValueError`` naming the codecs for any other name, for ``tools`` or ``json``
+    without a domain, and for ``json`` on the Anthropic API, which has no structured output to constrain a reply
+    with."""
+    if api not in APIS:
+        raise ValueError(f"unknown API {api!r}; use one of {', '.join(APIS)}")
+    if api == "openai-responses":
+        return OnResponses(codec_for(name, domain, strict=strict))
     if name == "dial":
         return DialCodec()
     if name in ("tools", "json") and domain is None:

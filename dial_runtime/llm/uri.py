@@ -33,6 +33,10 @@ too (``constrain``), unless a grammar is given or ``constrain=False``. The tools
 for JSON), which ``system_prompt`` replaces. ``log`` (a stored conversation taken up) gives the agent its
 history as the codec spoke it.
 
+**The API**: the OpenAI-compatible schemes speak the Chat Completions API, or with ``?api=responses`` the
+Responses API (``{base}/responses``, a :class:`~dial_runtime.llm.responses.ResponsesAgent`: OpenAI's, and
+llama.cpp's server has it too) with the same codecs; ``anthropic:`` speaks the Messages API.
+
 A query string sets generation settings: ``llamacpp:smollm2@localhost:8080?temperature=0&seed=1&max_tokens=256``.
 The settings are ``max_tokens`` and ``seed`` (whole numbers), ``temperature`` and ``top_p`` (numbers) and ``stop``
 (text; repeat it for several). A server-specific body field is written ``extra.NAME=VALUE``: the value is read as
@@ -59,12 +63,13 @@ from ..runtime.events import LogEntry
 from .anthropic import ANTHROPIC_BASE_URL, AnthropicAgent
 from .chat import ChatAgent, history_from_log
 from .codecs import CODECS, codec_for
+from .responses import ResponsesAgent
 
 __all__ = ["agent_from_uri"]
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
-#: The API a scheme's agent speaks, by whether it is ``anthropic:``.
-_API = {False: "openai-chat", True: "anthropic-messages"}
+#: The OpenAI-compatible APIs a URI may name (``?api=``): the agent that speaks each.
+_OPENAI_APIS: dict[str, type[ChatAgent]] = {"chat": ChatAgent, "responses": ResponsesAgent}
 
 # Local servers: the scheme's default host and port.
 _LOCAL_SERVERS = {"ollama": "localhost:11434", "vllm": "localhost:8000", "llamacpp": "localhost:8080"}
@@ -80,7 +85,7 @@ _SETTINGS: dict[str, Callable[[str], Any]] = {
     "stop": str,
 }
 _EXTRA = "extra."
-_ALLOWED = f"{', '.join(_SETTINGS)}, codec or {_EXTRA}NAME"
+_ALLOWED = f"{', '.join(_SETTINGS)}, codec, api or {_EXTRA}NAME"
 
 #: The codec each scheme speaks unless told (see the module docstring).
 DEFAULT_CODECS = {
@@ -162,17 +167,23 @@ def agent_from_uri(
     options = {**settings, **options}
     options.setdefault("server", scheme if scheme in _LOCAL_SERVERS else "openai")
     key = _api_key(uri, scheme, hosted=base_url == ANTHROPIC_BASE_URL)
-    speaking = _spoken(uri, scheme, domain, system_prompt, options)
+    api = options.pop("api", "chat")
+    if scheme == "anthropic" and api != "chat":
+        raise ValueError(f"agent URI {uri!r}: api={api} is an OpenAI API; anthropic: speaks the Messages API")
+    if api not in _OPENAI_APIS:
+        raise ValueError(f"agent URI {uri!r}: unknown api {api!r}; use one of {', '.join(_OPENAI_APIS)}")
+    kind = AnthropicAgent if scheme == "anthropic" else _OPENAI_APIS[api]
+    speaking = _spoken(uri, scheme, kind.api, domain, system_prompt, options)
     if log is not None:
         options["history"] = history_from_log(log, options["codec"])
-    kind = AnthropicAgent if scheme == "anthropic" else ChatAgent
     return kind(base_url, model, api_key=key, system_prompt=speaking, **options)
 
 
-def _spoken(uri: str, scheme: str, domain: Any, system_prompt: str | None, options: dict[str, Any]) -> str:
+def _spoken(
+    uri: str, scheme: str, api: str, domain: Any, system_prompt: str | None, options: dict[str, Any]
+) -> str:
     """Set ``options``' codec (and grammar) as the module docstring says; return the system prompt."""
-    from ..agents.prompt import json_prompt, tools_prompt
-    from ..agents.prompt import system_prompt as dial_prompt
+    from ..agents.prompt import codec_prompt
     from .grammar import domain_grammar
 
     # Without a domain there are no tools: a model spoken to plainly (a simulated person) gets the DIAL codec.
@@ -186,24 +197,24 @@ def _spoken(uri: str, scheme: str, domain: Any, system_prompt: str | None, optio
         if constrain or options.get("grammar") is not None:
             raise ValueError(f"agent URI {uri!r}: a grammar constrains DIAL replies; the {name} codec has none")
         try:
-            options["codec"] = codec_for(name, domain, api=_API[scheme == "anthropic"])
+            options["codec"] = codec_for(name, domain, api=api)
         except ValueError as refused:
             raise ValueError(f"agent URI {uri!r}: {refused}") from None
-        if system_prompt is not None:
-            return system_prompt
-        return tools_prompt(domain) if name == "tools" else json_prompt(domain)
-    options["codec"] = codec_for("dial")
+        return codec_prompt(name, domain) if system_prompt is None else system_prompt
+    options["codec"] = codec_for("dial", api=api)
     if constrain is None:
-        constrain = scheme == "llamacpp" and domain is not None and options.get("grammar") is None
-    if constrain and scheme == "anthropic":
-        raise ValueError(f"agent URI {uri!r}: the Anthropic API takes no grammar")
+        constrain = (
+            scheme == "llamacpp" and api == "openai-chat" and domain is not None and options.get("grammar") is None
+        )
+    if constrain and api != "openai-chat":
+        raise ValueError(f"agent URI {uri!r}: the {api} API takes no grammar")
     if constrain:
         if domain is None:
             raise ValueError(f"agent URI {uri!r}: constrain writes the domain's grammar; give the domain")
         options["grammar"] = domain_grammar(domain)
     if system_prompt is not None:
         return system_prompt
-    return dial_prompt(domain) if domain is not None else ""
+    return codec_prompt("dial", domain) if domain is not None else ""
 
 
 def query_settings(uri: str, query: str) -> dict[str, Any]:
@@ -220,12 +231,13 @@ def query_settings(uri: str, query: str) -> dict[str, Any]:
             except ValueError:
                 extra[field] = value
             continue
-        if name == "codec":
-            if "codec" in settings:
-                raise ValueError(f"agent URI {uri!r}: codec is given twice")
-            if value not in CODECS:
-                raise ValueError(f"agent URI {uri!r}: unknown codec {value!r}; use one of {', '.join(CODECS)}")
-            settings["codec"] = value
+        if name in ("codec", "api"):
+            if name in settings:
+                raise ValueError(f"agent URI {uri!r}: {name} is given twice")
+            known = CODECS if name == "codec" else tuple(_OPENAI_APIS)
+            if value not in known:
+                raise ValueError(f"agent URI {uri!r}: unknown {name} {value!r}; use one of {', '.join(known)}")
+            settings[name] = value
             continue
         read = _SETTINGS.get(name)
         if read is None:

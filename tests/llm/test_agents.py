@@ -165,7 +165,7 @@ async def test_a_uri_names_the_endpoint_the_model_and_the_key(
         ("http://user:secret@host/v1#m", "put no credentials in the URI"),
         (
             "http://host/v1?x=1#m",
-            "unknown parameter 'x'; use max_tokens, seed, temperature, top_p, stop, codec or extra.NAME",
+            "unknown parameter 'x'; use max_tokens, seed, temperature, top_p, stop, codec, api or extra.NAME",
         ),
         ("llamacpp:m?temperature=warm", "temperature must be a number, got 'warm'"),
         ("llamacpp:m?max_tokens=2.5", "max_tokens must be a whole number, got '2.5'"),

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from dial_runtime import ActionSpec, Conversation, parse, policy_human, replay, scripted_human
 from dial_runtime.agents.prompt import json_prompt, system_prompt, tools_prompt
 from dial_runtime.cli import main
+from dial_runtime.errors import TokenLimitReached
 from dial_runtime.language.outcomes import (
     Outcome,
     compact_json,
@@ -33,10 +34,13 @@ from dial_runtime.llm.codecs import (
     DialCodec,
     StructuredCodec,
     ToolCallCodec,
+    chat_message,
     codec_for,
     domain_tools,
     reply_schema,
+    responses_input,
 )
+from dial_runtime.llm.responses import ResponsesAgent
 from dial_runtime.llm.uri import agent_from_uri
 from dial_runtime.runtime.core import UNRAN_CLAIM
 from dial_runtime.runtime.events import ReplyCutEvent, ReplyEvent, SuggestionEvent
@@ -493,10 +497,9 @@ async def test_a_tools_conversations_log_keeps_the_models_messages_and_works_as_
     assert " ok: " in capsys.readouterr().out
 
     taken_up = history_from_log(conversation.log, agent.codec)
-    assert [message.wire() for message in taken_up] == [
-        *server.requests[1].messages,
-        {"role": "assistant", "content": "Done."},
-    ]
+    system, *sent = server.requests[1].messages
+    assert system == {"role": "system", "content": tools_prompt(TypedNotes())}
+    assert [message.wire() for message in taken_up] == [*sent, {"role": "assistant", "content": "Done."}]
 
     cards = [item for item in project(conversation.log).items if isinstance(item, Card)]
     assert [(card.id, card.preview) for card in cards] == [("c1", "Add the note 'milk'")]
@@ -785,7 +788,7 @@ async def test_each_outcome_reaches_an_anthropic_model_as_a_tool_result(
     assert words in result_block["content"] and result_block.get("is_error", False) is error
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", ["openai", "anthropic", "responses"])
 @pytest.mark.parametrize("ending", ["cut in the call", "an error event"])
 async def test_a_stream_that_breaks_in_a_call_proposes_nothing_and_is_told(
     server: OpenAIServer, api: str, ending: str
@@ -794,7 +797,8 @@ async def test_a_stream_that_breaks_in_a_call_proposes_nothing_and_is_told(
     broken = {"drop_after": 6} if ending == "cut in the call" else {"error_after": 6}
     server.add(Reply("Adding it.", tool_calls=[call], chunks=4, **broken), Reply("Sorry."))
     domain = TypedNotes()
-    agent = tools_agent(server, domain) if api == "openai" else anthropic_agent(server, domain)
+    agents = {"openai": tools_agent, "anthropic": anthropic_agent, "responses": responses_agent}
+    agent = agents[api](server, domain)
     async with agent:
         conversation = Conversation(agent=agent, domain=domain, human=policy_human("accept"))
         result = await conversation.say("add milk")
@@ -803,7 +807,7 @@ async def test_a_stream_that_breaks_in_a_call_proposes_nothing_and_is_told(
     assert cut.cause == "broken"
     if ending == "an error event":
         assert "scripted" in (cut.error or "")
-    told = server.requests[1].messages[-1]
+    told = server.requests[1].body.get("messages", server.requests[1].body.get("input"))[-1]
     text = told["content"] if isinstance(told["content"], str) else told["content"][-1]["text"]
     assert "could not be used" in text
 
@@ -853,3 +857,213 @@ async def test_a_tool_call_said_to_be_done_before_its_result_is_not_confirmed(se
     assert [outcome.status for outcome in result.outcomes] == ["done"]
     first = next(item for item in project(conversation.log).items if isinstance(item, AgentText))
     assert first.text == "I've added it to your notes." and first.unconfirmed == UNRAN_CLAIM
+
+
+# --- the OpenAI Responses API ---------------------------------------------------------------------------------
+
+
+def test_the_responses_api_carries_the_tools_flat_and_the_schema_as_text_format() -> None:
+    tools = codec_for("tools", TypedNotes(), strict=True, api="openai-responses").request_fields()["tools"]
+    assert tools[0] == {
+        "type": "function",
+        "name": "add-note",
+        "description": tools[0]["description"],
+        "parameters": TypedNotes.vocabulary["add-note"]["schema"],
+        "strict": True,
+    }
+    (formatted,) = codec_for("json", TypedNotes(), api="openai-responses").request_fields().values()
+    assert formatted["format"]["type"] == "json_schema" and formatted["format"]["schema"] == reply_schema(
+        TypedNotes()
+    )
+    assert codec_for("dial", api="openai-responses").request_fields() == {}
+    with pytest.raises(ValueError, match="unknown API 'openai-chats'"):
+        codec_for("dial", api="openai-chats")
+
+
+def test_chat_messages_become_input_items_keyed_by_call_id() -> None:
+    calls = [{"id": "c1", "type": "function", "function": {"name": "add-note", "arguments": '{"text":"a"}'}}]
+    messages = [
+        {"role": "user", "content": "add a"},
+        {"role": "assistant", "content": "Adding.", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "c1", "content": "Done: Add it."},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "user", "content": ""},
+    ]
+    assert responses_input(messages) == [
+        {"type": "message", "role": "user", "content": "add a"},
+        {"type": "message", "role": "assistant", "content": "Adding."},
+        {"type": "function_call", "call_id": "c1", "name": "add-note", "arguments": '{"text":"a"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "Done: Add it."},
+        {"type": "function_call", "call_id": "c1", "name": "add-note", "arguments": '{"text":"a"}'},
+        {"type": "message", "role": "user", "content": ""},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        ([], {"role": "assistant", "content": None}),
+        (
+            [
+                {
+                    "type": "message",
+                    "content": [{"type": "output_text", "text": "Hi "}, {"type": "refusal", "refusal": "no"}],
+                }
+            ],
+            {"role": "assistant", "content": "Hi no"},
+        ),
+        (
+            [
+                {"type": "reasoning", "summary": []},
+                {
+                    "type": "function_call",
+                    "id": "fc_1",
+                    "call_id": "c9",
+                    "name": "add-note",
+                    "arguments": {"text": "b"},
+                },
+            ],
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c9", "type": "function", "function": {"name": "add-note", "arguments": '{"text":"b"}'}}
+                ],
+            },
+        ),
+    ],
+    ids=["nothing", "text and a refusal", "a call after reasoning"],
+)
+def test_output_items_are_read_as_the_chat_message_they_make(output: list[Any], expected: dict[str, Any]) -> None:
+    assert chat_message({"output": output}) == expected
+
+
+def responses_agent(server: OpenAIServer, domain: Any, **options: Any) -> ChatAgent:
+    options.setdefault("codec", "tools")
+    return ResponsesAgent.for_domain(server.base_url, "m", domain, max_retries=0, **options)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize(
+    ("call", "human", "words"),
+    [
+        (Call("c1", "add-note", '{"text":"milk"}'), "accept", "Done: Add the note 'milk'."),
+        (Call("c1", "add-note", '{"text":"milk"}'), {"edit": {"text": "oat"}}, "Done: Add the note 'oat'"),
+        (Call("c1", "add-note", '{"text":"milk"}'), "dismiss", "The user dismissed"),
+        (Call("c1", "fail-note", "{}"), "accept", "Couldn't do it"),
+        (Call("c1", "no-such-tool", "{}"), "accept", "the payload for no-such-tool is invalid"),
+        (Call("c1", "add-note", '{"text": "mi'), "accept", "the payload for add-note is invalid"),
+    ],
+)
+async def test_each_outcome_reaches_a_responses_model_as_the_calls_output(
+    server: OpenAIServer, streamed: bool, call: Call, human: Any, words: str
+) -> None:
+    server.add(Reply("Adding.", tool_calls=[call], chunks=3), Reply("Noted."), Reply("Nothing more."))
+    agent = responses_agent(server, TypedNotes(), temperature=0.0, seed=1, max_tokens=99)
+    async with agent:
+        conversation = Conversation(
+            agent=agent if streamed else Plain(agent), domain=TypedNotes(), human=scripted_human([human])
+        )
+        result = await conversation.say("add milk")
+        if len(server.requests) == 1:
+            await conversation.say("and now?")
+    assert [outcome.id for outcome in result.outcomes] == ["c1"]
+    first, second = server.requests[:2]
+    assert first.path == "/v1/responses" and first.body["store"] is False
+    assert first.body["instructions"] == tools_prompt(TypedNotes()) and first.body["max_output_tokens"] == 99
+    assert "seed" not in first.body and "messages" not in first.body
+    assert first.body["tools"][0]["name"] == "add-note" and first.body["input"] == [
+        {"type": "message", "role": "user", "content": "add milk"}
+    ]
+    (output,) = [item for item in second.body["input"] if item["type"] == "function_call_output"]
+    made = second.body["input"][second.body["input"].index(output) - 1]
+    assert made["type"] == "function_call" and made["call_id"] == output["call_id"] == "c1"
+    assert words in output["output"]
+    assert json.loads(output["output"].partition("\n")[2])["status"] == result.outcomes[0].status
+
+
+async def test_parallel_responses_calls_are_suggestions_of_one_reply(server: OpenAIServer) -> None:
+    calls = [Call("c1", "add-note", '{"text":"a"}'), Call("c2", "add-note", '{"text":"b"}')]
+    server.add(Reply("", tool_calls=calls, chunks=4), Reply("Both handled."))
+    domain = TypedNotes()
+    async with responses_agent(server, domain) as agent:
+        conversation = Conversation(agent=agent, domain=domain, human=scripted_human(["accept", "dismiss"]))
+        result = await conversation.say("add a and b")
+    assert [(o.id, o.status) for o in result.outcomes] == [("c1", "done"), ("c2", "dismissed")]
+    assert [(item["type"], item["call_id"]) for item in server.requests[1].body["input"][-4:]] == [
+        ("function_call", "c1"),
+        ("function_call", "c2"),
+        ("function_call_output", "c1"),
+        ("function_call_output", "c2"),
+    ]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_responses_conversations_log_keeps_the_output_items_and_takes_the_agent_up(
+    server: OpenAIServer, streamed: bool
+) -> None:
+    server.add(Reply("Adding.", tool_calls=[Call("c1", "add-note", '{"text":"milk"}')], chunks=3), Reply("Done."))
+    async with responses_agent(server, TypedNotes()) as agent:
+        conversation = Conversation(
+            agent=agent if streamed else Plain(agent), domain=TypedNotes(), human=policy_human("accept")
+        )
+        await conversation.say("add milk")
+    replies = [event for event in events(conversation) if isinstance(event, ReplyEvent)]
+    provider = replies[0].provider
+    assert provider is not None and provider.api == "openai-responses"
+    assert [item["type"] for item in provider.message["output"]] == ["message", "function_call"]
+    assert provider.message["output"][1]["call_id"] == "c1"
+    assert replay(conversation.log, domain=TypedNotes()).ok
+    taken_up = history_from_log(conversation.log, agent.codec)
+    assert responses_input([message.wire() for message in taken_up]) == [
+        *server.requests[1].body["input"],
+        {"type": "message", "role": "assistant", "content": "Done."},
+    ]
+
+
+async def test_a_response_cut_at_its_token_limit_proposes_nothing(server: OpenAIServer) -> None:
+    call = Call("c1", "add-note", '{"text":"milk"}')
+    server.add(Reply("Adding.", tool_calls=[call], finish_reason="length"), Reply("Sorry."))
+    domain = TypedNotes()
+    async with responses_agent(server, domain) as agent:
+        conversation = Conversation(agent=agent, domain=domain, human=policy_human("accept"))
+        result = await conversation.say("add milk")
+    assert result.outcomes == () and domain.ran == []
+    (cut,) = [event for event in events(conversation) if isinstance(event, ReplyCutEvent)]
+    assert cut.cause == "token-limit"
+
+
+async def test_a_whole_response_at_its_token_limit_is_not_taken(server: OpenAIServer) -> None:
+    server.add(Reply("Adding.", finish_reason="length"), Reply("Sorry."))
+    async with responses_agent(server, TypedNotes()) as agent:
+        with pytest.raises(TokenLimitReached, match="max_output_tokens"):
+            await agent.send("add milk")
+        assert agent.history == ()
+        assert "Sorry." in str(await agent.send("add milk"))
+
+
+@pytest.mark.parametrize(
+    ("uri", "options", "kind", "says"),
+    [
+        ("openai:gpt-5?api=responses", {}, "ResponsesAgent", "tools"),
+        ("openai:gpt-5?api=responses&codec=json", {}, "ResponsesAgent", "json"),
+        ("llamacpp:qwen?api=responses", {}, "ResponsesAgent", "dial"),
+        ("llamacpp:qwen?api=chat&codec=tools", {}, "ChatAgent", "tools"),
+        ("anthropic:claude?api=responses", {}, None, "anthropic: speaks the Messages API"),
+        ("openai:gpt-5?api=assistants", {}, None, "unknown api 'assistants'; use one of chat, responses"),
+        ("openai:gpt-5?api=responses&stop=X", {}, None, "takes no stop sequences"),
+        ("llamacpp:qwen?api=responses", {"constrain": True}, None, "the openai-responses API takes no grammar"),
+    ],
+)
+def test_a_uri_names_the_responses_api(
+    monkeypatch: pytest.MonkeyPatch, uri: str, options: dict[str, Any], kind: str | None, says: str
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    if kind is None:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            agent_from_uri(uri, domain=TypedNotes(), **options)
+        return
+    agent = agent_from_uri(uri, domain=TypedNotes(), **options)
+    assert type(agent).__name__ == kind and agent.codec.name == says  # type: ignore[union-attr]
+    assert agent.grammar is None  # type: ignore[union-attr]

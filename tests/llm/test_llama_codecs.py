@@ -8,37 +8,44 @@ tags (an assistant message the server continues), so the server returns a struct
 Every request the codec builds after a call (the call, its ``tool`` result) must be one the server takes. The
 structured-output codec's schema goes as ``response_format``, which the server turns into a grammar. The
 server answers the Anthropic Messages API too (``/v1/messages``): the same through :class:`AnthropicAgent` and
-the official ``anthropic`` client.
+the official ``anthropic`` client; and the OpenAI Responses API (``/v1/responses``): the same through
+:class:`ResponsesAgent` and the official ``openai`` client's ``responses.create``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import anthropic
 import anyio
+import httpx
 import openai
 import pytest
 
 from dial_runtime import Conversation, parse, policy_human
+from dial_runtime.errors import TokenLimitReached
 from dial_runtime.language.outcomes import Outcome, outcome_reply
 from dial_runtime.language.records import Suggest
 from dial_runtime.llm.anthropic import AnthropicAgent
 from dial_runtime.llm.chat import ChatAgent
-from dial_runtime.llm.codecs import AnthropicToolCodec, ToolCallCodec
+from dial_runtime.llm.codecs import AnthropicToolCodec, ToolCallCodec, codec_for, responses_input
+from dial_runtime.llm.responses import ResponsesAgent
 from dial_runtime.llm.uri import agent_from_uri
-from dial_runtime.runtime.events import ReplyEvent
+from dial_runtime.runtime.events import OutcomeEvent, ReplyCutEvent, ReplyEvent, SendFailedEvent
 
 from .test_llama import REQUEST, Notes, llama_server, qwen
 
 pytestmark = [pytest.mark.llama, pytest.mark.anyio]
 
 SETTINGS: dict[str, Any] = {"temperature": 0.0, "seed": 1, "max_tokens": 120}
-#: The same for the official anthropic client, whose create takes neither (the server reads them from the body),
-#: and no prompt cache: a reply then does not depend on what the server answered before.
+#: The same, with no prompt cache, for the official clients, whose create methods do not all take them (the server
+#: reads them from the body), and for the Responses API, which has no seed of its own.
 REPEATABLE: dict[str, Any] = {"temperature": 0.0, "seed": 1, "cache_prompt": False}
+#: No prompt cache: a reply then does not depend on what the server answered before.
+NO_CACHE: dict[str, Any] = {"cache_prompt": False}
 
 
 @pytest.fixture(scope="module")
@@ -63,15 +70,28 @@ class SendOnly:
         return await self.agent.send(message)
 
 
-@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
-async def test_a_call_becomes_a_suggestion_and_its_outcome_the_calls_result(
-    qwen_server: str, streamed: bool
-) -> None:
-    domain = Notes()
-    agent = ChatAgent.for_domain(
-        f"{qwen_server}/v1", "qwen", domain, codec="tools", extra_body={"cache_prompt": False}, **SETTINGS
-    )
-    async with agent:
+class Talk(NamedTuple):
+    """How :func:`converse` went: the conversation, the replies on its log and the body of the last request."""
+
+    conversation: Conversation
+    replies: list[ReplyEvent]
+    last_request: dict[str, Any]
+
+
+async def converse(make: Callable[[httpx.AsyncClient], ChatAgent], domain: Notes, *, streamed: bool) -> Talk:
+    """Ask the agent ``make`` gives (its HTTP client the one passed) to add a note, accepting what it proposes,
+    for two replies at most.
+
+    After the call's result this 0.5B model may run on past its token limit (repeating the call and the result
+    as text): the server took the request all the same, which is what these tests check, so that ending is
+    allowed; a second reply, when there is one, is whole."""
+    bodies: list[bytes] = []
+
+    async def keep(request: httpx.Request) -> None:
+        bodies.append(request.content)
+
+    async with httpx.AsyncClient(timeout=REQUEST, event_hooks={"request": [keep]}) as client:
+        agent = make(client)
         conversation = Conversation(
             agent=agent if streamed else SendOnly(agent),
             domain=domain,
@@ -79,15 +99,41 @@ async def test_a_call_becomes_a_suggestion_and_its_outcome_the_calls_result(
             timeout=REQUEST,
             max_turns=2,
         )
-        with anyio.fail_after(3 * REQUEST):
-            result = await conversation.say("Add a note: buy milk")
-    assert domain.notes == ["buy milk"], result
-    (outcome,) = result.outcomes
+        with anyio.fail_after(3 * REQUEST), contextlib.suppress(TokenLimitReached):
+            await conversation.say("Add a note: buy milk")
+    logged = [entry.event for entry in conversation.log]
+    replies = [event for event in logged if isinstance(event, ReplyEvent)]
+    ran_long = [
+        event
+        for event in logged
+        if (isinstance(event, SendFailedEvent) and "token limit" in event.error)
+        or (isinstance(event, ReplyCutEvent) and event.cause == "token-limit")
+    ]
+    assert len(replies) + len(ran_long) == 2, "the server took the call and its result, and the model answered"
+    return Talk(conversation, replies, json.loads(bodies[-1]))
+
+
+def outcomes(conversation: Conversation) -> list[Outcome]:
+    return [entry.event.outcome for entry in conversation.log if isinstance(entry.event, OutcomeEvent)]
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+async def test_a_call_becomes_a_suggestion_and_its_outcome_the_calls_result(
+    qwen_server: str, streamed: bool
+) -> None:
+    domain = Notes()
+    talk = await converse(
+        lambda client: ChatAgent.for_domain(
+            f"{qwen_server}/v1", "qwen", domain, codec="tools", client=client, extra_body=NO_CACHE, **SETTINGS
+        ),
+        domain,
+        streamed=streamed,
+    )
+    assert domain.notes == ["buy milk"]
+    (outcome,) = outcomes(talk.conversation)
     assert outcome.status == "done"
-    replies = [entry.event for entry in conversation.log if isinstance(entry.event, ReplyEvent)]
-    assert len(replies) == 2, "the server took the call and its result, and the model answered"
-    assert replies[0].provider is not None and replies[1].provider is not None
-    history = [message.wire() for message in agent.history]
+    assert all(reply.provider is not None for reply in talk.replies)
+    history = talk.last_request["messages"]
     (called,) = [message for message in history if message.get("tool_calls")]
     assert called["tool_calls"][0]["id"] == outcome.id
     (answered,) = [message for message in history if message["role"] == "tool"]
@@ -103,7 +149,7 @@ async def test_a_call_the_server_parsed_is_read_and_its_result_is_taken(qwen_ser
         with anyio.fail_after(REQUEST):
             started = [*history, {"role": "assistant", "content": "<tool_call>\n"}]
             completion = await client.chat.completions.create(
-                model="qwen", messages=started, tools=tools, extra_body={"cache_prompt": False}, **SETTINGS
+                model="qwen", messages=started, tools=tools, extra_body=NO_CACHE, **SETTINGS
             )
         choice = completion.choices[0]
         assert choice.finish_reason == "tool_calls" and choice.message.tool_calls, choice
@@ -126,7 +172,7 @@ async def test_a_call_the_server_parsed_is_read_and_its_result_is_taken(qwen_ser
         }
         with anyio.fail_after(REQUEST):
             after = await client.chat.completions.create(
-                model="qwen", messages=history, tools=tools, extra_body={"cache_prompt": False}, **SETTINGS
+                model="qwen", messages=history, tools=tools, extra_body=NO_CACHE, **SETTINGS
             )
         assert after.choices[0].message.role == "assistant"
 
@@ -166,29 +212,21 @@ async def test_an_anthropic_conversation_runs_each_call_once_and_answers_it(
     qwen_server: str, streamed: bool
 ) -> None:
     domain = Notes()
-    agent = AnthropicAgent.for_domain(
-        qwen_server, "qwen", domain, temperature=0.0, max_tokens=120, extra_body={"cache_prompt": False}
+    talk = await converse(
+        lambda client: AnthropicAgent.for_domain(
+            qwen_server, "qwen", domain, client=client, temperature=0.0, max_tokens=120, extra_body=NO_CACHE
+        ),
+        domain,
+        streamed=streamed,
     )
-    async with agent:
-        conversation = Conversation(
-            agent=agent if streamed else SendOnly(agent),
-            domain=domain,
-            human=policy_human("accept"),
-            timeout=REQUEST,
-            max_turns=2,
-        )
-        with anyio.fail_after(3 * REQUEST):
-            result = await conversation.say("Add a note: buy milk")
-    assert domain.notes == ["buy milk"], result
-    (outcome,) = result.outcomes
-    replies = [entry.event for entry in conversation.log if isinstance(entry.event, ReplyEvent)]
-    assert len(replies) == 2 and all(reply.provider is not None for reply in replies)
-    assert replies[0].provider is not None and replies[0].provider.api == "anthropic-messages"
+    assert domain.notes == ["buy milk"]
+    (outcome,) = outcomes(talk.conversation)
+    assert all(reply.provider is not None and reply.provider.api == "anthropic-messages" for reply in talk.replies)
     blocks = [
         block
-        for message in agent.history
-        if isinstance(message.content, list)  # the person's first words are a string
-        for block in message.content
+        for message in talk.last_request["messages"]
+        if isinstance(message["content"], list)  # the person's first words are a string
+        for block in message["content"]
     ]
     (used,) = [block for block in blocks if block["type"] == "tool_use"]
     (result_block,) = [block for block in blocks if block["type"] == "tool_result"]
@@ -225,3 +263,74 @@ async def test_a_tool_use_the_server_parsed_is_read_and_its_result_is_taken(qwen
                 model="qwen", max_tokens=60, messages=history, tools=tools, extra_body=REPEATABLE
             )
         assert after.role == "assistant"
+
+
+# --- the OpenAI Responses API, which llama-server answers at /v1/responses ----------------------------------
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+async def test_a_responses_conversation_runs_the_call_once_and_answers_it(
+    qwen_server: str, streamed: bool
+) -> None:
+    domain = Notes()
+    talk = await converse(
+        lambda client: ResponsesAgent.for_domain(
+            f"{qwen_server}/v1",
+            "qwen",
+            domain,
+            codec="tools",
+            client=client,
+            max_tokens=120,
+            extra_body=REPEATABLE,
+        ),
+        domain,
+        streamed=streamed,
+    )
+    assert domain.notes == ["buy milk"]
+    (outcome,) = outcomes(talk.conversation)
+    assert all(reply.provider is not None and reply.provider.api == "openai-responses" for reply in talk.replies)
+    sent = talk.last_request["input"]
+    (made,) = [item for item in sent if item["type"] == "function_call"]
+    (output,) = [item for item in sent if item["type"] == "function_call_output"]
+    assert made["call_id"] == output["call_id"] == outcome.id and output["output"].startswith("Done: Add the note")
+
+
+async def test_a_function_call_the_server_parsed_is_read_and_its_output_taken(qwen_server: str) -> None:
+    codec = codec_for("tools", Notes(), api="openai-responses")
+    client = openai.AsyncOpenAI(base_url=f"{qwen_server}/v1", api_key="none", max_retries=0)
+    history: list[dict[str, Any]] = codec.incoming("Add a note: buy milk", [])
+    tools = codec.request_fields()["tools"]
+    async with client:
+        with anyio.fail_after(REQUEST):
+            started = [
+                *responses_input(history),
+                {"type": "message", "role": "assistant", "content": "<tool_call>\n"},
+            ]
+            response = await client.responses.create(
+                model="qwen", input=started, tools=tools, max_output_tokens=60, extra_body=REPEATABLE
+            )
+        (call,) = [item for item in response.output if item.type == "function_call"]
+        read = codec.read(response.model_dump(exclude_none=True), history)
+        envelope = parse(read.dial)
+        assert envelope is not None
+        (suggestion,) = envelope.elements
+        assert isinstance(suggestion, Suggest) and suggestion.action == "add-note"
+        assert suggestion.id == call.call_id and suggestion.payload == {"text": "buy milk"}
+
+        history.append(read.message)
+        done = Outcome(id=suggestion.id, action="add-note", status="done", result={"count": 1}, preview="Add it")
+        history += codec.incoming(outcome_reply([done]), history)
+        assert responses_input(history)[-1] == {
+            "type": "function_call_output",
+            "call_id": call.call_id,
+            "output": 'Done: Add it.\n{"action":"add-note","status":"done","result":{"count":1}}',
+        }
+        with anyio.fail_after(REQUEST):
+            after = await client.responses.create(
+                model="qwen",
+                input=responses_input(history),
+                tools=tools,
+                max_output_tokens=60,
+                extra_body=REPEATABLE,
+            )
+        assert after.status == "completed" and after.output
