@@ -450,7 +450,9 @@ class ChatAgent:
 
         With a codec other than DIAL the text is the reply as DIAL: the model's words as they arrive, each tool
         call once the stream is complete (a stream cut in the middle of a call proposes nothing), then the
-        model's message (:class:`ProviderMessage`).
+        model's message (:class:`ProviderMessage`). A stream cut at the token limit gives the words the codec held
+        back (text that might have been calls) before :class:`TokenLimitReached`, so it is a cut reply whatever
+        the codec.
         """
         history = self._wire_history()
         incoming = self.codec.incoming(message, history)
@@ -471,11 +473,18 @@ class ChatAgent:
                         ) as response:
                             await self._check_status(response)
                             async with contextlib.aclosing(self._stream_deltas(response)) as deltas:
-                                async for delta in deltas:
-                                    piece = live.feed(assembled.add(delta))
-                                    if piece:
-                                        pieces.append(piece)
-                                        yield piece
+                                try:
+                                    async for delta in deltas:
+                                        piece = live.feed(assembled.add(delta))
+                                        if piece:
+                                            pieces.append(piece)
+                                            yield piece
+                                except TokenLimitReached:
+                                    held = live.cut(assembled.content())
+                                    if held:
+                                        pieces.append(held)
+                                        yield held
+                                    raise
                     except httpx.HTTPError as error:
                         if pieces:
                             reason = f"{self._url}: the streamed answer broke off after it had started"

@@ -112,11 +112,15 @@ class Live(Protocol):
     """A streamed reply as DIAL while it arrives: :meth:`feed` takes the model's next piece of text and returns
     what of the DIAL reply may be given now; :meth:`finish` takes the whole reply (:attr:`Read.dial`) once the
     message is complete and returns the rest of it. What ``feed`` gave, then what ``finish`` gives, is the
-    reply."""
+    reply. A message cut at the model's token limit is never whole: :meth:`cut` gives what of the model's text
+    (all of it, ``text``) was held back, as the start of an inform, so the reply is a cut one (the agent is told
+    to be shorter) whatever the codec, as a DIAL reply cut there is."""
 
     def feed(self, text: str) -> str: ...
 
     def finish(self, dial: str) -> str: ...
+
+    def cut(self, text: str) -> str: ...
 
 
 class _AsItComes:
@@ -126,6 +130,9 @@ class _AsItComes:
         return text
 
     def finish(self, dial: str) -> str:
+        return ""
+
+    def cut(self, text: str) -> str:
         return ""
 
 
@@ -155,6 +162,12 @@ class _LiveInform:
     def _give(self, text: str) -> str:
         self.given.append(text)
         return text
+
+    def cut(self, text: str) -> str:
+        if self.open or not text.strip():
+            return ""
+        self.open = True
+        return self._give(f"<dial>\n  <dial-inform>{escape_text(text)}")
 
     def finish(self, dial: str) -> str:
         given = "".join(self.given)
@@ -653,6 +666,9 @@ class _WhenWhole:
 
     def finish(self, dial: str) -> str:
         return dial
+
+    def cut(self, text: str) -> str:
+        return f"<dial>\n  <dial-inform>{escape_text(text)}" if text.strip() else ""
 
 
 def _informing(text: str) -> str:

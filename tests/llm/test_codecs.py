@@ -1067,3 +1067,25 @@ def test_a_uri_names_the_responses_api(
     agent = agent_from_uri(uri, domain=TypedNotes(), **options)
     assert type(agent).__name__ == kind and agent.codec.name == says  # type: ignore[union-attr]
     assert agent.grammar is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("codec", "text"), [("tools", '{"name": "add-note", "arguments": {"te'), ("json", '{"acts": [')]
+)
+async def test_words_held_back_and_cut_at_the_token_limit_are_a_cut_reply(
+    server: OpenAIServer, codec: str, text: str
+) -> None:
+    """A model that runs past its token limit in text a codec holds back (what may yet be calls, or a JSON reply)
+    gives a cut reply, as a DIAL reply cut there does: the person sees the words, the agent is told to be
+    shorter, and the conversation goes on; it is not a failed send."""
+    server.add(Reply(text + " and so on" * 20, chunks=5, finish_reason="length"), Reply("Short now."))
+    domain = TypedNotes()
+    async with agent_from_uri(f"{server.base_url}?codec={codec}#m", domain=domain, max_retries=0) as agent:  # type: ignore[union-attr]
+        conversation = Conversation(agent=agent, domain=domain, human=policy_human("accept"))
+        result = await conversation.say("add milk")
+    assert result.status == "idle" and domain.ran == []
+    kinds = [event.type for event in events(conversation)]
+    assert "send-failed" not in kinds
+    (cut,) = [event for event in events(conversation) if isinstance(event, ReplyCutEvent)]
+    assert cut.cause == "token-limit"
+    assert "token limit" in server.requests[1].messages[-1]["content"]
