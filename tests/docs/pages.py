@@ -14,18 +14,21 @@ DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(?P<reason>[^>]+?)\s*-->\s*\Z")
+RUNS_AGAINST = re.compile(r"<!--\s*runs against:\s*(?P<server>[\w-]+)\s*-->\s*\Z")
 OPENING = re.compile(r'^```(?P<language>[\w-]*)(?:\s+title="(?P<title>[^"]+)")?\s*$')
 
 
 class Block(NamedTuple):
-    """A fenced block: its language, text, the line its fence opens on, why it is not run (``None``: it runs), and
-    the file it is titled with (``None``: a program, not a file)."""
+    """A fenced block: its language, text, the line its fence opens on, why it is not run (``None``: it runs), the
+    file it is titled with (``None``: a program, not a file) and the local server it runs against (``None``:
+    none; ``llama-server``: the tests start one, with a small model, and give its address as ``LLAMA_HOST``)."""
 
     language: str
     code: str
     line: int
     not_run: str | None
     title: str | None = None
+    server: str | None = None
 
 
 def name(page: Path) -> str:
@@ -48,10 +51,12 @@ def blocks(language: str | None, text: str | None = None, page: Path = README) -
             raise AssertionError(f"{name(page)}:{index + 1}: a code fence that is never closed")
         before = "\n".join(lines[:index]).rstrip()
         marked = NOT_RUN.search(before[-200:])
+        served = RUNS_AGAINST.search(before[-200:])
         if language is None or opening["language"] == language:
             code = "\n".join(lines[index + 1 : close]) + "\n"
             reason = marked["reason"] if marked else None
-            found.append(Block(opening["language"], code, index + 1, reason, opening["title"]))
+            server = served["server"] if served else None
+            found.append(Block(opening["language"], code, index + 1, reason, opening["title"], server))
         index = close + 1
     return found
 

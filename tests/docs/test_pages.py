@@ -2,10 +2,13 @@
 ``dial-runtime`` command shown is one the command line takes, the agent reply shown on the home page parses,
 validates and runs, and the reference's tables name exactly what the code has.
 
-A block that cannot run here (it needs a model server) says so in an HTML comment right before it,
-``<!-- not run: needs a model server -->``; it is still compiled. Every other ``python`` block runs as a program of
-its own, in a fresh interpreter in an empty git repository holding the blocks of its page titled with a file name
-before it (```` ```python title="tasks.py" ````), and fails the test when it raises or does not finish in time.
+A block that cannot run here (it needs a hosted model) says so in an HTML comment right before it,
+``<!-- not run: needs a hosted model -->``; it is still compiled. A block that runs against a local model server
+says which, ``<!-- runs against: llama-server -->``: the tests start one (Qwen2.5-Coder-0.5B, as the model tests
+do), give the block its address as ``LLAMA_HOST`` and let it run longer. Every other ``python`` block runs as a
+program of its own, in a fresh interpreter in an empty git repository holding the blocks of its page titled with a
+file name before it (```` ```python title="tasks.py" ````), and fails the test when it raises or does not finish in
+time.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,8 @@ from .pages import DOCS, PAGES, README, ROOT, Block, blocks, name
 
 #: How long one block may run: the slowest starts an MCP server and holds a conversation.
 BLOCK_TIMEOUT = 60.0
+#: How long a block that talks to a local model server may run: a few conversations with a small model on CPU.
+SERVED_TIMEOUT = 600.0
 #: The page that shows every command's synopsis rather than commands to paste.
 CLI_PAGE = DOCS / "reference" / "cli.md"
 
@@ -42,6 +48,15 @@ CLI_PAGE = DOCS / "reference" / "cli.md"
 # --- every python block runs ------------------------------------------------------------------------------------
 
 PROGRAMS = [(page, block) for page in PAGES for block in blocks("python", page=page) if block.title is None]
+
+
+@pytest.fixture(scope="module")
+def llama_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A llama-server serving Qwen for the blocks that run against one: its ``HOST:PORT``."""
+    from ..llm.test_llama import llama_server, qwen
+
+    with llama_server(tmp_path_factory.mktemp("llama") / "server.log", qwen()) as (url, _):
+        yield url.removeprefix("http://")
 
 
 def test_the_pages_have_python_blocks_and_few_exceptions() -> None:
@@ -55,8 +70,14 @@ def files_before(page: Path, block: Block) -> dict[str, str]:
     return {each.title: each.code for each in blocks(None, page=page) if each.title and each.line < block.line}
 
 
-@pytest.mark.parametrize(("page", "block"), PROGRAMS, ids=[f"{name(p)}:{b.line}" for p, b in PROGRAMS])
-def test_a_python_block_runs_as_pasted(page: Path, block: Block, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("page", "block"),
+    [pytest.param(p, b, marks=[pytest.mark.llama] if b.server else []) for p, b in PROGRAMS],
+    ids=[f"{name(p)}:{b.line}" for p, b in PROGRAMS],
+)
+def test_a_python_block_runs_as_pasted(
+    page: Path, block: Block, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     where = f"{name(page)}:{block.line}"
     compile(block.code, where, "exec")
     if block.not_run is not None:
@@ -69,13 +90,16 @@ def test_a_python_block_runs_as_pasted(page: Path, block: Block, tmp_path: Path)
     script.write_text(block.code, encoding="utf-8")
     # The interpreter's own scripts (mcp-server-git) first on PATH, as in an activated environment.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if block.server is not None:
+        assert block.server == "llama-server", f"{where}: runs against an unknown server {block.server!r}"
+        env["LLAMA_HOST"] = request.getfixturevalue("llama_host")
     ran = subprocess.run(
         [sys.executable, str(script)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
-        timeout=BLOCK_TIMEOUT,
+        timeout=BLOCK_TIMEOUT if block.server is None else SERVED_TIMEOUT,
         stdin=subprocess.DEVNULL,
     )
     assert ran.returncode == 0, f"{where} raised:\n{ran.stderr[-3000:]}"
@@ -84,17 +108,19 @@ def test_a_python_block_runs_as_pasted(page: Path, block: Block, tmp_path: Path)
 @pytest.mark.parametrize(
     ("markdown", "expected"),
     [
-        ("```python\nx = 1\n```\n", [("x = 1\n", None, None)]),
-        ("<!-- not run: a model server -->\n```python\ny()\n```\n", [("y()\n", "a model server", None)]),
-        ("<!-- not run: a server -->\n\ntext\n```python\nz\n```\n", [("z\n", None, None)]),
-        ("```sh\nls\n```\n```python\na\n```\n", [("a\n", None, None)]),
-        ('```python title="tasks.py"\nb = 2\n```\n', [("b = 2\n", None, "tasks.py")]),
+        ("```python\nx = 1\n```\n", [("x = 1\n", None, None, None)]),
+        ("<!-- not run: a model server -->\n```python\ny()\n```\n", [("y()\n", "a model server", None, None)]),
+        ("<!-- not run: a server -->\n\ntext\n```python\nz\n```\n", [("z\n", None, None, None)]),
+        ("```sh\nls\n```\n```python\na\n```\n", [("a\n", None, None, None)]),
+        ('```python title="tasks.py"\nb = 2\n```\n', [("b = 2\n", None, "tasks.py", None)]),
+        ("<!-- runs against: llama-server -->\n```python\nc\n```\n", [("c\n", None, None, "llama-server")]),
     ],
 )
 def test_blocks_are_extracted_with_their_marks(
-    markdown: str, expected: list[tuple[str, str | None, str | None]]
+    markdown: str, expected: list[tuple[str, str | None, str | None, str | None]]
 ) -> None:
-    assert [(block.code, block.not_run, block.title) for block in blocks("python", markdown)] == expected
+    found = [(block.code, block.not_run, block.title, block.server) for block in blocks("python", markdown)]
+    assert found == expected
 
 
 def test_a_block_that_raises_fails(tmp_path: Path) -> None:
