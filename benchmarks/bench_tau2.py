@@ -11,7 +11,9 @@ measures (the share of proposals that were valid, the share of writes the person
 nobody accepted), each task's reward and how it ended, and the seconds it took; with the model's file name and
 sha256 prefix, the server, the settings and the date. The model is ``--model``, else ``DIAL_QWEN_MODEL``
 (``scripts/fetch_qwen.sh``), else SmolLM2 from ``.ci/llama.sh``; without a server or a model the benchmark prints
-a one-line note and exits 0.
+a one-line note and exits 0. ``--persona-model`` has another model play the person, on a second server of its own
+(a model too weak to play the person, such as SmolLM2-135M, which runs past its token limit before the agent is
+spoken to, can then be measured as the agent).
 
 ``--smoke`` runs no model and no server, for CI: on task 7 (which expects writes), the expected-actions agent with
 a person who accepts every card must score 1 with every write confirmed, and the agent that writes without asking
@@ -21,6 +23,7 @@ must have every write reported unaccepted. It fails only when the harness broke,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import importlib.util
@@ -151,16 +154,12 @@ async def smoke() -> dict[str, Any]:
 
 
 async def measure(
-    address: str, name: str, tasks: Sequence[Tau2Task], store: StorePort | None, args: argparse.Namespace
+    agent_uri: str, persona_uri: str, tasks: Sequence[Tau2Task], store: StorePort | None, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """``tasks`` played each way of ``args.ways``, the model as the agent and as the person; the conversations
-    kept in ``store`` (closed at the end) when given."""
+    """``tasks`` played each way of ``args.ways``, the model ``agent_uri`` names as the agent and
+    ``persona_uri``'s as the person; the conversations kept in ``store`` (closed at the end) when given."""
     from dial_runtime.evaluate.persona import persona_prompt
     from dial_runtime.evaluate.tau2 import run_tau2
-
-    base = f"llamacpp:{name}@{address}?temperature=0&seed=1"
-    agent_uri = f"{base}&max_tokens={args.agent_tokens}&extra.id_slot={AGENT_SLOT}"
-    persona_uri = f"{base}&max_tokens={args.persona_tokens}&extra.id_slot={PERSONA_SLOT}"
 
     def person(task: Tau2Task, persona: Persona) -> AgentPort:
         return agent_from_uri(persona_uri, system_prompt=persona_prompt(persona), max_retries=0)
@@ -201,6 +200,9 @@ def main() -> int:
         "--smoke", action="store_true", help=f"the built-in agents on task {SMOKE_TASK}, no model, for CI"
     )
     parser.add_argument("--model", metavar="PATH", help="the GGUF model (default: DIAL_QWEN_MODEL, else SmolLM2)")
+    parser.add_argument(
+        "--persona-model", metavar="PATH", help="the GGUF model playing the person (default: --model's)"
+    )
     parser.add_argument("--tasks", default="0-4", metavar="0-4|0,3,5", help="the tasks, by id (default: 0-4)")
     parser.add_argument(
         "--max-turns", type=int, default=6, metavar="N", help="things the person says (default: 6)"
@@ -244,8 +246,10 @@ def main() -> int:
         return 0
     from dial_runtime.evaluate.tau2 import select_tasks
 
-    if args.model is not None and not Path(args.model).is_file():
-        parser.error(f"--model {args.model}: no such file")
+    for option in ("model", "persona_model"):
+        given = getattr(args, option)
+        if given is not None and not Path(given).is_file():
+            parser.error(f"--{option.replace('_', '-')} {given}: no such file")
     for option in ("max_turns", "agent_turns", "task_timeout", "reply_timeout", "agent_tokens", "persona_tokens"):
         if not getattr(args, option) > 0:
             parser.error(f"--{option.replace('_', '-')} must be positive, not {getattr(args, option)}")
@@ -264,15 +268,34 @@ def main() -> int:
     if found is None or model is None:
         print(json.dumps({"benchmark": "tau2", "skipped": "no llama-server and model: run .ci/llama.sh"}))
         return 0
-    with llama_server(found[0], model, context=CONTEXT, slots=SLOTS, threads=args.threads) as url:
-        address = url.removeprefix("http://")
-        report = anyio.run(measure, address, model.stem, tasks, store, args)
+    persona = Path(args.persona_model) if args.persona_model else None
+    with contextlib.ExitStack() as servers:
+        url = servers.enter_context(
+            llama_server(found[0], model, context=CONTEXT, slots=SLOTS, threads=args.threads)
+        )
+        base = f"llamacpp:{model.stem}@{url.removeprefix('http://')}?temperature=0&seed=1"
+        agent_uri = f"{base}&max_tokens={args.agent_tokens}&extra.id_slot={AGENT_SLOT}"
+        persona_uri = f"{base}&max_tokens={args.persona_tokens}&extra.id_slot={PERSONA_SLOT}"
+        if persona is not None:  # the person's model on a server of its own, with one slot
+            own = servers.enter_context(
+                llama_server(found[0], persona, context=CONTEXT // SLOTS, slots=1, threads=args.threads)
+            )
+            persona_uri = (
+                f"llamacpp:{persona.stem}@{own.removeprefix('http://')}?temperature=0&seed=1"
+                f"&max_tokens={args.persona_tokens}"
+            )
+        report = anyio.run(measure, agent_uri, persona_uri, tasks, store, args)
     print(
         json.dumps(
             {
                 "benchmark": "tau2",
                 "model": model.name,
                 "model_sha256": sha256_prefix(model),
+                **(
+                    {"persona_model_file": persona.name, "persona_model_sha256": sha256_prefix(persona)}
+                    if persona is not None
+                    else {}
+                ),
                 "server": found[0].name,
                 "settings": {
                     "tasks": args.tasks,

@@ -258,7 +258,8 @@ def _describe(error: BaseException) -> str:
 def history_from_log(entries: Iterable[LogEntry], codec: Codec | None = None) -> list[ChatMessage]:
     """The chat history a conversation's log implies (what the agent saw, :mod:`dial_runtime.views.agent`): each
     message sent that got a reply, and that reply, as ``codec`` (the DIAL codec by default) spoke them: a reply
-    a codec read from the model's own message is that message again.
+    the same codec read from the model's own message is that message again, any other reply (a conversation held
+    with another codec, or another agent) what the model would have written for it (``codec.spoken``).
 
     A message whose streamed reply had begun when the log stops, or stopped before the reply's end (a process
     that died while the person decided on an element the stream had already delivered), was delivered: it is
@@ -272,10 +273,11 @@ def history_from_log(entries: Iterable[LogEntry], codec: Codec | None = None) ->
             continue
         history += speaking.incoming(exchange.message, history)
         answer = exchange.so_far if exchange.reply is None else exchange.reply
-        if exchange.provider is not None:
-            history.append(speaking.read(exchange.provider.message, history).message)
+        provider = exchange.provider
+        if provider is not None and provider.api == speaking.api and provider.codec in ("", speaking.name):
+            history.append(speaking.read(provider.message, history).message)
         elif answer or exchange.reply is not None:
-            history.append({"role": "assistant", "content": answer})
+            history.append(speaking.spoken(answer, exchange.proposed))
     return [_message(message) for message in history]
 
 
@@ -432,7 +434,8 @@ class ChatAgent:
                     self._remember(incoming, read.message)
                     if self.codec.name == "dial":
                         return read.dial
-                    return AgentReply(text=read.dial, provider=ProviderMessage(api=self.api, message=answer))
+                    provider = ProviderMessage(api=self.api, message=answer, codec=self.codec.name)
+                    return AgentReply(text=read.dial, provider=provider)
         except _Transient as failure:
             raise self._gave_up(tries, failure) from failure.cause
         raise AssertionError("unreachable: the tries end by returning or raising")
@@ -505,7 +508,7 @@ class ChatAgent:
         if rest:
             yield rest
         if self.codec.name != "dial":
-            yield ProviderMessage(api=self.api, message=answer)
+            yield ProviderMessage(api=self.api, message=answer, codec=self.codec.name)
 
     async def aclose(self) -> None:
         """Close the HTTP client, if the agent made it."""

@@ -34,6 +34,8 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from ..language.outcomes import Reported, Reports, compact_json, escape_attribute, escape_text, read_reports
+from ..language.parser import parse
+from ..language.records import AskElement, Inform, Suggest
 
 __all__ = [
     "APIS",
@@ -44,6 +46,8 @@ __all__ = [
     "Live",
     "OnResponses",
     "Read",
+    "SpokenActs",
+    "SpokenCall",
     "StructuredCodec",
     "Tool",
     "ToolCallCodec",
@@ -52,6 +56,7 @@ __all__ = [
     "domain_tools",
     "reply_schema",
     "responses_input",
+    "spoken_acts",
     "tool_result",
 ]
 
@@ -90,6 +95,8 @@ class Codec(Protocol):
 
     #: The codec's name, one of :data:`CODECS`.
     name: str
+    #: The API whose messages it reads (one of :data:`APIS`; ``""`` for DIAL, which reads text on any).
+    api: str
 
     def request_fields(self) -> dict[str, Any]:
         """The fields this codec adds to every request body (the tools, a response format)."""
@@ -105,6 +112,13 @@ class Codec(Protocol):
 
     def live(self) -> Live:
         """What turns a streamed message's text, as it arrives, into the start of its DIAL reply."""
+        ...
+
+    def spoken(self, dial: str, proposed: Sequence[str]) -> dict[str, Any]:
+        """The message the model would have written, speaking this codec, for the recorded DIAL reply ``dial``,
+        whose suggestions the runtime gave the ids ``proposed``: how a conversation recorded with another codec
+        (no model message of this codec's on its log) joins the history, each suggestion a call its outcome
+        answers."""
         ...
 
 
@@ -180,6 +194,7 @@ class DialCodec:
     """The model reads and writes DIAL: each message is a user message, each reply the assistant's text."""
 
     name = "dial"
+    api = ""
 
     def request_fields(self) -> dict[str, Any]:
         return {}
@@ -193,6 +208,9 @@ class DialCodec:
 
     def live(self) -> Live:
         return _AsItComes()
+
+    def spoken(self, dial: str, proposed: Sequence[str]) -> dict[str, Any]:
+        return {"role": "assistant", "content": dial}
 
 
 class Tool(msgspec.Struct, frozen=True, kw_only=True):
@@ -287,11 +305,14 @@ class ToolCallCodec:
     """
 
     name = "tools"
+    api = "openai-chat"
 
     def __init__(self, tools: Sequence[Tool], *, strict: bool = False) -> None:
         self.tools = tuple(tools)
         self.strict = strict
         self._by_name = {tool.name: tool for tool in self.tools}
+        # Each action's tool, and ask_user under the name recorded acts give asks.
+        self._tool_names = {tool.action or _ASK_TOOL: tool.name for tool in self.tools}
         self._fields = {"tools": [self._written(tool) for tool in self.tools]}
 
     @classmethod
@@ -341,6 +362,23 @@ class ToolCallCodec:
 
     def live(self) -> Live:
         return _LiveInform()
+
+    def spoken(self, dial: str, proposed: Sequence[str]) -> dict[str, Any]:
+        """A recorded DIAL reply as this codec's message: its informs the text, each suggestion a call of its
+        action's tool (its id the runtime's), each ask an ``ask_user`` call."""
+        acts = spoken_acts(dial, proposed)
+        calls = [
+            {
+                "id": act.id,
+                "type": "function",
+                "function": {"name": self._tool_names.get(act.name, act.name), "arguments": act.arguments},
+            }
+            for act in acts.calls
+        ]
+        message: dict[str, Any] = {"role": "assistant", "content": acts.text or None}
+        if calls:
+            message["tool_calls"] = calls
+        return message
 
     def _tool(self, call: Mapping[str, Any]) -> Tool | None:
         function = call.get("function")
@@ -437,11 +475,13 @@ _NOT_DONE: Final = frozenset({"failed", "invalid", "dismissed", "superseded"})
 
 class AnthropicToolCodec(ToolCallCodec):
     """The tool-call codec on the Anthropic Messages API: each action a tool (``input_schema``: the payload's
-        schema), each ``tool_use`` block one suggestion whose id is the block's, the text blocks an inform; each
-        outcome the ``tool_result`` block of its call, ``is_error`` when the call did not do what it asked (failed,
-        invalid, dismissed, expired or superseded), the acknowledgement and the outcome's JSON as its text. An edit
-        is a result that says what ran (the preview of the payload that ran, and ``edited``). The tool results come
-    first in the user message that follows the calls, as the API requires, then the rest as a text block."""
+    schema), each ``tool_use`` block one suggestion whose id is the block's, the text blocks an inform; each
+    outcome the ``tool_result`` block of its call, ``is_error`` when the call did not do what it asked (failed,
+    invalid, dismissed, expired or superseded), the acknowledgement and the outcome's JSON as its text. An edit is
+    a result that says what ran (the preview of the payload that ran, and ``edited``). The tool results come first
+    in the user message that follows the calls, as the API requires, then the rest as a text block."""
+
+    api = "anthropic-messages"
 
     def __init__(self, tools: Sequence[Tool]) -> None:
         super().__init__(tools)
@@ -502,6 +542,15 @@ class AnthropicToolCodec(ToolCallCodec):
                 given = function["arguments"]
             written.append({"type": "tool_use", "id": call["id"], "name": function["name"], "input": given})
         return Read(dial=dial, message={"role": "assistant", "content": written})
+
+    def spoken(self, dial: str, proposed: Sequence[str]) -> dict[str, Any]:
+        """A recorded DIAL reply as this codec's message: a text block, then a ``tool_use`` block per call."""
+        acts = spoken_acts(dial, proposed)
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": acts.text}] if acts.text else []
+        for act in acts.calls:
+            name = self._tool_names.get(act.name, act.name)
+            blocks.append({"type": "tool_use", "id": act.id, "name": name, "input": json.loads(act.arguments)})
+        return {"role": "assistant", "content": blocks}
 
 
 def _unanswered_uses(history: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -608,6 +657,7 @@ class StructuredCodec:
     is shown while it streams."""
 
     name = "json"
+    api = "openai-chat"
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self._schema = schema
@@ -656,6 +706,18 @@ class StructuredCodec:
 
     def live(self) -> Live:
         return _WhenWhole()
+
+    def spoken(self, dial: str, proposed: Sequence[str]) -> dict[str, Any]:
+        """A recorded DIAL reply as this codec's JSON object of acts."""
+        acts = spoken_acts(dial, proposed)
+        written: list[dict[str, Any]] = [{"act": "inform", "text": acts.text}] if acts.text else []
+        for act in acts.calls:
+            given = json.loads(act.arguments)
+            if act.name == _ASK_TOOL:
+                written.append({"act": "ask", **given})
+            else:
+                written.append({"act": "suggest", "action": act.name, "text": act.text, "payload": given})
+        return {"role": "assistant", "content": compact_json({"acts": written})}
 
 
 class _WhenWhole:
@@ -776,6 +838,8 @@ class OnResponses:
     message they make (:func:`chat_message`): the text of its message items, a tool call per ``function_call``
     item, whose ``call_id`` is the suggestion's id."""
 
+    api = "openai-responses"
+
     def __init__(self, inner: Codec) -> None:
         self.inner = inner
         self.name = inner.name
@@ -799,6 +863,9 @@ class OnResponses:
 
     def live(self) -> Live:
         return self.inner.live()
+
+    def spoken(self, dial: str, proposed: Sequence[str]) -> dict[str, Any]:
+        return self.inner.spoken(dial, proposed)
 
 
 def responses_input(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -857,6 +924,49 @@ def _part_text(part: Mapping[str, Any]) -> str:
     """An output message part's text: an ``output_text`` part's text, a ``refusal`` part's refusal."""
     value = part.get("refusal") if part.get("type") == "refusal" else part.get("text")
     return value if isinstance(value, str) else ""
+
+
+class SpokenCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A suggestion or an ask of a recorded DIAL reply, as a call: its id, the action (``ask_user`` for an ask),
+    its arguments as JSON text, and the agent's words with it."""
+
+    id: str
+    name: str
+    arguments: str
+    text: str = ""
+
+
+class SpokenActs(msgspec.Struct, frozen=True, kw_only=True):
+    """A recorded DIAL reply as a model speaking a codec would have said it: its informs' text, and its calls."""
+
+    text: str
+    calls: tuple[SpokenCall, ...] = ()
+
+
+def spoken_acts(dial: str, proposed: Sequence[str]) -> SpokenActs:
+    """``dial``'s informs and calls (see :class:`SpokenActs`): each suggestion with the id the runtime gave it
+    (``proposed``, in order), each ask with its own id or one from its place; a reply that is no envelope (prose,
+    or a reply cut before its envelope was whole) is text."""
+    envelope = parse(dial)
+    if envelope is None or not envelope.elements:
+        return SpokenActs(text=dial.strip())
+    ids = iter(proposed)
+    texts: list[str] = []
+    calls: list[SpokenCall] = []
+    for place, element in enumerate(envelope.elements, 1):
+        if isinstance(element, Inform) and element.text:
+            texts.append(element.text)
+        elif isinstance(element, Suggest) and element.action:
+            ident = next(ids, None) or element.id or f"call-{place}"
+            payload = element.payload if element.payload is not None else {}
+            calls.append(
+                SpokenCall(id=ident, name=element.action, arguments=compact_json(payload), text=element.text or "")
+            )
+        elif isinstance(element, AskElement) and element.text:
+            arguments = {"question": element.text, "options": [option.value for option in element.options]}
+            ident = element.id or f"ask-{place}"
+            calls.append(SpokenCall(id=ident, name=_ASK_TOOL, arguments=compact_json(arguments)))
+    return SpokenActs(text="\n\n".join(texts), calls=tuple(calls))
 
 
 def codec_for(name: str, domain: Any = None, *, strict: bool = False, api: str = "openai-chat") -> Codec:

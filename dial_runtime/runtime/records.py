@@ -125,11 +125,13 @@ class Ask(msgspec.Struct, frozen=True, kw_only=True):
 
 class ProviderMessage(msgspec.Struct, frozen=True, kw_only=True):
     """An agent's reply as its model's API gave it, before a codec read it as DIAL: ``api`` names the wire
-    (``openai-chat``, ``anthropic-messages``, ...) and ``message`` is the message as JSON data. The log keeps it
-    beside the DIAL text the runtime handled, so an audit can show what the model said in its own words."""
+    (``openai-chat``, ``anthropic-messages``, ...), ``message`` is the message as JSON data and ``codec`` the codec
+    that read it (``tools``, ``json``). The log keeps it beside the DIAL text the runtime handled, so an audit can
+    show what the model said in its own words, and a model taking the conversation up reads its own messages."""
 
     api: str
     message: Any
+    codec: str = ""
 
 
 class AgentReply(msgspec.Struct, frozen=True, kw_only=True):

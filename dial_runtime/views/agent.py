@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from ..runtime.events import Event, ReplyEvent, ReplyProgressEvent, ReplyStartedEvent, SentEvent
+from ..runtime.events import Event, ProposedEvent, ReplyEvent, ReplyProgressEvent, ReplyStartedEvent, SentEvent
 from ..runtime.records import ProviderMessage
 
 __all__ = ["Exchange", "Exchanges", "exchanges"]
@@ -24,13 +24,15 @@ class Exchange(msgspec.Struct, frozen=True, kw_only=True):
     ``reply`` is the whole reply, ``None`` when the log has none (no answer came, or a streamed one was cut off
     by the log's end or a dead process); ``delivered`` whether a reply began (a streamed one's first chunk, or
     the whole reply); ``so_far`` what arrived of a streamed reply whose end the log lacks (its ``reply-progress``
-    texts); ``provider`` the model's own message a codec read ``reply`` from, when the agent gave one."""
+    texts); ``provider`` the model's own message a codec read ``reply`` from, when the agent gave one;
+    ``proposed`` the ids the runtime gave the suggestions it read from the reply, in order."""
 
     message: str
     reply: str | None = None
     delivered: bool = False
     so_far: str = ""
     provider: ProviderMessage | None = None
+    proposed: tuple[str, ...] = ()
 
 
 class Exchanges:
@@ -47,6 +49,12 @@ class Exchanges:
         if isinstance(event, SentEvent):
             self._open = Exchange(message=event.message)
             self.found.append(self._open)
+            return
+        if isinstance(event, ProposedEvent) and self.found:  # read as the reply streams, or once it is whole
+            last = self.found[-1]
+            self.found[-1] = msgspec.structs.replace(last, proposed=(*last.proposed, event.id))
+            if opened is not None:
+                self._open = self.found[-1]
             return
         if opened is None:
             return

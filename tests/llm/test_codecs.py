@@ -47,7 +47,7 @@ from dial_runtime.runtime.events import ReplyCutEvent, ReplyEvent, SuggestionEve
 from dial_runtime.stores import SQLiteStore
 from dial_runtime.views.person import AgentText, Card, project
 
-from ..fakes import Notes
+from ..fakes import Notes, StreamingAgent
 from ..openai_server import Call, OpenAIServer, Reply
 
 pytestmark = pytest.mark.anyio
@@ -1089,3 +1089,85 @@ async def test_words_held_back_and_cut_at_the_token_limit_are_a_cut_reply(
     (cut,) = [event for event in events(conversation) if isinstance(event, ReplyCutEvent)]
     assert cut.cause == "token-limit"
     assert "token limit" in server.requests[1].messages[-1]["content"]
+
+
+# --- a conversation recorded with another codec ---------------------------------------------------------------
+
+RECORDED = (
+    "<dial>\n  <dial-inform>Two things.</dial-inform>\n"
+    '  <dial-suggest action="add-note">Add it<dial-payload>{"text":"a"}</dial-payload></dial-suggest>\n'
+    '  <dial-suggest id="mine" action="add-note"><dial-payload>{"text":"b"}</dial-payload></dial-suggest>\n'
+    '  <dial-ask response-type="choice">Which list?<dial-option value="home">home</dial-option></dial-ask>\n'
+    "</dial>"
+)
+
+
+def test_a_recorded_dial_reply_is_what_each_codec_would_have_had_the_model_write() -> None:
+    domain = TypedNotes()
+    calls = [("sg-1", "add-note", '{"text":"a"}'), ("mine", "add-note", '{"text":"b"}')]
+    ask = ("ask-4", "ask_user", '{"question":"Which list?","options":["home"]}')
+    chat = {
+        "role": "assistant",
+        "content": "Two things.",
+        "tool_calls": [
+            {"id": ident, "type": "function", "function": {"name": name, "arguments": arguments}}
+            for ident, name, arguments in [*calls, ask]
+        ],
+    }
+    proposed = ["sg-1", "mine"]
+    assert codec_for("tools", domain).spoken(RECORDED, proposed) == chat
+    assert codec_for("tools", domain, api="openai-responses").spoken(RECORDED, proposed) == chat
+    assert codec_for("dial").spoken(RECORDED, proposed) == {"role": "assistant", "content": RECORDED}
+    blocks = codec_for("tools", domain, api="anthropic-messages").spoken(RECORDED, proposed)["content"]
+    assert blocks[0] == {"type": "text", "text": "Two things."}
+    assert [(block["id"], block["input"]) for block in blocks[1:]] == [
+        ("sg-1", {"text": "a"}),
+        ("mine", {"text": "b"}),
+        ("ask-4", {"question": "Which list?", "options": ["home"]}),
+    ]
+    acts = json.loads(codec_for("json", domain).spoken(RECORDED, proposed)["content"])["acts"]
+    assert acts == [
+        {"act": "inform", "text": "Two things."},
+        {"act": "suggest", "action": "add-note", "text": "Add it", "payload": {"text": "a"}},
+        {"act": "suggest", "action": "add-note", "text": "", "payload": {"text": "b"}},
+        {"act": "ask", "question": "Which list?", "options": ["home"]},
+    ]
+    assert codec_for("tools", domain).spoken("Just words.", []) == {"role": "assistant", "content": "Just words."}
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("codec_name", ["tools", "json"])
+async def test_a_dial_conversation_is_taken_up_by_a_codec_as_its_own_calls(
+    codec_name: str, streamed: bool
+) -> None:
+    """A conversation held in DIAL, taken up (or replayed counterfactually) by a model speaking another codec:
+    each suggestion is a call of that model's whose outcome answers it by the runtime's id (read from the log
+    whether the suggestion was proposed as the reply streamed or once it was whole)."""
+    suggest = (
+        '<dial><dial-suggest action="add-note"><dial-payload>{"text":"milk"}</dial-payload></dial-suggest></dial>'
+    )
+    replies = [suggest, "<dial><dial-inform>Added.</dial-inform></dial>"]
+    agent = StreamingAgent(replies, size=9) if streamed else RecordingAgent(replies)
+    conversation = Conversation(agent=agent, domain=TypedNotes(), human=policy_human("accept"))
+    await conversation.say("add milk")
+    codec = codec_for(codec_name, TypedNotes())
+    history = [message.wire() for message in history_from_log(conversation.log, codec)]
+    if codec_name == "tools":
+        assert history[1]["tool_calls"][0]["id"] == "sg-1"
+        assert history[2]["role"] == "tool" and history[2]["tool_call_id"] == "sg-1"
+        assert history[2]["content"].startswith("Done: Add the note 'milk'")
+    else:
+        assert json.loads(history[1]["content"])["acts"][0]["payload"] == {"text": "milk"}
+        assert json.loads(history[2]["content"])["outcomes"][0]["id"] == "sg-1"
+    assert history[-1] == codec.spoken("<dial><dial-inform>Added.</dial-inform></dial>", [])
+
+
+async def test_a_model_message_of_another_codec_is_not_read_as_this_ones(server: OpenAIServer) -> None:
+    server.add(Reply("", tool_calls=[Call("c1", "add-note", '{"text":"milk"}')]), Reply("Done."))
+    async with tools_agent(server, TypedNotes()) as agent:
+        conversation = Conversation(agent=agent, domain=TypedNotes(), human=policy_human("accept"))
+        await conversation.say("add milk")
+    structured = codec_for("json", TypedNotes())
+    history = [message.wire() for message in history_from_log(conversation.log, structured)]
+    assert json.loads(history[1]["content"])["acts"][0]["action"] == "add-note"
+    assert json.loads(history[2]["content"])["outcomes"][0]["id"] == "c1"
