@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 import anyio
 import httpx
+import msgspec
 
 from dial_runtime import ActionSpec, Conversation, policy_human
 from dial_runtime.llm.chat import ChatAgent
@@ -137,13 +138,22 @@ class ScriptedModel:
 def chat_agent(name: str, codec: Codec) -> ChatAgent:
     """A :class:`ChatAgent` speaking ``codec`` (called ``name``) whose requests httpx answers in process, from the
     script."""
-    script = SCRIPTS[name]
+    # The answers in order, encoded once: the server's own work (reading the request, writing its answer) is not
+    # the codec's, and reading the request would weigh the codecs' larger bodies (the tools, the schema).
+    answers = iter(
+        [
+            msgspec.json.encode(
+                {
+                    "object": "chat.completion",
+                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                }
+            )
+            for message in SCRIPTS[name]
+        ]
+    )
 
     def answer(request: httpx.Request) -> httpx.Response:
-        sent = json.loads(request.content)["messages"]
-        message = script[sum(1 for each in sent if each["role"] == "assistant")]
-        choice = {"index": 0, "message": message, "finish_reason": "stop"}
-        return httpx.Response(200, json={"object": "chat.completion", "choices": [choice]})
+        return httpx.Response(200, content=next(answers), headers={"content-type": "application/json"})
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
     return ChatAgent("http://model.invalid/v1", "m", client=client, codec=codec)

@@ -72,7 +72,7 @@ class AnthropicAgent(ChatAgent):
             body["system"] = self.system_prompt
         if stream:
             body["stream"] = True
-        body.update(self.codec.request_fields())
+        body.update(self._codec_fields)
         settings = self.settings.body()
         if "stop" in settings:
             settings["stop_sequences"] = settings.pop("stop")

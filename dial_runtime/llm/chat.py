@@ -371,6 +371,10 @@ class ChatAgent:
         self._client = client if client is not None else httpx.AsyncClient(timeout=timeout, verify=_ssl_context())
         self._timeout: Any = timeout if timeout is not None or client is None else httpx.USE_CLIENT_DEFAULT
         self._history: list[ChatMessage] = list(history)
+        # The codec's fields (the tools, a schema) are the same in every request: encoded once, sent as they are.
+        self._codec_fields = {
+            name: msgspec.Raw(msgspec.json.encode(value)) for name, value in self.codec.request_fields().items()
+        }
 
     #: The codec :meth:`for_domain` speaks unless told.
     default_codec = "dial"
@@ -543,7 +547,7 @@ class ChatAgent:
         body: dict[str, Any] = {"model": self.model, "messages": system + messages}
         if stream:
             body["stream"] = True
-        body.update(self.codec.request_fields())
+        body.update(self._codec_fields)
         body.update(self.settings.body())
         if self.grammar is not None:
             if self.server == "vllm":
@@ -620,8 +624,8 @@ class ChatAgent:
     def _completion(self, response: httpx.Response) -> Any:
         """A completion's JSON body, or ``AgentError``."""
         try:
-            return response.json()
-        except ValueError:
+            return msgspec.json.decode(response.content)
+        except msgspec.DecodeError:
             raise AgentError(
                 self._redact(f"{self._url}: the response is not JSON: {response.text[:_QUOTE_LIMIT]!r}"),
                 status=response.status_code,

@@ -62,7 +62,7 @@ class ResponsesAgent(ChatAgent):
             body["instructions"] = self.system_prompt
         if stream:
             body["stream"] = True
-        body.update(self.codec.request_fields())
+        body.update(self._codec_fields)
         settings = self.settings.body()
         if "max_tokens" in settings:
             settings["max_output_tokens"] = settings.pop("max_tokens")
