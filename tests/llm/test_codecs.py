@@ -646,6 +646,27 @@ def test_a_structured_reply_is_read_as_its_acts(content: str, expected: list[Any
     assert read.message == {"role": "assistant", "content": content}
 
 
+@pytest.mark.parametrize(("outcome", "words", "facts"), STATUSES)
+def test_every_status_goes_to_a_structured_model_as_its_outcome_object(
+    outcome: Outcome, words: str, facts: dict[str, Any]
+) -> None:
+    (sent,) = structured().incoming(outcome_reply([outcome]), [])
+    assert json.loads(sent["content"]) == {"outcomes": [{"id": "c", **outcome.fact(), **facts}]}
+
+
+@pytest.mark.parametrize(("outcome", "words", "facts"), STATUSES)
+def test_every_status_goes_back_as_the_calls_function_call_output(
+    outcome: Outcome, words: str, facts: dict[str, Any]
+) -> None:
+    responses = codec_for("tools", TypedNotes(), api="openai-responses")
+    sent = responses_input(
+        [_calls(("c", "a", "{}")), *responses.incoming(outcome_reply([outcome]), [_calls(("c", "a", "{}"))])]
+    )
+    assert sent[-1]["type"] == "function_call_output" and sent[-1]["call_id"] == "c"
+    acknowledgement, _, fact = sent[-1]["output"].partition("\n")
+    assert words in acknowledgement and json.loads(fact) == {**outcome.fact(), **facts}
+
+
 def test_messages_go_to_a_structured_model_as_json() -> None:
     done = Outcome(id="sg-1", action="add-note", status="done", result={"count": 1})
     (sent,) = structured().incoming(outcome_reply([done]) + "\n\nthanks", [])
