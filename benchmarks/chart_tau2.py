@@ -49,11 +49,11 @@ def draw(runs: list[dict[str, Any]], out: Path) -> None:
     matplotlib.rcParams["svg.hashsalt"] = "dial-runtime"  # ids stable from one drawing to the next
     ways = [way for way in WAYS if any(way in run for run in runs)]
     width = 0.8 / len(runs)
-    figure, (passing, proposing) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    figure, (passing, proposing) = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
     for place, run in enumerate(runs):
-        label = f"{run['model'].removesuffix('.gguf')} ({run['settings']['tasks']}, {run['date']})"
+        label = run["model"].removesuffix(".gguf")
         if run.get("persona_model_file"):
-            label += f", person: {run['persona_model_file'].removesuffix('.gguf')}"
+            label += f" (the person: {run['persona_model_file'].removesuffix('.gguf')})"
         offsets = [index + (place - (len(runs) - 1) / 2) * width for index in range(len(ways))]
         figures = [run.get(way, {}) for way in ways]
         passing.bar(offsets, [each.get("pass_rate") or 0 for each in figures], width, label=label)
@@ -70,8 +70,9 @@ def draw(runs: list[dict[str, Any]], out: Path) -> None:
         axes.set_title(title)
         axes.grid(axis="y", alpha=0.3)
     passing.set_ylim(0, 1)
-    passing.legend(loc="upper left", fontsize="small")
-    figure.suptitle("tau2-bench airline, one small model on llama.cpp, each way of speaking to it")
+    figure.legend(*passing.get_legend_handles_labels(), loc="outside lower center", fontsize="small")
+    tasks = sorted({f"tasks {run['settings']['tasks']}, {run['date']}" for run in runs})
+    figure.suptitle(f"tau2-bench airline ({'; '.join(tasks)}): small models on llama.cpp, each way of speaking")
     figure.savefig(out, metadata={"Date": None} if out.suffix == ".svg" else None)
     plt.close(figure)
 
