@@ -277,7 +277,7 @@ def history_from_log(entries: Iterable[LogEntry], codec: Codec | None = None) ->
         if provider is not None and provider.api == speaking.api and provider.codec in ("", speaking.name):
             history.append(speaking.read(provider.message, history).message)
         elif answer or exchange.reply is not None:
-            history.append(speaking.spoken(answer, exchange.proposed))
+            history.append(speaking.spoken(answer, exchange.called))
     return [_message(message) for message in history]
 
 

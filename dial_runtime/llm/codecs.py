@@ -35,7 +35,8 @@ import msgspec
 
 from ..language.outcomes import Reported, Reports, compact_json, escape_attribute, escape_text, read_reports
 from ..language.parser import parse
-from ..language.records import AskElement, Inform, Suggest
+from ..language.records import Inform
+from ..views.agent import Called
 
 __all__ = [
     "APIS",
@@ -114,11 +115,11 @@ class Codec(Protocol):
         """What turns a streamed message's text, as it arrives, into the start of its DIAL reply."""
         ...
 
-    def spoken(self, dial: str, proposed: Sequence[str]) -> dict[str, Any]:
+    def spoken(self, dial: str, called: Sequence[Called]) -> dict[str, Any]:
         """The message the model would have written, speaking this codec, for the recorded DIAL reply ``dial``,
-        whose suggestions the runtime gave the ids ``proposed``: how a conversation recorded with another codec
-        (no model message of this codec's on its log) joins the history, each suggestion a call its outcome
-        answers."""
+        whose suggestions and asks the runtime read as ``called`` (an exchange's, :mod:`dial_runtime.views.agent`):
+        how a conversation recorded with another codec (no model message of this codec's on its log) joins the
+        history, each suggestion a call its outcome answers."""
         ...
 
 
@@ -209,7 +210,7 @@ class DialCodec:
     def live(self) -> Live:
         return _AsItComes()
 
-    def spoken(self, dial: str, proposed: Sequence[str]) -> dict[str, Any]:
+    def spoken(self, dial: str, called: Sequence[Called]) -> dict[str, Any]:
         return {"role": "assistant", "content": dial}
 
 
@@ -363,10 +364,10 @@ class ToolCallCodec:
     def live(self) -> Live:
         return _LiveInform()
 
-    def spoken(self, dial: str, proposed: Sequence[str]) -> dict[str, Any]:
+    def spoken(self, dial: str, called: Sequence[Called]) -> dict[str, Any]:
         """A recorded DIAL reply as this codec's message: its informs the text, each suggestion a call of its
         action's tool (its id the runtime's), each ask an ``ask_user`` call."""
-        acts = spoken_acts(dial, proposed)
+        acts = spoken_acts(dial, called)
         calls = [
             {
                 "id": act.id,
@@ -543,9 +544,9 @@ class AnthropicToolCodec(ToolCallCodec):
             written.append({"type": "tool_use", "id": call["id"], "name": function["name"], "input": given})
         return Read(dial=dial, message={"role": "assistant", "content": written})
 
-    def spoken(self, dial: str, proposed: Sequence[str]) -> dict[str, Any]:
+    def spoken(self, dial: str, called: Sequence[Called]) -> dict[str, Any]:
         """A recorded DIAL reply as this codec's message: a text block, then a ``tool_use`` block per call."""
-        acts = spoken_acts(dial, proposed)
+        acts = spoken_acts(dial, called)
         blocks: list[dict[str, Any]] = [{"type": "text", "text": acts.text}] if acts.text else []
         for act in acts.calls:
             name = self._tool_names.get(act.name, act.name)
@@ -707,9 +708,9 @@ class StructuredCodec:
     def live(self) -> Live:
         return _WhenWhole()
 
-    def spoken(self, dial: str, proposed: Sequence[str]) -> dict[str, Any]:
+    def spoken(self, dial: str, called: Sequence[Called]) -> dict[str, Any]:
         """A recorded DIAL reply as this codec's JSON object of acts."""
-        acts = spoken_acts(dial, proposed)
+        acts = spoken_acts(dial, called)
         written: list[dict[str, Any]] = [{"act": "inform", "text": acts.text}] if acts.text else []
         for act in acts.calls:
             given = json.loads(act.arguments)
@@ -864,8 +865,8 @@ class OnResponses:
     def live(self) -> Live:
         return self.inner.live()
 
-    def spoken(self, dial: str, proposed: Sequence[str]) -> dict[str, Any]:
-        return self.inner.spoken(dial, proposed)
+    def spoken(self, dial: str, called: Sequence[Called]) -> dict[str, Any]:
+        return self.inner.spoken(dial, called)
 
 
 def responses_input(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -943,30 +944,29 @@ class SpokenActs(msgspec.Struct, frozen=True, kw_only=True):
     calls: tuple[SpokenCall, ...] = ()
 
 
-def spoken_acts(dial: str, proposed: Sequence[str]) -> SpokenActs:
-    """``dial``'s informs and calls (see :class:`SpokenActs`): each suggestion with the id the runtime gave it
-    (``proposed``, in order), each ask with its own id or one from its place; a reply that is no envelope (prose,
-    or a reply cut before its envelope was whole) is text."""
+def spoken_acts(dial: str, called: Sequence[Called]) -> SpokenActs:
+    """A recorded reply's informs and calls (see :class:`SpokenActs`): the text of the informs of ``dial``, and
+    each suggestion and ask the runtime read from it (``called``, from the log: the ids it gave them, a
+    suggestion's payload its declare's too) as a call, in the reply's order. A reply that is no envelope is text
+    (the model's prose), unless it is the start of one a stream left cut."""
     envelope = parse(dial)
-    if envelope is None or not envelope.elements:
-        return SpokenActs(text=dial.strip())
-    ids = iter(proposed)
-    texts: list[str] = []
+    if envelope is None:
+        text = "" if "<dial" in dial else dial.strip()
+    else:
+        text = "\n\n".join(
+            element.text for element in envelope.elements if isinstance(element, Inform) and element.text
+        )
     calls: list[SpokenCall] = []
-    for place, element in enumerate(envelope.elements, 1):
-        if isinstance(element, Inform) and element.text:
-            texts.append(element.text)
-        elif isinstance(element, Suggest) and element.action:
-            ident = next(ids, None) or element.id or f"call-{place}"
-            payload = element.payload if element.payload is not None else {}
+    for each in sorted(called, key=lambda each: (each.element is None, each.element or 0)):
+        if each.action is not None:
+            payload = {} if each.payload is None else each.payload
+            calls.append(SpokenCall(id=each.id, name=each.action, arguments=compact_json(payload), text=each.text))
+        else:
+            asked = {"question": each.text, "options": [option.value for option in each.options]}
             calls.append(
-                SpokenCall(id=ident, name=element.action, arguments=compact_json(payload), text=element.text or "")
+                SpokenCall(id=each.id or f"ask-{each.element}", name=_ASK_TOOL, arguments=compact_json(asked))
             )
-        elif isinstance(element, AskElement) and element.text:
-            arguments = {"question": element.text, "options": [option.value for option in element.options]}
-            ident = element.id or f"ask-{place}"
-            calls.append(SpokenCall(id=ident, name=_ASK_TOOL, arguments=compact_json(arguments)))
-    return SpokenActs(text="\n\n".join(texts), calls=tuple(calls))
+    return SpokenActs(text=text, calls=tuple(calls))
 
 
 def codec_for(name: str, domain: Any = None, *, strict: bool = False, api: str = "openai-chat") -> Codec:

@@ -9,13 +9,37 @@ replies, and evaluation's points.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
-from ..runtime.events import Event, ProposedEvent, ReplyEvent, ReplyProgressEvent, ReplyStartedEvent, SentEvent
+from ..language.records import Option
+from ..runtime.events import (
+    AskEvent,
+    Event,
+    ProposedEvent,
+    ReplyEvent,
+    ReplyProgressEvent,
+    ReplyStartedEvent,
+    SentEvent,
+)
 from ..runtime.records import ProviderMessage
 
-__all__ = ["Exchange", "Exchanges", "exchanges"]
+__all__ = ["Called", "Exchange", "Exchanges", "exchanges"]
+
+
+class Called(msgspec.Struct, frozen=True, kw_only=True):
+    """A suggestion or an ask the runtime read from a reply, as the log has it: what a model speaking in calls
+    would have called. ``id`` is the runtime's, ``element`` where the reply held it; a suggestion has its
+    ``action``, ``payload`` (its declare's included) and ``text``, an ask its question (``text``) and
+    ``options`` (``action`` ``None``)."""
+
+    id: str
+    element: int | None
+    action: str | None = None
+    payload: Any = None
+    text: str = ""
+    options: tuple[Option, ...] = ()
 
 
 class Exchange(msgspec.Struct, frozen=True, kw_only=True):
@@ -25,14 +49,14 @@ class Exchange(msgspec.Struct, frozen=True, kw_only=True):
     by the log's end or a dead process); ``delivered`` whether a reply began (a streamed one's first chunk, or
     the whole reply); ``so_far`` what arrived of a streamed reply whose end the log lacks (its ``reply-progress``
     texts); ``provider`` the model's own message a codec read ``reply`` from, when the agent gave one;
-    ``proposed`` the ids the runtime gave the suggestions it read from the reply, in order."""
+    ``called`` the suggestions and asks the runtime read from the reply, in the order it read them."""
 
     message: str
     reply: str | None = None
     delivered: bool = False
     so_far: str = ""
     provider: ProviderMessage | None = None
-    proposed: tuple[str, ...] = ()
+    called: tuple[Called, ...] = ()
 
 
 class Exchanges:
@@ -50,9 +74,15 @@ class Exchanges:
             self._open = Exchange(message=event.message)
             self.found.append(self._open)
             return
-        if isinstance(event, ProposedEvent) and self.found:  # read as the reply streams, or once it is whole
+        if isinstance(event, (ProposedEvent, AskEvent)) and self.found:  # as the reply streams, or once whole
+            if isinstance(event, ProposedEvent):
+                called = Called(
+                    id=event.id, element=event.element, action=event.action, payload=event.payload, text=event.text
+                )
+            else:
+                called = Called(id=event.id, element=event.element, text=event.text, options=event.options)
             last = self.found[-1]
-            self.found[-1] = msgspec.structs.replace(last, proposed=(*last.proposed, event.id))
+            self.found[-1] = msgspec.structs.replace(last, called=(*last.called, called))
             if opened is not None:
                 self._open = self.found[-1]
             return

@@ -26,7 +26,7 @@ from dial_runtime.language.outcomes import (
     read_reports,
     refusal_reply,
 )
-from dial_runtime.language.records import AskElement, Inform, Suggest
+from dial_runtime.language.records import AskElement, Inform, Option, Suggest
 from dial_runtime.llm.anthropic import AnthropicAgent
 from dial_runtime.llm.chat import ChatAgent, history_from_log
 from dial_runtime.llm.codecs import (
@@ -45,6 +45,7 @@ from dial_runtime.llm.uri import agent_from_uri
 from dial_runtime.runtime.core import UNRAN_CLAIM
 from dial_runtime.runtime.events import ReplyCutEvent, ReplyEvent, SuggestionEvent
 from dial_runtime.stores import SQLiteStore
+from dial_runtime.views.agent import Called
 from dial_runtime.views.person import AgentText, Card, project
 
 from ..fakes import Notes, StreamingAgent
@@ -1124,9 +1125,16 @@ RECORDED = (
 
 
 def test_a_recorded_dial_reply_is_what_each_codec_would_have_had_the_model_write() -> None:
+    """The informs are the text; the suggestions and asks are the calls, as the runtime read them (its ids, a
+    payload a declare gave), in the reply's order."""
     domain = TypedNotes()
+    called = [
+        Called(id="ask-1", element=3, text="Which list?", options=(Option(value="home", label="home"),)),
+        Called(id="sg-1", element=1, action="add-note", payload={"text": "a"}, text="Add it"),
+        Called(id="mine", element=2, action="add-note", payload={"text": "b"}),
+    ]
     calls = [("sg-1", "add-note", '{"text":"a"}'), ("mine", "add-note", '{"text":"b"}')]
-    ask = ("ask-4", "ask_user", '{"question":"Which list?","options":["home"]}')
+    ask = ("ask-1", "ask_user", '{"question":"Which list?","options":["home"]}')
     chat = {
         "role": "assistant",
         "content": "Two things.",
@@ -1135,18 +1143,17 @@ def test_a_recorded_dial_reply_is_what_each_codec_would_have_had_the_model_write
             for ident, name, arguments in [*calls, ask]
         ],
     }
-    proposed = ["sg-1", "mine"]
-    assert codec_for("tools", domain).spoken(RECORDED, proposed) == chat
-    assert codec_for("tools", domain, api="openai-responses").spoken(RECORDED, proposed) == chat
-    assert codec_for("dial").spoken(RECORDED, proposed) == {"role": "assistant", "content": RECORDED}
-    blocks = codec_for("tools", domain, api="anthropic-messages").spoken(RECORDED, proposed)["content"]
+    assert codec_for("tools", domain).spoken(RECORDED, called) == chat
+    assert codec_for("tools", domain, api="openai-responses").spoken(RECORDED, called) == chat
+    assert codec_for("dial").spoken(RECORDED, called) == {"role": "assistant", "content": RECORDED}
+    blocks = codec_for("tools", domain, api="anthropic-messages").spoken(RECORDED, called)["content"]
     assert blocks[0] == {"type": "text", "text": "Two things."}
     assert [(block["id"], block["input"]) for block in blocks[1:]] == [
         ("sg-1", {"text": "a"}),
         ("mine", {"text": "b"}),
-        ("ask-4", {"question": "Which list?", "options": ["home"]}),
+        ("ask-1", {"question": "Which list?", "options": ["home"]}),
     ]
-    acts = json.loads(codec_for("json", domain).spoken(RECORDED, proposed)["content"])["acts"]
+    acts = json.loads(codec_for("json", domain).spoken(RECORDED, called)["content"])["acts"]
     assert acts == [
         {"act": "inform", "text": "Two things."},
         {"act": "suggest", "action": "add-note", "text": "Add it", "payload": {"text": "a"}},
@@ -1154,6 +1161,8 @@ def test_a_recorded_dial_reply_is_what_each_codec_would_have_had_the_model_write
         {"act": "ask", "question": "Which list?", "options": ["home"]},
     ]
     assert codec_for("tools", domain).spoken("Just words.", []) == {"role": "assistant", "content": "Just words."}
+    cut = codec_for("tools", domain).spoken("<dial><dial-inform>Half", called[1:2])
+    assert cut == {"role": "assistant", "content": "Half", "tool_calls": chat["tool_calls"][:1]}
 
 
 @pytest.mark.parametrize("streamed", [False, True])
@@ -1164,8 +1173,9 @@ async def test_a_dial_conversation_is_taken_up_by_a_codec_as_its_own_calls(
     """A conversation held in DIAL, taken up (or replayed counterfactually) by a model speaking another codec:
     each suggestion is a call of that model's whose outcome answers it by the runtime's id (read from the log
     whether the suggestion was proposed as the reply streamed or once it was whole)."""
-    suggest = (
-        '<dial><dial-suggest action="add-note"><dial-payload>{"text":"milk"}</dial-payload></dial-suggest></dial>'
+    suggest = (  # the payload in a declare, as the primer also teaches
+        '<dial><dial-suggest action="add-note">Add it</dial-suggest>'
+        '<dial-declare context-key="add-note">{"text":"milk"}</dial-declare></dial>'
     )
     replies = [suggest, "<dial><dial-inform>Added.</dial-inform></dial>"]
     agent = StreamingAgent(replies, size=9) if streamed else RecordingAgent(replies)
