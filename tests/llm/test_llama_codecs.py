@@ -71,7 +71,8 @@ class SendOnly:
 
 
 class Talk(NamedTuple):
-    """How :func:`converse` went: the conversation, the replies on its log and the body of the last request."""
+    """How :func:`converse` went: the conversation, its whole replies (a reply cut at the token limit, which has no
+    model message to keep, left out) and the body of the last request."""
 
     conversation: Conversation
     replies: list[ReplyEvent]
@@ -109,8 +110,11 @@ async def converse(make: Callable[[httpx.AsyncClient], ChatAgent], domain: Notes
         if (isinstance(event, SendFailedEvent) and "token limit" in event.error)
         or (isinstance(event, ReplyCutEvent) and event.cause == "token-limit")
     ]
-    assert len(replies) + len(ran_long) == 2, "the server took the call and its result, and the model answered"
-    return Talk(conversation, replies, json.loads(bodies[-1]))
+    answered = {event.turn for event in (*replies, *ran_long)}  # a cut reply is logged, then its cut
+    assert answered == {1, 2}, "the server took the call and its result, and the model answered"
+    cut = {event.turn for event in ran_long}
+    whole = [reply for reply in replies if reply.turn not in cut]
+    return Talk(conversation, whole, json.loads(bodies[-1]))
 
 
 def outcomes(conversation: Conversation) -> list[Outcome]:
