@@ -25,7 +25,6 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import httpx
-import msgspec
 
 from ..errors import AgentError
 from .chat import _QUOTE_LIMIT, ChatAgent, _Assembled, _events, _lines
@@ -66,21 +65,19 @@ class AnthropicAgent(ChatAgent):
     def _authorization(self, key: str) -> dict[str, str]:
         return {"x-api-key": key}
 
-    def _body(self, messages: list[dict[str, Any]], *, stream: bool) -> bytes:
+    def _start(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if self.system_prompt:
             body["system"] = self.system_prompt
-        if stream:
-            body["stream"] = True
-        body.update(self._codec_fields)
+        return body
+
+    def _settings(self) -> dict[str, Any]:
         settings = self.settings.body()
         if "stop" in settings:
             settings["stop_sequences"] = settings.pop("stop")
         settings.pop("seed", None)  # the API has none
-        body.update(settings)
-        body.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
-        body.update(self._extra_body)
-        return msgspec.json.encode(body)
+        settings.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
+        return settings
 
     def _completion_message(self, response: httpx.Response) -> dict[str, Any]:
         """The message of a whole answer: its role and content blocks; :class:`TokenLimitReached` when it

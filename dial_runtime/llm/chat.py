@@ -542,13 +542,14 @@ class ChatAgent:
 
     def _body(self, messages: list[dict[str, Any]], *, stream: bool) -> bytes:
         """The request's JSON body, encoded once for every try (msgspec: the tools or schema a codec sends with
-        every request are most of it, and httpx's ``json=`` would encode them again with the slower ``json``)."""
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        body: dict[str, Any] = {"model": self.model, "messages": system + messages}
+        every request are most of it, and httpx's ``json=`` would encode them again with the slower ``json``):
+        the API's own start (:meth:`_start`), the codec's fields, the generation settings as the API names them
+        (:meth:`_settings`), the grammar, then ``extra_body``."""
+        body = self._start(messages)
         if stream:
             body["stream"] = True
         body.update(self._codec_fields)
-        body.update(self.settings.body())
+        body.update(self._settings())
         if self.grammar is not None:
             if self.server == "vllm":
                 body["structured_outputs"] = {"grammar": self.grammar}
@@ -556,6 +557,15 @@ class ChatAgent:
                 body["grammar"] = self.grammar
         body.update(self._extra_body)
         return msgspec.json.encode(body)
+
+    def _start(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The model, the system prompt and ``messages``, as the API takes them."""
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return {"model": self.model, "messages": system + messages}
+
+    def _settings(self) -> dict[str, Any]:
+        """The generation settings, as the API names them."""
+        return self.settings.body()
 
     def _headers_for(self, message_id: str | None) -> dict[str, str]:
         if message_id is None:

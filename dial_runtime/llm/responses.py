@@ -24,7 +24,6 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import httpx
-import msgspec
 
 from ..errors import AgentError, TokenLimitReached
 from .chat import _QUOTE_LIMIT, ChatAgent, _Assembled, _events, _lines
@@ -56,20 +55,18 @@ class ResponsesAgent(ChatAgent):
 
     # --- the wire ------------------------------------------------------------------------------------------
 
-    def _body(self, messages: list[dict[str, Any]], *, stream: bool) -> bytes:
+    def _start(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "input": responses_input(messages), "store": False}
         if self.system_prompt:
             body["instructions"] = self.system_prompt
-        if stream:
-            body["stream"] = True
-        body.update(self._codec_fields)
+        return body
+
+    def _settings(self) -> dict[str, Any]:
         settings = self.settings.body()
         if "max_tokens" in settings:
             settings["max_output_tokens"] = settings.pop("max_tokens")
         settings.pop("seed", None)  # the API has none
-        body.update(settings)
-        body.update(self._extra_body)
-        return msgspec.json.encode(body)
+        return settings
 
     def _completion_message(self, response: httpx.Response) -> dict[str, Any]:
         """A whole response's output items; :class:`TokenLimitReached` when it stopped at its token limit."""
