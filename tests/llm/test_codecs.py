@@ -387,19 +387,23 @@ class Plain:
         return await self.agent.send(message)
 
 
+#: A call, how the person decides, and words the call's result must carry: every way a call can end.
+CALL_OUTCOMES = [
+    (Call("c1", "add-note", '{"text":"milk"}'), "accept", "Done: Add the note 'milk'."),
+    (Call("c1", "add-note", '{"text":"milk"}'), {"edit": {"text": "oat"}}, "Done: Add the note 'oat'"),
+    (Call("c1", "add-note", '{"text":"milk"}'), "dismiss", "The user dismissed"),
+    (Call("c1", "add-note", '{"text":""}'), "accept", "the payload for add-note is invalid"),
+    (Call("c1", "fail-note", "{}"), "accept", "Couldn't do it"),
+    (Call("c1", "open-poll", "{}"), "accept", "Passed to the user in its own panel"),
+    (Call("c1", "no-such-tool", "{}"), "accept", "the payload for no-such-tool is invalid"),
+    (Call("c1", "add-note", '{"text": "mi'), "accept", "the payload for add-note is invalid"),
+]
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 @pytest.mark.parametrize(
     ("call", "human", "words"),
-    [
-        (Call("c1", "add-note", '{"text":"milk"}'), "accept", "Done: Add the note 'milk'."),
-        (Call("c1", "add-note", '{"text":"milk"}'), {"edit": {"text": "oat"}}, "Done: Add the note 'oat'"),
-        (Call("c1", "add-note", '{"text":"milk"}'), "dismiss", "The user dismissed"),
-        (Call("c1", "add-note", '{"text":""}'), "accept", "the payload for add-note is invalid"),
-        (Call("c1", "fail-note", "{}"), "accept", "Couldn't do it"),
-        (Call("c1", "open-poll", "{}"), "accept", "Passed to the user in its own panel"),
-        (Call("c1", "no-such-tool", "{}"), "accept", "the payload for no-such-tool is invalid"),
-        (Call("c1", "add-note", '{"text": "mi'), "accept", "the payload for add-note is invalid"),
-    ],
+    CALL_OUTCOMES,
 )
 async def test_each_outcome_reaches_the_model_as_the_calls_result(
     server: OpenAIServer, streamed: bool, call: Call, human: Any, words: str
@@ -968,14 +972,7 @@ def responses_agent(server: OpenAIServer, domain: Any, **options: Any) -> ChatAg
 @pytest.mark.parametrize("streamed", [False, True])
 @pytest.mark.parametrize(
     ("call", "human", "words"),
-    [
-        (Call("c1", "add-note", '{"text":"milk"}'), "accept", "Done: Add the note 'milk'."),
-        (Call("c1", "add-note", '{"text":"milk"}'), {"edit": {"text": "oat"}}, "Done: Add the note 'oat'"),
-        (Call("c1", "add-note", '{"text":"milk"}'), "dismiss", "The user dismissed"),
-        (Call("c1", "fail-note", "{}"), "accept", "Couldn't do it"),
-        (Call("c1", "no-such-tool", "{}"), "accept", "the payload for no-such-tool is invalid"),
-        (Call("c1", "add-note", '{"text": "mi'), "accept", "the payload for add-note is invalid"),
-    ],
+    CALL_OUTCOMES,
 )
 async def test_each_outcome_reaches_a_responses_model_as_the_calls_output(
     server: OpenAIServer, streamed: bool, call: Call, human: Any, words: str
