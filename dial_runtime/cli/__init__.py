@@ -20,12 +20,26 @@ from typing import Any, NoReturn
 
 from .._command import USAGE, _CommandError
 from ..errors import DialError
-from . import audit, chain, chat, decide, demo, diagrams, log, replay, serve, transfer, validate, worker
+from . import (
+    audit,
+    chain,
+    chat,
+    decide,
+    demo,
+    diagrams,
+    log,
+    mcp_server,
+    replay,
+    serve,
+    transfer,
+    validate,
+    worker,
+)
 
 __all__ = ["BROKEN_PIPE", "build_parser", "console", "main"]
 
 #: Each command's module, in the order ``--help`` lists them: each adds its parsers with ``register``.
-COMMANDS = (validate, chat, demo, diagrams, decide, log, replay, transfer, audit, chain, worker, serve)
+COMMANDS = (validate, chat, demo, diagrams, decide, log, replay, transfer, audit, chain, worker, serve, mcp_server)
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -14,7 +14,7 @@ from ..domains.loading import load_domain
 from ..errors import DialError
 from ..stores.urls import open_url, read_log
 from ..views.person import project
-from .common import STORE_HELP, login_name
+from .common import STORE_HELP, add_mcp_options, check_mcp_options, login_name
 
 
 def _decide(args: argparse.Namespace) -> int:
@@ -40,7 +40,8 @@ def _decide(args: argparse.Namespace) -> int:
             decision = Edit(json.loads(args.payload))  # json's errors name the column
         except ValueError as error:
             _usage(f"--payload is not JSON: {error}")
-    domain = load_domain(args.domain)
+    check_mcp_options(args)
+    domain = load_domain(args.domain) if args.mcp is None else None
     # The conversation is there (read only: a mistyped store creates nothing), and the card as it was seen.
     shown = project(read_log(args.store, args.id)).card(args.suggestion)
     decided_before = 0 if shown is None else len(shown.decisions)
@@ -48,8 +49,27 @@ def _decide(args: argparse.Namespace) -> int:
 
     async def work() -> str:
         try:
-            # Built as serve builds one: a domain factory's domain (and the agent) only if a call uses it.
-            open_conversation = conversation_opener(store, agent=agent_factory(args.agent, domain), domain=domain)
+            if domain is not None:
+                return await decide(domain)
+            from ..web.serve import McpServer  # an MCP server's tools, connected for the decision's length
+
+            upstream = McpServer(server=args.mcp, trust_read_only=args.trust_read_only, log=args.mcp_log)
+            try:
+                connected = upstream.connected()
+                served = await connected.__aenter__()
+            except ValueError as error:
+                raise _CommandError(str(error)) from None
+            try:
+                return await decide(served)
+            finally:
+                await connected.__aexit__(None, None, None)
+        finally:
+            await store.aclose()
+
+    async def decide(domain: Any) -> str:
+        # Built as serve builds one: a domain factory's domain (and the agent) only if a call uses it.
+        open_conversation = conversation_opener(store, agent=agent_factory(args.agent, domain), domain=domain)
+        try:
             conversation = await open_conversation(args.id)
             try:
                 result = await conversation.decide(
@@ -59,18 +79,16 @@ def _decide(args: argparse.Namespace) -> int:
                 close = getattr(conversation.agent, "aclose", None)  # the agent built on first use, if it was
                 if close is not None:
                     await close()
-            card = project(conversation.log).card(args.suggestion)
-            if card is not None and card.approval_refused and len(card.decisions) == decided_before:
-                raise _CommandError(f"{args.suggestion} still waits: {card.approval_refused}")
-            told = card.outcome if card is not None and card.outcome else "waiting"
-            approvals = ""
-            if card is not None and card.approvals_needed:
-                approvals = f" ({len(card.approvers)} of {card.approvals_needed} approvals)"
-            return f"{args.suggestion}: {told}{approvals}; the call ended {result.status}"
         except DialError as error:  # already decided, a payload changed, busy, not waiting
             raise _CommandError(str(error)) from None
-        finally:
-            await store.aclose()
+        card = project(conversation.log).card(args.suggestion)
+        if card is not None and card.approval_refused and len(card.decisions) == decided_before:
+            raise _CommandError(f"{args.suggestion} still waits: {card.approval_refused}")
+        told = card.outcome if card is not None and card.outcome else "waiting"
+        approvals = ""
+        if card is not None and card.approvals_needed:
+            approvals = f" ({len(card.approvers)} of {card.approvals_needed} approvals)"
+        return f"{args.suggestion}: {told}{approvals}; the call ended {result.status}"
 
     print(trio.run(work))
     return 0
@@ -85,8 +103,15 @@ def register(commands: Any) -> None:
     deciding.add_argument("suggestion", help="the suggestion's id (sg-1, ...)")
     deciding.add_argument("decision", choices=["accept", "dismiss", "edit"])
     deciding.add_argument("--store", required=True, metavar="URL", help=STORE_HELP)
-    deciding.add_argument("--agent", required=True, metavar="URI", help="the agent, as serve's (for what follows)")
-    deciding.add_argument("--domain", required=True, metavar="MODULE:FACTORY", help="the domain, as serve's")
+    deciding.add_argument(
+        "--agent",
+        required=True,
+        metavar="URI",
+        help="the agent, as serve's (for what follows; outside: for a conversation of dial-runtime mcp)",
+    )
+    served = deciding.add_mutually_exclusive_group(required=True)
+    served.add_argument("--domain", metavar="MODULE:FACTORY", help="the domain, as serve's")
+    add_mcp_options(deciding, served)
     deciding.add_argument(
         "--as", dest="by", metavar="NAME", default=login_name(), help="who decides (default: your login name)"
     )

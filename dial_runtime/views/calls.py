@@ -23,7 +23,7 @@ from ..runtime.events import (
     SentEvent,
 )
 
-__all__ = ["AnsweredTurn", "TurnNumbers", "answered_turns", "call_starts"]
+__all__ = ["AnsweredTurn", "TurnNumbers", "answered_turns", "call_starts", "handed_back"]
 
 
 def call_starts(events: Sequence[Event]) -> list[int]:
@@ -48,6 +48,23 @@ def call_starts(events: Sequence[Event]) -> list[int]:
         elif not starts:
             raise ValueError(f"the log begins with a {event.type!r} event, not with a call")
     return starts
+
+
+def handed_back(entries: Sequence[LogEntry], shown_seq: int, ended_seq: int) -> bool:
+    """Whether the outcome of the suggestion shown at ``shown_seq`` and ended at ``ended_seq`` went back to the
+    agent that proposed it through a door (:mod:`dial_runtime.mcp_server`): it ended in the call that proposed it,
+    whose answer it was, or someone spoke after it ended (the door's receipt, an empty ``said``, or the next
+    words). Otherwise it ended in a later call (a decision, an expiry) that the agent outside has not heard of."""
+    in_its_call = True
+    for entry in entries:
+        if entry.seq <= shown_seq:
+            continue
+        event = entry.event
+        if isinstance(event, FinishedEvent) and entry.seq < ended_seq:
+            in_its_call = False
+        elif isinstance(event, SaidEvent) and entry.seq > ended_seq:
+            return True
+    return in_its_call
 
 
 class AnsweredTurn(msgspec.Struct, frozen=True):

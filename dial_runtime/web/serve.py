@@ -95,13 +95,21 @@ class McpServer:
 
 
 def agent_factory(uri: str, domain: Any, options: Mapping[str, Any] | None = None) -> AgentFactory:
-    """The agent of each run: ``script:FILE`` (JSON, YAML or a JSON Lines log: see
-    :func:`~dial_runtime.agents.scripted.load_script`) replies from the file, taken up where the conversation's
-    log left it; any other URI is a :class:`ChatAgent` (``agent_from_uri``) whose history is rebuilt from the
-    log, sharing one HTTP client, made with ``options`` (``ChatAgent``'s keyword arguments: ``server``, the
-    generation settings, ``grammar`` as GBNF text; ``constrain: True`` for the domain's own grammar,
-    :func:`~dial_runtime.agents.domain_grammar`). ``ValueError`` for a URI, file or option that cannot serve."""
+    """The agent of each run: ``outside:`` is an agent the runtime does not drive, whose proposals come through a
+    door (``dial-runtime mcp``, a framework's bridge: :class:`~dial_runtime.agents.outside.OutsideAgent`);
+    ``script:FILE`` (JSON, YAML or a JSON Lines log: see :func:`~dial_runtime.agents.scripted.load_script`) replies
+    from the file, taken up where the conversation's log left it; any other URI is a :class:`ChatAgent`
+    (``agent_from_uri``) whose history is rebuilt from the log, sharing one HTTP client, made with ``options``
+    (``ChatAgent``'s keyword arguments: ``server``, the generation settings, ``grammar`` as GBNF text; ``constrain:
+    True`` for the domain's own grammar, :func:`~dial_runtime.agents.domain_grammar`). ``ValueError`` for a URI,
+    file or option that cannot serve."""
     scheme, _, rest = uri.partition(":")
+    if scheme == "outside":
+        if rest:
+            raise ValueError(f"--agent {uri!r}: outside: takes nothing after the colon")
+        from ..agents.outside import OutsideAgent
+
+        return lambda conversation_id, log: OutsideAgent()
     if scheme == "script":
         from ..agents.scripted import load_script
 

@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     # the satellites, each in its own package over the core; the package itself is the public API's front door
     ("llm", "adapters", "audit"),
     ("decisions", "terminal", ""),
-    ("web", "evaluate", "demo"),
+    ("web", "evaluate", "demo", "doors"),
     ("cli",),
 ]
 
@@ -194,6 +194,7 @@ def test_the_core_imports_no_satellite() -> None:
         "cli",
         "decisions",
         "demo",
+        "doors",
         "evaluate",
         "llm",
         "terminal",

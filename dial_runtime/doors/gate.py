@@ -1,0 +1,258 @@
+"""The one approval step of every door: a call from an agent the runtime does not drive, made a proposal that a
+person decides on any surface, and the outcome handed back.
+
+A door (the MCP server, a framework's bridge) gives the :class:`Gate` each call as an action and a payload:
+
+- an action the domain does not have, or a payload it refuses, is :class:`Refused` at once with the issue's
+  ``code``, ``field`` and ``hint`` (the agent corrects itself; nobody is asked, nothing is recorded);
+- otherwise the call is the reply of an :class:`~dial_runtime.agents.outside.OutsideAgent` in a stored
+  conversation, and everything the runtime does with a proposal follows: an action that changes nothing runs at
+  once, one that does waits for a person (the person the gate is given decides in the call; by default nobody
+  does, and the card waits for the panel, a link, ``dial-runtime decide``, the terminal), under the action's
+  approval policy and deadline. The call is :class:`Ended` (the card, with the outcome reported) or
+  :class:`Waits` (the card waiting), and :meth:`Gate.settle` waits for it to end, watching the store, so the
+  decision may come from any process.
+
+Each call has a conversation of its own, named by the action and the payload (:meth:`Gate.conversation_id`),
+not one conversation per client: the turn loop lets a proposal wait for a person only while the agent says
+nothing more (new words supersede what waits), whereas the calls of an agent outside are independent and may
+be in flight together. The name makes a call found again after anything that cut it short:
+
+- a call made again while its card waits is the same proposal (no second card), whoever makes it;
+- a call made again after its card ended in a later call (a decision, an expiry) that no call has handed back yet
+  is answered with that outcome: a client that lost the answer to a process dying, a connection dropping or a
+  wait running out finds it, and the action never runs twice. Handing an outcome back leaves a receipt on the log
+  (an empty ``said`` by the caller), so the next identical call is a new proposal, on whose card the person sees
+  that the same was done before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import attrs
+import stamina
+
+from ..agents.outside import OutsideAgent
+from ..driver import Conversation
+from ..driver.built import DeferringHuman
+from ..errors import ConversationBusy
+from ..language.outcomes import escape_attribute, escape_text
+from ..ports import HumanPort, StorePort
+from ..runtime.events import LogEntry
+from ..runtime.records import as_issue
+from ..views.calls import handed_back
+from ..views.person import Card, project
+
+__all__ = ["Ended", "Gate", "Refused", "Waits"]
+
+#: The characters of a conversation id every surface serves (the web surface's rule), and its longest length.
+_ID_CHARACTERS = re.compile(r"[A-Za-z0-9._:@-]+")
+_ID_LENGTH = 128
+#: Seconds a call waits for a conversation another process holds (a decision running its action) before giving up.
+BUSY_WAIT = 30.0
+
+
+@attrs.frozen
+class Refused:
+    """A call refused before anything was recorded: ``code``, ``field`` (the payload's path at fault, when one
+    is) and ``hint`` say what to change."""
+
+    code: str
+    hint: str
+    field: str | None = None
+
+
+@attrs.frozen
+class Waits:
+    """A call whose card waits for a person, in conversation ``conversation_id``."""
+
+    conversation_id: str
+    card: Card
+
+
+@attrs.frozen
+class Ended:
+    """A call whose card ended: ``card.reported`` is the outcome the agent is owed."""
+
+    conversation_id: str
+    card: Card
+
+
+class Gate:
+    """Calls from agents outside the runtime as proposals of ``domain``, logged in ``store`` (see the module).
+
+    ``human`` decides in the call (a policy, a test's person; default: nobody, every card waits for a later
+    decision); ``prefix`` begins every conversation id (letters, digits and ``._:@-``: a door's name, or its
+    tenant's); ``decide_timeout`` bounds every decision of an action that sets no deadline of its own (seconds,
+    ``None``: no bound); ``clock`` gives the log's times.
+    """
+
+    def __init__(
+        self,
+        domain: Any,
+        store: StorePort,
+        *,
+        human: HumanPort | None = None,
+        prefix: str = "door",
+        decide_timeout: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not _ID_CHARACTERS.fullmatch(prefix) or len(prefix) > 64:
+            raise ValueError(f"a door's prefix is 1 to 64 letters, digits or ._:@-, not {prefix!r}")
+        self.domain = domain
+        self.store = store
+        self.human: HumanPort = human if human is not None else DeferringHuman()
+        self.prefix = prefix
+        self.decide_timeout = decide_timeout
+        self.clock = clock
+
+    def conversation_id(self, action: str, payload: Any) -> str:
+        """The conversation of every call of ``action`` with ``payload``: the prefix, the action and a digest of
+        both (the digest alone when the action's name would not fit a conversation id)."""
+        canonical = json.dumps([action, payload], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        digest = hashlib.sha256(canonical.encode()).hexdigest()
+        named = f"{self.prefix}:{action}:{digest[:24]}"
+        if _ID_CHARACTERS.fullmatch(named) and len(named) <= _ID_LENGTH:
+            return named
+        return f"{self.prefix}:{digest[:40]}"
+
+    def refusal(self, action: str, payload: Any) -> Refused | None:
+        """Why the domain refuses ``action`` with ``payload`` (an unknown action, a payload its schema or its
+        checks refuse), else ``None``."""
+        if action not in _actions(self.domain):
+            known = ", ".join(sorted(_actions(self.domain)))
+            return Refused(code="unknown-action", hint=f"There is no tool {action!r}; the tools are: {known}.")
+        validate = getattr(self.domain, "validate", None)
+        issue = as_issue(validate(action, payload)) if callable(validate) else None
+        if issue is None:
+            return None
+        hint = issue.hint or "Change the arguments."
+        return Refused(code=issue.code or "invalid-payload", field=issue.field, hint=hint)
+
+    def _conversation(self, conversation_id: str, agent: OutsideAgent) -> Conversation:
+        return Conversation(
+            agent=agent,
+            domain=self.domain,
+            human=self.human,
+            store=self.store,
+            conversation_id=conversation_id,
+            decide_timeout=self.decide_timeout,
+            clock=self.clock,
+        )
+
+    async def propose(self, action: str, payload: Any, *, by: str) -> Refused | Waits | Ended:
+        """Make the call of ``action`` with ``payload`` by the agent outside named ``by`` a proposal, or find the
+        proposal it repeats (see the module); :class:`~dial_runtime.ConversationBusy` when another process holds
+        its conversation (the caller may try again), :class:`~dial_runtime.LogError` when its stored log
+        cannot be folded."""
+        refused = self.refusal(action, payload)
+        if refused is not None:
+            return refused
+        conversation_id = self.conversation_id(action, payload)
+        async for attempt in _while_busy():
+            with attempt:
+                return await self._propose(conversation_id, action, payload, by)
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
+
+    async def _propose(self, conversation_id: str, action: str, payload: Any, by: str) -> Refused | Waits | Ended:
+        agent = OutsideAgent()
+        conversation = self._conversation(conversation_id, agent)
+        async with conversation.holding():
+            last = _last_card(conversation.log)
+            if last is not None and last.waiting:
+                return Waits(conversation_id, last)
+            if last is not None and not _handed_back(conversation.log, last):
+                await conversation.say("", by=by)  # the receipt: the outcome is handed back now
+                return Ended(conversation_id, last)
+            agent.hand_in(_suggestion(action, payload))
+            await conversation.say(f"calls {action}", by=by)
+            card = _last_card(conversation.log)
+        if card is None or (last is not None and card.id == last.id):
+            return Refused(
+                code="conversation-ended",
+                hint=f"The conversation {conversation_id} has ended: nothing more is proposed in it.",
+            )
+        return Waits(conversation_id, card) if card.waiting else Ended(conversation_id, card)
+
+    async def settle(self, waits: Waits, *, by: str, within: float) -> Waits | Ended:
+        """Wait at most ``within`` seconds for the card of ``waits`` to end, decided in any process (the store is
+        watched), expiring it when its deadline passes meanwhile; an outcome that ends it is handed back to
+        ``by`` (the receipt goes on the log). The card as it stands when the time is up."""
+        conversation_id, suggestion_id = waits.conversation_id, waits.card.id
+        card = waits.card
+        with anyio.move_on_after(within if math.isfinite(within) else math.inf):
+            async with self.store.watch(conversation_id) as changes:
+                while True:
+                    entries = await self.store.read(conversation_id)
+                    found = project(entries).card(suggestion_id)
+                    if found is None:
+                        raise LookupError(f"no suggestion {suggestion_id} in conversation {conversation_id}")
+                    card = found
+                    if not card.waiting:
+                        return await self._hand_back(conversation_id, card, by)
+                    due = self._deadline(entries, suggestion_id)
+                    with anyio.move_on_after(max(0.0, due - self.clock())) as timer:
+                        await anext(changes)
+                    if timer.cancelled_caught:  # its deadline passed with nobody deciding: it expires now
+                        await self._conversation(conversation_id, OutsideAgent()).expire_due()
+        return Waits(conversation_id, card)
+
+    async def _hand_back(self, conversation_id: str, card: Card, by: str) -> Ended:
+        """The ended card, its receipt logged unless a call handed it back already."""
+        async for attempt in _while_busy():
+            with attempt:
+                conversation = self._conversation(conversation_id, OutsideAgent())
+                async with conversation.holding():
+                    current = project(conversation.log).card(card.id) or card
+                    if not _handed_back(conversation.log, current):
+                        await conversation.say("", by=by)
+                return Ended(conversation_id, current)
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
+
+    def _deadline(self, entries: Sequence[LogEntry], suggestion_id: str) -> float:
+        """When the suggestion's deadline passes (``inf``: it has none), as the log's fold says."""
+        folded = Conversation(agent=OutsideAgent(), domain=self.domain, human=self.human, log=entries)
+        return next((when for ident, when in folded.deadlines if ident == suggestion_id), math.inf)
+
+
+def _while_busy() -> Any:
+    """Attempts at holding a conversation, again while another process holds it, for :data:`BUSY_WAIT` seconds."""
+    return stamina.retry_context(
+        on=ConversationBusy, attempts=None, timeout=BUSY_WAIT, wait_initial=0.005, wait_max=0.25, wait_jitter=0.01
+    )
+
+
+def _actions(domain: Any) -> Mapping[str, Any]:
+    actions = getattr(domain, "actions", None)
+    return actions if isinstance(actions, Mapping) else {}
+
+
+def _last_card(entries: Sequence[LogEntry]) -> Card | None:
+    """The conversation's newest card (the last call's)."""
+    cards = [item for item in project(entries).items if isinstance(item, Card)]
+    return cards[-1] if cards else None
+
+
+def _handed_back(entries: Sequence[LogEntry], card: Card) -> bool:
+    """Whether the ended ``card``'s outcome went back to the agent outside (or needs not: an action that
+    changes nothing is run again rather than answered from the log)."""
+    if not card.mutates or card.seq is None or card.ended_seq is None:
+        return True
+    return handed_back(entries, card.seq, card.ended_seq)
+
+
+def _suggestion(action: str, payload: Any) -> str:
+    """The call as the agent's reply: one ``dial-suggest`` of ``action`` with ``payload`` (JSON)."""
+    body = escape_text(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+    return (
+        f'<dial><dial-suggest action="{escape_attribute(action)}">'
+        f'<dial-payload type="application/json">{body}</dial-payload></dial-suggest></dial>'
+    )
