@@ -12,7 +12,8 @@ name:
 
 - the tool's ``inputSchema`` validates the payload (``jsonschema``), with the ``field``/``hint`` precision of typed
   actions; the system prompt shows the schema, the tool's description and an example;
-- ``destructiveHint`` marks the action destructive (the MCP default for a tool that is not read-only);
+- ``destructiveHint`` marks the action destructive (the MCP default for a tool that is not read-only), and
+  ``idempotentHint`` repeatable (a call repeating one done already is not marked as done before);
   ``readOnlyHint`` lets a tool run without asking only when ``trust_read_only=True``: annotations are hints from a
   server that may not be trusted, so by default every tool waits for the person;
 - the person sees the tool's title (else its name in words) and the arguments;
@@ -115,6 +116,9 @@ def _tool(tool: mcp_types.Tool, trust_read_only: bool) -> McpTool:
     read_only = bool(hints and hints.read_only_hint)
     # MCP's defaults: destructiveHint is true unless the tool says otherwise, and means nothing when read-only.
     destructive = not read_only and not (hints is not None and hints.destructive_hint is False)
+    # idempotentHint: calling it again with the same arguments has no further effect, so a repeat is not marked
+    # as done before (it is a hint: the person still decides on each call that changes something).
+    repeatable = not read_only and bool(hints is not None and hints.idempotent_hint)
     schema = dict(tool.input_schema or {"type": "object"})
     payload = SchemaPayload(schema)
     example = example_from_schema(schema)
@@ -123,7 +127,9 @@ def _tool(tool: mcp_types.Tool, trust_read_only: bool) -> McpTool:
     return McpTool(
         name=tool.name,
         title=tool.title or (hints.title if hints and hints.title else None) or words(tool.name),
-        spec=ActionSpec(mutates=not (read_only and trust_read_only), destructive=destructive),
+        spec=ActionSpec(
+            mutates=not (read_only and trust_read_only), destructive=destructive, repeatable=repeatable
+        ),
         description=(tool.description or "").strip(),
         schema=schema,
         payload=payload,

@@ -11,6 +11,7 @@ from typing import Any
 from .._command import _CommandError, _described, _usage
 from ..stores.urls import open_url
 from .common import STORE_HELP
+from .worker import load_announcer
 
 #: The environment variable holding the key that seals a 2026-07-28 call's ``requestState`` (so that a call in
 #: flight survives a restart of the server, and every worker behind one address opens the others' states).
@@ -37,15 +38,28 @@ def _mcp(args: argparse.Namespace) -> int:
     if key and len(key) < 32:
         _usage(f"{STATE_KEY_VARIABLE} must hold at least 32 characters (a random secret)")
     ask: Any = "all" if "all" in args.ask else args.ask
+    human = _human(args.human) if args.human is not None else None
+    announcer = load_announcer(args.announce) if args.announce is not None else None
     store = open_url(args.store)
     errlog = sys.stderr if args.upstream_log is None else _opened(args.upstream_log)
 
     async def serve() -> None:
         try:
             async with gated_domain(args.domain, args.upstream, ask=ask, errlog=errlog) as domain:
-                gate = Gate(domain, store, prefix=args.prefix, decide_timeout=args.decide_timeout)
+                gate = Gate(
+                    domain,
+                    store,
+                    human=human,
+                    prefix=args.prefix,
+                    decide_timeout=args.decide_timeout,
+                    announcer=announcer,
+                )
                 server = GatedServer(
-                    gate, wait=args.wait, round_seconds=args.round, state_keys=[key.encode()] if key else ()
+                    gate,
+                    wait=args.wait,
+                    round_seconds=args.round,
+                    progress_seconds=args.progress,
+                    state_keys=[key.encode()] if key else (),
                 )
                 if where is None:
                     await server.run_stdio()
@@ -72,6 +86,20 @@ def _mcp(args: argparse.Namespace) -> int:
     except Exception as error:  # an upstream that cannot be reached, a store that cannot be opened
         raise _CommandError(_described(error)) from None
     return 0
+
+
+def _human(spec: str) -> Any:
+    """The person ``--human MODULE:FACTORY`` names: ``FACTORY()``, which must have a ``decide`` method."""
+    from ..domains.loading import load_callable
+
+    factory = load_callable(spec, option="--human", example="dial_runtime.driver.humans:policy_human")
+    try:
+        human = factory()
+    except Exception as error:
+        _usage(f"--human {spec!r}: {_described(error)}")
+    if not callable(getattr(human, "decide", None)):
+        _usage(f"--human {spec!r}: what it returns has no decide method")
+    return human
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -113,6 +141,18 @@ def register(commands: Any) -> None:
         help="the start of each call's conversation id (letters, digits and ._:@-; default: mcp)",
     )
     serving.add_argument(
+        "--human",
+        metavar="MODULE:FACTORY",
+        help="who decides in the call, before anyone else: a policy (its Defer leaves the card waiting for the "
+        "other surfaces; default: nobody decides in the call)",
+    )
+    serving.add_argument(
+        "--announce",
+        metavar="MODULE:FACTORY",
+        help="FACTORY() returns an Announcer that tells people of each card that starts waiting, with decision "
+        "links",
+    )
+    serving.add_argument(
         "--ask",
         action="append",
         default=[],
@@ -133,6 +173,13 @@ def register(commands: Any) -> None:
         default=20.0,
         metavar="S",
         help="seconds of each round of a 2026-07-28 call before it answers input_required (default: 20)",
+    )
+    serving.add_argument(
+        "--progress",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds between two progress notifications of a call that waits (default: 10)",
     )
     serving.add_argument(
         "--decide-timeout", type=float, metavar="S", help="seconds each decision may take (default: none)"

@@ -41,6 +41,7 @@ import attrs
 import stamina
 
 from ..agents.outside import OutsideAgent
+from ..decisions.announce import Announcer
 from ..driver import Conversation
 from ..driver.built import DeferringHuman
 from ..errors import ConversationBusy
@@ -92,7 +93,8 @@ class Gate:
     ``human`` decides in the call (a policy, a test's person; default: nobody, every card waits for a later
     decision); ``prefix`` begins every conversation id (letters, digits and ``._:@-``: a door's name, or its
     tenant's); ``decide_timeout`` bounds every decision of an action that sets no deadline of its own (seconds,
-    ``None``: no bound); ``clock`` gives the log's times.
+    ``None``: no bound); ``announcer`` tells people of each card that starts waiting (emails, webhooks, with
+    decision links: see :class:`~dial_runtime.decisions.announce.Announcer`); ``clock`` gives the log's times.
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class Gate:
         human: HumanPort | None = None,
         prefix: str = "door",
         decide_timeout: float | None = None,
+        announcer: Announcer | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not _ID_CHARACTERS.fullmatch(prefix) or len(prefix) > 64:
@@ -112,6 +115,7 @@ class Gate:
         self.human: HumanPort = human if human is not None else DeferringHuman()
         self.prefix = prefix
         self.decide_timeout = decide_timeout
+        self.announcer = announcer
         self.clock = clock
 
     def conversation_id(self, action: str, payload: Any) -> str:
@@ -180,7 +184,11 @@ class Gate:
                 code="conversation-ended",
                 hint=f"The conversation {conversation_id} has ended: nothing more is proposed in it.",
             )
-        return Waits(conversation_id, card) if card.waiting else Ended(conversation_id, card)
+        if not card.waiting:
+            return Ended(conversation_id, card)
+        if self.announcer is not None:  # a new card waits: tell whom the announcer names (it never raises)
+            await self.announcer.deliver(await self.announcer.announcements(conversation_id, {}, [card]))
+        return Waits(conversation_id, card)
 
     async def settle(self, waits: Waits, *, by: str, within: float) -> Waits | Ended:
         """Wait at most ``within`` seconds for the card of ``waits`` to end, decided in any process (the store is

@@ -21,8 +21,8 @@ McpDomain`, which sends each run's idempotency key in the upstream call's ``_met
 How a call waits depends on what the client speaks. On the 2026-07-28 protocol, the server holds the call for
 ``round_seconds`` and then answers ``input_required`` with a sealed ``requestState`` naming the card; the client
 asks again with it (the SDKs do so by themselves) and the wait goes on, so no request stays open for long. On
-earlier versions, the call stays open, with a progress notification every ``PROGRESS_EVERY`` seconds to a client
-that asked for progress, until the decision or ``wait`` seconds; then it ends in a tool error that says the
+earlier versions, the call stays open, with a progress notification every ``progress_seconds`` to a client that
+asked for progress, until the decision or ``wait`` seconds; then it ends in a tool error that says the
 proposal still waits and that calling the tool again with the same arguments waits on the same card (never a
 false success, never a second card). A client that lost a call (the server restarted, the connection dropped)
 finds its outcome the same way: see :mod:`~dial_runtime.doors.gate`.
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -59,6 +60,8 @@ except ImportError as error:  # pragma: no cover - only without the extra
         "dial_runtime.doors.mcp_server needs the mcp SDK: pip install 'dial-runtime[mcp]'"
     ) from error
 
+logger = logging.getLogger(__name__)
+
 __all__ = ["DEFAULT_ROUND", "DEFAULT_WAIT", "OUTCOME_KEY", "PROGRESS_EVERY", "GatedServer"]
 
 DEFAULT_WAIT = 600.0
@@ -76,14 +79,11 @@ and ``status`` (``waiting``, or the outcome's)."""
 
 
 class GatedServer:
-    """The MCP server over ``gate``: its tools are the gate's domain's actions (see the module).
-
-    ``name`` is the server's name to clients; ``wait`` and ``round_seconds`` are how long a call waits (see the
-    module); ``ask`` names tools that wait for a person even though the domain marks them read-only (``"all"``:
-    every tool); ``state_keys`` seal the 2026-07-28 ``requestState`` (the first seals, every one opens; by
-    default a key of this process, so a call in flight when the server restarts is asked again from scratch,
-    which finds its card by its arguments all the same).
-    """
+    """The MCP server over ``gate``: its tools are the gate's domain's actions (see the module). ``name`` is the
+    server's name to clients; ``wait`` and ``round_seconds`` are how long a call waits (see the module),
+    ``progress_seconds`` the time between two progress notifications; ``state_keys`` seal the 2026-07-28
+    ``requestState`` (the first seals, every one opens; by default a key of this process, so a call in flight when
+    the server restarts is asked again from scratch, which finds its card by its arguments all the same)."""
 
     def __init__(
         self,
@@ -92,15 +92,18 @@ class GatedServer:
         name: str = "dial-runtime",
         wait: float = DEFAULT_WAIT,
         round_seconds: float = DEFAULT_ROUND,
+        progress_seconds: float = PROGRESS_EVERY,
         state_keys: Sequence[bytes] = (),
     ) -> None:
-        for option, seconds in (("wait", wait), ("round_seconds", round_seconds)):
+        timed = (("wait", wait), ("round_seconds", round_seconds), ("progress_seconds", progress_seconds))
+        for option, seconds in timed:
             if not (seconds > 0 and math.isfinite(seconds)):
                 raise ValueError(f"GatedServer: {option} is a positive number of seconds, not {seconds!r}")
         self.gate = gate
         self.name = name
         self.wait = wait
         self.round_seconds = round_seconds
+        self.progress_seconds = progress_seconds
         self.tools = _tools(gate.domain)
         security = RequestStateSecurity(keys=list(state_keys)) if state_keys else RequestStateSecurity.ephemeral()
         self.server: Server[Any] = Server(
@@ -142,7 +145,13 @@ class GatedServer:
             if isinstance(answer, Waits):
                 answer = await self._wait(ctx, answer, by, modern)
         except DialError as error:  # a conversation held past the gate's patience, a log that cannot be read
-            return _error(str(error), {"status": "error", "code": type(error).__name__})
+            return _error(f"{error} Call the tool again.", {"status": "error", "code": type(error).__name__})
+        except (
+            Exception
+        ) as error:  # the domain's check raised, the store failed: the server's fault, not the call's
+            logger.exception("dial-runtime mcp: the call of %r failed", params.name)
+            message = f"The server could not take the call ({type(error).__name__}); call the tool again."
+            return _error(message, {"status": "error", "code": "server-error"})
         if isinstance(answer, Ended):
             return _ended(answer)
         if modern:
@@ -163,7 +172,7 @@ class GatedServer:
             await ctx.session.report_progress(
                 waited, None, f"waiting for a person to decide on {answer.card.preview or answer.card.action}"
             )
-            answer = await self.gate.settle(answer, by=by, within=min(PROGRESS_EVERY, self.wait - waited))
+            answer = await self.gate.settle(answer, by=by, within=min(self.progress_seconds, self.wait - waited))
         return answer
 
 

@@ -94,6 +94,22 @@ async def test_git_read_only_tools_run_at_once_only_when_trusted(repository: Pat
 
 
 @pytest.mark.anyio
+async def test_git_annotations_set_the_marks(repository: Path, errlog: TextIO) -> None:
+    """destructiveHint marks an action destructive and idempotentHint repeatable, as mcp-server-git sets them."""
+    async with git_server(repository, errlog) as domain:
+        marks = {
+            name: (spec.mutates, spec.destructive, spec.repeatable)
+            for name, spec in domain.actions.items()
+            if name in ("git_commit", "git_add", "git_reset")
+        }
+    assert marks == {
+        "git_commit": (True, False, False),
+        "git_add": (True, False, True),
+        "git_reset": (True, True, True),
+    }
+
+
+@pytest.mark.anyio
 async def test_git_commit_and_reset_change_the_repository_when_accepted(repository: Path, errlog: TextIO) -> None:
     repo_path = str(repository)
     async with git_server(repository, errlog, trust_read_only=True) as domain:
