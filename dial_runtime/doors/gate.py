@@ -94,7 +94,9 @@ class Gate:
     decision); ``prefix`` begins every conversation id (letters, digits and ``._:@-``: a door's name, or its
     tenant's); ``decide_timeout`` bounds every decision of an action that sets no deadline of its own (seconds,
     ``None``: no bound); ``announcer`` tells people of each card that starts waiting (emails, webhooks, with
-    decision links: see :class:`~dial_runtime.decisions.announce.Announcer`); ``clock`` gives the log's times.
+    decision links: see :class:`~dial_runtime.decisions.announce.Announcer`); ``concurrency`` bounds the
+    conversations the gate holds at once (each holds a store lock; calls beyond it queue); ``clock`` gives the
+    log's times.
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class Gate:
         prefix: str = "door",
         decide_timeout: float | None = None,
         announcer: Announcer | None = None,
+        concurrency: int = 32,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not _ID_CHARACTERS.fullmatch(prefix) or len(prefix) > 64:
@@ -117,6 +120,9 @@ class Gate:
         self.decide_timeout = decide_timeout
         self.announcer = announcer
         self.clock = clock
+        # Each conversation held takes a store lock (on PostgreSQL, a connection of its own): a thousand calls at
+        # once must not take a thousand connections. Waiting calls hold none (the store's watch serves them all).
+        self._room = anyio.Semaphore(concurrency)
 
     def conversation_id(self, action: str, payload: Any) -> str:
         """The conversation of every call of ``action`` with ``payload``: the prefix, the action and a digest of
@@ -161,9 +167,10 @@ class Gate:
         if refused is not None:
             return refused
         conversation_id = self.conversation_id(action, payload)
-        async for attempt in _while_busy():
-            with attempt:
-                return await self._propose(conversation_id, action, payload, by)
+        async with self._room:
+            async for attempt in _while_busy():
+                with attempt:
+                    return await self._propose(conversation_id, action, payload, by)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     async def _propose(self, conversation_id: str, action: str, payload: Any, by: str) -> Refused | Waits | Ended:
@@ -210,20 +217,28 @@ class Gate:
                     with anyio.move_on_after(max(0.0, due - self.clock())) as timer:
                         await anext(changes)
                     if timer.cancelled_caught:  # its deadline passed with nobody deciding: it expires now
-                        await self._conversation(conversation_id, OutsideAgent()).expire_due()
+                        await self._expire(conversation_id)
         return Waits(conversation_id, card)
 
     async def _hand_back(self, conversation_id: str, card: Card, by: str) -> Ended:
         """The ended card, its receipt logged unless a call handed it back already."""
-        async for attempt in _while_busy():
-            with attempt:
-                conversation = self._conversation(conversation_id, OutsideAgent())
-                async with conversation.holding():
-                    current = project(conversation.log).card(card.id) or card
-                    if not _handed_back(conversation.log, current):
-                        await conversation.say("", by=by)
-                return Ended(conversation_id, current)
+        async with self._room:
+            async for attempt in _while_busy():
+                with attempt:
+                    conversation = self._conversation(conversation_id, OutsideAgent())
+                    async with conversation.holding():
+                        current = project(conversation.log).card(card.id) or card
+                        if not _handed_back(conversation.log, current):
+                            await conversation.say("", by=by)
+                    return Ended(conversation_id, current)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
+
+    async def _expire(self, conversation_id: str) -> None:
+        """Expire what is due in the conversation (its deadline passed while a call waited on it)."""
+        async with self._room:
+            async for attempt in _while_busy():
+                with attempt:
+                    await self._conversation(conversation_id, OutsideAgent()).expire_due()
 
     def _deadline(self, entries: Sequence[LogEntry], suggestion_id: str) -> float:
         """When the suggestion's deadline passes (``inf``: it has none), as the log's fold says."""

@@ -217,3 +217,24 @@ def test_every_call_has_a_conversation_id_every_surface_serves(action: str, payl
 def test_a_prefix_no_surface_can_serve_is_refused(prefix: str) -> None:
     with pytest.raises(ValueError, match="prefix"):
         Gate(object(), store=None, prefix=prefix)  # type: ignore[arg-type]
+
+
+async def test_many_calls_at_once_each_become_one_card_and_same_calls_share_it(
+    ledger: Ledger, store: StorePort
+) -> None:
+    """Calls in flight together, some the same: each distinct call one card, the same calls that card, however
+    few conversations the gate may hold at once (each a store lock: a PostgreSQL connection)."""
+    gate = Gate(ledger, store, prefix="test", concurrency=3)
+    answers: list[Any] = []
+
+    async def call(number: int) -> None:
+        answers.append(await gate.propose("append-line", {"text": f"line {number % 20}"}, by="mcp:test"))
+
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as group:
+            for number in range(60):
+                group.start_soon(call, number)
+    assert all(isinstance(answer, Waits) for answer in answers)
+    cards_by_conversation = {(answer.conversation_id, answer.card.id) for answer in answers}
+    assert len(cards_by_conversation) == 20
+    assert len({conversation for conversation, _ in cards_by_conversation}) == 20
