@@ -14,7 +14,8 @@ A door (the MCP server, a framework's bridge) gives the :class:`Gate` each call 
   decision may come from any process.
 
 Each call has a conversation of its own, named by the action and the payload (:meth:`Gate.conversation_id`),
-not one conversation per client: the turn loop lets a proposal wait for a person only while the agent says
+or by the key the caller gives it (a framework's tool call id, a client's idempotency key), not one
+conversation per client: the turn loop lets a proposal wait for a person only while the agent says
 nothing more (new words supersede what waits), whereas the calls of an agent outside are independent and may
 be in flight together. The name makes a call found again after anything that cut it short:
 
@@ -24,6 +25,9 @@ be in flight together. The name makes a call found again after anything that cut
   wait running out finds it, and the action never runs twice. Handing an outcome back leaves a receipt on the log
   (an empty ``said`` by the caller), so the next identical call is a new proposal, on whose card the person sees
   that the same was done before.
+
+A keyed call needs none of this: its key names it for good, so the same key always finds its card, and the
+outcome of an ended one is the answer however often it is asked.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ __all__ = ["Ended", "Gate", "Refused", "Waits"]
 #: The characters of a conversation id every surface serves (the web surface's rule), and its longest length.
 _ID_CHARACTERS = re.compile(r"[A-Za-z0-9._:@-]+")
 _ID_LENGTH = 128
+#: An action's name as it may stand in a conversation id (MCP's tool names are of these characters).
+_ACTION_CHARACTERS = re.compile(r"[A-Za-z0-9._-]+")
 #: Seconds a call waits for a conversation another process holds (a decision running its action) before giving up.
 BUSY_WAIT = 30.0
 
@@ -124,13 +130,18 @@ class Gate:
         # once must not take a thousand connections. Waiting calls hold none (the store's watch serves them all).
         self._room = anyio.Semaphore(concurrency)
 
-    def conversation_id(self, action: str, payload: Any) -> str:
+    def conversation_id(self, action: str, payload: Any, key: str | None = None) -> str:
         """The conversation of every call of ``action`` with ``payload``: the prefix, the action and a digest of
-        both (the digest alone when the action's name would not fit a conversation id)."""
-        canonical = json.dumps([action, payload], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        digest = hashlib.sha256(canonical.encode()).hexdigest()
+        both (the digest alone when the action's name would not fit a conversation id); of a keyed call, the
+        prefix, ``key`` and a digest of the key."""
+        if key is not None:  # "@key" is no action's name: a keyed call's id is never another call's
+            named = f"{self.prefix}:@key:{key}"
+            if _ID_CHARACTERS.fullmatch(named) and len(named) <= _ID_LENGTH:
+                return named
+            return f"{self.prefix}:@key:{hashlib.sha256(key.encode()).hexdigest()[:40]}"
+        digest = hashlib.sha256(_canonical(action, payload).encode()).hexdigest()
         named = f"{self.prefix}:{action}:{digest[:24]}"
-        if _ID_CHARACTERS.fullmatch(named) and len(named) <= _ID_LENGTH:
+        if _ACTION_CHARACTERS.fullmatch(action) and len(named) <= _ID_LENGTH:
             return named
         return f"{self.prefix}:{digest[:40]}"
 
@@ -158,26 +169,40 @@ class Gate:
             clock=self.clock,
         )
 
-    async def propose(self, action: str, payload: Any, *, by: str) -> Refused | Waits | Ended:
+    async def propose(
+        self, action: str, payload: Any, *, by: str, key: str | None = None
+    ) -> Refused | Waits | Ended:
         """Make the call of ``action`` with ``payload`` by the agent outside named ``by`` a proposal, or find the
-        proposal it repeats (see the module); :class:`~dial_runtime.ConversationBusy` when another process holds
-        its conversation (the caller may try again), :class:`~dial_runtime.LogError` when its stored log
-        cannot be folded."""
+        proposal it repeats (see the module). A ``key`` (the caller's id of the call: a framework's tool call id,
+        a client's idempotency key) names one call for good: made again, it finds that call's card, waiting or
+        ended, and a key used for another action or payload is refused (``key-reused``).
+        :class:`~dial_runtime.ConversationBusy` when another process holds the conversation past
+        :data:`BUSY_WAIT` seconds, :class:`~dial_runtime.LogError` when its stored log cannot be folded."""
         refused = self.refusal(action, payload)
         if refused is not None:
             return refused
-        conversation_id = self.conversation_id(action, payload)
+        conversation_id = self.conversation_id(action, payload, key)
         async with self._room:
             async for attempt in _while_busy():
                 with attempt:
-                    return await self._propose(conversation_id, action, payload, by)
+                    return await self._propose(conversation_id, action, payload, by, keyed=key is not None)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
-    async def _propose(self, conversation_id: str, action: str, payload: Any, by: str) -> Refused | Waits | Ended:
+    async def _propose(
+        self, conversation_id: str, action: str, payload: Any, by: str, *, keyed: bool
+    ) -> Refused | Waits | Ended:
         agent = OutsideAgent()
         conversation = self._conversation(conversation_id, agent)
         async with conversation.holding():
             last = _last_card(conversation.log)
+            if keyed and last is not None:
+                if _canonical(last.action, last.proposed) != _canonical(action, payload):
+                    return Refused(
+                        code="key-reused",
+                        field="key",
+                        hint=f"The key names another call ({last.action}); give each call a key of its own.",
+                    )
+                return Waits(conversation_id, last) if last.waiting else Ended(conversation_id, last)
             if last is not None and last.waiting:
                 return Waits(conversation_id, last)
             if last is not None and not _handed_back(conversation.log, last):
@@ -244,6 +269,11 @@ class Gate:
         """When the suggestion's deadline passes (``inf``: it has none), as the log's fold says."""
         folded = Conversation(agent=OutsideAgent(), domain=self.domain, human=self.human, log=entries)
         return next((when for ident, when in folded.deadlines if ident == suggestion_id), math.inf)
+
+
+def _canonical(action: str, payload: Any) -> str:
+    """The call as canonical JSON: what names it, and what a key's call is compared by."""
+    return json.dumps([action, payload], sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def _while_busy() -> Any:

@@ -25,7 +25,9 @@ earlier versions, the call stays open, with a progress notification every ``prog
 asked for progress, until the decision or ``wait`` seconds; then it ends in a tool error that says the
 proposal still waits and that calling the tool again with the same arguments waits on the same card (never a
 false success, never a second card). A client that lost a call (the server restarted, the connection dropped)
-finds its outcome the same way: see :mod:`~dial_runtime.doors.gate`.
+finds its outcome the same way: see :mod:`~dial_runtime.doors.gate`. A call that carries an idempotency key in
+its ``_meta`` (:data:`IDEMPOTENCY_KEY`, as ``McpDomain`` sends one) is named by it: the same key always gets that
+call's card, and a key reused for another call is refused.
 
 Needs the ``mcp`` extra: ``pip install 'dial-runtime[mcp]'``.
 """
@@ -36,17 +38,22 @@ import contextlib
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 import msgspec
 
+from ..adapters.mcp import IDEMPOTENCY_KEY
 from ..domains import words
 from ..errors import DialError
 from ..runtime.records import as_action_spec
 from ..views.person import Card
 from .gate import Ended, Gate, Refused, Waits
+
+#: A call's idempotency key: printable ASCII, as HTTP's ``Idempotency-Key`` and the runtime's own run keys are.
+_KEY = re.compile(r"[\x21-\x7e]{1,200}")
 
 try:
     import mcp_types as types
@@ -138,8 +145,12 @@ class GatedServer:
         arguments: dict[str, Any] = dict(params.arguments or {})
         by = _caller(ctx, params)
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        key = dict(params.meta or {}).get(IDEMPOTENCY_KEY)
+        if key is not None and not (isinstance(key, str) and _KEY.fullmatch(key)):
+            hint = f"The _meta {IDEMPOTENCY_KEY} is 1 to 200 printable ASCII characters, or left out."
+            return _refused(Refused(code="invalid-key", field=f"_meta.{IDEMPOTENCY_KEY}", hint=hint))
         try:
-            answer = await self.gate.propose(params.name, arguments, by=by)
+            answer = await self.gate.propose(params.name, arguments, by=by, key=key)
             if isinstance(answer, Refused):
                 return _refused(answer)
             if isinstance(answer, Waits):

@@ -203,9 +203,14 @@ JSON = st.recursive(
 )
 
 
-@given(action=st.text(min_size=1, max_size=200), payload=JSON, other=JSON)
-def test_every_call_has_a_conversation_id_every_surface_serves(action: str, payload: Any, other: Any) -> None:
+@given(action=st.text(min_size=1, max_size=200), payload=JSON, other=JSON, key=st.text(max_size=300))
+def test_every_call_has_a_conversation_id_every_surface_serves(
+    action: str, payload: Any, other: Any, key: str
+) -> None:
     gate = Gate(object(), store=None, prefix="door")  # type: ignore[arg-type]
+    keyed = gate.conversation_id(action, payload, key)
+    assert ID.fullmatch(keyed), keyed
+    assert keyed == gate.conversation_id("another", other, key), "a key names the call, whatever it asks"
     named = gate.conversation_id(action, payload)
     assert ID.fullmatch(named), named
     assert named == gate.conversation_id(action, json.loads(json.dumps(payload)))
@@ -238,3 +243,21 @@ async def test_many_calls_at_once_each_become_one_card_and_same_calls_share_it(
     cards_by_conversation = {(answer.conversation_id, answer.card.id) for answer in answers}
     assert len(cards_by_conversation) == 20
     assert len({conversation for conversation, _ in cards_by_conversation}) == 20
+
+
+async def test_a_keyed_call_finds_its_card_for_good_and_a_reused_key_is_refused(
+    gate: Gate, ledger: Ledger
+) -> None:
+    waits = await gate.propose("append-line", {"text": "milk"}, by="mcp:test", key="call-1")
+    assert isinstance(waits, Waits)
+    again = await gate.propose("append-line", {"text": "milk"}, by="mcp:test", key="call-1")
+    assert isinstance(again, Waits) and again.card.id == waits.card.id
+    other = await gate.propose("append-line", {"text": "milk"}, by="mcp:test", key="call-2")
+    assert isinstance(other, Waits) and other.conversation_id != waits.conversation_id, "another key, another call"
+    await decide(gate, waits, Accept())
+    for _ in range(3):  # however often it is asked, and after it was handed back, a key gets its one outcome
+        ended = await gate.propose("append-line", {"text": "milk"}, by="mcp:test", key="call-1")
+        assert isinstance(ended, Ended) and ended.card.id == waits.card.id
+    reused = await gate.propose("append-line", {"text": "eggs"}, by="mcp:test", key="call-1")
+    assert isinstance(reused, Refused) and (reused.code, reused.field) == ("key-reused", "key")
+    assert ledger.lines() == ["milk"]

@@ -233,6 +233,24 @@ async def test_a_call_that_outwaits_its_time_says_it_still_waits_and_the_same_ca
     assert [card.status for card in await setup.cards(conversation)] == ["done"]
 
 
+async def test_a_call_with_an_idempotency_key_is_named_by_it(setup: Setup) -> None:
+    key = {"dev.dial-runtime/idempotency-key": "order-7"}
+    async with stdio(setup, "legacy", "--wait", "0.5") as client:
+        with anyio.fail_after(30):
+            first = await client.call_tool("append-line", {"text": "milk"}, meta=key)
+        conversation, suggestion = where(first)["conversation"], where(first)["suggestion"]
+        assert conversation == "mcp:@key:order-7"
+        await setup.decide(conversation, suggestion, "accept")
+        with anyio.fail_after(30):
+            found = [await client.call_tool("append-line", {"text": "milk"}, meta=key) for _ in range(2)]
+            reused = await client.call_tool("append-line", {"text": "eggs"}, meta=key)
+            bad = await client.call_tool("append-line", {"text": "eggs"}, meta={**key, **{next(iter(key)): "a b"}})
+    assert [where(result)["suggestion"] for result in found] == [suggestion, suggestion]
+    assert reused.is_error and reused.structured_content["code"] == "key-reused"  # type: ignore[index]
+    assert bad.is_error and bad.structured_content["code"] == "invalid-key"  # type: ignore[index]
+    assert setup.lines() == ["milk"]
+
+
 async def test_a_waiting_call_reports_progress_to_a_client_that_asks(setup: Setup) -> None:
     progress: list[tuple[float, str | None]] = []
 
