@@ -18,6 +18,7 @@ Every exception the library raises on purpose, and the one a domain raises to fa
     ├── AgentError           an agent's endpoint refused the request, or its retries were used up
     │   └── TokenLimitReached  a streamed answer the model stopped at its token limit (a cut reply)
     ├── McpConnectionError   an MCP server could not be started, reached or initialised (dial_runtime.mcp)
+    ├── StillWaiting         a door's calls whose cards still wait for a person when its time to wait ran out
     ├── ActionError          raised by a domain's ``run`` to fail an action with a code, field and hint
     └── RecordedError        an error as a log recorded it, thrown into a call by a replay
 
@@ -35,6 +36,9 @@ decision of the wrong shape, ``ValueError`` for a value the caller should not ha
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 
 class DialError(Exception):
@@ -189,6 +193,17 @@ class ActionError(DialError):
 
 class McpConnectionError(DialError):
     """The MCP server could not be started, reached or initialised, or its tools could not be listed."""
+
+
+class StillWaiting(DialError):
+    """A door's calls whose cards still wait for a person when its time to wait ran out (``waiting``: each
+    call's :class:`~dial_runtime.doors.gate.Waits`, its conversation and card). Nothing of theirs has run;
+    asking again finds the same cards."""
+
+    def __init__(self, waiting: Sequence[Any]) -> None:
+        self.waiting = tuple(waiting)
+        shown = ", ".join(f"{each.card.id} in {each.conversation_id}" for each in self.waiting)
+        super().__init__(f"{len(self.waiting)} proposal(s) still wait for a person: {shown}")
 
 
 class RecordedError(DialError):

@@ -38,17 +38,16 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 import stamina
 
 from ..agents.outside import OutsideAgent
-from ..decisions.announce import Announcer
 from ..driver import Conversation
 from ..driver.built import DeferringHuman
-from ..errors import ConversationBusy
+from ..errors import ConversationBusy, StillWaiting
 from ..language.outcomes import escape_attribute, escape_text
 from ..ports import HumanPort, StorePort
 from ..runtime.events import LogEntry
@@ -56,7 +55,10 @@ from ..runtime.records import as_issue
 from ..views.calls import handed_back
 from ..views.person import Card, project
 
-__all__ = ["Ended", "Gate", "Refused", "Waits"]
+if TYPE_CHECKING:  # the links extra's: a gate without an announcer needs none of it
+    from ..decisions.announce import Announcer
+
+__all__ = ["Ended", "Gate", "Refused", "StillWaiting", "Waits", "not_run"]
 
 #: The characters of a conversation id every surface serves (the web surface's rule), and its longest length.
 _ID_CHARACTERS = re.compile(r"[A-Za-z0-9._:@-]+")
@@ -281,6 +283,27 @@ def _while_busy() -> Any:
     return stamina.retry_context(
         on=ConversationBusy, attempts=None, timeout=BUSY_WAIT, wait_initial=0.005, wait_max=0.25, wait_jitter=0.01
     )
+
+
+def not_run(card: Card) -> tuple[str, str | None]:
+    """Why an ended card's action did not run (or failed when it did), in words for the agent outside, and what
+    the person said with the decision, if anything."""
+    outcome = card.reported
+    assert outcome is not None, "an ended card has its outcome"
+    said = next((decision.text for decision in reversed(card.decisions) if decision.text), None)
+    by = f" ({card.decided_by})" if card.decided_by else ""
+    if outcome.expired:
+        text = "Nobody decided on the call before its deadline: it was not run."
+    elif outcome.status == "dismissed":
+        text = f"The person{by} dismissed the call: it was not run."
+    elif outcome.status == "superseded":
+        text = f"The person{by} moved on without deciding: the call was not run."
+    elif outcome.status == "failed":
+        text = f"The person approved the call, and it failed: {outcome.error or 'no reason given'}."
+        text += f" {outcome.hint}" if outcome.hint else ""
+    else:
+        text = f"The call was refused: {outcome.hint or outcome.error or outcome.code}."
+    return (f"{text} They said: {said}" if said else text), said
 
 
 def _actions(domain: Any) -> Mapping[str, Any]:

@@ -50,7 +50,7 @@ from ..domains import words
 from ..errors import DialError
 from ..runtime.records import as_action_spec
 from ..views.person import Card
-from .gate import Ended, Gate, Refused, Waits
+from .gate import Ended, Gate, Refused, Waits, not_run
 
 #: A call's idempotency key: printable ASCII, as HTTP's ``Idempotency-Key`` and the runtime's own run keys are.
 _KEY = re.compile(r"[\x21-\x7e]{1,200}")
@@ -308,22 +308,7 @@ def _ended(ended: Ended) -> types.CallToolResult:
         handed = types.CallToolResult(content=[_text(f"Handed to the person to finish: {card.preview}.")])
         handed.meta = meta
         return handed
-    said = next((decision.text for decision in reversed(card.decisions) if decision.text), None)
-    by = f" ({card.decided_by})" if card.decided_by else ""
-    if outcome.expired:
-        text = "Nobody decided on the call before its deadline: it was not run."
-    elif outcome.status == "dismissed":
-        text = f"The person{by} dismissed the call: it was not run."
-    elif outcome.status == "superseded":
-        text = f"The person{by} moved on without deciding: the call was not run."
-    elif outcome.status == "failed":
-        text = f"The person approved the call, and it failed: {outcome.error or 'no reason given'}."
-    else:
-        text = f"The call was refused: {outcome.hint or outcome.error or outcome.code}."
-    if said:
-        text += f" They said: {said}"
-    if outcome.hint and outcome.status == "failed":
-        text += f" {outcome.hint}"
+    text, said = not_run(card)
     detail = {"status": outcome.status, **{key: value for key, value in outcome.fact().items() if key != "action"}}
     if said:
         detail["said"] = said
