@@ -24,13 +24,13 @@ from ..domains import default_preview, words
 from ..domains.toolkit import action_name
 from ..runtime.records import ActionSpec, Issue, as_action_spec, as_issue
 
-__all__ = ["APPROVAL", "Approvals"]
+__all__ = ["APPROVAL", "Approvals", "spelled"]
 
 APPROVAL = ActionSpec(mutates=True)
 """The marks of a tool the application's domain does not describe: it waits for a person."""
 
 
-def _spelled(known: Mapping[str, Any], tool: str) -> str | None:
+def spelled(known: Mapping[str, Any], tool: str) -> str | None:
     """The domain's action for a framework's tool: of the same name, or of the name in the domain's spelling
     (a typed domain's ``append-line`` for the function ``append_line``)."""
     for name in (tool, action_name(tool)):
@@ -48,7 +48,7 @@ class _EveryTool(Mapping[str, ActionSpec]):
     def __getitem__(self, name: str) -> ActionSpec:
         if not isinstance(name, str) or not name:
             raise KeyError(name)
-        named = _spelled(self._known, name)
+        named = spelled(self._known, name)
         spec = APPROVAL if named is None else self._known[named]
         # A framework asks about a call only when it needs approval: it waits, whatever the domain says of it.
         return (
@@ -75,7 +75,7 @@ class Approvals:
         self.description = description or str(getattr(domain, "description", "") or "")
 
     def _own(self, tool: str) -> str | None:
-        return _spelled(getattr(self.domain, "actions", None) or {}, tool)
+        return spelled(getattr(self.domain, "actions", None) or {}, tool)
 
     def validate(self, action: str, payload: Any) -> Issue | None:
         """The application's domain's check of a tool it has; else only that the arguments are a JSON object."""
