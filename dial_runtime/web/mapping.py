@@ -26,6 +26,7 @@ carried, when the deltas are the start of it).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 from collections.abc import Callable, Iterable, Sequence
 from json.encoder import encode_basestring
@@ -121,6 +122,12 @@ def encode_sse(event: BaseEvent) -> bytes:
     return _ENCODER.encode(event).encode()
 
 
+def iso_time(seconds: float) -> str:
+    """Seconds since the epoch as an ISO 8601 time in UTC, to the millisecond (``2026-12-06T09:30:00.000Z``)."""
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def interrupt_id(subject_id: str, refusals: int) -> str:
     """The interrupt that puts a suggestion (or ask) to the person: its id, and after each refused edit a new one
     (``sg-1~2``, ``sg-1~3``), so a resume answering what was shown before the refusal names an interrupt that no
@@ -139,7 +146,8 @@ def interrupt_for(pending: Suggestion | Ask, *, refusals: int = 0, can_decide: b
     ``metadata`` carries what AG-UI has no field for: a suggestion's action, the agent's words for it (``text``),
     payload (also as exact JSON text, whole and field by field: ``payloadJson``, ``payloadFields``), digest,
     destructive and mutates marks and (after a refused edit) the domain's ``issue``; an ask's response type and
-    options.
+    options. A suggestion with a deadline expires then: ``expiresAt``, ISO 8601 in UTC to the millisecond, as
+    AG-UI's interrupt pattern reads it (a client judges an expired interrupt unanswerable).
     ``canDecide`` is false when the caller may see but not decide it. The interrupt's id is
     :func:`interrupt_id`'s (an ask's never changes: an answer is never refused).
     """
@@ -168,6 +176,7 @@ def interrupt_for(pending: Suggestion | Ask, *, refusals: int = 0, can_decide: b
             message=pending.preview or pending.action,
             tool_call_id=pending.id,
             response_schema=SUGGESTION_RESPONSE_SCHEMA,
+            expires_at=None if pending.deadline is None else iso_time(pending.deadline),
             metadata=metadata,
         )
     options = [{"value": option.value, "label": option.label or option.value} for option in pending.options]

@@ -6,6 +6,7 @@ open found it due. A real uvicorn server, a real SQLite file, real time.
 
 from __future__ import annotations
 
+import datetime
 import time
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,9 @@ async def test_a_deadline_expires_a_card_and_a_late_accept_is_refused(tmp_path: 
             card = await first_run(client, "t-1")
             shown = next(e for e in await stored(db) if isinstance(e.event, SuggestionEvent))
             assert isinstance(shown.event, SuggestionEvent) and shown.event.deadline == shown.time + 0.5
+            # The interrupt says when it expires, as AG-UI's interrupt pattern reads it: ISO 8601, in UTC.
+            expires = datetime.datetime.fromisoformat(card["expiresAt"].replace("Z", "+00:00"))
+            assert abs(expires.timestamp() - shown.event.deadline) < 0.001
             if lifespan == "on":  # nobody asks anything: the server's timer fires it
                 with anyio.fail_after(5):
                     while not outcomes(await stored(db)):
