@@ -25,9 +25,12 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from dial_runtime.doors.gate import Gate, Waits
 from dial_runtime.doors.mcp_server import OUTCOME_KEY
 from dial_runtime.stores import open_store
 from dial_runtime.views.person import Card, project
+
+from .ledger import Ledger
 
 pytestmark = pytest.mark.anyio
 
@@ -449,6 +452,13 @@ async def test_mcp_server_git_reads_at_once_and_commits_once_a_person_approves(
         pytest.param(["--domain", LEDGER, "--wait", "0"], "--wait is a positive number", id="wait"),
         pytest.param(["--domain", LEDGER, "--prefix", "a b"], "prefix", id="prefix"),
         pytest.param(["--upstream", "no-such-command-here"], "cannot connect", id="upstream"),
+        pytest.param(["--domain", LEDGER, "--human", "no_such_module:person"], "--human", id="human"),
+        pytest.param(
+            ["--domain", LEDGER, "--human", "tests.doors.ledger:Ledger"], "no decide method", id="human-kind"
+        ),
+        pytest.param(
+            ["--domain", LEDGER, "--announce", "tests.doors.ledger:Ledger"], "not an Announcer", id="announce"
+        ),
     ],
 )
 def test_a_command_line_that_cannot_serve_is_refused_in_one_line(
@@ -456,6 +466,43 @@ def test_a_command_line_that_cannot_serve_is_refused_in_one_line(
 ) -> None:
     done = subprocess.run(
         [CLI, "mcp", *options, "--store", setup.store],
+        cwd=ROOT,
+        env=setup.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        pytest.param(["--agent", "outside:"], "", id="no-such-store"),
+        pytest.param(["--agent", "outside:someone"], "outside: takes nothing after the colon", id="agent"),
+        pytest.param(["--agent", "outside:", "--mcp", "no-such-command-here"], "cannot connect", id="upstream"),
+    ],
+)
+def test_decide_refuses_in_one_line_what_it_cannot_do(setup: Setup, options: list[str], says: str) -> None:
+    async def a_card_waits() -> str:
+        store = open_store(setup.store)
+        try:
+            waits = await Gate(Ledger(setup.ledger), store, prefix="mcp").propose(
+                "append-line", {"text": "a"}, by="t"
+            )
+            assert isinstance(waits, Waits)
+            return waits.conversation_id
+        finally:
+            await store.aclose()
+
+    conversation = anyio.run(a_card_waits) if says else "mcp:nothing"
+    domain = [] if "--mcp" in options else ["--domain", LEDGER]
+    done = subprocess.run(
+        [CLI, "decide", conversation, "sg-1", "accept", "--store", setup.store, *options, *domain],
         cwd=ROOT,
         env=setup.env,
         capture_output=True,
