@@ -134,8 +134,8 @@ class Gate:
 
     def conversation_id(self, action: str, payload: Any, key: str | None = None) -> str:
         """The conversation of every call of ``action`` with ``payload``: the prefix, the action and a digest of
-        both (the digest alone when the action's name would not fit a conversation id); of a keyed call, the
-        prefix, ``key`` and a digest of the key."""
+        both (the digest alone when the action's name would not fit a conversation id); of a keyed call,
+        ``PREFIX:@key:KEY`` (a digest of the key when the key would not fit)."""
         if key is not None:  # "@key" is no action's name: a keyed call's id is never another call's
             named = f"{self.prefix}:@key:{key}"
             if _ID_CHARACTERS.fullmatch(named) and len(named) <= _ID_LENGTH:

@@ -69,7 +69,15 @@ except ImportError as error:  # pragma: no cover - only without the extra
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_ROUND", "DEFAULT_WAIT", "OUTCOME_KEY", "PROGRESS_EVERY", "GatedServer"]
+__all__ = [
+    "DEFAULT_ROUND",
+    "DEFAULT_WAIT",
+    "OUTCOME_KEY",
+    "PROGRESS_EVERY",
+    "GatedServer",
+    "asking",
+    "gated_domain",
+]
 
 DEFAULT_WAIT = 600.0
 """Seconds a call of an earlier protocol version stays open waiting for a person, by default."""
