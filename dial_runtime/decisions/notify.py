@@ -648,12 +648,17 @@ class WebhookNotifier:
 
     async def notify(self, notification: Notification) -> None:
         """POST the notification; ``httpx.HTTPStatusError`` for a response other than 2xx."""
-        content = msgspec.json.encode(self.body(notification), enc_hook=str)
+        await self.post(self.body(notification), key=notification.id)
+
+    async def post(self, body: Any, *, key: str) -> None:
+        """POST ``body`` (JSON data) under the idempotency key ``key``, as every notification is POSTed (a
+        door's pushes go this way too); ``httpx.HTTPStatusError`` for a response other than 2xx."""
+        content = msgspec.json.encode(body, enc_hook=str)
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "dial-runtime",
             **self._headers,
-            "Idempotency-Key": notification.id,
+            "Idempotency-Key": key,
         }
         if self._client is not None:
             response = await self._client.post(self.url, content=content, headers=headers, timeout=self.timeout)
@@ -834,6 +839,17 @@ class Notifications:
             f"notification {notification.id} ({notification.kind} {_one_line(notification.suggestion_id, 60)}"
             f" in {_one_line(notification.conversation_id, 120)}) to {label}"
         )
+        return await self.attempt(
+            lambda: notifier.notify(notification), key=notification.id, about=about, label=label
+        )
+
+    async def attempt(
+        self, send: Callable[[], Awaitable[None]], *, key: str, about: str, label: str
+    ) -> Undelivered | None:
+        """``send()`` tried until it delivers (``None``) or fails for good (what failed), by this delivery's
+        policy (its retries, its timeout per try, its logging): how each notification reaches each notifier, and
+        how a door delivers what it sends on its own (``key`` names what is delivered, ``about`` it in the logs,
+        ``label`` the receiver)."""
 
         def retrying(tried: int, failed: BaseException, wait: str) -> None:
             logger.warning(
@@ -852,7 +868,7 @@ class Notifications:
                 with attempt:
                     try:
                         with anyio.fail_after(self.attempt_timeout):
-                            await notifier.notify(notification)
+                            await send()
                     except Exception as error:
                         raise _Failed(error) from None
         except _Failed as failed:
@@ -861,7 +877,7 @@ class Notifications:
             reason = str(failed)
             logger.error("%s not delivered (%s): %s", about, why, reason)
             return Undelivered(
-                notification_id=notification.id,
+                notification_id=key,
                 notifier=label,
                 attempts=tries.made,
                 error=reason,

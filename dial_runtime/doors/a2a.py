@@ -17,6 +17,11 @@ what was shown, the decider's roles under the action's approval policy, a card t
 decision leaves the card waiting, and the status message says why (a data part ``{"refused": {...}}``). Once
 nothing waits the task is ``TASK_STATE_COMPLETED``, with the call's outcomes as an artifact (a data part each).
 
+A client that registers a push notification config for a task (an URL, a token, authentication) is told of
+each update of it by :class:`WebhookPushSender`: POSTed as dial-runtime's webhooks are (each update a
+``StreamResponse`` under an ``Idempotency-Key`` of its own, retried by the runtime's retry policy, a receiver's
+4xx final), so an update that failed to arrive is sent again, and one that arrived twice can be told apart.
+
 Who decides is ``principal(call_context)``: by default the authenticated user the A2A server's authentication put
 on the call (``user.user_name``); nobody otherwise, which an approval policy refuses. ``roles(principal)`` are
 theirs.
@@ -26,7 +31,9 @@ Needs ``a2a-sdk[http-server]`` (``pip install 'dial-runtime[a2a]'``).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -43,14 +50,26 @@ try:
     from a2a.server.request_handlers import DefaultRequestHandler
     from a2a.server.routes.agent_card_routes import create_agent_card_routes
     from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
-    from a2a.server.tasks import InMemoryTaskStore, TaskStore, TaskUpdater
+    from a2a.server.tasks import (
+        InMemoryPushNotificationConfigStore,
+        InMemoryTaskStore,
+        PushNotificationConfigStore,
+        PushNotificationSender,
+        TaskStore,
+        TaskUpdater,
+    )
+    from a2a.server.tasks.push_notification_sender import PushNotificationEvent
     from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part, TaskState
     from a2a.utils.constants import PROTOCOL_VERSION_CURRENT
+    from a2a.utils.proto_utils import to_stream_response
+    from google.protobuf.json_format import MessageToDict
     from starlette.applications import Starlette
 except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError("dial_runtime.doors.a2a needs the A2A SDK: pip install 'dial-runtime[a2a]'") from error
 
-__all__ = ["ConversationExecutor", "a2a_app"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["ConversationExecutor", "WebhookPushSender", "a2a_app"]
 
 #: Who decides, from the call's context: a principal, or ``None`` (nobody known).
 Principal = Callable[[ServerCallContext], "str | None"]
@@ -209,6 +228,50 @@ def _data(message: Any) -> list[dict[str, Any]]:
     return [part for part in get_data_parts(list(message.parts)) if isinstance(part, dict)]
 
 
+class WebhookPushSender(PushNotificationSender):
+    """A2A push notifications delivered as dial-runtime delivers webhooks (see the module): each config the
+    ``config_store`` holds for a task gets each update of it, through a
+    :class:`~dial_runtime.decisions.notify.WebhookNotifier` (its token as ``X-A2A-Notification-Token``, its
+    authentication as ``Authorization``), tried by ``delivery``'s policy (by default 5 tries, backing off from
+    1 s). Never raises: what could not be delivered is logged and kept in ``delivery.undelivered``."""
+
+    def __init__(self, config_store: PushNotificationConfigStore, delivery: Any = None) -> None:
+        from ..decisions.notify import Notifications
+
+        self.config_store = config_store
+        self.delivery = delivery if delivery is not None else Notifications([])
+
+    async def send_notification(self, task_id: str, event: PushNotificationEvent) -> None:
+        from ..decisions.notify import WebhookNotifier
+
+        try:
+            configs = await self.config_store.get_info_for_dispatch(task_id)
+        except Exception:
+            logger.exception("the push configs of A2A task %s could not be read; nothing pushed", task_id)
+            return
+        body = MessageToDict(to_stream_response(event))
+        key = f"{task_id}:{hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:24]}"
+        for config in configs:
+            headers = {}
+            if config.token:
+                headers["X-A2A-Notification-Token"] = config.token
+            if config.HasField("authentication") and config.authentication.scheme:
+                scheme, credentials = config.authentication.scheme, config.authentication.credentials
+                headers["Authorization"] = f"{scheme} {credentials}".strip()
+            try:
+                notifier = WebhookNotifier(config.url, headers=headers, shape="json")
+            except ValueError as error:  # not an http(s) URL: nothing to try
+                logger.error("A2A push of task %s not delivered: %s", task_id, error)
+                continue
+
+            async def post(notifier: Any = notifier) -> None:
+                await notifier.post(body, key=key)
+
+            await self.delivery.attempt(
+                post, key=key, about=f"A2A push {key} to {notifier.label}", label=notifier.label
+            )
+
+
 def a2a_app(
     *,
     store: Any,
@@ -220,11 +283,16 @@ def a2a_app(
     principal: Principal = authenticated_user,
     roles: Callable[[str], Iterable[str]] = lambda principal: (),
     task_store: TaskStore | None = None,
+    push: Any = True,
+    push_url_validator: Callable[[str], Awaitable[bool]] | None = None,
 ) -> Starlette:
     """The A2A server of conversations over ``domain`` with ``agent`` (an agent factory, as ``serve`` builds
     one), kept in ``store`` (a store or its URL): its agent card at ``/.well-known/agent-card.json`` and JSON-RPC
     at ``/`` (``url`` is where clients reach it). ``task_store`` keeps the A2A tasks (in memory by default: the
-    conversations themselves are in ``store``)."""
+    conversations themselves are in ``store``). ``push``: push notifications (:class:`WebhookPushSender`), with
+    the delivery policy given (a :class:`~dial_runtime.decisions.notify.Notifications`), or ``False`` for none;
+    ``push_url_validator`` screens the URLs clients register (the A2A SDK's
+    ``validate_push_notification_url`` refuses private addresses: use it on a public server)."""
     from ..decisions.deadlines import conversation_opener
     from ..stores import open_store
 
@@ -239,7 +307,7 @@ def a2a_app(
         supported_interfaces=[
             AgentInterface(protocol_binding="JSONRPC", url=url, protocol_version=PROTOCOL_VERSION_CURRENT)
         ],
-        capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=False, push_notifications=push is not False),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
         skills=[
@@ -251,8 +319,16 @@ def a2a_app(
             )
         ],
     )
+    pushing: dict[str, Any] = {}
+    if push is not False:
+        configs = InMemoryPushNotificationConfigStore()
+        pushing = {
+            "push_config_store": configs,
+            "push_sender": WebhookPushSender(configs, None if push is True else push),
+            "push_url_validator": push_url_validator,
+        }
     handler = DefaultRequestHandler(
-        agent_executor=executor, task_store=task_store or InMemoryTaskStore(), agent_card=card
+        agent_executor=executor, task_store=task_store or InMemoryTaskStore(), agent_card=card, **pushing
     )
     routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")]
     return Starlette(routes=routes)

@@ -4,20 +4,31 @@ every decision is, and the task completes with the outcomes as an artifact."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import anyio
 import httpx
 import pytest
 from a2a.client import ClientConfig, create_client
 from a2a.helpers.proto_helpers import get_data_parts, new_data_part, new_text_part
-from a2a.types.a2a_pb2 import Message, Role, SendMessageRequest, Task, TaskState
+from a2a.types.a2a_pb2 import (
+    Message,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+)
 
 from dial_runtime import ActionSpec, ApprovalPolicy, ScriptedAgent
 from dial_runtime.doors.a2a import a2a_app
 
+from ..decisions.test_notify_servers import Receiver, receiving
 from ..fakes import Notes, envelope, suggest
 from ..web_server import free_port, serving
 
@@ -77,12 +88,15 @@ async def client(url: str) -> AsyncIterator[Any]:
         await made.close()
 
 
-async def send(client: Any, *parts: Any, context_id: str = "", task_id: str = "") -> Task:
+async def send(client: Any, *parts: Any, context_id: str = "", task_id: str = "", push: str | None = None) -> Task:
     message = Message(
         message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=list(parts), context_id=context_id, task_id=task_id
     )
+    configuration = SendMessageConfiguration(
+        task_push_notification_config=TaskPushNotificationConfig(url=push, token="secret-7") if push else None
+    )
     found = None
-    async for response in client.send_message(SendMessageRequest(message=message)):
+    async for response in client.send_message(SendMessageRequest(message=message, configuration=configuration)):
         if response.HasField("task"):
             found = response.task
     assert found is not None, "the server answers with the task"
@@ -160,3 +174,32 @@ async def test_a_decision_the_policy_does_not_admit_is_refused(url: str) -> None
             task = await send(them, decision(card, "accept"), context_id=conversation, task_id=task.id)
             assert task.status.state == state
             await them.close()
+
+
+async def test_each_update_of_a_task_is_pushed_as_webhooks_are_delivered(client: Any) -> None:
+    """The receiver refuses the first POST (503): it is tried again under the same Idempotency-Key, and every
+    update arrives once delivered, with the task's token."""
+    receiver = Receiver(statuses=(503,))
+    with receiving(receiver) as hook:
+        task = await send(client, new_text_part("add milk"), push=f"{hook}/a2a")
+        (card,) = cards(task)
+        await send(client, decision(card, "accept"), context_id=task.context_id, task_id=task.id)
+        deadline = anyio.current_time() + 10
+        while not _states(receiver, TaskState.TASK_STATE_COMPLETED) and anyio.current_time() < deadline:
+            await anyio.sleep(0.05)
+    assert _states(receiver, TaskState.TASK_STATE_INPUT_REQUIRED), "the card waiting was pushed"
+    assert _states(receiver, TaskState.TASK_STATE_COMPLETED), "and the task completing"
+    first, again = receiver.posts[0], receiver.posts[1]
+    assert first[1]["idempotency-key"] == again[1]["idempotency-key"] and first[2] == again[2], "retried the same"
+    assert all(headers["x-a2a-notification-token"] == "secret-7" for _, headers, _ in receiver.posts)
+
+
+def _states(receiver: Receiver, state: int) -> list[Any]:
+    """The pushes that carry the task in ``state``."""
+    found = []
+    for _, _, body in receiver.posts:
+        pushed = json.loads(body)
+        status = pushed.get("statusUpdate", pushed.get("task", {})).get("status", {})
+        if status.get("state") == TaskState.Name(state):
+            found.append(pushed)
+    return found
