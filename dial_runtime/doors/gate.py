@@ -38,7 +38,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import attrs
@@ -65,6 +65,8 @@ _ID_CHARACTERS = re.compile(r"[A-Za-z0-9._:@-]+")
 _ID_LENGTH = 128
 #: An action's name as it may stand in a conversation id (MCP's tool names are of these characters).
 _ACTION_CHARACTERS = re.compile(r"[A-Za-z0-9._-]+")
+K = TypeVar("K")
+
 #: Seconds a call waits for a conversation another process holds (a decision running its action) before giving up.
 BUSY_WAIT = 30.0
 
@@ -246,6 +248,24 @@ class Gate:
                     if timer.cancelled_caught:  # its deadline passed with nobody deciding: it expires now
                         await self._expire(conversation_id)
         return Waits(conversation_id, card)
+
+    async def settle_all(
+        self, proposed: Mapping[K, Refused | Waits | Ended], *, by: str, within: float
+    ) -> dict[K, Refused | Ended]:
+        """Each of ``proposed`` once it ended (a refusal as it is), waiting at most ``within`` seconds for them
+        all together: how a bridge hands a framework every decision of a paused run at once.
+        :class:`~dial_runtime.StillWaiting` naming the cards still waiting when the time is up."""
+        settled: dict[K, Refused | Ended] = {}
+        with anyio.move_on_after(within):
+            for name, answer in proposed.items():
+                if isinstance(answer, Waits):
+                    answer = await self.settle(answer, by=by, within=within)
+                if not isinstance(answer, Waits):
+                    settled[name] = answer
+        still = [answer for name, answer in proposed.items() if name not in settled and isinstance(answer, Waits)]
+        if still:
+            raise StillWaiting(still)
+        return settled
 
     async def _hand_back(self, conversation_id: str, card: Card, by: str) -> Ended:
         """The ended card, its receipt logged unless a call handed it back already."""

@@ -25,9 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import anyio
-
-from .gate import Ended, Gate, Refused, StillWaiting, Waits, not_run
+from .gate import Ended, Gate, Refused, Waits, not_run
 
 try:
     from langgraph.types import Command, Interrupt
@@ -70,22 +68,10 @@ class LangGraphApprovals:
         is decided (``within`` seconds at most, all together); :class:`~dial_runtime.StillWaiting` naming the
         cards still waiting when the time is up (asking again waits on the same cards)."""
         proposed = await self.propose(interrupts)
-        settled: dict[tuple[str, int], Refused | Ended] = {}
-        with anyio.move_on_after(within):
-            for interrupt_id, answers in proposed.items():
-                for place, answer in enumerate(answers):
-                    if isinstance(answer, Waits):
-                        answer = await self.gate.settle(answer, by=self.by, within=within)
-                    if not isinstance(answer, Waits):
-                        settled[(interrupt_id, place)] = answer
-        still = [
-            answer
-            for interrupt_id, answers in proposed.items()
-            for place, answer in enumerate(answers)
-            if (interrupt_id, place) not in settled and isinstance(answer, Waits)
-        ]
-        if still:
-            raise StillWaiting(still)
+        flat = {
+            (each, place): answer for each, answers in proposed.items() for place, answer in enumerate(answers)
+        }
+        settled = await self.gate.settle_all(flat, by=self.by, within=within)
         resumed: dict[str, Any] = {}
         for each in interrupts:
             requests = _requests(each)

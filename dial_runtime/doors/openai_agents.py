@@ -32,8 +32,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anyio
-
 from ..errors import StillWaiting
 from .approvals import spelled
 from .gate import Ended, Gate, Refused, Waits, not_run
@@ -78,17 +76,7 @@ class OpenAIAgentsApprovals:
             state, interruptions = paused.to_state(), paused.interruptions
         else:
             raise TypeError(f"expected an Agents SDK run result or RunState, not {type(paused).__name__}")
-        proposed = await self.propose(interruptions)
-        settled: dict[str, Refused | Ended] = {}
-        with anyio.move_on_after(within):
-            for call_id, answer in proposed.items():
-                if isinstance(answer, Waits):
-                    answer = await self.gate.settle(answer, by=self.by, within=within)
-                if not isinstance(answer, Waits):
-                    settled[call_id] = answer
-        still = [answer for call_id, answer in proposed.items() if call_id not in settled]
-        if still:
-            raise StillWaiting([answer for answer in still if isinstance(answer, Waits)])
+        settled = await self.gate.settle_all(await self.propose(interruptions), by=self.by, within=within)
         for item in interruptions:
             name, _, call_id = _call(item)
             answer = settled[call_id]

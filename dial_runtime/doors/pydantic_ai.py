@@ -22,9 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
-
-from .gate import Ended, Gate, Refused, StillWaiting, Waits, not_run
+from .gate import Ended, Gate, Refused, Waits, not_run
 
 try:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
@@ -59,21 +57,13 @@ class PydanticAiApprovals:
         """The decision on every approval the requests ask for, as pydantic-ai's results, once each is decided
         (``within`` seconds at most, all together); :class:`~dial_runtime.StillWaiting` naming the
         cards still waiting when the time is up (asking again waits on the same cards)."""
-        proposed = await self.propose(requests)
-        approvals: dict[str, bool | ToolApproved | ToolDenied] = {}
-        answered_by: dict[str, str] = {}
-        with anyio.move_on_after(within):
-            for call_id, answer in proposed.items():
-                if isinstance(answer, Waits):
-                    answer = await self.gate.settle(answer, by=self.by, within=within)
-                if isinstance(answer, Waits):
-                    continue
-                approvals[call_id] = _approval(answer)
-                if isinstance(answer, Ended) and answer.card.decided_by:
-                    answered_by[call_id] = answer.card.decided_by
-        still = [answer for call_id, answer in proposed.items() if call_id not in approvals]
-        if still:
-            raise StillWaiting([answer for answer in still if isinstance(answer, Waits)])
+        settled = await self.gate.settle_all(await self.propose(requests), by=self.by, within=within)
+        approvals = {call_id: _approval(answer) for call_id, answer in settled.items()}
+        answered_by = {
+            call_id: answer.card.decided_by
+            for call_id, answer in settled.items()
+            if isinstance(answer, Ended) and answer.card.decided_by
+        }
         return DeferredToolResults(approvals=dict(approvals), answered_by=answered_by)
 
 
