@@ -4,6 +4,7 @@ URL of each kind."""
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import AsyncIterator, Callable, Generator
 from pathlib import Path
 
@@ -87,6 +88,18 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A store URL other processes can reach (``sqlite`` or ``postgres``, given indirectly)."""
     return _store_url(request, tmp_path)
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    """A throwaway git repository with one staged file (mcp-server-git's, proxied or as a domain)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for command in (["init", "-q"], ["config", "user.email", "ada@example.com"], ["config", "user.name", "Ada"]):
+        subprocess.run(["git", *command], cwd=repo, check=True, timeout=30)
+    (repo / "notes.txt").write_text("buy milk\n", encoding="utf-8")
+    subprocess.run(["git", "add", "notes.txt"], cwd=repo, check=True, timeout=30)
+    return repo
 
 
 @pytest.fixture

@@ -61,18 +61,6 @@ async def hold(domain: McpDomain, reply: str, human: Any) -> tuple[Conversation,
 # --- mcp-server-git ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def repository(tmp_path: Path) -> Path:
-    """A throwaway git repository with one staged file."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    for command in (["init", "-q"], ["config", "user.email", "ada@example.com"], ["config", "user.name", "Ada"]):
-        subprocess.run(["git", *command], cwd=repo, check=True, timeout=30)
-    (repo / "notes.txt").write_text("buy milk\n", encoding="utf-8")
-    subprocess.run(["git", "add", "notes.txt"], cwd=repo, check=True, timeout=30)
-    return repo
-
-
 def git_server(repository: Path, errlog: TextIO, **options: Any) -> McpDomain:
     assert GIT_SERVER.exists(), "mcp-server-git is missing: pip install -e '.[test]' installs it"
     return McpDomain.stdio([str(GIT_SERVER), "--repository", str(repository)], errlog=errlog, **options)

@@ -38,11 +38,6 @@ ADD = envelope(suggest("add-note", '{"text":"buy milk"}'), prose="Here is the no
 ACK = '<dial><dial-acknowledge of="sg-1">Added.</dial-acknowledge></dial>'
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class SignedNotes(Notes):
     """The notes, whose removals two reviewers must approve."""
 

@@ -15,13 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dial_runtime import Accept, Conversation, Dismiss, Edit
-from dial_runtime.agents.outside import OutsideAgent
+from dial_runtime import Accept, Dismiss, Edit
 from dial_runtime.doors.gate import Ended, Gate, Refused, Waits
-from dial_runtime.driver.built import DeferringHuman
 from dial_runtime.stores import StorePort, open_store
 from dial_runtime.views.person import Card, project
 
+from . import desk
 from .ledger import Ledger
 
 pytestmark = pytest.mark.anyio
@@ -50,15 +49,7 @@ def gate(ledger: Ledger, store: StorePort) -> Gate:
 
 async def decide(gate: Gate, waits: Waits, decision: Any, *, by: str = "ann", **options: Any) -> None:
     """Decide on the card as another process would: its own conversation object, the agent outside's."""
-    conversation = Conversation(
-        agent=OutsideAgent(),
-        domain=gate.domain,
-        human=DeferringHuman(),
-        store=gate.store,
-        conversation_id=waits.conversation_id,
-    )
-    with anyio.fail_after(30):
-        await conversation.decide(waits.card.id, decision, by=by, via="cli", **options)
+    await desk.decide(gate.store, waits, decision, by=by, domain=gate.domain, **options)
 
 
 async def cards(gate: Gate, conversation_id: str) -> list[str]:

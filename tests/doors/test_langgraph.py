@@ -5,8 +5,6 @@ node runs the action, once, with what the person approved."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any, TypedDict
 
 import anyio
@@ -15,27 +13,17 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Interrupt, interrupt
 
-from dial_runtime import Accept, Conversation, Dismiss, Edit, Say
-from dial_runtime.agents.outside import OutsideAgent
+from dial_runtime import Accept, Dismiss, Edit, Say
 from dial_runtime.doors.approvals import Approvals
 from dial_runtime.doors.gate import Gate, StillWaiting, Waits
 from dial_runtime.doors.langgraph import LangGraphApprovals
-from dial_runtime.driver.built import DeferringHuman
-from dial_runtime.stores import StorePort, open_store
+from dial_runtime.stores import StorePort
+
+from .desk import decide
 
 pytestmark = pytest.mark.anyio
 
 EVERYTHING = {"allow_accept": True, "allow_edit": True, "allow_respond": True, "allow_ignore": True}
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def store(tmp_path: Path, keep: Callable[[StorePort], StorePort]) -> AsyncIterator[StorePort]:
-    yield keep(open_store(f"sqlite:{tmp_path / 'approvals.db'}"))
 
 
 class State(TypedDict, total=False):
@@ -64,17 +52,6 @@ def ledger_graph(lines: list[str], config: dict[str, bool], *, listed: bool = Tr
     graph.add_edge(START, "append")
     graph.add_edge("append", END)
     return graph.compile(checkpointer=InMemorySaver())
-
-
-async def decide(store: StorePort, waits: Waits, decision: Any) -> None:
-    conversation = Conversation(
-        agent=OutsideAgent(),
-        domain=Approvals(),
-        human=DeferringHuman(),
-        store=store,
-        conversation_id=waits.conversation_id,
-    )
-    await conversation.decide(waits.card.id, decision, by="ann", via="cli")
 
 
 @pytest.mark.parametrize("listed", [True, False], ids=["list", "single"])

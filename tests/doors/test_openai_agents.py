@@ -5,7 +5,6 @@ which the SDK cannot run, runs through the runtime, once."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,31 +13,20 @@ import pytest
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from dial_runtime import Accept, Conversation, Dismiss, Edit, policy_human
-from dial_runtime.agents.outside import OutsideAgent
+from dial_runtime import Accept, Dismiss, Edit, policy_human
 from dial_runtime.doors.approvals import Approvals
 from dial_runtime.doors.gate import Gate, Waits
 from dial_runtime.doors.openai_agents import OpenAIAgentsApprovals
-from dial_runtime.driver.built import DeferringHuman
 from dial_runtime.errors import StillWaiting
-from dial_runtime.stores import StorePort, open_store
+from dial_runtime.stores import StorePort
 
+from .desk import decide
 from .ledger import Ledger
 
 pytestmark = pytest.mark.anyio
 
 #: No traces sent anywhere: the tests run offline.
 OFFLINE = RunConfig(tracing_disabled=True)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def store(tmp_path: Path, keep: Callable[[StorePort], StorePort]) -> AsyncIterator[StorePort]:
-    yield keep(open_store(f"sqlite:{tmp_path / 'approvals.db'}"))
 
 
 def ledger_agent(lines: list[str]) -> tuple[Agent[Any], ScriptedModel]:
@@ -56,17 +44,6 @@ def ledger_agent(lines: list[str]) -> tuple[Agent[Any], ScriptedModel]:
         return f"appended {text}"
 
     return Agent(name="ledger", model=model, tools=[append_line]), model
-
-
-async def decide(store: StorePort, waits: Waits, decision: Any) -> None:
-    conversation = Conversation(
-        agent=OutsideAgent(),
-        domain=Approvals(),
-        human=DeferringHuman(),
-        store=store,
-        conversation_id=waits.conversation_id,
-    )
-    await conversation.decide(waits.card.id, decision, by="ann", via="cli")
 
 
 def told(model: ScriptedModel) -> str:

@@ -5,7 +5,6 @@ pydantic-ai, once, with what the person approved."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,27 +14,16 @@ from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDe
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from dial_runtime import Accept, Conversation, Dismiss, Edit
-from dial_runtime.agents.outside import OutsideAgent
+from dial_runtime import Accept, Dismiss, Edit
 from dial_runtime.doors.approvals import Approvals
 from dial_runtime.doors.gate import Gate, StillWaiting, Waits
 from dial_runtime.doors.pydantic_ai import PydanticAiApprovals
-from dial_runtime.driver.built import DeferringHuman
-from dial_runtime.stores import StorePort, open_store
+from dial_runtime.stores import StorePort
 
+from .desk import decide
 from .ledger import Ledger
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def store(tmp_path: Path, keep: Callable[[StorePort], StorePort]) -> AsyncIterator[StorePort]:
-    yield keep(open_store(f"sqlite:{tmp_path / 'approvals.db'}"))
 
 
 def ledger_agent(lines: list[str], calls: list[dict[str, Any]]) -> Agent[None, str | DeferredToolRequests]:
@@ -68,17 +56,6 @@ def ledger_agent(lines: list[str], calls: list[dict[str, Any]]) -> Agent[None, s
         return f"appended {text}"
 
     return agent
-
-
-async def decide(store: StorePort, waits: Waits, decision: Any, by: str = "ann") -> None:
-    conversation = Conversation(
-        agent=OutsideAgent(),
-        domain=Approvals(),
-        human=DeferringHuman(),
-        store=store,
-        conversation_id=waits.conversation_id,
-    )
-    await conversation.decide(waits.card.id, decision, by=by, via="cli")
 
 
 @pytest.mark.parametrize(
