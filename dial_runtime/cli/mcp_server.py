@@ -90,16 +90,15 @@ def _mcp(args: argparse.Namespace) -> int:
 
 def _human(spec: str) -> Any:
     """The person ``--human MODULE:FACTORY`` names: ``FACTORY()``, which must have a ``decide`` method."""
-    from ..domains.loading import load_callable
+    from ..domains.loading import load_made
 
-    factory = load_callable(spec, option="--human", example="dial_runtime.driver.humans:policy_human")
-    try:
-        human = factory()
-    except Exception as error:
-        _usage(f"--human {spec!r}: {_described(error)}")
-    if not callable(getattr(human, "decide", None)):
-        _usage(f"--human {spec!r}: what it returns has no decide method")
-    return human
+    return load_made(
+        spec,
+        option="--human",
+        example="dial_runtime.driver.humans:policy_human",
+        what="a person (with a decide method)",
+        fits=lambda made: callable(getattr(made, "decide", None)),
+    )
 
 
 def _address(text: str) -> tuple[str, int]:

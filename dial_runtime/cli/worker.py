@@ -6,8 +6,8 @@ import argparse
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from .._command import _CommandError, _described, _usage
-from ..domains.loading import load_callable, load_domain
+from .._command import _usage
+from ..domains.loading import load_domain, load_made
 from ..stores.urls import open_url
 
 if TYPE_CHECKING:
@@ -61,13 +61,13 @@ def load_announcer(spec: str) -> Announcer:
     """The announcer ``--announce MODULE:FACTORY`` names (``FACTORY()``'s); a one-line error for anything else."""
     from ..decisions.announce import Announcer
 
-    factory = load_callable(spec, option="--announce", example="myapp.notify:announcer")
-    try:
-        made = factory()
-    except Exception as error:
-        raise _CommandError(f"--announce {spec!r}: the factory raised {_described(error)}") from error
-    if not isinstance(made, Announcer):
-        _usage(f"--announce {spec!r}: the factory returned {type(made).__name__}, not an Announcer")
+    made: Announcer = load_made(
+        spec,
+        option="--announce",
+        example="myapp.notify:announcer",
+        what="an Announcer",
+        fits=lambda made: isinstance(made, Announcer),
+    )
     return made
 
 

@@ -70,6 +70,20 @@ def load_callable(spec: str, *, option: str, example: str) -> Callable[..., Any]
     return found  # type: ignore[no-any-return]
 
 
+def load_made(spec: str, *, option: str, example: str, what: str, fits: Callable[[Any], bool]) -> Any:
+    """What ``factory()`` returns for the ``module:factory`` an option names (``--announce``, ``--human``), which
+    ``fits`` must accept: a one-line error naming ``option`` when it cannot be loaded, raises, or returns
+    something else than ``what`` (``an Announcer``)."""
+    factory = load_callable(spec, option=option, example=example)
+    try:
+        made = factory()
+    except Exception as error:
+        raise _CommandError(f"{option} {spec!r}: the factory raised {_described(error)}") from error
+    if not fits(made):
+        _usage(f"{option} {spec!r}: the factory returned {type(made).__name__}, not {what}")
+    return made
+
+
 def load_domain(spec: str) -> Any:
     """The domain ``module:factory`` names: the module is imported (looked for in the current directory first, as
     ``python -m`` and uvicorn do) and ``factory()`` called; what it returns must have a ``run`` method, and

@@ -437,7 +437,9 @@ async def test_mcp_server_git_reads_at_once_and_commits_once_a_person_approves(
         pytest.param(["--upstream", "no-such-command-here"], "cannot connect", id="upstream"),
         pytest.param(["--domain", LEDGER, "--human", "no_such_module:person"], "--human", id="human"),
         pytest.param(
-            ["--domain", LEDGER, "--human", "tests.doors.ledger:Ledger"], "no decide method", id="human-kind"
+            ["--domain", LEDGER, "--human", "tests.doors.ledger:Ledger"],
+            "returned Ledger, not a person",
+            id="human-kind",
         ),
         pytest.param(
             ["--domain", LEDGER, "--announce", "tests.doors.ledger:Ledger"], "not an Announcer", id="announce"
