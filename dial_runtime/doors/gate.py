@@ -230,16 +230,18 @@ class Gate:
         """Wait at most ``within`` seconds for the card of ``waits`` to end, decided in any process (the store is
         watched), expiring it when its deadline passes meanwhile; an outcome that ends it is handed back to
         ``by`` (the receipt goes on the log). The card as it stands when the time is up."""
-        conversation_id, suggestion_id = waits.conversation_id, waits.card.id
-        card = waits.card
+        return await self.settle_card(waits.conversation_id, waits.card.id, by=by, within=within)
+
+    async def settle_card(
+        self, conversation_id: str, suggestion_id: str, *, by: str, within: float
+    ) -> Waits | Ended:
+        """:meth:`settle` for the card a caller named (a 2026-07-28 MCP call's ``requestState``);
+        :class:`LookupError` when the conversation has no such card."""
+        card: Card | None = None
         with anyio.move_on_after(within if math.isfinite(within) else math.inf):
-            async with self.store.watch(conversation_id) as changes:
+            async with self.store.watch(conversation_id) as changes:  # watching first: no decision slips past
                 while True:
-                    entries = await self.store.read(conversation_id)
-                    found = project(entries).card(suggestion_id)
-                    if found is None:
-                        raise LookupError(f"no suggestion {suggestion_id} in conversation {conversation_id}")
-                    card = found
+                    entries, card = await self._card(conversation_id, suggestion_id)
                     if not card.waiting:
                         return await self._hand_back(conversation_id, card, by)
                     due = self._deadline(entries, suggestion_id)
@@ -247,7 +249,19 @@ class Gate:
                         await anext(changes)
                     if timer.cancelled_caught:  # its deadline passed with nobody deciding: it expires now
                         await self._expire(conversation_id)
+        if card is None:  # the time was up before the store was read: how the card stands now
+            _, card = await self._card(conversation_id, suggestion_id)
+            if not card.waiting:
+                return await self._hand_back(conversation_id, card, by)
         return Waits(conversation_id, card)
+
+    async def _card(self, conversation_id: str, suggestion_id: str) -> tuple[list[LogEntry], Card]:
+        """The conversation's log and the card as they stand; :class:`LookupError` when there is no such card."""
+        entries = await self.store.read(conversation_id)
+        card = project(entries).card(suggestion_id)
+        if card is None:
+            raise LookupError(f"no suggestion {suggestion_id} in conversation {conversation_id}")
+        return entries, card
 
     async def settle_all(
         self, proposed: Mapping[K, Refused | Waits | Ended], *, by: str, within: float

@@ -157,17 +157,20 @@ class GatedServer:
         if key is not None and not (isinstance(key, str) and _KEY.fullmatch(key)):
             hint = f"The _meta {IDEMPOTENCY_KEY} is 1 to 200 printable ASCII characters, or left out."
             return _refused(Refused(code="invalid-key", field=f"_meta.{IDEMPOTENCY_KEY}", hint=hint))
+        named = self._named(params, arguments, key)
+        answer: Refused | Waits | Ended
         try:
-            answer = await self.gate.propose(params.name, arguments, by=by, key=key)
+            if named is not None:  # a 2026-07-28 round asking again: the card its state names
+                answer = await self.gate.settle_card(*named, by=by, within=self.round_seconds)
+            else:
+                answer = await self.gate.propose(params.name, arguments, by=by, key=key)
             if isinstance(answer, Refused):
                 return _refused(answer)
             if isinstance(answer, Waits):
                 answer = await self._wait(ctx, answer, by, modern)
         except DialError as error:  # a conversation held past the gate's patience, a log that cannot be read
             return _error(f"{error} Call the tool again.", {"status": "error", "code": type(error).__name__})
-        except (
-            Exception
-        ) as error:  # the domain's check raised, the store failed: the server's fault, not the call's
+        except Exception as error:  # the domain's check raised, the store failed: the server's fault
             logger.exception("dial-runtime mcp: the call of %r failed", params.name)
             message = f"The server could not take the call ({type(error).__name__}); call the tool again."
             return _error(message, {"status": "error", "code": "server-error"})
@@ -177,6 +180,24 @@ class GatedServer:
             state = json.dumps({"conversation": answer.conversation_id, "suggestion": answer.card.id})
             return types.InputRequiredResult(request_state=state)
         return _still_waiting(answer, self.wait)
+
+    def _named(
+        self, params: types.CallToolRequestParams, arguments: dict[str, Any], key: str | None
+    ) -> tuple[str, str] | None:
+        """The conversation and card a round's ``requestState`` names (the SDK opened and checked its seal),
+        when it is this call's; ``None`` for a first round, or a state of another call (asked from scratch)."""
+        try:
+            state = json.loads(params.request_state or "null")
+        except ValueError:
+            return None
+        if not isinstance(state, dict):
+            return None
+        conversation, suggestion = state.get("conversation"), state.get("suggestion")
+        if conversation != self.gate.conversation_id(params.name, arguments, key) or not isinstance(
+            suggestion, str
+        ):
+            return None
+        return conversation, suggestion
 
     async def _wait(self, ctx: Any, waits: Waits, by: str, modern: bool) -> Waits | Ended:
         """Wait for the card: one round (2026-07-28), or until ``wait`` with progress notifications."""

@@ -279,7 +279,13 @@ async def test_on_2026_07_28_a_call_answers_input_required_with_a_sealed_state(s
             ended = await client.session.call_tool(
                 "append-line", {"text": "milk"}, request_state=first.request_state, allow_input_required=True
             )
-    assert ended.result_type == "complete" and not ended.is_error
+            # The state names its card: asked with it again, the same outcome, never a new proposal.
+            again = await client.session.call_tool(
+                "append-line", {"text": "milk"}, request_state=first.request_state, allow_input_required=True
+            )
+    assert ended.result_type == again.result_type == "complete" and not ended.is_error
+    assert where(ended)["suggestion"] == where(again)["suggestion"] == suggestion
+    assert [card.status for card in await setup.cards(conversation)] == ["done"]
     assert setup.lines() == ["milk"]
 
 
