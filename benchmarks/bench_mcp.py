@@ -4,7 +4,8 @@
 ``write`` tool directly, and the same tool through ``dial-runtime mcp --upstream`` (over stdio, a SQLite store, a
 policy person approving in the call), in blocks taken in turn so that the machine's swings weigh on both alike;
 each call's arguments are new. Milliseconds per call (p50, p90) for each, and the difference of the medians:
-what the door adds to an approved write, besides the person's time.
+what the door adds to an approved write, besides the person's time; and the CPU time the servers spend per call
+in each arm (the gate and its upstream, beside the upstream alone), steadier when the machine's speed swings.
 
 (w) Waiting: ``--sessions`` MCP sessions over streamable HTTP on one server process (PostgreSQL store, a
 throwaway cluster as the tests start one), each with a call that waits for a person (a handshake-era client: the
@@ -122,25 +123,62 @@ def overhead(calls: int, blocks: int, folder: Path) -> dict[str, Any]:
         "dial_runtime.driver.humans:policy_human",
     ]
 
-    async def run() -> dict[str, list[float]]:
+    async def run() -> tuple[dict[str, list[float]], dict[str, float]]:
         spent: dict[str, list[float]] = {"direct": [], "gated": []}
+        cpu = {"direct": 0.0, "gated": 0.0}
         with (folder / "servers.log").open("a", encoding="utf-8") as errlog:
             async with client_of(upstream_command, errlog) as direct, client_of(gated_command, errlog) as gated:
                 for client, label in ((direct, "direct"), (gated, "gated")):  # warm up: imports, first writes
                     await timed_calls(client, f"warm-{label}", 5, 0)
+                servers = _servers()
                 for block in range(blocks):
                     for client, label in ((direct, "direct"), (gated, "gated")):
+                        before = _cpu_seconds(servers[label])
                         spent[label] += await timed_calls(client, label, calls // blocks, block * calls)
-        return spent
+                        cpu[label] += _cpu_seconds(servers[label]) - before
+        return spent, cpu
 
-    spent = anyio.run(run)
+    spent, cpu = anyio.run(run)
     direct, gated = spread(spent["direct"]), spread(spent["gated"])
+    per_call = {label: round(seconds * 1000 / len(spent[label]), 3) for label, seconds in cpu.items()}
     return {
         "direct_ms": direct,
         "gated_ms": gated,
         "added_ms_p50": round(gated["p50"] - direct["p50"], 3),
+        # CPU time of the servers per call (the gate with its upstream, beside the upstream alone): steadier
+        # than the wall clock on a machine whose speed swings, and what the gate itself costs.
+        "server_cpu_ms_per_call": per_call,
+        "added_cpu_ms_per_call": round(per_call["gated"] - per_call["direct"], 3),
         "store": "sqlite",
     }
+
+
+def _servers() -> dict[str, list[int]]:
+    """The server processes of each arm: the upstream this process started, and the gate with its upstream."""
+    children = _children(os.getpid())
+    gate = [pid for pid in children if b"dial-runtime" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return {
+        "direct": [pid for pid in children if pid not in gate],
+        "gated": [*gate, *(grandchild for pid in gate for grandchild in _children(pid))],
+    }
+
+
+def _children(pid: int) -> list[int]:
+    return [
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    ]
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """The CPU seconds (user and system) the processes ``pids`` have used so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / ticks
 
 
 def free_port() -> int:
