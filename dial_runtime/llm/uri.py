@@ -58,6 +58,7 @@ from typing import Any
 
 import msgspec
 
+from ..agents.outside import OutsideAgent
 from ..agents.scripted import ScriptedAgent
 from ..runtime.events import LogEntry
 from .anthropic import ANTHROPIC_BASE_URL, AnthropicAgent
@@ -101,7 +102,7 @@ DEFAULT_CODECS = {
 _FORMS = (
     "openai:MODEL, anthropic:MODEL[@HOST:PORT], ollama:MODEL@HOST:PORT, vllm:MODEL@HOST:PORT, "
     "llamacpp:MODEL@HOST:PORT, "
-    "http(s)://HOST/v1#MODEL or script:FILE"
+    "http(s)://HOST/v1#MODEL, script:FILE or outside:"
 )
 
 
@@ -112,10 +113,12 @@ def agent_from_uri(
     domain: Any = None,
     log: Iterable[LogEntry] | None = None,
     **options: Any,
-) -> ChatAgent | ScriptedAgent:
+) -> ChatAgent | ScriptedAgent | OutsideAgent:
     """The :class:`ChatAgent` that ``uri`` names, for ``domain``, with ``options`` (``ChatAgent``'s keyword
     arguments: ``timeout``, ``max_retries``, ``client``, ``codec`` (a name), ``constrain``, ...); for
-    ``script:FILE``, the :class:`ScriptedAgent` replying with the file's replies. ``log``: the stored
+    ``script:FILE``, the :class:`ScriptedAgent` replying with the file's replies; for ``outside:``, the
+    :class:`~dial_runtime.agents.outside.OutsideAgent` of a door's conversation (it says nothing: the agent is
+    elsewhere, behind ``dial-runtime mcp`` or a framework's bridge). ``log``: the stored
     conversation it takes up (see the module docstring for the codec, the prompt and the grammar).
 
     Raises ``ValueError`` naming the accepted forms for a malformed URI, naming the variable when a key the URI
@@ -125,6 +128,10 @@ def agent_from_uri(
     if "api_key" in options:
         raise TypeError("agent_from_uri: the API key comes from the environment, not from an option")
     scheme, colon, rest = uri.partition(":")
+    if scheme == "outside":
+        if rest:
+            raise ValueError(f"agent URI {uri!r}: outside: takes nothing after the colon")
+        return OutsideAgent()
     if scheme == "script":
         if not rest:
             raise ValueError(

@@ -104,12 +104,14 @@ def agent_factory(uri: str, domain: Any, options: Mapping[str, Any] | None = Non
     True`` for the domain's own grammar, :func:`~dial_runtime.agents.domain_grammar`). ``ValueError`` for a URI,
     file or option that cannot serve."""
     scheme, _, rest = uri.partition(":")
-    if scheme == "outside":
-        if rest:
-            raise ValueError(f"--agent {uri!r}: outside: takes nothing after the colon")
-        from ..agents.outside import OutsideAgent
+    if scheme == "outside":  # no model, so no HTTP client: the agent is built as agent_from_uri builds it
+        from ..llm import agent_from_uri
 
-        return lambda conversation_id, log: OutsideAgent()
+        try:
+            agent_from_uri(uri)
+        except ValueError as error:
+            raise ValueError(f"--agent {uri!r}: {error}") from None
+        return lambda conversation_id, log: agent_from_uri(uri)
     if scheme == "script":
         from ..agents.scripted import load_script
 

@@ -25,6 +25,7 @@ from dial_runtime.web import create_app
 from dial_runtime.web.serve import agent_factory
 
 from ..browser import open_thread
+from ..terminal.test_terminal import Terminal
 from ..web.test_web_links_notify import Receiver
 from ..web_links_setup import new_keyring
 from ..web_server import free_port, serving
@@ -184,3 +185,33 @@ def test_a_door_card_is_decided_in_the_panel(
     assert not result.is_error and result.structured_content == {"lines": 1}
     assert lines(ledger) == ["eggs"]
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+def test_a_door_card_is_decided_at_the_terminal(
+    tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``dial-runtime chat --agent outside: --id CONVERSATION`` takes up the door's conversation: the card that
+    waits is put to the person first, and their accept ends the MCP call's wait with the outcome."""
+    store = f"sqlite:{tmp_path / 'approvals.db'}"
+    monkeypatch.setenv("DIAL_TEST_LEDGER", str(ledger))
+    call = Call(dict(os.environ), store, {"text": "tea"})
+    conversation, suggestion = waiting_card(store)
+    term = Terminal(
+        "chat",
+        "--agent",
+        "outside:",
+        "--domain",
+        "tests.doors.ledger:Ledger",
+        "--store",
+        store,
+        "--id",
+        conversation,
+    )
+    term.expect(f"{suggestion} · append-line", "Append the line 'tea'")
+    term.type("a", after=f"{suggestion} ›")
+    term.expect("✓ done: Append the line 'tea'")
+    term.press("\x04", after="you:")  # Ctrl-D: the person leaves
+    term.finish()
+    result = call.result()
+    assert not result.is_error and result.structured_content == {"lines": 1}
+    assert lines(ledger) == ["tea"]
