@@ -102,11 +102,19 @@ def _human(spec: str) -> Any:
 
 
 def _address(text: str) -> tuple[str, int]:
-    """``[HOST:]PORT`` as a host (127.0.0.1 by default) and a port."""
+    """``[HOST:]PORT`` as a host (127.0.0.1 by default) and a port. Only a loopback address: the server has no
+    sign-in of its own, and a read-only tool runs for whoever calls it, so it is reached from elsewhere only
+    through a proxy that authenticates (and the SDK's DNS-rebinding protection holds for loopback hosts)."""
     host, _, port = text.rpartition(":")
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         _usage(f"--http takes [HOST:]PORT, not {text!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
+    host = host.strip("[]") or "127.0.0.1"
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        _usage(
+            f"--http serves on a loopback address (127.0.0.1, localhost, ::1), not {host}: the server signs "
+            "nobody in; reach it from elsewhere through a proxy that does"
+        )
+    return host, int(port)
 
 
 def _opened(path: str) -> Any:
@@ -132,7 +140,9 @@ def register(commands: Any) -> None:
     )
     serving.add_argument("--store", required=True, metavar="URL", help=STORE_HELP)
     serving.add_argument(
-        "--http", metavar="[HOST:]PORT", help="serve streamable HTTP at /mcp (default: standard input and output)"
+        "--http",
+        metavar="[HOST:]PORT",
+        help="serve streamable HTTP at /mcp on a loopback address (default: standard input and output)",
     )
     serving.add_argument(
         "--prefix",

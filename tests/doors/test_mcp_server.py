@@ -437,6 +437,7 @@ async def test_mcp_server_git_reads_at_once_and_commits_once_a_person_approves(
     [
         pytest.param(["--domain", "no_such_module:Factory"], "no_such_module", id="domain"),
         pytest.param(["--domain", LEDGER, "--http", "here"], "--http takes [HOST:]PORT", id="http"),
+        pytest.param(["--domain", LEDGER, "--http", "0.0.0.0:8765"], "loopback address", id="http-exposed"),
         pytest.param(["--domain", LEDGER, "--ask", "nope"], "--ask names no tool", id="ask"),
         pytest.param(["--domain", LEDGER, "--wait", "0"], "--wait is a positive number", id="wait"),
         pytest.param(["--domain", LEDGER, "--prefix", "a b"], "prefix", id="prefix"),
