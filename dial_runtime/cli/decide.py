@@ -13,7 +13,7 @@ from .._command import _CommandError, _usage
 from ..domains.loading import load_domain
 from ..errors import DialError
 from ..stores.urls import open_url, read_log
-from ..views.person import project
+from ..views.person import approval_refused, project
 from .common import STORE_HELP, add_mcp_options, check_mcp_options, login_name
 
 
@@ -44,7 +44,6 @@ def _decide(args: argparse.Namespace) -> int:
     domain = load_domain(args.domain) if args.mcp is None else None
     # The conversation is there (read only: a mistyped store creates nothing), and the card as it was seen.
     shown = project(read_log(args.store, args.id)).card(args.suggestion)
-    decided_before = 0 if shown is None else len(shown.decisions)
     store = open_url(args.store)
 
     async def work() -> str:
@@ -55,14 +54,10 @@ def _decide(args: argparse.Namespace) -> int:
 
             upstream = McpServer(server=args.mcp, trust_read_only=args.trust_read_only, log=args.mcp_log)
             try:
-                connected = upstream.connected()
-                served = await connected.__aenter__()
-            except ValueError as error:
+                async with upstream.connected() as served:
+                    return await decide(served)
+            except ValueError as error:  # a server that cannot be started or reached
                 raise _CommandError(str(error)) from None
-            try:
-                return await decide(served)
-            finally:
-                await connected.__aexit__(None, None, None)
         finally:
             await store.aclose()
 
@@ -82,8 +77,9 @@ def _decide(args: argparse.Namespace) -> int:
         except DialError as error:  # already decided, a payload changed, busy, not waiting
             raise _CommandError(str(error)) from None
         card = project(conversation.log).card(args.suggestion)
-        if card is not None and card.approval_refused and len(card.decisions) == decided_before:
-            raise _CommandError(f"{args.suggestion} still waits: {card.approval_refused}")
+        refused = approval_refused(shown, card)
+        if refused is not None:
+            raise _CommandError(f"{args.suggestion} still waits: {refused}")
         told = card.outcome if card is not None and card.outcome else "waiting"
         approvals = ""
         if card is not None and card.approvals_needed:

@@ -35,12 +35,12 @@ import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..driver import Conversation
 from ..errors import DialError
 from ..runtime.records import Accept, Dismiss, Edit
-from ..views.person import AgentText, Card, project
+from ..views.person import AgentText, Card, approval_refused, project
 
 try:
     from a2a.helpers.proto_helpers import get_data_parts, get_message_text, new_data_part, new_task, new_text_part
@@ -66,6 +66,9 @@ try:
     from starlette.applications import Starlette
 except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError("dial_runtime.doors.a2a needs the A2A SDK: pip install 'dial-runtime[a2a]'") from error
+
+if TYPE_CHECKING:  # the links extra's, loaded only when pushes go out
+    from ..decisions.notify import Notifications
 
 logger = logging.getLogger(__name__)
 
@@ -157,23 +160,15 @@ async def _decide(
             "code": "no-digest",
             "hint": "Send the digest of the card you decide on.",
         }
-    decided_before = _card(conversation.log, suggestion)
+    before = project(conversation.log).card(suggestion)
     try:
         await conversation.decide(suggestion, chosen, by=by, shown=digest, via="a2a", roles=roles)
     except DialError as error:  # already decided, a payload changed, not waiting, busy
         return {"suggestion": suggestion, "code": type(error).__name__, "hint": str(error)}
-    card = _card(conversation.log, suggestion)
-    if (
-        card is not None
-        and card.approval_refused
-        and len(card.decisions) == (len(decided_before.decisions) if decided_before is not None else 0)
-    ):
-        return {"suggestion": suggestion, "code": "approval-refused", "hint": card.approval_refused}
+    refused = approval_refused(before, project(conversation.log).card(suggestion))
+    if refused is not None:
+        return {"suggestion": suggestion, "code": "approval-refused", "hint": refused}
     return None
-
-
-def _card(log: Any, suggestion: str) -> Card | None:
-    return project(log).card(suggestion)
 
 
 async def _report(updater: TaskUpdater, log: Any, started: int, refused: list[dict[str, Any]]) -> None:
@@ -235,7 +230,7 @@ class WebhookPushSender(PushNotificationSender):
     authentication as ``Authorization``), tried by ``delivery``'s policy (by default 5 tries, backing off from
     1 s). Never raises: what could not be delivered is logged and kept in ``delivery.undelivered``."""
 
-    def __init__(self, config_store: PushNotificationConfigStore, delivery: Any = None) -> None:
+    def __init__(self, config_store: PushNotificationConfigStore, delivery: Notifications | None = None) -> None:
         from ..decisions.notify import Notifications
 
         self.config_store = config_store

@@ -88,6 +88,7 @@ __all__ = [
     "RefusedProposal",
     "Told",
     "Waiting",
+    "approval_refused",
     "outcome_words",
     "project",
     "stopped_in_words",
@@ -949,6 +950,14 @@ _HANDLERS: dict[type[Any], Callable[[Projection, Any], None]] = {
     EndedEvent: Projection._ended_event,
     FinishedEvent: Projection._finished,
 }
+
+
+def approval_refused(before: Card | None, after: Card | None) -> str | None:
+    """Why the approval policy refused the decision a call took on a card, in words, when it did (the card
+    ``after`` the call says a refusal and holds no decision more than ``before`` it); else ``None``."""
+    if after is None or not after.approval_refused:
+        return None
+    return after.approval_refused if len(after.decisions) == (len(before.decisions) if before else 0) else None
 
 
 def project(records: Iterable[LogEntry | Event], *, shown: Iterable[str] = ()) -> Projection:
