@@ -32,6 +32,14 @@ or closes the connection mid-call, a protocol error: each fails the action with 
 the ``async with`` block: a server's failure ends the session, not the program around it. Runs under trio and
 asyncio.
 
+A server may ask the user something in the middle of a call (MCP elicitation: an ``elicitation/create`` request
+over the handshake versions, an ``input_required`` round over 2026-07-28): with ``elicit`` (an async function of
+an :class:`Elicitation`, returning an :class:`Elicited`) each question goes to it, and its answer (accept with the
+form's content, decline, cancel) goes back to the server; while a question waits, the call's deadline does not
+run. :class:`~dial_runtime.doors.elicitation.Elicitations` makes each question a card a person answers on any
+surface, on the log. Without ``elicit`` the domain does not offer elicitation, and a server that asks anyway is
+told it is not supported.
+
 Each run's idempotency key (``run(action, payload, key=...)``) goes in the ``tools/call`` request's ``_meta``
 under :data:`IDEMPOTENCY_KEY`; a server that deduplicates by it answers a repeated key with its first answer and
 no second effect. Nothing in MCP says a server does, so recovery asks again (:meth:`McpDomain.reconcile`) only
@@ -41,16 +49,17 @@ for the tools named in ``keyed_tools``: for any other, it cannot tell what becam
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import math
 import re
 import shlex
 import sys
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType, TracebackType
-from typing import Any, Literal, Protocol, TextIO, cast
+from typing import Any, Literal, Protocol, TextIO, TypeAlias, cast
 
 import anyio
 import anyio.abc
@@ -64,7 +73,7 @@ from ..runtime.records import ActionError, ActionSpec, Issue
 try:
     import mcp_types
     from mcp import Client, MCPError, StdioServerParameters
-    from mcp.client import Transport
+    from mcp.client import ClientRequestContext, Transport
     from mcp.client.stdio import stdio_client
     from mcp.shared.message import SessionMessage
     from pydantic import ValidationError
@@ -74,12 +83,17 @@ except ImportError as error:  # pragma: no cover - only without the extra
 __all__ = [
     "DEFAULT_DEADLINE",
     "IDEMPOTENCY_KEY",
+    "Elicitation",
+    "Elicited",
+    "Elicitor",
     "McpConnectionError",
     "McpDomain",
     "McpTool",
     "mcp_domain",
     "sdk_log_to",
 ]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_DEADLINE = 60.0
 """Seconds a tool call may take before its action fails with code ``mcp-timeout``."""
@@ -108,6 +122,55 @@ class McpTool:
     schema: dict[str, Any]
     payload: SchemaPayload
     example: Any
+
+
+@attrs.frozen(kw_only=True)
+class Elicitation:
+    """What an MCP server asks the user in the middle of a tool call.
+
+    ``message`` is the server's question; in form mode ``schema`` is the form (a JSON Schema object of flat
+    fields: text, numbers, yes/no, choices), in URL mode ``url`` the page the user is asked to open. ``tool`` is
+    the tool whose call asks and ``key`` that run's idempotency key, when the domain can tell (a handshake-era
+    server's question names no call: with several calls in flight, neither is known); ``number`` counts the
+    questions of that call (1, 2, ...), so ``key`` and ``number`` name a question for good. ``server`` is the
+    server's URL or command line."""
+
+    server: str
+    message: str
+    schema: Mapping[str, Any] | None = None
+    url: str | None = None
+    tool: str | None = None
+    key: str | None = None
+    number: int = 1
+
+
+@attrs.frozen
+class Elicited:
+    """The user's answer to an :class:`Elicitation`: ``accept`` (with the form's ``content`` in form mode),
+    ``decline`` (an explicit no) or ``cancel`` (no choice made: dismissed, timed out, gone)."""
+
+    action: Literal["accept", "decline", "cancel"]
+    content: Mapping[str, Any] | None = None
+
+
+Elicitor: TypeAlias = Callable[[Elicitation], Awaitable[Elicited]]
+"""What answers a server's questions for :class:`McpDomain` (its ``elicit``)."""
+
+
+@attrs.define(eq=False)
+class _Call:
+    """A tool call in flight: its tool and key, the questions it asked, and its deadline's scope, which stops
+    while the call waits for the user (``remaining``: what was left of the deadline when it stopped)."""
+
+    tool: str
+    key: str | None
+    scope: anyio.CancelScope
+    asked: int = 0
+    remaining: float | None = None
+
+
+#: The call of the task that makes it: a 2026-07-28 call's questions are answered in that task's children.
+_CURRENT_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("_CURRENT_CALL", default=None)
 
 
 def _tool(tool: mcp_types.Tool, trust_read_only: bool) -> McpTool:
@@ -171,7 +234,9 @@ class McpDomain:
     ``connect_timeout`` bounds starting the connection and listing the tools. ``keyed_tools`` names the tools
     whose server keeps the answer of each idempotency key (``"all"``: every tool), the only ones
     :meth:`reconcile` asks again: say so only of a server that does (``idempotentHint`` does not: it speaks of
-    the same arguments, not of a key, and it is a hint).
+    the same arguments, not of a key, and it is a hint). ``elicit`` answers the server's questions (see the
+    module); ``protocol`` is ``"auto"`` (the 2026-07-28 protocol when the server speaks it, else the handshake) or
+    ``"legacy"`` (the handshake versions only).
     """
 
     def __init__(
@@ -183,9 +248,17 @@ class McpDomain:
         connect_timeout: float = 30.0,
         errlog: TextIO = sys.stderr,
         keyed_tools: Collection[str] | Literal["all"] = (),
+        elicit: Elicitor | None = None,
+        protocol: Literal["auto", "legacy"] = "auto",
     ) -> None:
         if isinstance(keyed_tools, str) and keyed_tools != "all":
             raise ValueError(f'McpDomain: keyed_tools is "all" or a collection of tool names, not {keyed_tools!r}')
+        if protocol not in ("auto", "legacy"):
+            raise ValueError(f'McpDomain: protocol is "auto" or "legacy", not {protocol!r}')
+        self.elicit = elicit
+        self.protocol: Literal["auto", "legacy"] = protocol
+        self._calls: set[_Call] = set()
+        self._questions = 0
         self.server = server
         self.trust_read_only = trust_read_only
         self.keyed_tools: frozenset[str] | Literal["all"] = (
@@ -282,7 +355,12 @@ class McpDomain:
         )
         started = False
         try:
-            async with Client(transport, message_handler=self._heard) as client:
+            async with Client(
+                transport,
+                message_handler=self._heard,
+                elicitation_callback=None if self.elicit is None else self._elicited,
+                mode=self.protocol,
+            ) as client:
                 await self._list_tools(client)
                 self._client = client
                 started = True
@@ -302,6 +380,49 @@ class McpDomain:
         exception, kept to say why a connection that waits for an answer got none (the SDK drops the line)."""
         if isinstance(message, Exception):
             self._unreadable = _first_line(message)
+
+    async def _elicited(
+        self, context: ClientRequestContext, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult:
+        """A question of the server's, put to ``elicit`` while the deadline of the call that asks stops (of every
+        call in flight, when the question names none); whatever goes wrong on the way is a ``cancel``."""
+        assert self.elicit is not None, "the callback is given only with elicit"
+        call = _CURRENT_CALL.get()
+        if call is None and len(self._calls) == 1:  # a handshake-era question names no call: it is the one
+            (call,) = self._calls
+        if call is not None:
+            call.asked += 1
+            number = call.asked
+        else:
+            self._questions += 1
+            number = self._questions
+        form = isinstance(params, mcp_types.ElicitRequestFormParams)
+        asked = Elicitation(
+            server=self.where,
+            message=params.message,
+            schema=params.requested_schema if isinstance(params, mcp_types.ElicitRequestFormParams) else None,
+            url=params.url if isinstance(params, mcp_types.ElicitRequestURLParams) else None,
+            tool=call.tool if call is not None else None,
+            key=call.key if call is not None else None,
+            number=number,
+        )
+        stopped = [call] if _CURRENT_CALL.get() is not None and call is not None else list(self._calls)
+        try:
+            with _deadlines_stopped(stopped):
+                answer = await self.elicit(asked)
+        except Exception as error:  # the session must not end for it: the server hears no answer was chosen
+            logger.error("McpDomain: elicit raised for %r: answered cancel", params.message, exc_info=error)
+            return mcp_types.ElicitResult(action="cancel")
+        if answer.action != "accept":
+            return mcp_types.ElicitResult(action=answer.action)
+        if not form:
+            return mcp_types.ElicitResult(action="accept")
+        content = dict(answer.content or {})
+        issue = SchemaPayload(dict(asked.schema or {})).issue(content)
+        if issue is not None:  # never send a server a form its own schema refuses
+            logger.error("McpDomain: an accepted answer does not fit the form (%s): answered cancel", issue.hint)
+            return mcp_types.ElicitResult(action="cancel")
+        return mcp_types.ElicitResult(action="accept", content=content)
 
     async def _list_tools(self, client: Client) -> None:
         instructions = client.instructions
@@ -422,8 +543,15 @@ class McpDomain:
         meta = None if key is None else cast("mcp_types.RequestParamsMeta", {IDEMPOTENCY_KEY: key})
         deadline = math.inf if self.deadline is None else self.deadline
         try:
-            with anyio.fail_after(deadline):
-                return await client.call_tool(action, arguments, meta=meta)
+            with anyio.fail_after(deadline) as scope:
+                call = _Call(tool=action, key=key, scope=scope)
+                self._calls.add(call)
+                token = _CURRENT_CALL.set(call)
+                try:
+                    return await client.call_tool(action, arguments, meta=meta)
+                finally:
+                    _CURRENT_CALL.reset(token)
+                    self._calls.discard(call)
         except TimeoutError:
             raise _NoAnswer(
                 f"the tool did not answer within {self.deadline} s", code="mcp-timeout", hint=_UNKNOWN_EFFECT
@@ -439,6 +567,25 @@ class McpDomain:
             raise _NoAnswer(
                 f"the MCP server went away: {_reason(error)}", code="mcp-disconnected", hint=_UNKNOWN_EFFECT
             ) from None
+
+
+@contextlib.contextmanager
+def _deadlines_stopped(calls: Sequence[_Call]) -> Iterator[None]:
+    """The deadlines of ``calls`` stopped for the block's length (a person's time does not count against a
+    call), then running again with what was left of each; a call stopped already (by another question at the
+    same time) stays stopped until that question ends."""
+    stopped = [call for call in calls if call.remaining is None]
+    now = anyio.current_time()
+    for call in stopped:
+        call.remaining = call.scope.deadline - now
+        call.scope.deadline = math.inf
+    try:
+        yield
+    finally:
+        now = anyio.current_time()
+        for call in stopped:
+            call.scope.deadline = now + (call.remaining if call.remaining is not None else math.inf)
+            call.remaining = None
 
 
 def _answer(result: mcp_types.CallToolResult) -> Any:

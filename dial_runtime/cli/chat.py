@@ -47,7 +47,7 @@ def _chat(args: argparse.Namespace) -> int:
         async with contextlib.AsyncExitStack() as stack:
             if store is not None:
                 stack.push_async_callback(store.aclose)
-            chosen = domain if domain is not None else await served(args, stack)
+            chosen = domain if domain is not None else await served(args, stack, questions(surface, store))
             earlier = await store.read(ident) if store is not None else []
             if constrain is not None:
                 agent_options["constrain"] = constrain
@@ -83,15 +83,26 @@ def _chat(args: argparse.Namespace) -> int:
             surface.save(args.transcript)
 
 
-async def served(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> Any:
-    """The MCP server ``--mcp`` names, as a domain held open until ``stack`` closes."""
+def questions(surface: Any, store: Any) -> Any:
+    """What answers the ``--mcp`` server's questions: the person at the terminal, each question a card kept in
+    ``store`` (in memory without one)."""
+    from ..doors.elicitation import Elicitations
+    from ..stores import MemoryStore
+    from ..terminal.questions import ServerQuestions
+
+    return Elicitations(store if store is not None else MemoryStore(), human=ServerQuestions(surface), wait=None)
+
+
+async def served(args: argparse.Namespace, stack: contextlib.AsyncExitStack, elicit: Any = None) -> Any:
+    """The MCP server ``--mcp`` names, as a domain held open until ``stack`` closes, its questions answered by
+    ``elicit``."""
     try:
         from ..adapters.mcp import McpConnectionError, mcp_domain, sdk_log_to
     except ImportError as error:
         raise _CommandError(f"--mcp needs the mcp extra (pip install 'dial-runtime[mcp]'): {error}") from None
     try:
         errlog = stack.enter_context(open(args.mcp_log or os.devnull, "a", encoding="utf-8"))  # noqa: SIM115
-        served = mcp_domain(args.mcp, errlog=errlog, trust_read_only=args.trust_read_only)
+        served = mcp_domain(args.mcp, errlog=errlog, trust_read_only=args.trust_read_only, elicit=elicit)
     except ValueError as error:
         _usage(f"--mcp: {error}")
     except OSError as error:

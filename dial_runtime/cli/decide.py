@@ -50,20 +50,27 @@ def _decide(args: argparse.Namespace) -> int:
         try:
             if domain is not None:
                 return await decide(domain)
+            from ..doors.elicitation import Elicitations
             from ..web.serve import McpServer  # an MCP server's tools, connected for the decision's length
 
             upstream = McpServer(server=args.mcp, trust_read_only=args.trust_read_only, log=args.mcp_log)
-            try:
-                async with upstream.connected() as served:
-                    return await decide(served)
+            try:  # what the server asks while the decision runs its tool is a card for someone to answer
+                async with upstream.connected(Elicitations(store)) as served:
+                    return await decide(served, questions=True)
             except ValueError as error:  # a server that cannot be started or reached
                 raise _CommandError(str(error)) from None
         finally:
             await store.aclose()
 
-    async def decide(domain: Any) -> str:
-        # Built as serve builds one: a domain factory's domain (and the agent) only if a call uses it.
-        open_conversation = conversation_opener(store, agent=agent_factory(args.agent, domain), domain=domain)
+    async def decide(domain: Any, questions: bool = False) -> str:
+        # Built as serve builds one: a domain factory's domain (and the agent) only if a call uses it; over an
+        # MCP server, the cards of its questions too (elicit:...), with the questions' domain.
+        agent = agent_factory(args.agent, domain)
+        if questions:
+            from ..doors.elicitation import answering_questions
+
+            domain, agent = answering_questions(domain, agent)
+        open_conversation = conversation_opener(store, agent=agent, domain=domain)
         try:
             conversation = await open_conversation(args.id)
             try:

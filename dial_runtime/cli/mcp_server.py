@@ -22,6 +22,7 @@ def _mcp(args: argparse.Namespace) -> int:
     """``dial-runtime mcp``: serve over standard input and output (one client, as MCP clients start a local
     server), or over streamable HTTP with ``--http``, until stopped."""
     try:
+        from ..doors.elicitation import DEFAULT_WAIT, Elicitations
         from ..doors.gate import Gate
         from ..doors.mcp_server import GatedServer, gated_domain
     except ImportError as error:
@@ -45,7 +46,10 @@ def _mcp(args: argparse.Namespace) -> int:
 
     async def serve() -> None:
         try:
-            async with gated_domain(args.domain, args.upstream, ask=ask, errlog=errlog) as domain:
+            # What the upstream asks the user in the middle of a call is a card too (elicit:...), announced alike.
+            questions = Elicitations(store, announcer=announcer, wait=args.decide_timeout or DEFAULT_WAIT)
+            served = gated_domain(args.domain, args.upstream, ask=ask, errlog=errlog, elicit=questions)
+            async with served as domain:
                 gate = Gate(
                     domain,
                     store,

@@ -255,6 +255,19 @@ class Gate:
                 return await self._hand_back(conversation_id, card, by)
         return Waits(conversation_id, card)
 
+    async def withdraw(self, waits: Waits, *, by: str) -> None:
+        """Take the call of ``waits`` back while its card waits (the caller stopped waiting for good): the card
+        ends superseded, as when an agent says something new, and a decision arriving later finds it ended."""
+        async with self._room:
+            async for attempt in _while_busy():
+                with attempt:
+                    conversation = self._conversation(waits.conversation_id, OutsideAgent())
+                    async with conversation.holding():
+                        current = project(conversation.log).card(waits.card.id)
+                        if current is not None and current.waiting:
+                            await conversation.say("(withdrawn)", by=by)
+                    return
+
     async def _card(self, conversation_id: str, suggestion_id: str) -> tuple[list[LogEntry], Card]:
         """The conversation's log and the card as they stand; :class:`LookupError` when there is no such card."""
         entries = await self.store.read(conversation_id)

@@ -348,15 +348,21 @@ def _ended(ended: Ended) -> types.CallToolResult:
 
 @contextlib.asynccontextmanager
 async def gated_domain(
-    domain: str | None, upstream: str | None, *, ask: Collection[str] | str = (), errlog: Any = None
+    domain: str | None,
+    upstream: str | None,
+    *,
+    ask: Collection[str] | str = (),
+    errlog: Any = None,
+    elicit: Any = None,
 ) -> AsyncIterator[Any]:
     """The domain ``dial-runtime mcp`` serves: ``domain`` (``module:factory``) or the ``upstream`` MCP server
-    (a command line or an http(s) URL, connected for the block's length, its ``readOnlyHint`` trusted), with the
-    tools ``ask`` names (``"all"``: every one) waiting for a person whatever their marks."""
+    (a command line or an http(s) URL, connected for the block's length, its ``readOnlyHint`` trusted, its
+    questions to the user answered by ``elicit``), with the tools ``ask`` names (``"all"``: every one) waiting
+    for a person whatever their marks."""
     if upstream is not None:
         from ..adapters.mcp import mcp_domain
 
-        async with mcp_domain(upstream, trust_read_only=True, errlog=errlog) as connected:
+        async with mcp_domain(upstream, trust_read_only=True, errlog=errlog, elicit=elicit) as connected:
             yield asking(connected, ask)
         return
     from ..domains.loading import load_domain

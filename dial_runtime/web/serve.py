@@ -65,21 +65,24 @@ class McpServer:
     trust_read_only: bool = False
     log: str | None = None
 
-    def domain(self, errlog: Any) -> Any:
-        """The :class:`~dial_runtime.mcp.McpDomain`, not connected yet; ``ValueError`` naming a bad setting."""
+    def domain(self, errlog: Any, elicit: Any = None) -> Any:
+        """The :class:`~dial_runtime.mcp.McpDomain`, not connected yet, its server's questions answered by
+        ``elicit`` (``None``: not offered); ``ValueError`` naming a bad setting."""
         try:
             from ..adapters.mcp import mcp_domain
         except ImportError as error:
             raise ValueError(f"--mcp needs the mcp extra (pip install 'dial-runtime[mcp]'): {error}") from None
         try:
-            return mcp_domain(self.server, trust_read_only=self.trust_read_only, errlog=errlog)
+            return mcp_domain(self.server, trust_read_only=self.trust_read_only, errlog=errlog, elicit=elicit)
         except ValueError as error:
             raise ValueError(f"--mcp: {error}") from None
 
     @contextlib.asynccontextmanager
-    async def connected(self) -> AsyncIterator[Any]:
-        """The domain, connected until the block ends; ``ValueError`` when the log or the server cannot be
-        opened. What the SDK logs goes to the log too (a line from the server it cannot read, with a traceback)."""
+    async def connected(self, elicit: Any = None) -> AsyncIterator[Any]:
+        """The domain, connected until the block ends, its server's questions answered by ``elicit`` (an
+        :class:`~dial_runtime.doors.elicitation.Elicitations`; ``None``: not offered); ``ValueError`` when the
+        log or the server cannot be opened. What the SDK logs goes to the log too (a line from the server it
+        cannot read, with a traceback)."""
         from ..adapters.mcp import McpConnectionError, sdk_log_to
 
         try:
@@ -88,7 +91,7 @@ class McpServer:
             raise ValueError(f"--mcp-log: {error.strerror or error}: {self.log}") from None
         with errlog, sdk_log_to(errlog):
             try:
-                async with self.domain(errlog) as served:
+                async with self.domain(errlog, elicit) as served:
                     yield served
             except (OSError, McpConnectionError) as error:  # connecting: the block itself raises neither
                 raise ValueError(f"--mcp: {error}") from None
@@ -146,7 +149,9 @@ def build_app(
     ``agent_options`` go to every agent (:func:`agent_factory`).
 
     Over an MCP server, the application connects to it when the ASGI server starts it (its lifespan) and builds
-    the web surface then, once the tools are listed (the system prompt is written from them).
+    the web surface then, once the tools are listed (the system prompt is written from them). What the server
+    asks the user in the middle of a call is a card in the store, in a conversation of its own (``elicit:...``),
+    which the panel serves with the questions' domain (:mod:`dial_runtime.doors.elicitation`).
     """
     options: dict[str, Any] = {
         name: value for name, value in (conversation or {}).items() if name in CONVERSATION_OPTIONS
@@ -160,14 +165,18 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with domain.connected() as served:
-            surface.append(
-                create_app(
-                    store=store, domain=served, agent=agent_factory(agent, served, agent_options), **options
-                )
-            )
-            async with surface[-1].router.lifespan_context(surface[-1]):  # the surface's own: its deadlines
-                yield
+        from ..doors.elicitation import DEFAULT_WAIT, Elicitations, answering_questions
+
+        questions = open_store(store)
+        wait = options.get("decide_timeout", DEFAULT_WAIT)
+        try:
+            async with domain.connected(Elicitations(questions, wait=wait)) as served:
+                domain_of, agent_of = answering_questions(served, agent_factory(agent, served, agent_options))
+                surface.append(create_app(store=store, domain=domain_of, agent=agent_of, **options))
+                async with surface[-1].router.lifespan_context(surface[-1]):  # the surface's own: its deadlines
+                    yield
+        finally:
+            await questions.aclose()
 
     async def forward(scope: Scope, receive: Receive, send: Send) -> None:
         await surface[0](scope, receive, send)
