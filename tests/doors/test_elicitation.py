@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +32,7 @@ from dial_runtime.views.person import Card, project
 from ..fakes import envelope, suggest
 from ..strategies import json_values
 from ..terminal.test_terminal import Start, terminal
+from ..web_server import accept, decode, free_port, run_input, server_process
 
 pytestmark = pytest.mark.anyio
 __all__ = ["terminal"]  # the fixture, from the terminal's tests
@@ -418,3 +422,52 @@ def test_a_question_declined_at_the_terminal(tmp_path: Path, ledger: Path, termi
     term.type("/quit", after="you:")
     assert term.finish() == 0
     assert effects(ledger) == []
+
+
+def test_serve_over_a_server_that_asks_serves_the_question_s_card_on_the_web(tmp_path: Path, ledger: Path) -> None:
+    """``dial-runtime serve --mcp``: the person accepts rename_branch; while it runs, the server's question is a
+    card of its own conversation, which the same web surface serves with the questions' domain: an AG-UI run on
+    that thread shows it, and a resume with the form filled in (``editedArgs``) answers it; the first run ends."""
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([envelope(suggest("rename_branch", '{"branch": "main"}')), "<dial/>"]))
+    store_url = f"sqlite:{tmp_path / 'c.db'}"
+    server = " ".join([*ASKING, "--ledger", str(ledger)])
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "dial_runtime.cli", "serve", "--agent", f"script:{script}", "--mcp", server]
+    with server_process([*command, "--store", store_url, "--port", str(port)], f"{url}/conversations"):
+        events = decode(httpx.post(f"{url}/agui", json=run_input("c1", words="rename main"), timeout=20).text)
+        (rename,) = events[-1]["outcome"]["interrupts"]
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(
+                httpx.post, f"{url}/agui", json=run_input("c1", resume=[accept(rename)]), timeout=60
+            )
+            deadline = time.monotonic() + 30
+            while not (waiting := anyio.run(_question_threads, store_url)):
+                assert time.monotonic() < deadline and not running.done(), "no question appeared"
+                time.sleep(0.1)
+            (thread,) = waiting
+            shown = decode(httpx.post(f"{url}/agui", json=run_input(thread), timeout=20).text)
+            (question,) = shown[-1]["outcome"]["interrupts"]
+            answered = {**question["metadata"]["payload"], "answer": {"name": "from-web"}}
+            resumed = decode(
+                httpx.post(
+                    f"{url}/agui",
+                    json=run_input(thread, resume=[accept(question, editedArgs=answered)]),
+                    timeout=20,
+                ).text
+            )
+            assert resumed[-1]["type"] == "RUN_FINISHED"
+            ended = decode(running.result().text)
+        assert [e["toolCallId"] for e in ended if e["type"] == "TOOL_CALL_RESULT"] == ["sg-1"]
+    assert effects(ledger) == [{"tool": "rename_branch", "branch": "main", "name": "from-web", "force": False}]
+
+
+async def _question_threads(store_url: str) -> list[str]:
+    from dial_runtime.stores import open_store
+
+    store = open_store(store_url)
+    try:
+        return [name for name, card in (await cards(store)).items() if card.waiting]
+    finally:
+        await store.aclose()
