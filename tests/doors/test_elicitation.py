@@ -31,7 +31,7 @@ from dial_runtime.views.person import Card, project
 
 from ..fakes import envelope, suggest
 from ..strategies import json_values
-from ..terminal.test_terminal import Start, terminal
+from ..terminal.test_terminal import Start, Terminal, terminal
 from ..web_server import accept, decode, free_port, run_input, server_process
 
 pytestmark = pytest.mark.anyio
@@ -384,12 +384,12 @@ async def test_a_question_decided_with_dial_runtime_decide_in_another_process(
         await store.aclose()
 
 
-def test_a_question_answered_at_the_terminal_field_by_field(tmp_path: Path, ledger: Path, terminal: Start) -> None:
-    """``dial-runtime chat --mcp``: the person accepts the agent's rename_branch, and the server's question comes
-    as a form at the terminal: a required name (asked again when left empty), a yes/no with its default."""
+def chat_accepting_rename(tmp_path: Path, ledger: Path, terminal: Start, closing: str) -> Terminal:
+    """``dial-runtime chat --mcp`` over the asking server, the agent's rename_branch accepted (its second reply
+    informs ``closing``): the terminal, once the run waits on the server's question."""
     replies = [
         envelope(suggest("rename_branch", '{"branch": "main"}')),
-        envelope("<dial-inform>Renamed.</dial-inform>"),
+        envelope(f"<dial-inform>{closing}</dial-inform>"),
     ]
     (tmp_path / "replies.json").write_text(json.dumps(replies))
     server = " ".join([*ASKING, "--ledger", str(ledger)])
@@ -397,6 +397,13 @@ def test_a_question_answered_at_the_terminal_field_by_field(tmp_path: Path, ledg
     term.type("rename main", after="you:")
     term.type("a", after="sg-1 ›")
     term.expect("the MCP server, running rename_branch, asks: What should the branch 'main' be called?")
+    return term
+
+
+def test_a_question_answered_at_the_terminal_field_by_field(tmp_path: Path, ledger: Path, terminal: Start) -> None:
+    """The server's question comes as a form at the terminal: a required name (asked again when left empty), a
+    yes/no with its default."""
+    term = chat_accepting_rename(tmp_path, ledger, terminal, "Renamed.")
     term.type("", after="Name (required)")
     term.expect("This one is required.")
     term.type("release", after="Name (required)")
@@ -408,15 +415,7 @@ def test_a_question_answered_at_the_terminal_field_by_field(tmp_path: Path, ledg
 
 
 def test_a_question_declined_at_the_terminal(tmp_path: Path, ledger: Path, terminal: Start) -> None:
-    replies = [
-        envelope(suggest("rename_branch", '{"branch": "main"}')),
-        envelope("<dial-inform>Left as it is.</dial-inform>"),
-    ]
-    (tmp_path / "replies.json").write_text(json.dumps(replies))
-    server = " ".join([*ASKING, "--ledger", str(ledger)])
-    term = terminal("chat", "--agent", f"script:{tmp_path / 'replies.json'}", "--mcp", server)
-    term.type("rename main", after="you:")
-    term.type("a", after="sg-1 ›")
+    term = chat_accepting_rename(tmp_path, ledger, terminal, "Left as it is.")
     term.type("/decline", after="Name (required)")
     term.expect("you decline the question", "not renamed: the user chose decline", "agent: Left as it is.")
     term.type("/quit", after="you:")
