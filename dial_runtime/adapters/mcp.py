@@ -387,7 +387,7 @@ class McpDomain:
         """A question of the server's, put to ``elicit`` while the deadline of the call that asks stops (of every
         call in flight, when the question names none); whatever goes wrong on the way is a ``cancel``."""
         assert self.elicit is not None, "the callback is given only with elicit"
-        call = _CURRENT_CALL.get()
+        named = call = _CURRENT_CALL.get()
         if call is None and len(self._calls) == 1:  # a handshake-era question names no call: it is the one
             (call,) = self._calls
         if call is not None:
@@ -396,17 +396,17 @@ class McpDomain:
         else:
             self._questions += 1
             number = self._questions
-        form = isinstance(params, mcp_types.ElicitRequestFormParams)
+        form = params.requested_schema if isinstance(params, mcp_types.ElicitRequestFormParams) else None
         asked = Elicitation(
             server=self.where,
             message=params.message,
-            schema=params.requested_schema if isinstance(params, mcp_types.ElicitRequestFormParams) else None,
+            schema=form,
             url=params.url if isinstance(params, mcp_types.ElicitRequestURLParams) else None,
             tool=call.tool if call is not None else None,
             key=call.key if call is not None else None,
             number=number,
         )
-        stopped = [call] if _CURRENT_CALL.get() is not None and call is not None else list(self._calls)
+        stopped = [named] if named is not None else list(self._calls)
         try:
             with _deadlines_stopped(stopped):
                 answer = await self.elicit(asked)
@@ -415,10 +415,10 @@ class McpDomain:
             return mcp_types.ElicitResult(action="cancel")
         if answer.action != "accept":
             return mcp_types.ElicitResult(action=answer.action)
-        if not form:
+        if form is None:
             return mcp_types.ElicitResult(action="accept")
         content = dict(answer.content or {})
-        issue = SchemaPayload(dict(asked.schema or {})).issue(content)
+        issue = SchemaPayload(form).issue(content)
         if issue is not None:  # never send a server a form its own schema refuses
             logger.error("McpDomain: an accepted answer does not fit the form (%s): answered cancel", issue.hint)
             return mcp_types.ElicitResult(action="cancel")
