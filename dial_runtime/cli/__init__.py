@@ -27,6 +27,7 @@ from . import (
     decide,
     demo,
     diagrams,
+    inbox,
     log,
     mcp_server,
     replay,
@@ -39,7 +40,22 @@ from . import (
 __all__ = ["BROKEN_PIPE", "build_parser", "console", "main"]
 
 #: Each command's module, in the order ``--help`` lists them: each adds its parsers with ``register``.
-COMMANDS = (validate, chat, demo, diagrams, decide, log, replay, transfer, audit, chain, worker, serve, mcp_server)
+COMMANDS = (
+    validate,
+    chat,
+    demo,
+    diagrams,
+    decide,
+    inbox,
+    log,
+    replay,
+    transfer,
+    audit,
+    chain,
+    worker,
+    serve,
+    mcp_server,
+)
 
 
 class _OneLineParser(argparse.ArgumentParser):

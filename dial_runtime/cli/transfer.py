@@ -45,8 +45,15 @@ def _import(args: argparse.Namespace) -> int:
     store = open_url(args.store)
 
     async def write() -> list[StoredRow]:
+        from ..decisions.inbox import keeps_inbox, logged_cards
+        from ..views.inbox import stored_rows
+
         try:
-            await store.append(conversation_id, entries, expected_seq=0)
+            if keeps_inbox(store):
+                waiting = stored_rows(logged_cards(conversation_id, entries))
+                await store.append(conversation_id, entries, expected_seq=0, waiting=waiting)
+            else:
+                await store.append(conversation_id, entries, expected_seq=0)
             return await store.rows(conversation_id) if read.chain is not None else []
         finally:
             await store.aclose()

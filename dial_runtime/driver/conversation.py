@@ -67,6 +67,7 @@ from ..runtime.records import (
     as_issue,
 )
 from ..statemachines import CALL
+from ..views.inbox import InboxStorePort, WaitingCard, stored_rows, waiting_cards
 from ..views.person import not_waiting, shown_live
 
 if TYPE_CHECKING:
@@ -181,6 +182,7 @@ class Conversation:
         "_gate",
         "_holder",
         "_identified",
+        "_inbox",
         "_interrupting",
         "_keyed",
         "_more_streamed",
@@ -191,6 +193,7 @@ class Conversation:
         "_stored",
         "_text",
         "_thinking",
+        "_waiting",
         "_writing",
         "agent",
         "call_timeout",
@@ -257,6 +260,9 @@ class Conversation:
         self._store = store
         self._stored = folded if store is None else 0
         self._stale = store is not None  # a stored conversation reads its log on its first call
+        # A store that keeps the inbox's read model, and the waiting cards its rows hold (None: unknown).
+        self._inbox = cast("InboxStorePort", store) if callable(getattr(store, "keep_waiting", None)) else None
+        self._waiting: tuple[WaitingCard, ...] | None = None
         self._gate = CALL.initial
         self._holder: object = None  # the task holding the conversation across its calls (see holding)
         self._shown = folded  # the events before this are not shown to on_event
@@ -397,15 +403,23 @@ class Conversation:
         async with self._writing_lock():
             written = len(self._core.log)
             if self._stored < written and not self._stale:
+                entries = self._core.log.entries(self._stored, written)
+                cards = None if self._inbox is None else waiting_cards(self.id or "", self._core.state)
                 with anyio.CancelScope(shield=True):
                     try:
-                        await self._store.append(
-                            self.id or "", self._core.log.entries(self._stored, written), expected_seq=self._stored
-                        )
+                        if self._inbox is None or cards == self._waiting:
+                            await self._store.append(self.id or "", entries, expected_seq=self._stored)
+                        else:
+                            assert cards is not None
+                            await self._inbox.append(
+                                self.id or "", entries, expected_seq=self._stored, waiting=stored_rows(cards)
+                            )
                     except BaseException:
                         self._stale = True
+                        self._waiting = None
                         raise
                 self._stored = written
+                self._waiting = cards
         if self._on_event is not None:
             self._show()
 
@@ -558,6 +572,8 @@ class Conversation:
             self._core.take_stored(fresh, stored)
             self._stored = self._shown = stored + len(fresh)
             self._stale = False
+            if self._inbox is not None:  # the store's rows are those of the log read: written with it
+                self._waiting = waiting_cards(self.id or "", self._core.state)
 
     async def _recover(self) -> TurnResult | None:
         """Close what a dead process left open, then expire the deferred suggestions whose deadline passed (the

@@ -191,7 +191,10 @@ class OpenSuggestion(msgspec.Struct):
     escalate_at: float | None = None  # when it escalates, until it has
     escalate_to: tuple[str, ...] = ()  # the roles it escalates to, which may approve it once it has
     escalated: bool = False
+    reminded: bool = False
     links: tuple[str, ...] = ()  # the ids of the single-use links its decisions were made with
+    speaker: str | None = None  # whose words the reply that proposed it answered, when the log says
+    waiting_since: float = 0.0  # when it was last deferred: since when it waits for a decision
 
     def suggestion(self) -> Suggestion:
         """The record the person decides on."""
@@ -212,6 +215,15 @@ class OpenSuggestion(msgspec.Struct):
         """Whether a decision on it came through the single-use link of that id already (each decides once)."""
         return link is not None and link in self.links
 
+    @property
+    def restricted_to(self) -> tuple[str, ...]:
+        """The roles one of which a decider must hold now (sorted), as its policy says and, once it escalated, the
+        roles it escalated to; ``()`` when its policy names no roles (anyone who may decide, decides)."""
+        policy = self.policy
+        if policy is None or not policy.roles:
+            return ()
+        return tuple(sorted(self.approving_roles(policy)))
+
     def approving_roles(self, policy: ApprovalPolicy) -> frozenset[str]:
         """The roles whose holders may approve it: the policy's, and once it escalated, those it escalated to."""
         return policy.roles.union(self.escalate_to) if self.escalated else policy.roles
@@ -225,7 +237,7 @@ class OpenSuggestion(msgspec.Struct):
 
     def expired_at(self, now: float) -> bool:
         """Whether the person's time to decide has passed at ``now``: a decision then is not taken, it expires."""
-        return self.deadline is not None and now > self.deadline
+        return deadline_passed(self.deadline, now)
 
     def reminder_due(self, now: float) -> bool:
         """Whether its deciders are due a reminder at ``now`` (it was deferred, and not reminded yet)."""
@@ -254,7 +266,7 @@ class OpenSuggestion(msgspec.Struct):
         past_deadline = self.deadline is not None and decision != "supersede" and self.expired_at(now)
         if policy is None:  # as for most suggestions: nothing else to read
             return _WITHOUT_POLICY[decision][past_deadline]
-        outside_roles = bool(policy.roles) and self.approving_roles(policy).isdisjoint(roles)
+        outside_roles = bool(policy.roles) and not admits(self.approving_roles(policy), roles)
         approvers = (by,) if decision == "edit" else (*self.approvers, by)
         return _VERDICTS[decision][
             _ARRIVED,
@@ -317,6 +329,7 @@ class ConversationState:
     open_suggestions: dict[str, OpenSuggestion]
     asked: dict[str, Ask]
     open_asks: dict[str, Ask]
+    asks_waiting_since: dict[str, float]  # when each open ask was deferred
     given_ids: set[str] | None  # the ids the agent chose (made at the first: most agents choose none)
     facts: dict[str, Any]
     flow: Table | None
@@ -348,6 +361,7 @@ class ConversationState:
         self.open_suggestions = NO_ENTRIES
         self.asked = NO_ENTRIES
         self.open_asks = NO_ENTRIES
+        self.asks_waiting_since = NO_ENTRIES
         self.given_ids = None
         self.facts = NO_ENTRIES
         self.flow = flow
@@ -662,8 +676,10 @@ class ConversationState:
         self.given_ids.add(ident)
 
     def _answered(self, event: AnsweredEvent) -> None:
-        if self.asked.pop(event.ask_id, None) is None and self.open_asks.pop(event.ask_id, None) is None:
-            raise _Refusal(f"no ask {event.ask_id!r} waits for an answer")
+        if self.asked.pop(event.ask_id, None) is None:
+            if self.open_asks.pop(event.ask_id, None) is None:
+                raise _Refusal(f"no ask {event.ask_id!r} waits for an answer")
+            del self.asks_waiting_since[event.ask_id]
         if event.text:
             self.owed_words = (*self.owed_words, event.text)
 
@@ -674,13 +690,16 @@ class ConversationState:
                 raise _Refusal(f"suggestion {event.subject_id!r} is not waiting for a decision")
             opened.deferred = True
             opened.accepted = False
+            opened.waiting_since = self.now
         else:
             ask = self.asked.pop(event.subject_id, None)
             if ask is None:
                 raise _Refusal(f"no ask {event.subject_id!r} is being asked")
             if self.open_asks is NO_ENTRIES:
                 self.open_asks = {}
+                self.asks_waiting_since = {}
             self.open_asks[event.subject_id] = ask
+            self.asks_waiting_since[event.subject_id] = self.now
 
     def _proposed(self, event: ProposedEvent) -> None:
         if self.loop != "handling":
@@ -689,7 +708,7 @@ class ConversationState:
         if self.open_suggestions is NO_ENTRIES:
             self.open_suggestions = {}
         self.open_suggestions[event.id] = OpenSuggestion(
-            id=event.id, action=event.action, text=event.text, payload=event.payload
+            id=event.id, action=event.action, text=event.text, payload=event.payload, speaker=self.speaker
         )
         self._place(event)
 
@@ -787,6 +806,7 @@ class ConversationState:
         opened = self._open(event.suggestion_id)
         opened.state = _REMIND[opened.state, opened.reminder_due(self.now)]
         opened.remind_at = None
+        opened.reminded = True
 
     def _escalated(self, event: EscalatedEvent) -> None:
         opened = self._open(event.suggestion_id)
@@ -871,6 +891,17 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
     "reply-progress": ConversationState._nothing,
 }
 """How the fold takes each kind of event (every kind has its own: a test holds them to ``EVENT_TYPES``)."""
+
+
+def deadline_passed(deadline: float | None, now: float) -> bool:
+    """Whether a time to decide that ends at ``deadline`` (``None``: never) has passed at ``now``; the inbox's
+    overdue cards are those it says so of (``deadline < now`` in its SQL)."""
+    return deadline is not None and now > deadline
+
+
+def admits(restricted_to: Collection[str], roles: Collection[str]) -> bool:
+    """Whether a decider holding ``roles`` holds one of the roles a suggestion is restricted to (none: anyone)."""
+    return not restricted_to or not frozenset(restricted_to).isdisjoint(roles)
 
 
 def refusals(

@@ -7,6 +7,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from ..errors import ConversationBusy, StoreClosed, StoreConflict
 from ..runtime.events import LogEntry
+from ..views.inbox import WaitingQuery, WaitingRow, matches, sort_key
 from .base import ChangeFeed, Changes, check_entries, encode
 from .chain import GENESIS, StoredRow, chain_hash, link_through
 
@@ -18,7 +19,8 @@ class MemoryStore:
 
     Each entry is kept with its hash (:mod:`~dial_runtime.stores.chain`), over the entry's text as a durable
     store writes it (:func:`~dial_runtime.stores.base.encode`), which is the text :meth:`rows` gives for it.
-    ``chain=False`` keeps no hash (the entries it appends have none).
+    ``chain=False`` keeps no hash (the entries it appends have none). It keeps the inbox's read model
+    (:mod:`~dial_runtime.views.inbox`) in a dict, changed with the appends.
     """
 
     def __init__(self, *, chain: bool = True) -> None:
@@ -26,6 +28,7 @@ class MemoryStore:
         self._logs: dict[str, list[LogEntry]] = {}
         self._hashes: dict[str, list[str | None]] = {}
         self._held: set[str] = set()
+        self._waiting: dict[str, list[WaitingRow]] = {}
         self._closed = False
         self._changes = ChangeFeed()
 
@@ -33,8 +36,16 @@ class MemoryStore:
         if self._closed:
             raise StoreClosed("the in-process store is closed")
 
-    async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
-        """Append ``entries`` iff the log ends at ``expected_seq``; else :class:`StoreConflict`."""
+    async def append(
+        self,
+        conversation_id: str,
+        entries: Sequence[LogEntry],
+        *,
+        expected_seq: int,
+        waiting: Sequence[WaitingRow] | None = None,
+    ) -> None:
+        """Append ``entries`` iff the log ends at ``expected_seq``; else :class:`StoreConflict`. ``waiting``, when
+        given, becomes the conversation's waiting rows."""
         self._check_open()
         check_entries(entries, expected_seq)
         log = self._logs.get(conversation_id, [])
@@ -53,7 +64,43 @@ class MemoryStore:
             else:
                 hashes.extend([None] * len(entries))
             self._logs.setdefault(conversation_id, []).extend(entries)
+            if waiting is not None:
+                self._keep(conversation_id, waiting)
             self._changes.publish(conversation_id)
+
+    def _keep(self, conversation_id: str, rows: Sequence[WaitingRow]) -> None:
+        if rows:
+            self._waiting[conversation_id] = list(rows)
+        else:
+            self._waiting.pop(conversation_id, None)
+
+    async def waiting(self, query: WaitingQuery) -> list[tuple[str, str]]:
+        """The waiting rows ``query`` finds (see :class:`~dial_runtime.views.inbox.WaitingQuery`)."""
+        self._check_open()
+        found = sorted(
+            (
+                (conversation_id, row)
+                for conversation_id, rows in self._waiting.items()
+                for row in rows
+                if matches(query, conversation_id, row)
+            ),
+            key=lambda pair: sort_key(*pair),
+        )
+        return [(conversation_id, row[6]) for conversation_id, row in found[: query.limit]]
+
+    async def keep_waiting(self, conversation_id: str, rows: Sequence[WaitingRow], *, at_seq: int) -> bool:
+        """Make ``rows`` the conversation's waiting rows iff its log ends at ``at_seq``."""
+        self._check_open()
+        log = self._logs.get(conversation_id, [])
+        if (log[-1].seq if log else 0) != at_seq:
+            return False
+        self._keep(conversation_id, rows)
+        return True
+
+    async def waiting_conversations(self) -> list[str]:
+        """The ids of the conversations with waiting rows, sorted."""
+        self._check_open()
+        return sorted(self._waiting)
 
     def _link(self, conversation_id: str) -> str:
         """The chain's link at the log's last entry: its hash, or (an entry kept without one) the link through

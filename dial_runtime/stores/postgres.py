@@ -19,9 +19,11 @@ except ImportError as error:
 
 from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
+from ..views.inbox import WaitingQuery, WaitingRow
 from .base import ChangeFeed, Changes, check_entries, decode, encode, redact_url
 from .chain import GENESIS, SCHEME, StoredRow, link_through
 from .shared import PostgresDetaches, PostgresUsedTokens
+from .waiting import query_sql
 
 T = TypeVar("T")
 
@@ -40,8 +42,23 @@ _CHAIN_SCHEMA = "ALTER TABLE dial_log ADD COLUMN IF NOT EXISTS hash text"
 _TABLES = """
 SELECT to_regclass('dial_log') IS NULL, EXISTS (
     SELECT FROM pg_attribute WHERE attrelid = to_regclass('dial_log') AND attname = 'hash' AND NOT attisdropped
-)
+), to_regclass('dial_waiting') IS NOT NULL
 """
+_WAITING_SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS dial_waiting (
+    conversation_id text NOT NULL,
+    subject_id text NOT NULL,
+    action text NOT NULL,
+    since double precision NOT NULL,
+    deadline double precision,
+    roles text NOT NULL,
+    approvers text NOT NULL,
+    card text NOT NULL,
+    PRIMARY KEY (conversation_id, subject_id)
+)
+""",
+)
 # The two-int4 advisory key space never meets the single-bigint one conversation locks use.
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('dial_runtime'), hashtext('dial_log'))"
 _LAST = "SELECT coalesce(max(seq), 0) FROM dial_log WHERE conversation_id = %s"
@@ -90,6 +107,42 @@ appended AS (
 )
 SELECT count(*), pg_notify('dial_log', %(notice)s) FROM appended HAVING count(*) > 0
 """
+# What an append that changes the waiting rows adds to either statement above, before its last SELECT: the rows of
+# the conversation not among %(w_ids)s go, the others are written (inserted or updated), all only when the entries
+# went in. The statements of a WITH see one snapshot, so the rows kept are updated, never deleted and inserted.
+_WAITING_WRITE = """,
+cleared AS (
+    DELETE FROM dial_waiting WHERE conversation_id = %(id)s::text
+        AND NOT (subject_id = ANY(%(w_ids)s::text[])) AND EXISTS (SELECT FROM appended)
+),
+put AS (
+    INSERT INTO dial_waiting (conversation_id, subject_id, action, since, deadline, roles, approvers, card)
+    SELECT %(id)s::text, w.* FROM unnest(
+        %(w_ids)s::text[], %(w_actions)s::text[], %(w_since)s::double precision[],
+        %(w_deadlines)s::double precision[], %(w_roles)s::text[], %(w_approvers)s::text[], %(w_cards)s::text[]
+    ) AS w WHERE EXISTS (SELECT FROM appended)
+    ON CONFLICT (conversation_id, subject_id) DO UPDATE SET action = excluded.action, since = excluded.since,
+        deadline = excluded.deadline, roles = excluded.roles, approvers = excluded.approvers, card = excluded.card
+)
+"""
+_NOTIFY = "SELECT count(*), pg_notify('dial_log', %(notice)s) FROM appended HAVING count(*) > 0"
+
+
+def _writing_waiting(statement: str) -> str:
+    """``statement`` (an append) that also writes the conversation's waiting rows."""
+    head, notify, tail = statement.rpartition(_NOTIFY)
+    assert notify and not tail.strip()
+    return head.rstrip() + _WAITING_WRITE + notify
+
+
+_APPEND_WAITING = _writing_waiting(_APPEND)
+_APPEND_CHAINED_WAITING = _writing_waiting(_APPEND_CHAINED)
+_CLEAR_WAITING = "DELETE FROM dial_waiting WHERE conversation_id = %s"
+_PUT_WAITING = (
+    "INSERT INTO dial_waiting (conversation_id, subject_id, action, since, deadline, roles, approvers, card)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
+_WAITING_CONVERSATIONS = "SELECT DISTINCT conversation_id FROM dial_waiting"
 _TAIL = "SELECT seq, hash FROM dial_log WHERE conversation_id = %s ORDER BY seq DESC LIMIT 1"
 _LAST_HASHED = """
 SELECT seq, hash FROM dial_log WHERE conversation_id = %s AND seq <= %s AND hash IS NOT NULL
@@ -166,6 +219,7 @@ class PostgresStore:
         self.create = create
         self.chain = chain
         self._chained = False  # whether the table has the hash column (known once connected)
+        self._has_waiting = False  # whether the database has the inbox's table (known once connected)
         self._connection: psycopg.Connection[Any] | None = None
         self._idle: list[psycopg.Connection[Any]] = []
         self._closed = False
@@ -194,7 +248,12 @@ class PostgresStore:
         try:
             with connection.transaction():
                 row = connection.execute(_TABLES).fetchone()
-                missing, chained = row if row is not None else (True, False)
+                missing, chained, has_waiting = row if row is not None else (True, False, False)
+                if not has_waiting and self.create:
+                    connection.execute(_SCHEMA_LOCK)
+                    for schema in _WAITING_SCHEMA:
+                        connection.execute(schema)
+                    has_waiting = True
                 if missing:
                     if not self.create:
                         raise _NoLog
@@ -207,6 +266,7 @@ class PostgresStore:
                     connection.execute(_CHAIN_SCHEMA)
                     chained = True
             self._chained = bool(chained)
+            self._has_waiting = bool(has_waiting)
         except BaseException:
             connection.close()
             raise
@@ -226,8 +286,16 @@ class PostgresStore:
     async def _run(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         return await anyio.to_thread.run_sync(self._call, work)
 
-    async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
-        """Append ``entries`` in one transaction iff the log ends at ``expected_seq``; else StoreConflict."""
+    async def append(
+        self,
+        conversation_id: str,
+        entries: Sequence[LogEntry],
+        *,
+        expected_seq: int,
+        waiting: Sequence[WaitingRow] | None = None,
+    ) -> None:
+        """Append ``entries`` in one transaction iff the log ends at ``expected_seq``; else StoreConflict.
+        ``waiting``, when given, becomes the conversation's waiting rows in the same statement."""
         check_entries(entries, expected_seq)
         params: dict[str, Any] = {
             "id": conversation_id,
@@ -239,11 +307,25 @@ class PostgresStore:
         }
         if self.chain:
             params.update(scheme=f"{SCHEME}:", genesis=GENESIS, derived=None)
+        if waiting is not None:
+            params.update(
+                w_ids=[row[0] for row in waiting],
+                w_actions=[row[1] for row in waiting],
+                w_since=[row[2] for row in waiting],
+                w_deadlines=[row[3] for row in waiting],
+                w_roles=[row[4] for row in waiting],
+                w_approvers=[row[5] for row in waiting],
+                w_cards=[row[6] for row in waiting],
+            )
 
         def insert(connection: psycopg.Connection[Any]) -> bool:
             chained = self.chain and self._chained
+            if waiting is not None and self._has_waiting:
+                statement = _APPEND_CHAINED_WAITING if chained else _APPEND_WAITING
+            else:
+                statement = _APPEND_CHAINED if chained else _APPEND
             try:
-                row = connection.execute(_APPEND_CHAINED if chained else _APPEND, params, prepare=True).fetchone()
+                row = connection.execute(statement, params, prepare=True).fetchone()
             except psycopg.errors.UniqueViolation:
                 return False
             return row is not None and row[0] == len(entries)
@@ -284,6 +366,46 @@ class PostgresStore:
             return await self._run(work)
         except _NoLog:
             return []
+
+    async def waiting(self, query: WaitingQuery) -> list[tuple[str, str]]:
+        """The waiting rows ``query`` finds (see :class:`~dial_runtime.views.inbox.WaitingQuery`)."""
+        sql, params = query_sql(query, "%s", "strpos")
+
+        def work(connection: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            if not self._has_waiting:
+                return []
+            return connection.execute(sql, params, prepare=True).fetchall()
+
+        return [(conversation_id, card) for conversation_id, card in await self._read(work)]
+
+    async def keep_waiting(self, conversation_id: str, rows: Sequence[WaitingRow], *, at_seq: int) -> bool:
+        """Make ``rows`` the conversation's waiting rows iff its log ends at ``at_seq``, in one transaction. An
+        append committed between the check and the write would be overwritten with older rows: hold the
+        conversation (:meth:`lock`) from reading its log to this, as ``dial-runtime inbox --rebuild`` does."""
+
+        def work(connection: psycopg.Connection[Any]) -> bool:
+            with connection.transaction():
+                last = _scalar(connection.execute(_LAST, (conversation_id,)))
+                if last != at_seq:
+                    return False
+                connection.execute(_CLEAR_WAITING, (conversation_id,))
+                if rows:
+                    connection.cursor().executemany(_PUT_WAITING, [(conversation_id, *row) for row in rows])
+            return True
+
+        with anyio.CancelScope(shield=True):
+            kept = await self._run(work)
+        return kept
+
+    async def waiting_conversations(self) -> list[str]:
+        """The ids of the conversations with waiting rows, sorted by code point."""
+
+        def work(connection: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+            if not self._has_waiting:
+                return []
+            return connection.execute(_WAITING_CONVERSATIONS).fetchall()
+
+        return sorted(conversation_id for (conversation_id,) in await self._read(work))
 
     def used_tokens(self) -> PostgresUsedTokens:
         """A keeper of used decision-link tokens in this store's database (see :mod:`~dial_runtime.stores.shared`):

@@ -21,9 +21,11 @@ import anyio.to_thread
 
 from ..errors import ConversationBusy, StoreClosed, StoreConflict, StoreError
 from ..runtime.events import LogEntry
+from ..views.inbox import WaitingQuery, WaitingRow
 from .base import ChangeFeed, Changes, check_entries, decode, encode
 from .chain import GENESIS, StoredRow, chain_hash, link_through
 from .shared import SQLiteDetaches, SQLiteUsedTokens
+from .waiting import query_sql
 
 T = TypeVar("T")
 
@@ -37,6 +39,28 @@ CREATE TABLE IF NOT EXISTS dial_log (
     PRIMARY KEY (conversation_id, seq)
 ) WITHOUT ROWID
 """
+_WAITING_SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS dial_waiting (
+    conversation_id TEXT NOT NULL,
+    subject_id TEXT NOT NULL,
+    action TEXT NOT NULL,
+    since REAL NOT NULL,
+    deadline REAL,
+    roles TEXT NOT NULL,
+    approvers TEXT NOT NULL,
+    card TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, subject_id)
+) WITHOUT ROWID
+""",
+)
+_CLEAR_WAITING = "DELETE FROM dial_waiting WHERE conversation_id = ?"
+_PUT_WAITING = (
+    "INSERT INTO dial_waiting (conversation_id, subject_id, action, since, deadline, roles, approvers, card)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_HAS_WAITING = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'dial_waiting'"
+_WAITING_CONVERSATIONS = "SELECT DISTINCT conversation_id FROM dial_waiting"
 # A table made before the chain existed gets the column (its rows keep no hash).
 _CHAIN_SCHEMA = "ALTER TABLE dial_log ADD COLUMN hash TEXT"
 _HAS_CHAIN = "SELECT count(*) FROM pragma_table_info('dial_log') WHERE name = 'hash'"
@@ -97,10 +121,12 @@ def _append(
     rows: list[tuple[str, int, float, str]],
     expected_seq: int,
     chained: bool,
+    waiting: Sequence[WaitingRow] | None,
     connection: sqlite3.Connection,
 ) -> None:
     """One append's transaction: check where the log ends, insert (``chained``: with each entry's hash over its
-    stored text, chained onto the stored hash of the log's last entry); rolled back on any error."""
+    stored text, chained onto the stored hash of the log's last entry), and make ``waiting`` the conversation's
+    waiting rows when given; rolled back on any error."""
     connection.execute("BEGIN IMMEDIATE")
     try:
         if not chained:
@@ -120,11 +146,36 @@ def _append(
                 link = chain_hash(link, row[3])
                 hashed.append((*row, link))
             connection.executemany(_INSERT_CHAINED, hashed)
+        if waiting is not None:
+            _put_waiting(connection, conversation_id, waiting)
         connection.execute("COMMIT")
     except BaseException:
         if connection.in_transaction:
             connection.execute("ROLLBACK")
         raise
+
+
+def _put_waiting(connection: sqlite3.Connection, conversation_id: str, waiting: Sequence[WaitingRow]) -> None:
+    connection.execute(_CLEAR_WAITING, (conversation_id,))
+    if waiting:
+        connection.executemany(_PUT_WAITING, [(conversation_id, *row) for row in waiting])
+
+
+def _keep_waiting(
+    conversation_id: str, waiting: Sequence[WaitingRow], at_seq: int, connection: sqlite3.Connection
+) -> bool:
+    """Make ``waiting`` the conversation's rows iff its log ends at ``at_seq``, in one transaction."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        (last,) = connection.execute(_LAST, (conversation_id,)).fetchone()
+        if last == at_seq:
+            _put_waiting(connection, conversation_id, waiting)
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+    return bool(last == at_seq)
 
 
 def _link(connection: sqlite3.Connection, conversation_id: str, seq: int) -> str:
@@ -198,6 +249,7 @@ class SQLiteStore:
         self.chain = chain
         self._has_log = create
         self._has_chain = create
+        self._has_waiting = create
         self._locks = self.path.with_name(self.path.name + ".locks")
         self._connection: sqlite3.Connection | None = None
         self._closed = False
@@ -238,11 +290,13 @@ class SQLiteStore:
             connection.execute("PRAGMA query_only=1")
             (tables,) = connection.execute(_HAS_LOG).fetchone()
             (chains,) = connection.execute(_HAS_CHAIN).fetchone()
+            (waiting,) = connection.execute(_HAS_WAITING).fetchone()
         except BaseException:
             connection.close()
             raise
         self._has_log = tables > 0
         self._has_chain = chains > 0
+        self._has_waiting = waiting > 0
         return connection
 
     def _set_up(self, connection: sqlite3.Connection) -> None:
@@ -264,6 +318,8 @@ class SQLiteStore:
                 time.sleep(0.005)
         connection.execute(f"PRAGMA synchronous={_SYNCHRONOUS[self.durability]}")
         connection.execute(_SCHEMA)
+        for schema in _WAITING_SCHEMA:
+            connection.execute(schema)
         (chained,) = connection.execute(_HAS_CHAIN).fetchone()
         if not chained:
             try:
@@ -323,11 +379,19 @@ class SQLiteStore:
             result = await anyio.to_thread.run_sync(self._use, work, True)
         return result
 
-    async def append(self, conversation_id: str, entries: Sequence[LogEntry], *, expected_seq: int) -> None:
-        """Append ``entries`` in one transaction iff the log ends at ``expected_seq``; else StoreConflict."""
+    async def append(
+        self,
+        conversation_id: str,
+        entries: Sequence[LogEntry],
+        *,
+        expected_seq: int,
+        waiting: Sequence[WaitingRow] | None = None,
+    ) -> None:
+        """Append ``entries`` in one transaction iff the log ends at ``expected_seq``; else StoreConflict.
+        ``waiting``, when given, becomes the conversation's waiting rows in that transaction."""
         check_entries(entries, expected_seq)
         rows = [(conversation_id, entry.seq, entry.time, encode(entry)) for entry in entries]
-        work = functools.partial(_append, conversation_id, rows, expected_seq, self.chain)
+        work = functools.partial(_append, conversation_id, rows, expected_seq, self.chain, waiting)
         await self._run(work, on_loop=self.durability == "normal", shield=True)
         if rows:
             self._changes.publish(conversation_id)
@@ -341,6 +405,32 @@ class SQLiteStore:
             return connection.execute(_READ, (conversation_id, after_seq)).fetchall()
 
         return [decode(text) for (text,) in await self._run(work)]
+
+    async def waiting(self, query: WaitingQuery) -> list[tuple[str, str]]:
+        """The waiting rows ``query`` finds (see :class:`~dial_runtime.views.inbox.WaitingQuery`)."""
+        sql, params = query_sql(query, "?", "instr")
+
+        def work(connection: sqlite3.Connection) -> list[tuple[str, str]]:
+            if not self._has_waiting:
+                return []
+            return connection.execute(sql, params).fetchall()
+
+        return await self._run(work)
+
+    async def keep_waiting(self, conversation_id: str, rows: Sequence[WaitingRow], *, at_seq: int) -> bool:
+        """Make ``rows`` the conversation's waiting rows iff its log ends at ``at_seq``."""
+        work = functools.partial(_keep_waiting, conversation_id, rows, at_seq)
+        return await self._run(work, shield=True)
+
+    async def waiting_conversations(self) -> list[str]:
+        """The ids of the conversations with waiting rows, sorted."""
+
+        def work(connection: sqlite3.Connection) -> list[tuple[str]]:
+            if not self._has_waiting:
+                return []
+            return connection.execute(_WAITING_CONVERSATIONS).fetchall()
+
+        return sorted(conversation_id for (conversation_id,) in await self._run(work))
 
     def used_tokens(self) -> SQLiteUsedTokens:
         """A keeper of used decision-link tokens in this store's database file (see

@@ -198,7 +198,8 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     ``started_at`` are its run's idempotency key and start, once it ran. Under an approval policy,
     ``approvals_needed`` is how many people must approve it and ``approvers`` who has (a surface shows "1 of 2
     approvals"), and ``approval_refused`` the last approval the policy did not take, in words; ``reminded`` and
-    ``escalated_to`` say its deciders were reminded, and to which roles it escalated.
+    ``escalated_to`` say its deciders were reminded, and to which roles it escalated. ``deadline`` is when the
+    time to decide on it ends (seconds since the epoch), when it does.
     """
 
     id: str
@@ -232,6 +233,7 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     approval_refused: str | None = None
     reminded: bool = False
     escalated_to: tuple[str, ...] = ()
+    deadline: float | None = None
 
     @property
     def waiting(self) -> bool:
@@ -647,6 +649,7 @@ class Projection:
                 done_before=event.done_before,
                 done_at=None if done is None else done.ended_at,
                 approvals_needed=0 if event.policy is None else event.policy.approvals,
+                deadline=event.deadline,
                 seq=self._seq,
                 time=self._time,
             )

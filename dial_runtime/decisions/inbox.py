@@ -1,0 +1,173 @@
+"""The inbox: every decision and answer waiting in a store, across its conversations, for whoever must give it.
+
+:class:`Inbox` reads the read model the store keeps beside its logs (:mod:`dial_runtime.views.inbox`): one
+indexed query however many conversations the store holds. The read model is written with the appends that change
+it, in their transaction, from the conversations' folded state (:func:`~dial_runtime.views.inbox.waiting_cards`);
+:meth:`Inbox.rebuild` rewrites it from the logs (a store from before the inbox, or rows lost), and
+:meth:`Inbox.differences` says where it and the logs disagree (never, unless something wrote the table behind the
+runtime's back).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable
+from typing import cast
+
+import anyio
+import msgspec
+
+from ..errors import ConversationBusy, LogError
+from ..ports import StorePort
+from ..runtime.state import fold_log
+from ..views.inbox import InboxStorePort, WaitingCard, WaitingQuery, card_from_row, stored_rows, waiting_cards
+
+__all__ = ["Inbox", "InboxDifference", "Rebuilt", "keeps_inbox", "logged_cards"]
+
+#: How long :meth:`Inbox.rebuild` waits for a conversation another worker holds before it reports it busy.
+BUSY_WAIT = 10.0
+
+
+def keeps_inbox(store: object) -> bool:
+    """Whether ``store`` keeps the inbox's read model (the in-process, SQLite and PostgreSQL stores do)."""
+    return callable(getattr(store, "keep_waiting", None)) and callable(getattr(store, "waiting", None))
+
+
+def logged_cards(conversation_id: str, entries: Iterable[object]) -> tuple[WaitingCard, ...]:
+    """What waits in the conversation whose log is ``entries`` (:class:`~dial_runtime.LogError` for a log no run
+    of the runtime could have written)."""
+    from ..runtime.state import ConversationState
+
+    state = ConversationState()
+    fold_log(entries, state)
+    return waiting_cards(conversation_id, state)
+
+
+class Rebuilt(msgspec.Struct, frozen=True, kw_only=True):
+    """What :meth:`Inbox.rebuild` did: the conversations whose rows it rewrote and the cards they hold now; those
+    another worker held all along (``busy``, rewritten by that worker's next append anyway) and those whose log
+    no run could have written (``refused``, id and why; their rows are left as they were)."""
+
+    conversations: int = 0
+    cards: int = 0
+    busy: tuple[str, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
+
+
+class InboxDifference(msgspec.Struct, frozen=True, kw_only=True):
+    """A conversation whose rows in the read model (``kept``) are not what its log says waits (``logged``)."""
+
+    conversation: str
+    logged: tuple[WaitingCard, ...]
+    kept: tuple[WaitingCard, ...]
+
+
+class Inbox:
+    """Every waiting card of ``store`` (a :class:`~dial_runtime.views.inbox.InboxStorePort`; ``TypeError`` for
+    a store that keeps no inbox). ``clock`` tells the time overdue is judged at."""
+
+    def __init__(self, store: StorePort, *, clock: Callable[[], float] = time.time) -> None:
+        if not keeps_inbox(store):
+            raise TypeError(
+                f"{type(store).__name__} keeps no inbox: the in-process, SQLite and PostgreSQL stores do"
+            )
+        self.store = cast("InboxStorePort", store)
+        self.clock = clock
+
+    async def waiting(
+        self,
+        *,
+        decider: str | None = None,
+        roles: Collection[str] | None = None,
+        overdue: bool = False,
+        action: str | None = None,
+        conversation: str | None = None,
+        limit: int | None = None,
+    ) -> list[WaitingCard]:
+        """The waiting cards, those with the nearest deadline first (none last), then the longest waiting.
+
+        ``decider`` and ``roles``: only the cards that person, holding those roles, may decide now (as each
+        card's approval policy says: no roles named, anyone; else a holder of one; never someone who approved it
+        already); either alone filters as both with the other empty. ``overdue``: only those whose deadline has
+        passed (they end ``expired`` when their conversation is next touched). ``action``, ``conversation``: only
+        those. At most ``limit``. ``ValueError`` for a limit that is not a positive whole number."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"Inbox.waiting: limit is a positive whole number, not {limit!r}")
+        filtered = decider is not None or roles is not None
+        held = tuple(sorted(roles or ()))
+        query = WaitingQuery(
+            conversation=conversation,
+            action=action,
+            overdue_at=self.clock() if overdue else None,
+            roles=held if filtered else None,
+            not_approved_by=decider,
+            limit=limit,
+        )
+        return [card_from_row(text) for _, text in await self.store.waiting(query)]
+
+    async def rebuild(self, conversation_ids: Iterable[str] | None = None) -> Rebuilt:
+        """Rewrite the read model's rows of every conversation (or of those named) from its log, each under the
+        conversation's lock, so that no append comes between reading its log and writing its rows; a
+        conversation held elsewhere is tried again for up to :data:`BUSY_WAIT` seconds."""
+        store = self.store
+        if conversation_ids is None:
+            ids = sorted({*await store.conversations(), *await store.waiting_conversations()})
+        else:
+            ids = list(conversation_ids)
+        rewritten = cards = 0
+        busy: list[str] = []
+        refused: list[tuple[str, str]] = []
+        for conversation_id in ids:
+            try:
+                written = await self._rewrite(conversation_id)
+            except ConversationBusy:
+                busy.append(conversation_id)
+                continue
+            except LogError as error:
+                refused.append((conversation_id, " ".join(str(error).split())))
+                continue
+            rewritten += 1
+            cards += written
+        return Rebuilt(conversations=rewritten, cards=cards, busy=tuple(busy), refused=tuple(refused))
+
+    async def _rewrite(self, conversation_id: str) -> int:
+        """Rewrite one conversation's rows under its lock (how many cards it holds)."""
+        with anyio.move_on_after(BUSY_WAIT):
+            pause = 0.01
+            while True:
+                try:
+                    async with self.store.lock(conversation_id):
+                        entries = await self.store.read(conversation_id)
+                        cards = logged_cards(conversation_id, entries)
+                        last = entries[-1].seq if entries else 0
+                        if not await self.store.keep_waiting(conversation_id, stored_rows(cards), at_seq=last):
+                            raise ConversationBusy(f"conversation {conversation_id!r} was appended to meanwhile")
+                        return len(cards)
+                except ConversationBusy:
+                    await anyio.sleep(pause)
+                    pause = min(pause * 2, 0.5)
+        raise ConversationBusy(f"conversation {conversation_id!r} was held for {BUSY_WAIT:g} s")
+
+    async def differences(self, conversation_ids: Iterable[str] | None = None) -> list[InboxDifference]:
+        """The conversations whose rows in the read model differ from what their logs say waits (a log no run could
+        have written counts as waiting for nothing)."""
+        store = self.store
+        if conversation_ids is None:
+            ids = sorted({*await store.conversations(), *await store.waiting_conversations()})
+        else:
+            ids = list(conversation_ids)
+        found = []
+        for conversation_id in ids:
+            try:
+                logged = logged_cards(conversation_id, await store.read(conversation_id))
+            except LogError:
+                logged = ()
+            rows = await store.waiting(WaitingQuery(conversation=conversation_id))
+            kept = tuple(card_from_row(text) for _, text in rows)
+            if sorted(logged, key=_identity) != sorted(kept, key=_identity):
+                found.append(InboxDifference(conversation=conversation_id, logged=logged, kept=kept))
+        return found
+
+
+def _identity(card: WaitingCard) -> tuple[str, str]:
+    return (card.conversation, card.id)
