@@ -67,10 +67,13 @@ class Counting:
         if callable(getattr(store, "keep_waiting", None)):
             self.keep_waiting, self.waiting = store.keep_waiting, store.waiting
 
-    async def append(self, conversation_id: str, entries: Any, **options: Any) -> None:
+    async def append(self, conversation_id: str, entries: Any, *, expected_seq: int, waiting: Any = None) -> None:
         self.appends += 1
-        self.with_rows += options.get("waiting") is not None
-        await self._store.append(conversation_id, entries, **options)
+        if waiting is None:
+            await self._store.append(conversation_id, entries, expected_seq=expected_seq)
+        else:
+            self.with_rows += 1
+            await self._store.append(conversation_id, entries, expected_seq=expected_seq, waiting=waiting)
 
 
 async def defer_then_decide(store: Any, conversation_id: str) -> None:

@@ -260,8 +260,12 @@ class Conversation:
         self._store = store
         self._stored = folded if store is None else 0
         self._stale = store is not None  # a stored conversation reads its log on its first call
-        # A store that keeps the inbox's read model, and the waiting cards its rows hold (None: unknown).
-        self._inbox = cast("InboxStorePort", store) if callable(getattr(store, "keep_waiting", None)) else None
+        # A store that keeps the inbox's read model, and the waiting cards its rows hold (None: unknown). A store
+        # wrapped by an application's own class keeps it only if the wrapper's append takes the rows too.
+        keeps = callable(getattr(store, "keep_waiting", None)) and accepts_keyword(
+            getattr(store, "append", None), "waiting"
+        )
+        self._inbox = cast("InboxStorePort", store) if keeps else None
         self._waiting: tuple[WaitingCard, ...] | None = None
         self._gate = CALL.initial
         self._holder: object = None  # the task holding the conversation across its calls (see holding)

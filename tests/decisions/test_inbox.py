@@ -643,3 +643,25 @@ def test_a_card_is_listed_for_exactly_the_deciders_whose_approval_the_fold_would
     assert card.open_to(decider, held) is not refused
     (row,) = stored_rows([card])
     assert matches(WaitingQuery(roles=tuple(held), not_approved_by=decider), "c-1", row) is not refused
+
+
+class Forwarding:
+    """An application's wrapper of a store: its own append (without the read model's rows), the rest forwarded."""
+
+    def __init__(self, store: StorePort) -> None:
+        self.store = store
+        self.appended = 0
+
+    async def append(self, conversation_id: str, entries: Any, *, expected_seq: int) -> None:
+        self.appended += 1
+        await self.store.append(conversation_id, entries, expected_seq=expected_seq)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+async def test_a_wrapped_store_whose_append_takes_no_rows_runs_conversations_as_ever(store: StorePort) -> None:
+    wrapped = Forwarding(store)
+    conversation = await waiting_on(wrapped, "c-1", envelope(suggest("add-note", '{"text": "x"}')), Clock())  # type: ignore[arg-type]
+    assert (await conversation.decide("sg-1", {"accept": True})).outcomes[0].status == "done"
+    assert wrapped.appended > 0
