@@ -6,6 +6,9 @@
   message reached the agent; while the person decides; inside the action; at the send that reports an outcome),
   having printed ``ready``: the test kills the process there.
 - ``decide-later``: take the deferred decision on ``sg-1`` (``Accept()``, by ``b``), print the result as JSON.
+- ``bulk``: accept every card of the store's inbox in one bulk (:func:`~dial_runtime.decisions.inbox.decide_each`,
+  a conversation at a time, in the order of their ids, by ``b``), blocking inside the run of the note whose text is
+  CONVERSATION_ID, having printed ``ready``: the test kills the process mid-bulk there.
 - ``race``: print ``ready``, wait for a line on stdin, then say until :data:`RACE_SAYS` calls went through,
   counting the calls refused as busy (and apart, as conflicts); print the counts as JSON. Each worker's first
   call waits, holding the conversation, until the other was refused (:class:`Meeting`), so the two always meet.
@@ -37,6 +40,8 @@ from dial_runtime import (
     policy_human,
     scripted_human,
 )
+from dial_runtime.decisions.deadlines import conversation_opener
+from dial_runtime.decisions.inbox import BulkChoice, Inbox, decide_each
 from dial_runtime.stores import StoreConflict, open_store
 
 from .fakes import Agent, envelope, suggest
@@ -202,9 +207,24 @@ async def race(url: str, conversation_id: str, runs: Path) -> None:
     print(json.dumps({"done": done, "busy": busy, "conflicts": conflicts}))
 
 
+async def bulk(url: str, hold: str, runs: Path) -> None:
+    """Accept everything waiting in one bulk, blocking inside the run of the note ``hold`` until killed."""
+    store = open_store(url)
+    cards = sorted(await Inbox(store).waiting(), key=lambda card: card.conversation)
+    choices = [
+        BulkChoice(conversation=card.conversation, id=card.id, decision="accept", digest=card.digest or "")
+        for card in cards
+    ]
+    opener = conversation_opener(store, agent=lambda *_: Agent([OK]), domain=FileNotes(runs, hold=hold))
+    await decide_each(choices, open_conversation=opener, by="b", concurrency=1)
+    raise AssertionError("the bulk did not block")
+
+
 def main(argv: list[str]) -> None:
     step, backend, url, conversation_id, runs = argv
-    if step == "decide-later":
+    if step == "bulk":
+        work = partial(bulk, url, conversation_id, Path(runs))
+    elif step == "decide-later":
         work = partial(decide_later, url, conversation_id, Path(runs))
     elif step == "race":
         work = partial(race, url, conversation_id, Path(runs))

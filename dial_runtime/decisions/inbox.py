@@ -6,23 +6,41 @@ it, in their transaction, from the conversations' folded state (:func:`~dial_run
 :meth:`Inbox.rebuild` rewrites it from the logs (a store from before the inbox, or rows lost), and
 :meth:`Inbox.differences` says where it and the logs disagree (never, unless something wrote the table behind the
 runtime's back).
+
+:func:`decide_each` takes several decisions at once (an inbox's bulk accept or dismiss): each is checked and
+recorded on its own, as one ``decide`` would be (the digest of what the person was shown, the approval policy,
+the deadline), and one that no longer holds is refused alone, with its reason, while the others go through.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable
-from typing import cast
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Literal, cast
 
 import anyio
 import msgspec
 
-from ..errors import ConversationBusy, LogError
+from ..errors import AlreadyDecided, ConversationBusy, DialError, LinkRefused, LogError, PayloadChanged
 from ..ports import StorePort
+from ..runtime.records import Accept, Dismiss, Suggestion
 from ..runtime.state import fold_log
 from ..views.inbox import InboxStorePort, WaitingCard, WaitingQuery, card_from_row, stored_rows, waiting_cards
+from ..views.person import approval_refused, project
 
-__all__ = ["Inbox", "InboxDifference", "Rebuilt", "keeps_inbox", "logged_cards"]
+if TYPE_CHECKING:
+    from ..driver.conversation import Conversation
+
+__all__ = [
+    "BulkChoice",
+    "BulkOutcome",
+    "Inbox",
+    "InboxDifference",
+    "Rebuilt",
+    "decide_each",
+    "keeps_inbox",
+    "logged_cards",
+]
 
 #: How long :meth:`Inbox.rebuild` waits for a conversation another worker holds before it reports it busy.
 BUSY_WAIT = 10.0
@@ -171,3 +189,129 @@ class Inbox:
 
 def _identity(card: WaitingCard) -> tuple[str, str]:
     return (card.conversation, card.id)
+
+
+class BulkChoice(msgspec.Struct, frozen=True, kw_only=True):
+    """One decision of a bulk: ``accept`` or ``dismiss`` the suggestion ``id`` of conversation ``conversation``,
+    whose payload the person was shown as ``digest`` (:attr:`WaitingCard.digest`)."""
+
+    conversation: str
+    id: str
+    decision: Literal["accept", "dismiss"]
+    digest: str
+
+
+#: Why a decision of a bulk was refused (:attr:`BulkOutcome.refused`): the card ended meanwhile, its payload is
+#: not the one the person was shown, nothing by that id waits, the approval policy or the application refused the
+#: decider, or the conversation stayed held by another call for :data:`BUSY_WAIT` seconds.
+BulkRefusal = Literal["already-decided", "payload-changed", "not-waiting", "approval-refused", "forbidden", "busy"]
+
+
+class BulkOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What became of one :class:`BulkChoice`: taken (``refused`` is ``None``; ``status`` is the status of the
+    call it started, ``awaiting`` when the approval policy wants more approvers or other cards of the conversation
+    still wait), or refused, in a :data:`BulkRefusal` code and in words (``reason``), with nothing changed."""
+
+    conversation: str
+    id: str
+    decision: Literal["accept", "dismiss"]
+    status: str | None = None
+    refused: BulkRefusal | None = None
+    reason: str = ""
+
+
+async def decide_each(
+    choices: Sequence[BulkChoice],
+    *,
+    open_conversation: Callable[[str], Awaitable[Conversation]],
+    by: str,
+    roles: Collection[str] = (),
+    via: str = "inbox",
+    may_decide: Callable[[Suggestion], bool] | None = None,
+    concurrency: int = 8,
+) -> list[BulkOutcome]:
+    """Take each of ``choices``, by ``by`` holding ``roles``, through ``via``, as ``Conversation.decide(...,
+    shown=choice.digest)`` would one at a time: one outcome per choice, in their order. A choice that no longer
+    holds (the card ended or changed meanwhile, or ``may_decide(suggestion)`` is false) is refused alone.
+
+    The conversations are decided ``concurrency`` at a time, each opened by ``open_conversation(id)`` (a
+    deadline scheduler's opener: :func:`~dial_runtime.decisions.deadlines.conversation_opener`) and held while its
+    choices are taken, one after another; one held by another call is tried again for up to :data:`BUSY_WAIT`
+    seconds. Every decision is checked under its conversation's lock, so two bulks over the same cards decide each
+    card once, and a bulk sent again after its process died decides only what it had not. ``ValueError`` (nothing
+    decided) for a choice named twice, or a ``concurrency`` below 1."""
+    if concurrency < 1:
+        raise ValueError(f"decide_each: concurrency is at least 1, not {concurrency!r}")
+    groups: dict[str, list[int]] = {}
+    for position, choice in enumerate(choices):
+        named = groups.setdefault(choice.conversation, [])
+        if any(choices[other].id == choice.id for other in named):
+            raise ValueError(f"decide_each: {choice.id!r} of {choice.conversation!r} is chosen twice")
+        named.append(position)
+    outcomes: list[BulkOutcome | None] = [None] * len(choices)
+    held = tuple(roles)
+    queue = iter(groups.items())
+
+    async def worker() -> None:  # takes the conversations in the order the choices first name them
+        for conversation_id, positions in queue:
+            group = [choices[position] for position in positions]
+            for position, outcome in zip(positions, await _decide_group(conversation_id, group), strict=True):
+                outcomes[position] = outcome
+
+    async def _decide_group(conversation_id: str, group: list[BulkChoice]) -> list[BulkOutcome]:
+        pause = 0.01
+        with anyio.move_on_after(BUSY_WAIT):
+            while True:
+                conversation = await open_conversation(conversation_id)
+                try:
+                    async with conversation.holding():
+                        return [await _decide_one(conversation, choice) for choice in group]
+                except ConversationBusy:
+                    await anyio.sleep(pause)
+                    pause = min(pause * 2, 0.5)
+        words = f"another call held conversation {conversation_id!r} for {BUSY_WAIT:g} s; try again"
+        return [_refused(choice, "busy", words) for choice in group]
+
+    async def _decide_one(conversation: Conversation, choice: BulkChoice) -> BulkOutcome:
+        subject = next((each for each in conversation.pending if each.id == choice.id), None)
+        if isinstance(subject, Suggestion) and may_decide is not None and not may_decide(subject):
+            return _refused(choice, "forbidden", f"{by} may not decide {choice.id!r}")
+        before = project(conversation.log).card(choice.id)
+        decision = Accept() if choice.decision == "accept" else Dismiss()
+        try:
+            result = await conversation.decide(
+                choice.id, decision, by=by, shown=choice.digest, via=via, roles=held
+            )
+        except AlreadyDecided as error:
+            return _refused(choice, "already-decided", str(error))
+        except PayloadChanged:
+            return _refused(choice, "payload-changed", "its payload changed since it was shown: show it again")
+        except (ConversationBusy, LinkRefused):
+            raise
+        except Exception as error:
+            after = project(conversation.log).card(choice.id)
+            if after is not None and len(after.decisions) > (len(before.decisions) if before else 0):
+                # The decision is on the log; the call it started failed after it (an agent that did not answer).
+                return BulkOutcome(
+                    conversation=choice.conversation, id=choice.id, decision=choice.decision, status="failed"
+                )
+            if not isinstance(error, DialError):
+                raise
+            return _refused(choice, "not-waiting", " ".join(str(error).split())[:300])
+        refusal = approval_refused(before, project(conversation.log).card(choice.id))
+        if refusal is not None:
+            return _refused(choice, "approval-refused", refusal)
+        return BulkOutcome(
+            conversation=choice.conversation, id=choice.id, decision=choice.decision, status=result.status
+        )
+
+    async with anyio.create_task_group() as tasks:
+        for _ in range(min(concurrency, len(groups))):
+            tasks.start_soon(worker)
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _refused(choice: BulkChoice, code: BulkRefusal, reason: str) -> BulkOutcome:
+    return BulkOutcome(
+        conversation=choice.conversation, id=choice.id, decision=choice.decision, refused=code, reason=reason
+    )

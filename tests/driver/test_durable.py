@@ -34,8 +34,11 @@ from dial_runtime import (
     policy_human,
     scripted_human,
 )
+from dial_runtime.decisions.deadlines import conversation_opener
+from dial_runtime.decisions.inbox import BulkChoice, Inbox, decide_each
 from dial_runtime.runtime.core import UNKNOWN_EFFECT
 from dial_runtime.runtime.events import LogEntry, SaidEvent
+from dial_runtime.runtime.records import payload_digest
 from dial_runtime.runtime.state import ConversationState
 from dial_runtime.stores import StorePort, open_store
 
@@ -651,3 +654,51 @@ async def test_two_processes_racing_for_one_conversation(
     ]
     assert sum(event.type == "sent" for event in events) == 2 * total
     assert len(runs.ran()) == total and len({line.split()[1] for line in runs.ran()}) == 2
+
+
+@ACROSS_PROCESSES
+async def test_a_bulk_killed_midway_and_sent_again_decides_each_card_once(
+    durable_url: str, anyio_backend: str, connect: Callable[[str], StorePort], runs: FileNotes
+) -> None:
+    store = connect(durable_url)
+    texts = ["n0", "n1", "n2", "n3", "n4"]
+    for text in texts:
+        proposing = await Conversation.open(
+            store,
+            f"bulk-{text}",
+            agent=Agent([envelope(suggest("add-note", json.dumps({"text": text})))]),
+            domain=runs,
+            human=scripted_human(["defer"]),
+        )
+        assert (await proposing.say("go")).status == "awaiting"
+    async with child("bulk", OTHER[anyio_backend], durable_url, "n2", runs) as process:
+        assert await process.line() == "ready"  # inside the run of n2: n0 and n1 are decided and done
+        await process.kill()
+    assert ran(runs) == ["n0", "n1", "n2"]
+
+    cards = await Inbox(store).waiting()
+    assert sorted(card.conversation for card in cards) == ["bulk-n3", "bulk-n4"]
+    everything = [
+        BulkChoice(
+            conversation=f"bulk-{text}",
+            id="sg-1",
+            decision="accept",
+            digest=payload_digest("add-note", {"text": text}),
+        )
+        for text in texts
+    ]
+    opener = conversation_opener(store, agent=lambda *_: Agent([OK]), domain=runs)
+    outcomes = await decide_each(everything, open_conversation=opener, by="b")
+    assert [(each.conversation, each.refused) for each in outcomes] == [
+        ("bulk-n0", "already-decided"),
+        ("bulk-n1", "already-decided"),
+        ("bulk-n2", "already-decided"),
+        ("bulk-n3", None),
+        ("bulk-n4", None),
+    ]
+    assert sorted(ran(runs)) == texts  # n3 and n4 in either order: their conversations are decided at once
+    for text in texts:
+        log = await store.read(f"bulk-{text}")
+        assert [entry.event.by for entry in log if entry.event.type == "decided"] == ["b"]
+        checked(log)
+    assert await Inbox(store).waiting() == []
