@@ -507,14 +507,22 @@ class SQLiteStore:
         notices appends by other processes sharing the file: every :data:`WATCH_INTERVAL` seconds while it waits
         it asks SQLite, on the event loop, for ``PRAGMA data_version`` (which changes when another connection
         commits; a few microseconds), and only then for the conversation's last seq. A watch of every
-        conversation hears this process only: ``data_version`` says that the file changed, not which
-        conversation, and SQLite has no notification across processes.
+        conversation asks the same, and yields ``None`` (any conversation may have changed) when another process
+        committed: ``data_version`` says that the file changed, not which conversation, and SQLite has no
+        notification across processes.
         """
         if self._closed:
             raise StoreClosed(f"the store at {str(self.path)!r} is closed")
         if conversation_id is None:
-            return self._changes.watch(None)
+            return self._watch_all()
         return self._watch_one(conversation_id)
+
+    @contextlib.asynccontextmanager
+    async def _watch_all(self) -> AsyncIterator[Changes]:
+        await self._run(_nothing)
+        probe = _FileVersion(self)
+        async with self._changes.watch(None, probe=probe, interval=WATCH_INTERVAL) as changes:
+            yield changes
 
     @contextlib.asynccontextmanager
     async def _watch_one(self, conversation_id: str) -> AsyncIterator[Changes]:
@@ -539,6 +547,25 @@ class SQLiteStore:
 
 def _nothing(connection: sqlite3.Connection) -> None:
     """Work that only needs the connection open."""
+
+
+class _FileVersion:
+    """A watch's probe of every conversation: ``PRAGMA data_version``, which changes when another connection
+    (another process) commits; ``None`` (nothing to say) when it cannot look at once."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+        self._version: int | None = None
+
+    def _look(self, connection: sqlite3.Connection) -> None:
+        (self._version,) = connection.execute("PRAGMA data_version").fetchone()
+
+    def __call__(self) -> int | None:
+        try:
+            self._store._use(self._look, False)
+        except (_Busy, StoreError, StoreClosed):
+            return None
+        return self._version
 
 
 class _LastSeq:

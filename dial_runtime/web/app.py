@@ -58,6 +58,7 @@ from ..stores.postgres import PostgresStore
 from ..views.person import Card
 from .decide import decide_url
 from .guards import LOOPBACK_HOSTS, Cors, HostAndOriginGuard, Hosts, json_error
+from .inbox import InboxRoutes
 from .surface import DESCRIBING_ID, STATIC, AgentFactory, DomainFactory, Settings, WebSurface, panel_page
 
 __all__ = ["LOOPBACK_HOSTS", "AgentFactory", "DomainFactory", "create_app", "scripted_agents"]
@@ -235,6 +236,7 @@ def create_app(
         },
     )
     surface = WebSurface(settings)
+    inbox = InboxRoutes(surface)
     if deadlines == "auto":
         opener = conversation_opener(
             settings.store, agent=agent, domain=domain_factory or domain, describing=domain, **settings.options
@@ -255,9 +257,12 @@ def create_app(
         Route("/actions", surface.actions, methods=["GET"]),
         Route("/conversations", surface.conversations, methods=["GET"]),
         Route("/conversations/{thread}/changes", surface.changes, methods=["GET"]),
+        Route("/inbox/cards", inbox.cards, methods=["GET"]),
+        Route("/inbox/changes", inbox.changes, methods=["GET"]),
+        Route("/inbox/decide", inbox.decide, methods=["POST"]),
     ]
     if panel:
-        routes.append(Route("/", panel_page, methods=["GET"]))
+        routes += [Route("/", panel_page, methods=["GET"]), Route("/inbox", inbox.page, methods=["GET"])]
     if links is not None:
         routes += [
             Route("/decide", surface.decide_page, methods=["GET"]),

@@ -127,6 +127,10 @@ class Cors(CORSMiddleware):
         return super().preflight_response(request_headers)
 
 
+#: What a conversation id the web surface serves looks like (in a URL, a run's ``threadId``, a decision).
+THREAD_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+
+
 def json_error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 

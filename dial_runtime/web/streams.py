@@ -1,4 +1,5 @@
-"""The web surface's server-sent event streams: a conversation's change notices (:class:`ChangeStream`) and a
+"""The web surface's server-sent event streams: a conversation's change notices (:class:`ChangeStream`), those of
+every conversation an inbox page lists (:class:`InboxChangeStream`), and a
 run's AG-UI events (:class:`EventStream`, fed through an :class:`Outbox`), and the runs being served, so that a
 client's abort or a page's detach reaches the right one (:class:`Runs`, :class:`Stop`).
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Protocol
 
 import anyio
@@ -112,6 +113,70 @@ class ChangeStream:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             group.cancel_scope.cancel()
 
+
+class InboxChangeStream:
+    """``changed`` events (data: ``{"threadIds": [...]}``, the conversations whose logs grew; ``[]`` when the store
+    cannot say which) for an inbox page: one when the stream opens, then one each time any conversation the caller
+    may see changes, woken by the store's watch of every conversation (PostgreSQL's ``LISTEN``/``NOTIFY`` across
+    workers). Changes that come close together are sent as one event, at most one each :data:`INBOX_COALESCE`
+    seconds, so a busy store does not make every open inbox read again for each append. The events carry ids only:
+    the page reads the cards through ``GET /inbox/cards``."""
+
+    def __init__(self, store: StorePort, heartbeat: float, visible: Callable[[str], bool]) -> None:
+        self._store = store
+        self._heartbeat = heartbeat
+        self._visible = visible
+
+    @staticmethod
+    def _event(ids: Iterable[str]) -> bytes:
+        data = msgspec.json.encode({"threadIds": sorted(ids)}).decode()
+        return f"event: changed\ndata: {data}\n\n".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        async with anyio.create_task_group() as group:
+
+            async def left() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                group.cancel_scope.cancel()
+
+            group.start_soon(left)
+            async with self._store.watch(None) as changes:
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                first = b"retry: %d\n" % RECONNECT_MS + self._event(())
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+                while True:
+                    change: object = ENDED
+                    with anyio.move_on_after(self._heartbeat) as waited:
+                        change = await anext(changes, ENDED)
+                    if waited.cancelled_caught:
+                        await send({"type": "http.response.body", "body": b": still here\n\n", "more_body": True})
+                        continue
+                    if change is ENDED:
+                        break
+                    changed: set[str] = set()
+                    anything = change is None
+                    if isinstance(change, str):
+                        changed.add(change)
+                    with anyio.move_on_after(INBOX_COALESCE):  # what else changes meanwhile goes in this event
+                        async for more in changes:
+                            anything = anything or more is None
+                            if more is not None:
+                                changed.add(more)
+                    shown = {each for each in changed if self._visible(each)}
+                    if shown or anything:
+                        await send({"type": "http.response.body", "body": self._event(shown), "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            group.cancel_scope.cancel()
+
+
+#: The shortest time between two events of an inbox's change stream (seconds).
+INBOX_COALESCE = 0.1
 
 ENDED = object()
 

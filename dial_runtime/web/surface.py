@@ -8,7 +8,6 @@ import functools
 import inspect
 import logging
 import math
-import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -69,7 +68,7 @@ from ..ports import StorePort
 from ..runtime.events import Event, InformDeltaEvent
 from ..views.person import Card, Notice, Projection, Question, project
 from .decide import LINK_VIA, REFUSAL_STATUS, decision_page
-from .guards import json_error, read_body
+from .guards import THREAD_ID, json_error, read_body
 from .mapping import EventMapper, interrupt_for, interrupt_id, item_view, messages_of
 from .streams import DETACH_MAX_BODY, ChangeStream, Detaches, EventStream, Runs, Stop, _Refused
 
@@ -92,7 +91,6 @@ DESCRIBING_ID = ""
 VIA = "web"
 
 
-_THREAD_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 STATIC = resources.files("dial_runtime.web") / "static"
 
 
@@ -266,7 +264,7 @@ class WebSurface:
         if principal is None:
             return json_error(401, "not signed in")
         thread = request.path_params["thread"]
-        if not _THREAD_ID.fullmatch(thread):
+        if not THREAD_ID.fullmatch(thread):
             return json_error(400, "the conversation id must be 1 to 128 letters, digits or ._:@-")
         if not self._may_view(principal, thread):
             return json_error(403, "you may not see this conversation")
@@ -288,7 +286,7 @@ class WebSurface:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             return json_error(422, f"not an AG-UI RunAgentInput: {where}: {first['msg']}")
-        if not _THREAD_ID.fullmatch(run.thread_id):
+        if not THREAD_ID.fullmatch(run.thread_id):
             return json_error(400, "threadId must be 1 to 128 letters, digits or ._:@-")
         if not self._may_view(principal, run.thread_id):
             return json_error(403, "you may not see this conversation")
@@ -325,7 +323,7 @@ class WebSurface:
         run_id = named.get("runId") if isinstance(named, dict) else None
         if not isinstance(thread, str) or not isinstance(run_id, str):
             return json_error(422, 'give {"threadId": ..., "runId": ...} as JSON')
-        if not _THREAD_ID.fullmatch(thread):
+        if not THREAD_ID.fullmatch(thread):
             return json_error(400, "threadId must be 1 to 128 letters, digits or ._:@-")
         if not self._may_view(principal, thread):
             return json_error(403, "you may not see this conversation")
@@ -372,7 +370,7 @@ class WebSurface:
         if not claims.may_be_used_by(principal, roles):
             raise _LinkRefusal("wrong-person", f"the link is not for {principal[:60]!r}")
         thread, suggestion_id = claims.conversation_id, claims.suggestion_id
-        if not _THREAD_ID.fullmatch(thread):
+        if not THREAD_ID.fullmatch(thread):
             raise _LinkRefusal("malformed", "the link names a conversation id this server does not serve")
         if not self._may_view(principal, thread):
             raise _LinkRefusal("forbidden", "you may not see this conversation")

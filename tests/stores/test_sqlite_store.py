@@ -382,6 +382,22 @@ async def test_the_write_ahead_log_stays_bounded(path: Path, keep: Callable[[Sto
     assert path.with_name("logs.db-wal").stat().st_size < 6_000_000
 
 
+async def test_a_watch_of_every_conversation_hears_another_process_as_any(
+    path: Path, keep: Callable[[StorePort], StorePort]
+) -> None:
+    """A watch of every conversation hears appends other processes make (SQLite's data_version, polled) as
+    ``None``: the file changed, and the file cannot say which conversation did; its own process's by name."""
+    watching = keep(open_store(f"sqlite:{path}"))
+    command = [sys.executable, "-c", APPENDER, f"sqlite:{path}"]
+    async with watching.watch() as changes:
+        with anyio.fail_after(30):
+            await anyio.run_process([*command, "c2"], cwd=ROOT)
+        assert await next_change(changes) is None
+        assert await quiet(changes)
+        await watching.append("c3", [said(1, "here")], expected_seq=0)
+        assert await next_change(changes) == "c3"
+
+
 async def test_a_watch_hears_another_process(path: Path, keep: Callable[[StorePort], StorePort]) -> None:
     """A watch of one conversation notices appends that other processes make to it (SQLite's data_version,
     polled), and stays quiet for appends they make to other conversations."""

@@ -1,0 +1,332 @@
+"""The web surface's inbox over HTTP, served by uvicorn on SQLite and PostgreSQL: the cards waiting for the caller
+(as their policies and ``can_view`` say), filters refused in one line when unknown, bulk decisions taken card by
+card (a stale one refused alone), and a change stream that tells an open inbox of a decision made anywhere."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import httpx
+import pytest
+
+from dial_runtime import ActionSpec, ApprovalPolicy, Conversation, LogEntry, open_store, scripted_human
+from dial_runtime.web import create_app, scripted_agents
+
+from ..fakes import Agent, envelope, suggest
+from ..web_domains import WebNotes
+from ..web_server import serving
+
+ACK = envelope("<dial-acknowledge>Done.</dial-acknowledge>")
+
+
+class DeskNotes(WebNotes):
+    """The notebook, whose notes are due within ten minutes and whose shares two reviewers approve."""
+
+    actions: ClassVar[dict[str, ActionSpec]] = {
+        **WebNotes.actions,
+        "add-note": ActionSpec(mutates=True, deadline=600),
+        "share-note": ActionSpec(mutates=True, policy=ApprovalPolicy(approvals=2, roles=frozenset({"reviewers"}))),
+    }
+
+
+def note(text: str) -> str:
+    return envelope(suggest("add-note", json.dumps({"text": text})))
+
+
+SHARE = envelope(suggest("share-note", '{"text": "plans"}'))
+REMOVE = envelope(suggest("remove-note", '{"text": "old"}'))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:{tmp_path / 'inbox.db'}"
+    else:
+        yield request.getfixturevalue("pg_schema_url")
+
+
+def on_a_thread(work: Any, *args: Any) -> Any:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, work, *args).result(timeout=60)
+
+
+def propose(url: str, proposals: dict[str, str]) -> None:
+    """Each conversation named proposes its reply, which waits for a decision (another process's store object)."""
+
+    async def work() -> None:
+        store = open_store(url)
+        try:
+            for thread, reply in proposals.items():
+                conversation = await Conversation.open(
+                    store, thread, agent=Agent([reply]), domain=DeskNotes(), human=scripted_human(["defer"])
+                )
+                assert (await conversation.say("please", by="carl")).status == "awaiting"
+        finally:
+            await store.aclose()
+
+    on_a_thread(work)
+
+
+def stored(url: str, thread: str) -> list[LogEntry]:
+    async def work() -> list[LogEntry]:
+        store = open_store(url)
+        try:
+            return list(await store.read(thread))
+        finally:
+            await store.aclose()
+
+    return on_a_thread(work)  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def desk(url: str, **options: Any) -> Iterator[httpx.Client]:
+    """The web surface on ``url``, served; ``X-User`` names the caller (default ada), ``rev-*`` hold
+    ``reviewers``; every conversation's agent acknowledges what it is told after the proposal it made."""
+    store = open_store(url)
+    scripts: dict[str, list[str]] = _Scripts()
+    app = create_app(
+        store=store,
+        domain=DeskNotes(),
+        agent=scripted_agents(scripts),
+        auth=lambda request: str(request.headers.get("x-user", "ada")),
+        roles=lambda who: {"reviewers"} if who.startswith("rev-") else set(),
+        deadlines=None,
+        **options,
+    )
+    try:
+        with serving(app) as served, httpx.Client(base_url=served, timeout=30) as client:
+            yield client
+    finally:
+        on_a_thread(store.aclose)
+
+
+class _Scripts(dict[str, list[str]]):
+    """Every conversation's script: its proposal (already in its log), then acknowledgements."""
+
+    def get(self, key: str, default: Any = None) -> list[str]:  # type: ignore[override]
+        return ["(proposed)", ACK, ACK, ACK]
+
+
+def cards(client: httpx.Client, query: str = "", **headers: str) -> list[dict[str, Any]]:
+    response = client.get(f"/inbox/cards{query}", headers=headers)
+    assert response.status_code == 200, response.text
+    return response.json()["cards"]  # type: ignore[no-any-return]
+
+
+def bulk(
+    client: httpx.Client, chosen: list[dict[str, Any]], decision: str, **headers: str
+) -> list[dict[str, Any]]:
+    decisions = [
+        {"threadId": card["threadId"], "id": card["id"], "decision": decision, "digest": card["digest"]}
+        for card in chosen
+    ]
+    response = client.post("/inbox/decide", json={"decisions": decisions}, headers=headers)
+    assert response.status_code == 200, response.text
+    return response.json()["results"]  # type: ignore[no-any-return]
+
+
+def test_the_inbox_lists_what_the_caller_may_decide_with_what_they_need(store_url: str) -> None:
+    propose(store_url, {"c-note": note("milk"), "c-share": SHARE, "c-remove": REMOVE})
+    with desk(store_url) as client:
+        listed = cards(client)
+        assert [card["threadId"] for card in listed] == ["c-note", "c-remove"]  # the share is for reviewers
+        first = listed[0]
+        assert first["preview"] == "Add the note 'milk'" and first["action"] == "add-note"
+        assert first["asked_by"] == "carl" and first["digest"].startswith("sha256:")
+        assert first["deadline"] == pytest.approx(first["since"] + 600, abs=1)
+        assert first["overdue"] is False and first["payload_fields"] == [{"name": "text", "json": '"milk"'}]
+        assert listed[1]["destructive"] is True and listed[1]["deadline"] is None
+        reviewer = cards(client, **{"x-user": "rev-1"})
+        assert [card["threadId"] for card in reviewer] == ["c-note", "c-share", "c-remove"]  # deadline, then age
+        assert reviewer[1]["roles"] == ["reviewers"] and reviewer[1]["approvals_needed"] == 2
+        assert [card["threadId"] for card in cards(client, "?action=remove-note")] == ["c-remove"]
+        assert [card["threadId"] for card in cards(client, "?conversation=c-note&limit=1")] == ["c-note"]
+        assert cards(client, "?overdue=true") == []
+        page = client.get("/inbox")
+        assert page.status_code == 200 and "<dial-inbox" in page.text
+
+
+def test_can_view_hides_the_cards_of_conversations_the_caller_may_not_see(store_url: str) -> None:
+    propose(store_url, {"mine-1": note("a"), "theirs-1": note("b"), "mine-2": note("c")})
+    with desk(store_url, can_view=lambda who, thread: thread.startswith("mine")) as client:
+        assert [card["threadId"] for card in cards(client, "?limit=2")] == ["mine-1", "mine-2"]
+        hidden = {"threadId": "theirs-1", "id": "sg-1", "digest": "sha256:x"}
+        results = bulk(client, [hidden], "accept")
+        assert results == [
+            {
+                "threadId": "theirs-1",
+                "id": "sg-1",
+                "decision": "accept",
+                "refused": "forbidden",
+                "reason": "you may not see this conversation",
+            }
+        ]
+    assert not [entry for entry in stored(store_url, "theirs-1") if entry.event.type == "decided"]
+
+
+BAD_QUERIES = [
+    ("?status=open", "unknown filter 'status'"),
+    ("?overdue=maybe", "overdue is true or false"),
+    ("?limit=0", "limit is a whole number from 1 to 1000"),
+    ("?limit=1001", "limit is a whole number from 1 to 1000"),
+    ("?limit=ten", "limit is a whole number from 1 to 1000"),
+    ("?action=a&action=b", "the filter 'action' is given twice"),
+]
+
+
+@pytest.mark.parametrize(("query", "error"), BAD_QUERIES, ids=[query for query, _ in BAD_QUERIES])
+def test_a_bad_filter_is_refused_in_one_line(tmp_path: Path, query: str, error: str) -> None:
+    with desk(f"sqlite:{tmp_path / 'inbox.db'}") as client:
+        response = client.get(f"/inbox/cards{query}")
+        assert response.status_code == 400 and response.json()["error"].startswith(error)
+        assert "\n" not in response.json()["error"]
+
+
+BAD_BODIES = [
+    (b"not json", 400, 'give {"decisions"'),
+    (b'{"decisions": []}', 400, 'give {"decisions"'),
+    (b'{"decisions": [{"threadId": "c", "id": "sg-1", "decision": "edit", "digest": "d"}]}', 400, "decision 1:"),
+    (b'{"decisions": [{"threadId": "c", "id": "sg-1", "decision": "accept"}]}', 400, "decision 1:"),
+    (
+        b'{"decisions": [{"threadId": "c/../x", "id": "sg-1", "decision": "accept", "digest": "d"}]}',
+        400,
+        "decision 1:",
+    ),
+    (
+        b'{"decisions": [{"threadId": "c", "id": "sg-1", "decision": "accept", "digest": "d"},'
+        b' {"threadId": "c", "id": "sg-1", "decision": "dismiss", "digest": "d"}]}',
+        400,
+        "decision 2: 'sg-1' is decided twice",
+    ),
+    (
+        b'{"decisions": [{"threadId": "c", "id": "sg-1", "decision": "accept", "digest": "d"}], "x": 1}',
+        400,
+        "give",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "error"), BAD_BODIES)
+def test_a_bad_bulk_is_refused_whole_and_decides_nothing(
+    tmp_path: Path, body: bytes, status: int, error: str
+) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.db'}"
+    propose(url, {"c": note("a")})
+    with desk(url) as client:
+        response = client.post("/inbox/decide", content=body, headers={"content-type": "application/json"})
+        assert response.status_code == status and response.json()["error"].startswith(error)
+        assert (
+            client.post("/inbox/decide", content=b"{}", headers={"content-type": "text/plain"}).status_code == 415
+        )
+        too_many = {
+            "decisions": [
+                {"threadId": f"c{n}", "id": "sg-1", "decision": "accept", "digest": "d"} for n in range(201)
+            ]
+        }
+        assert client.post("/inbox/decide", json=too_many).json() == {
+            "error": "at most 200 decisions at once, not 201"
+        }
+        assert len(cards(client)) == 1
+
+
+def test_a_bulk_takes_each_card_alone_and_refuses_a_stale_one_with_its_reason(store_url: str) -> None:
+    propose(store_url, {f"c-{n}": note(f"n{n}") for n in range(5)})
+    with desk(store_url) as client:
+        listed = cards(client)
+        assert len(listed) == 5
+        first = bulk(client, listed[:1], "dismiss", **{"x-user": "bea"})  # decided meanwhile, by bea
+        assert first[0]["status"] == "idle"
+        listed[1] = {**listed[1], "digest": "sha256:stale"}
+        results = bulk(client, listed, "accept")
+        assert [(each["threadId"], each.get("refused")) for each in results] == [
+            ("c-0", "already-decided"),
+            ("c-1", "payload-changed"),
+            ("c-2", None),
+            ("c-3", None),
+            ("c-4", None),
+        ]
+        assert "bea" in results[0]["reason"]
+        assert [card["threadId"] for card in cards(client)] == ["c-1"]
+    decided = [entry.event for entry in stored(store_url, "c-2") if entry.event.type == "decided"]
+    assert [(event.decision, event.by, event.via) for event in decided] == [("accept", "ada", "inbox")]
+
+
+def test_an_approval_the_policy_does_not_take_is_refused_on_its_card(store_url: str) -> None:
+    propose(store_url, {"c-share": SHARE})
+    with desk(store_url) as client:
+        (card,) = cards(client, **{"x-user": "rev-1"})
+        refused = bulk(client, [card], "accept", **{"x-user": "ada"})
+        assert refused[0]["refused"] == "approval-refused"
+        assert bulk(client, [card], "accept", **{"x-user": "rev-1"})[0]["status"] == "awaiting"
+        assert cards(client, **{"x-user": "rev-1"}) == []  # rev-1 approved it: it waits for another reviewer
+        (waiting,) = cards(client, **{"x-user": "rev-2"})
+        assert waiting["approvers"] == ["rev-1"]
+        assert bulk(client, [waiting], "accept", **{"x-user": "rev-2"})[0]["status"] == "idle"
+
+
+class InboxEvents:
+    """The ``changed`` events of ``GET /inbox/changes``, read as they come."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buffer = b""
+
+    def next(self) -> list[str]:
+        while True:
+            block, found, rest = self._buffer.partition(b"\n\n")
+            if found:
+                self._buffer = rest
+                for line in block.decode().splitlines():
+                    if line.startswith("data: "):
+                        return list(json.loads(line[len("data: ") :])["threadIds"])
+                continue
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                raise AssertionError("the change stream ended")
+            self._buffer += chunk
+
+
+def test_an_open_inbox_is_told_of_a_decision_made_elsewhere_within_a_second(store_url: str) -> None:
+    propose(store_url, {"c-0": note("a"), "c-1": note("b"), "hidden": note("c")})
+    with (
+        desk(store_url, can_view=lambda who, thread: thread != "hidden") as client,
+        client.stream("GET", "/inbox/changes") as response,
+    ):
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = InboxEvents(response.iter_raw())
+        assert events.next() == []  # the first event: read the cards now
+        listed = cards(client)
+
+        async def decide_elsewhere() -> float:  # another process's store object: another worker
+            store = open_store(store_url)
+            try:
+                conversation = await Conversation.open(
+                    store, "c-1", agent=Agent([ACK]), domain=DeskNotes(), human=scripted_human([])
+                )
+                await conversation.decide("sg-1", {"dismiss": True}, by="bea", shown=listed[1]["digest"])
+                return time.monotonic()
+            finally:
+                await store.aclose()
+
+        decided_at = on_a_thread(decide_elsewhere)
+        seen = events.next()  # SQLite tells another process's change as [] (read again): its file says no more
+        told_at = time.monotonic()
+        while "c-1" not in seen and seen != []:
+            seen = events.next()
+            told_at = time.monotonic()
+        assert told_at - decided_at <= 1.0
+        assert [card["threadId"] for card in cards(client)] == ["c-0"]
+        propose(store_url, {"hidden": note("d")})  # appends to a conversation the caller may not see
+        propose(store_url, {"c-2": note("e")})
+        seen = events.next()
+        while "c-2" not in seen and seen != []:
+            assert "hidden" not in seen
+            seen = events.next()
+        assert "hidden" not in seen
