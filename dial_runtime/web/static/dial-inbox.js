@@ -63,20 +63,22 @@ class DialInbox extends HTMLElement {
     this.ticker = window.setInterval(() => this.tick(), 1000);
     window.addEventListener("offline", () => this.setOnline(false));
     window.addEventListener("online", () => this.load());
-    this.addEventListener("keydown", (event) => this.onKey(event));
+    this.keys = (event) => this.onKey(event);
+    document.addEventListener("keydown", this.keys); // the page's keys, wherever the focus is but a text field
   }
 
   disconnectedCallback() {
     window.clearInterval(this.ticker);
+    document.removeEventListener("keydown", this.keys);
     if (this.changes) this.changes.close();
   }
 
   build() {
     const head = el("div", "dial-inbox-head");
-    this.title = el("h2", "dial-inbox-title", "Waiting for you");
+    this.heading = el("h2", "dial-inbox-title", "Waiting for you");
     const panel = el("a", "dial-inbox-panel", "Conversations");
     panel.href = "./";
-    head.append(this.title, panel);
+    head.append(this.heading, panel);
 
     const bar = el("div", "dial-inbox-bar");
     bar.setAttribute("role", "group");
@@ -179,6 +181,7 @@ class DialInbox extends HTMLElement {
     for (const key of [...this.notes.keys()]) if (!fresh.has(key)) this.notes.delete(key);
     this.cards = data.cards;
     this.render();
+    this.dataset.loaded = "true"; // the cards shown are the server's (a test, or a page's script, can wait for it)
   }
 
   setOnline(online) {
@@ -200,7 +203,7 @@ class DialInbox extends HTMLElement {
     const focusedControl = focused && document.activeElement !== focused ? document.activeElement.className : null;
     this.list.replaceChildren(...this.cards.map((card) => this.renderCard(card)));
     this.empty.hidden = this.cards.length > 0;
-    this.title.textContent = this.cards.length ? `Waiting for you (${this.cards.length})` : "Waiting for you";
+    this.heading.textContent = this.cards.length ? `Waiting for you (${this.cards.length})` : "Waiting for you";
     if (focusedKey) {
       const again = this.cardNode(focusedKey);
       if (again) {
@@ -418,7 +421,9 @@ class DialInbox extends HTMLElement {
   onKey(event) {
     const target = event.target;
     if (event.altKey || event.ctrlKey || event.metaKey) return;
-    if (target instanceof HTMLSelectElement || (target instanceof HTMLInputElement && target.type !== "checkbox")) return;
+    if (target instanceof HTMLSelectElement || target instanceof HTMLTextAreaElement) return;
+    if (target instanceof HTMLInputElement && target.type !== "checkbox") return;
+    if (!this.confirmBox.hidden) return; // a second yes is asked: Enter or a click answers it, not a shortcut
     const cards = [...this.list.children];
     const current = target.closest ? target.closest(".dial-inbox-card") : null;
     const at = current ? cards.indexOf(current) : -1;

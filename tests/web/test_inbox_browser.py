@@ -1,0 +1,249 @@
+"""The inbox page in headless Chromium: every card waiting for the person, with a countdown to its deadline; a bulk
+decision taken with the keyboard alone; a destructive accept that asks for a second yes; cards decided elsewhere
+leaving the page without a reload; two people bulk-deciding overlapping cards at once, each card decided once;
+deciding paused while offline; no serious accessibility finding, light or dark."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect
+
+from dial_runtime import Conversation, open_store, scripted_human
+from dial_runtime.web import create_app, scripted_agents
+
+from ..browser import AXE, serious_accessibility_findings, small_targets
+from ..fakes import Agent
+from ..web_server import serving
+from .test_web_inbox import ACK, REMOVE, DeskNotes, _Scripts, note, on_a_thread, propose, stored
+
+_COUNT = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:{tmp_path_factory.mktemp('inbox') / 'inbox.db'}"
+
+
+@pytest.fixture(scope="module")
+def base_url(store_url: str) -> Iterator[str]:
+    store = open_store(store_url)
+    app = create_app(
+        store=store,
+        domain=DeskNotes(),
+        agent=scripted_agents(_Scripts()),
+        auth=lambda request: str(request.headers.get("x-user", "ada")),
+        roles=lambda who: {"reviewers"} if who.startswith("rev-") else set(),
+        deadlines=None,
+    )
+    try:
+        with serving(app) as served:
+            yield served
+    finally:
+        on_a_thread(store.aclose)
+
+
+def fresh(prefix: str, count: int) -> list[str]:
+    """``count`` conversation ids no other test uses."""
+    batch = next(_COUNT)
+    return [f"{prefix}{batch}-{n}" for n in range(count)]
+
+
+def person(browser: Browser, who: str, scheme: str = "light") -> BrowserContext:
+    context = browser.new_context(extra_http_headers={"x-user": who}, color_scheme=scheme)  # type: ignore[arg-type]
+    context.set_default_timeout(10_000)
+    return context
+
+
+def open_inbox(context: BrowserContext, base_url: str) -> Page:
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.errors = errors  # type: ignore[attr-defined]
+    page.goto(f"{base_url}/inbox")
+    expect(page.locator("dial-inbox[data-loaded] .dial-inbox-title")).to_be_visible()
+    return page
+
+
+def card(page: Page, thread: str) -> Any:
+    return page.locator(f'.dial-inbox-card[data-thread="{thread}"]')
+
+
+def decisions(store_url: str, thread: str) -> list[tuple[str, str | None, str | None]]:
+    return [
+        (entry.event.decision, entry.event.by, entry.event.via)
+        for entry in stored(store_url, thread)
+        if entry.event.type == "decided"
+    ]
+
+
+def decide_all_left(page: Page) -> None:
+    """Dismiss whatever the other tests left waiting, so that each test starts from its own cards."""
+    if page.locator(".dial-select-all").is_enabled():
+        page.locator(".dial-select-all").click()
+        page.locator(".dial-dismiss-selected").click()
+        expect(page.locator(".dial-inbox-card")).to_have_count(0)
+
+
+def test_a_bulk_decision_with_the_keyboard_alone(browser: Browser, base_url: str, store_url: str) -> None:
+    context = person(browser, "ada")
+    try:
+        page = open_inbox(context, base_url)
+        decide_all_left(page)
+        threads = fresh("k", 3)
+        propose(store_url, {thread: note(f"note {n}") for n, thread in enumerate(threads)})
+        expect(page.locator(".dial-inbox-card")).to_have_count(3)  # the change stream brought them
+        expect(card(page, threads[0]).locator(".dial-due")).to_have_text(re.compile(r"due in (9|10):\d\d"))
+        expect(card(page, threads[0]).locator(".dial-age")).to_have_text("waiting under a minute")
+        expect(card(page, threads[0]).locator(".dial-asked-by")).to_have_text("asked by carl")
+        page.locator(".dial-keys").click()
+        page.keyboard.press("j")
+        expect(card(page, threads[0])).to_be_focused()
+        page.keyboard.press("x")
+        page.keyboard.press("j")
+        page.keyboard.press("x")
+        expect(page.locator(".dial-accept-selected")).to_have_text("Accept 2 cards")
+        page.keyboard.press("a")
+        expect(page.locator("dial-inbox .dial-status")).to_have_text("2 cards accepted.")
+        expect(page.locator(".dial-inbox-card")).to_have_count(1)
+        assert decisions(store_url, threads[0]) == decisions(store_url, threads[1]) == [("accept", "ada", "inbox")]
+        expect(card(page, threads[2])).to_be_visible()
+        card(page, threads[2]).focus()
+        page.keyboard.press("d")
+        expect(page.locator(".dial-inbox-card")).to_have_count(0)
+        expect(page.locator(".dial-inbox-empty")).to_have_text("Nothing waits for you.")
+        assert decisions(store_url, threads[2]) == [("dismiss", "ada", "inbox")]
+        assert page.errors == []  # type: ignore[attr-defined]
+    finally:
+        context.close()
+
+
+def test_a_destructive_accept_asks_for_a_second_yes(browser: Browser, base_url: str, store_url: str) -> None:
+    context = person(browser, "ada")
+    try:
+        page = open_inbox(context, base_url)
+        decide_all_left(page)
+        (thread,) = fresh("d", 1)
+        propose(store_url, {thread: REMOVE})
+        removal = card(page, thread)
+        expect(removal.locator(".dial-destructive")).to_have_text("destructive")
+        removal.get_by_role("button", name="Accept: Remove the note 'old'").click()
+        expect(page.locator(".dial-confirm-text")).to_have_text(
+            "Accept “Remove the note 'old'”? It is destructive."
+        )
+        assert decisions(store_url, thread) == []
+        page.get_by_role("button", name="Yes, accept it").click()
+        expect(removal).to_have_count(0)
+        assert decisions(store_url, thread) == [("accept", "ada", "inbox")]
+    finally:
+        context.close()
+
+
+def test_a_card_decided_elsewhere_leaves_the_page_without_a_reload(
+    browser: Browser, base_url: str, store_url: str
+) -> None:
+    context = person(browser, "ada")
+    try:
+        page = open_inbox(context, base_url)
+        decide_all_left(page)
+        threads = fresh("e", 2)
+        propose(store_url, {thread: note("x") for thread in threads})
+        expect(page.locator(".dial-inbox-card")).to_have_count(2)
+        card(page, threads[0]).locator(".dial-select").check()
+
+        async def elsewhere() -> None:
+            store = open_store(store_url)
+            try:
+                conversation = await Conversation.open(
+                    store, threads[0], agent=Agent([ACK]), domain=DeskNotes(), human=scripted_human([])
+                )
+                await conversation.decide("sg-1", {"dismiss": True}, by="bea")
+            finally:
+                await store.aclose()
+
+        on_a_thread(elsewhere)
+        expect(card(page, threads[0])).to_have_count(0)
+        expect(page.locator(".dial-accept-selected")).to_have_text("Accept selected")  # its selection went with it
+        expect(page.locator(".dial-accept-selected")).to_be_disabled()
+    finally:
+        context.close()
+
+
+def test_two_people_bulk_deciding_overlapping_cards_decide_each_once(
+    browser: Browser, base_url: str, store_url: str
+) -> None:
+    first, second = person(browser, "ada"), person(browser, "bea")
+    try:
+        ada, bea = open_inbox(first, base_url), open_inbox(second, base_url)
+        decide_all_left(ada)
+        threads = fresh("o", 6)
+        propose(store_url, {thread: note(f"n{n}") for n, thread in enumerate(threads)})
+        for page, mine in ((ada, threads[:4]), (bea, threads[2:])):
+            expect(page.locator(".dial-inbox-card")).to_have_count(6)
+            for thread in mine:
+                card(page, thread).locator(".dial-select").check()
+            expect(page.locator(".dial-accept-selected")).to_have_text("Accept 4 cards")
+        ada.locator(".dial-accept-selected").click()
+        bea.locator(".dial-accept-selected").click()
+        for page in (ada, bea):
+            expect(page.locator(".dial-inbox-card")).to_have_count(0)
+        deciders = [decisions(store_url, thread) for thread in threads]
+        assert all(len(each) == 1 for each in deciders), deciders
+        assert [each[0][1] for each in deciders[:2]] == ["ada", "ada"]
+        assert [each[0][1] for each in deciders[4:]] == ["bea", "bea"]
+        said = [page.locator("dial-inbox .dial-status").inner_text() for page in (ada, bea)]
+        taken = sum(
+            int(re.match(r"(\d+) cards? accepted", words).group(1)) for words in said if "accepted" in words
+        )  # type: ignore[union-attr]
+        assert taken == 6, said
+    finally:
+        first.close()
+        second.close()
+
+
+def test_deciding_is_paused_while_offline(browser: Browser, base_url: str, store_url: str) -> None:
+    context = person(browser, "ada")
+    try:
+        page = open_inbox(context, base_url)
+        decide_all_left(page)
+        (thread,) = fresh("f", 1)
+        propose(store_url, {thread: note("y")})
+        accept = card(page, thread).locator(".dial-accept")
+        expect(accept).to_be_enabled()
+        context.set_offline(True)
+        expect(page.locator("dial-inbox .dial-status")).to_have_text(re.compile("^Offline"))
+        expect(accept).to_be_disabled()
+        context.set_offline(False)
+        expect(card(page, thread).locator(".dial-accept")).to_be_enabled()
+        assert decisions(store_url, thread) == []
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_no_serious_accessibility_finding_and_targets_a_finger_can_hit(
+    browser: Browser, base_url: str, store_url: str, scheme: str
+) -> None:
+    if not AXE.is_file():
+        pytest.fail("the accessibility test needs `npm ci --prefix tests/browser_node` (.ci/run does it)")
+    context = person(browser, "rev-1", scheme)
+    try:
+        page = open_inbox(context, base_url)
+        decide_all_left(page)
+        threads = fresh("a", 2)
+        propose(store_url, {threads[0]: note("z"), threads[1]: REMOVE})
+        expect(page.locator(".dial-inbox-card")).to_have_count(2)
+        card(page, threads[0]).locator(".dial-summary").click()
+        assert serious_accessibility_findings(page) == []
+        measured, small = small_targets(page, "dial-inbox")
+        assert measured and small == []
+        page.keyboard.press("j")  # from the first card's details to the next card, which shows the focus
+        expect(card(page, threads[1])).to_be_focused()
+        ring = page.evaluate("() => getComputedStyle(document.activeElement).outlineStyle")
+        assert ring == "solid"
+    finally:
+        context.close()
