@@ -15,6 +15,13 @@ as the runtime writes it (:func:`~dial_runtime.views.inbox.stored_rows` of each 
 (100 cards) of the inbox of one decider (a name and a role), asked 200 times of deciders in turn: p50 and p99 in
 milliseconds; likewise every card for one decider (no page), and the overdue ones.
 
+(d) The approval desk, on the same database, served by ``dial-runtime serve --workers 4``: an inbox page's read
+(``GET /inbox/cards``, 100 cards) asked 200 times, p50 and p99; how long after a decision is sent (``POST
+/inbox/decide``, one card, to whichever worker takes it) the change stream of an inbox open on another connection
+names its conversation, 20 times, p50 and p99 (an upper bound: it counts the decision's own work); and two people
+bulk-deciding 100 cards each at once, half of them the same cards: each one's request, end to end, and whether
+every card was decided exactly once (one ``decided`` entry in its log) with every card taken by one of them.
+
 The PostgreSQL server is the one ``DIAL_TEST_POSTGRES_URL`` names, else a throwaway cluster started like the
 tests' (``tests/pg.py``), syncing to disk; a fresh schema holds the tables and is dropped at the end.
 """
@@ -26,7 +33,9 @@ import io
 import json
 import os
 import platform
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+import httpx
 import psycopg
 import trio
 from bench_runtime import ACKNOWLEDGE_REPLY, SUGGESTION_REPLY, Alternating, Notes
@@ -301,6 +311,171 @@ def query_at_scale(url: str, conversations: int, asks: int) -> dict[str, Any]:
     return results
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def serving(url: str, folder: Path, workers: int) -> tuple[subprocess.Popen[bytes], str]:
+    """``dial-runtime serve`` on the store at ``url`` with ``workers`` workers, the desk's domain and a scripted
+    agent that acknowledges every outcome; its process and base URL once it answers."""
+    script = folder / "replies.json"
+    script.write_text(json.dumps([SUGGESTION_REPLY, REFUND, *[ACKNOWLEDGE_REPLY] * 4]))
+    port = free_port()
+    command = [
+        sys.executable, "-m", "dial_runtime.cli", "serve", "--agent", f"script:{script}",
+        "--domain", "bench_inbox:Desk", "--store", url, "--port", str(port), "--workers", str(workers),
+    ]  # fmt: skip
+    here = str(Path(__file__).parent)
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    log = (folder / "serve.log").open("wb")
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{base}/actions", timeout=2).status_code == 200:
+                return server, base
+        except httpx.TransportError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            raise RuntimeError(f"dial-runtime serve did not start: {(folder / 'serve.log').read_text()[-2000:]}")
+        time.sleep(0.1)
+
+
+def decisions(url: str, conversation_ids: list[str]) -> dict[str, int]:
+    """How many ``decided`` entries each conversation's log holds."""
+    with psycopg.connect(url) as connection:
+        rows = connection.execute(
+            "SELECT conversation_id, count(*) FROM dial_log WHERE conversation_id = ANY(%s)"
+            " AND (entry::jsonb) -> 'event' ->> 'type' = 'decided' GROUP BY conversation_id",
+            (conversation_ids,),
+        ).fetchall()
+    counts = dict.fromkeys(conversation_ids, 0)
+    counts.update({conversation_id: count for conversation_id, count in rows})
+    return counts
+
+
+def desk_at_scale(url: str, workers: int, asks: int, bulk: int, live: int) -> dict[str, Any]:
+    """Scenario (d), on the database (q) populated."""
+    with tempfile.TemporaryDirectory(prefix="dial-desk-") as folder:
+        server, base = serving(url, Path(folder), workers)
+        try:
+            return trio.run(_desk, url, base, asks, bulk, live)
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+async def _desk(url: str, base: str, asks: int, bulk: int, live: int) -> dict[str, Any]:
+    limits = httpx.Limits(max_connections=20)
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+        samples: list[float] = []
+        for _ in range(asks):
+            began = time.perf_counter()
+            response = await client.get("/inbox/cards", params={"limit": "100"})
+            samples.append(time.perf_counter() - began)
+            assert response.status_code == 200, response.text
+        page = percentiles(samples)
+        cards = (await client.get("/inbox/cards", params={"limit": "1000", "action": "add-note"})).json()["cards"]
+        assert len(cards) >= live + bulk * 3 // 2, f"{len(cards)} note cards wait: too few for the scenario"
+        tell = await _told_within(client, cards[:live])
+        rest = cards[live : live + bulk * 3 // 2]
+        first, second = rest[:bulk], rest[bulk // 2 :]
+        timings: dict[str, float] = {}
+        answers: dict[str, list[dict[str, Any]]] = {}
+
+        async def decide(who: str, chosen: list[dict[str, Any]]) -> None:
+            body = {
+                "decisions": [
+                    {
+                        "threadId": card["threadId"],
+                        "id": card["id"],
+                        "decision": "accept",
+                        "digest": card["digest"],
+                    }
+                    for card in chosen
+                ]
+            }
+            began = time.perf_counter()
+            response = await client.post("/inbox/decide", json=body)
+            timings[who] = time.perf_counter() - began
+            assert response.status_code == 200, response.text
+            answers[who] = response.json()["results"]
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(decide, "first", first)
+            nursery.start_soon(decide, "second", second)
+    taken = [each for results in answers.values() for each in results if "refused" not in each]
+    refused = {each["refused"] for results in answers.values() for each in results if "refused" in each}
+    counted = decisions(url, [card["threadId"] for card in rest])
+    return {
+        "page_of_100_over_http": page,
+        "live_update": tell,
+        "bulk": {
+            "cards_each": bulk,
+            "overlap": bulk // 2,
+            "seconds_each": {who: round(seconds, 3) for who, seconds in sorted(timings.items())},
+            "taken": len(taken),
+            "refused_as": sorted(refused),
+            "each_decided_once": set(counted.values()) == {1} and len(taken) == len(rest),
+        },
+    }
+
+
+async def _told_within(client: httpx.AsyncClient, cards: list[dict[str, Any]]) -> dict[str, float]:
+    """Decide each card alone while an inbox's change stream is open: seconds from sending the decision to the
+    event that names its conversation."""
+    samples: list[float] = []
+    async with (
+        httpx.AsyncClient(base_url=str(client.base_url), timeout=30) as watcher,
+        watcher.stream("GET", "/inbox/changes") as stream,
+    ):
+        lines = stream.aiter_lines()
+        async for line in lines:  # the first event: the stream is open
+            if line.startswith("data: "):
+                break
+        for card in cards:
+            body = {
+                "decisions": [
+                    {
+                        "threadId": card["threadId"],
+                        "id": card["id"],
+                        "decision": "dismiss",
+                        "digest": card["digest"],
+                    }
+                ]
+            }
+            told = trio.Event()
+            arrived: list[float] = []
+            began = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_listen, lines, card["threadId"], told, arrived)
+                response = await client.post("/inbox/decide", json=body)
+                assert response.status_code == 200 and "refused" not in response.json()["results"][0], (
+                    response.text
+                )
+                with trio.fail_after(10):
+                    await told.wait()
+            samples.append(arrived[0] - began)
+    return percentiles(samples)
+
+
+async def _listen(lines: Any, thread: str, told: trio.Event, arrived: list[float]) -> None:
+    """Read the change stream until an event names ``thread``; note when."""
+    async for line in lines:
+        if line.startswith("data: ") and thread in json.loads(line[len("data: ") :])["threadIds"]:
+            arrived.append(time.perf_counter())
+            told.set()
+            return
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check the benchmark runs")
@@ -316,6 +491,9 @@ def main() -> None:
         )
     with postgres() as url:
         scale = query_at_scale(url("on"), conversations, 40 if smoke else 200)
+        desk = desk_at_scale(
+            url("on"), 2 if smoke else 4, 40 if smoke else 200, 10 if smoke else 100, 5 if smoke else 20
+        )
     print(
         json.dumps(
             {
@@ -325,7 +503,13 @@ def main() -> None:
                 "load_average_1m": round(load, 2),
                 "r": cost,
                 "q": scale,
-                "targets": {"overhead_percent": 10, "page_p99_ms": 50},
+                "d": desk,
+                "targets": {
+                    "overhead_percent": 10,
+                    "page_p99_ms": 50,
+                    "live_update_p99_ms": 1000,
+                    "bulk_of_100_seconds": 2,
+                },
             }
         )
     )
