@@ -9,7 +9,10 @@ Runs the web surface on 127.0.0.1 with a scripted agent and drives Debian's head
 - ``panel-mobile.png``: the choice at a phone's width;
 - ``panel-destructive.png``: a destructive card asking for the second yes;
 - ``panel-refused.png``: an edit the domain refused, with its reason;
-- ``panel-error.png``: an agent that did not answer, and a server that cannot be reached.
+- ``panel-error.png``: an agent that did not answer, and a server that cannot be reached;
+- ``inbox-light.png``, ``inbox-dark.png``: the inbox (``/inbox``) of a reviewer, four cards waiting in four
+  conversations (a deadline's countdown, a destructive one, one two reviewers approve), two of them selected;
+- ``inbox-mobile.png``, ``inbox-mobile-dark.png``: the same at a phone's width.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from playwright.sync_api import Browser, Page
 
 from dial_runtime.web import create_app, scripted_agents
 from tests.browser import chromium, say
+from tests.web.test_web_inbox import REMOVE, SHARE, DeskNotes, _Scripts, note, propose
 from tests.web_domains import WebNotes
 from tests.web_server import serving
 
@@ -86,11 +90,14 @@ def error(page: Page) -> None:
     page.locator(".dial-status.dial-error").wait_for()
 
 
+#: A phone's screen.
+PHONE: dict[str, Any] = {"viewport": {"width": 390, "height": 760}, "device_scale_factor": 2, "is_mobile": True}
+
 SHOTS: list[tuple[str, Callable[[Page], None], dict[str, Any]]] = [
     ("pending", pending, {}),
     ("dark", pending, {"color_scheme": "dark"}),
     ("choice", choice, {}),
-    ("mobile", choice, {"viewport": {"width": 390, "height": 760}, "device_scale_factor": 2, "is_mobile": True}),
+    ("mobile", choice, PHONE),
     ("destructive", destructive, {}),
     ("refused", refused, {}),
     ("error", error, {}),
@@ -112,6 +119,49 @@ def shoot(browser: Browser, url: str, out: Path) -> None:
         context.close()
 
 
+INBOX_SHOTS: list[tuple[str, dict[str, Any]]] = [
+    ("light", {"viewport": {"width": 1000, "height": 900}}),
+    ("dark", {"viewport": {"width": 1000, "height": 900}, "color_scheme": "dark"}),
+    ("mobile", PHONE),
+    ("mobile-dark", {**PHONE, "color_scheme": "dark"}),
+]
+
+
+def shoot_inbox(browser: Browser, folder: str, out: Path) -> None:
+    """The inbox of a reviewer, with four cards waiting."""
+    store = f"sqlite:{folder}/inbox.db"
+    propose(
+        store,
+        {
+            "groceries": note("buy oat milk"),
+            "budget-review": SHARE,
+            "cleanup": REMOVE,
+            "weekly-plan": note("call the dentist"),
+        },
+    )
+    app = create_app(
+        store=store,
+        domain=DeskNotes(),
+        agent=scripted_agents(_Scripts()),
+        auth=lambda request: "rev-1",
+        roles=lambda who: {"reviewers"},
+        deadlines=None,
+    )
+    with serving(app) as url:
+        for name, options in INBOX_SHOTS:
+            context = browser.new_context(**options)
+            context.set_default_timeout(10_000)
+            page = context.new_page()
+            page.goto(f"{url}/inbox")
+            page.locator("dial-inbox[data-loaded]").wait_for()
+            for number in (0, 2):
+                page.locator(".dial-select").nth(number).check()
+            path = out / f"inbox-{name}.png"
+            page.screenshot(path=str(path), full_page=True)
+            print(path)
+            context.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -123,6 +173,7 @@ def main() -> None:
         app = create_app(store=f"sqlite:{folder}/c.db", domain=WebNotes(), agent=scripted_agents(SCRIPTS))
         with serving(app) as url, chromium() as browser:
             shoot(browser, url, out)
+            shoot_inbox(browser, folder, out)
 
 
 if __name__ == "__main__":

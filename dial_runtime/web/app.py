@@ -97,8 +97,10 @@ def create_app(
     """The ASGI application: ``POST /agui`` (AG-UI runs), ``POST /agui/detach``, ``GET /actions`` (the domain's
     actions, which the panel's empty state names), ``GET /conversations``, ``GET
     /conversations/{id}/changes`` (a server-sent event each time a conversation's log grows, in any worker; a
-    comment every ``heartbeat`` seconds while it does not), the panel at ``/``, and, with ``links``, ``GET`` and
-    ``POST /decide`` (decision links, below).
+    comment every ``heartbeat`` seconds while it does not), the panel at ``/``, the inbox at ``/inbox`` (every card
+    waiting for the caller across conversations, with ``GET /inbox/cards``, ``GET /inbox/changes`` and ``POST
+    /inbox/decide``: :mod:`dial_runtime.web.inbox`), and, with ``links``, ``GET`` and ``POST /decide`` (decision
+    links, below).
 
     ``store`` is a :class:`StorePort` or its URL (one store holds every conversation; PostgreSQL when several
     workers share it). ``domain`` serves every conversation; or, a domain factory (a callable with no ``run``:
