@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from dial_runtime import Conversation, open_store, scripted_human
 from dial_runtime.web import create_app, scripted_agents
 
-from ..browser import AXE, serious_accessibility_findings, small_targets
+from ..browser import AXE, open_thread, serious_accessibility_findings, small_targets
 from ..fakes import Agent
 from ..web_server import serving
 from .test_web_inbox import ACK, REMOVE, DeskNotes, _Scripts, note, on_a_thread, propose, stored
@@ -118,6 +118,9 @@ def test_a_bulk_decision_with_the_keyboard_alone(browser: Browser, base_url: str
         expect(page.locator(".dial-inbox-empty")).to_have_text("Nothing waits for you.")
         assert decisions(store_url, threads[2]) == [("dismiss", "ada", "inbox")]
         assert page.errors == []  # type: ignore[attr-defined]
+        panel = open_thread(context, base_url, threads[0])  # the card in its conversation says who, and how
+        decided = panel.locator('.dial-card[data-suggestion="sg-1"] .dial-decided-by')
+        expect(decided).to_have_text(re.compile(r"^Accepted by ada through the inbox at \d\d:\d\d"))
     finally:
         context.close()
 
@@ -169,6 +172,9 @@ def test_a_card_decided_elsewhere_leaves_the_page_without_a_reload(
         expect(card(page, threads[0])).to_have_count(0)
         expect(page.locator(".dial-accept-selected")).to_have_text("Accept selected")  # its selection went with it
         expect(page.locator(".dial-accept-selected")).to_be_disabled()
+        panel = open_thread(context, base_url, threads[0])  # decided by the program's own code: no door named
+        decided = panel.locator('.dial-card[data-suggestion="sg-1"] .dial-decided-by')
+        expect(decided).to_have_text(re.compile(r"^Dismissed by bea at \d\d:\d\d"))
     finally:
         context.close()
 

@@ -77,15 +77,37 @@ export function newCard(view) {
   const issue = el("p", "dial-issue");
   const actions = el("div", "dial-actions");
   const result = el("p", "dial-outcome");
+  const decider = el("p", "dial-decided-by");
   const returned = el("details", "dial-returned");
   returned.append(el("summary", "dial-result-summary", "What it returned"));
   const returnedText = el("pre", "dial-result");
   returned.append(returnedText);
-  root.append(head, preview, words, repeat, approvals, fields, details, issue, actions, result, returned);
+  root.append(head, preview, words, repeat, approvals, fields, details, issue, actions, result, decider, returned);
   return {
     id: view.id, root, action, mark, preview, words, repeat, approvals, fields, details, payload, issue, actions,
-    result, returned, returnedText,
+    result, decider, returned, returnedText,
   };
+}
+
+// The doors a decision comes through (DecidedEvent.via), as a person names them.
+const DOORS = {
+  web: "the panel",
+  inbox: "the inbox",
+  link: "a decision link",
+  cli: "the command line",
+  terminal: "the terminal",
+  a2a: "A2A",
+  mcp: "MCP",
+};
+const DECIDED = { accept: "Accepted", dismiss: "Dismissed", edit: "Run edited" };
+
+// Who took the decision that ended a card, through which door and when ("Accepted by ana through the inbox at
+// 10:02"); empty when no person's decision ended it (a deadline, new words, a policy of the program's own).
+function deciderText(view) {
+  const decided = DECIDED[view.decision];
+  if (!decided || !view.decided_by) return "";
+  const door = view.decided_via ? ` through ${DOORS[view.decided_via] || view.decided_via}` : "";
+  return `${decided} by ${view.decided_by}${door}${clockTime(view.decided_at)}`;
 }
 
 // Every field of the payload as a definition list, each value as its exact JSON text.
@@ -134,6 +156,8 @@ export function renderCard(card, view) {
     else delete root.dataset.code;
     card.result.hidden = false;
     card.result.replaceChildren(withCode(view.outcome));
+    card.decider.textContent = deciderText(view);
+    card.decider.hidden = !card.decider.textContent;
     const returned = view.status === "done" && typeof view.result === "string" && view.result !== "null";
     card.returned.hidden = !returned;
     card.returned.open = returned;
@@ -144,6 +168,7 @@ export function renderCard(card, view) {
     delete root.dataset.code;
     card.result.hidden = root.dataset.status !== "running";
     card.result.textContent = root.dataset.status === "running" ? "Running…" : "";
+    card.decider.hidden = true;
     card.returned.hidden = true;
   }
   return card;
