@@ -253,3 +253,31 @@ def test_no_serious_accessibility_finding_and_targets_a_finger_can_hit(
         assert ring == "solid"
     finally:
         context.close()
+
+
+def test_the_panel_page_leads_to_the_inbox_a_new_conversation_and_every_conversation(
+    browser: Browser, base_url: str, store_url: str
+) -> None:
+    context = person(browser, "ada")
+    try:
+        decide_all_left(open_inbox(context, base_url))
+        threads = fresh("n", 2)
+        propose(store_url, {thread: note(f"nav {n}") for n, thread in enumerate(threads)})
+        page = open_thread(context, base_url, threads[0])
+        inbox = page.locator("dial-nav .dial-nav-inbox")
+        expect(inbox).to_have_text("Inbox (2 waiting for you)")
+        page.locator("dial-nav summary").click()
+        current = page.locator('dial-nav a[aria-current="page"]')
+        expect(current).to_have_text(threads[0])
+        expect(current.locator("xpath=..")).to_contain_text("1 waiting")
+        expect(page.locator("dial-nav .dial-nav-item", has_text=threads[1])).to_have_count(1)
+        page.get_by_role("button", name="Accept: Add the note 'nav 0'").click()
+        expect(inbox).to_have_text("Inbox (1 waiting for you)")  # told by the inbox's change stream
+        page.locator("dial-nav .dial-nav-new").click()
+        expect(page.locator("dial-chat .dial-empty")).to_be_visible()
+        assert f"thread={threads[0]}" not in page.url and "thread=" in page.url
+        inbox.click()
+        expect(page.locator("dial-inbox[data-loaded] .dial-inbox-card")).to_have_count(1)
+        assert page.errors == []  # type: ignore[attr-defined]
+    finally:
+        context.close()
