@@ -17,7 +17,7 @@ from dial_runtime import Conversation, open_store, scripted_human
 from dial_runtime.web import create_app, scripted_agents
 
 from ..browser import AXE, open_thread, serious_accessibility_findings, small_targets
-from ..fakes import Agent
+from ..fakes import Agent, envelope, suggest
 from ..web_server import serving
 from .test_web_inbox import ACK, REMOVE, DeskNotes, _Scripts, note, on_a_thread, propose, stored
 
@@ -278,6 +278,39 @@ def test_the_panel_page_leads_to_the_inbox_a_new_conversation_and_every_conversa
         assert f"thread={threads[0]}" not in page.url and "thread=" in page.url
         inbox.click()
         expect(page.locator("dial-inbox[data-loaded] .dial-inbox-card")).to_have_count(1)
+        assert page.errors == []  # type: ignore[attr-defined]
+    finally:
+        context.close()
+
+
+def test_the_panels_keys_move_between_cards_and_decide_them(
+    browser: Browser, base_url: str, store_url: str
+) -> None:
+    context = person(browser, "ada")
+    try:
+        (thread,) = fresh("p", 1)
+        both = envelope(suggest("add-note", '{"text": "first"}'), suggest("add-note", '{"text": "second"}'))
+        propose(store_url, {thread: both})
+        page = open_thread(context, base_url, thread)
+        first, second = (page.locator(f'.dial-card[data-suggestion="sg-{n}"]') for n in (1, 2))
+        expect(second.locator(".dial-accept")).to_have_attribute("aria-keyshortcuts", "A")
+        page.locator(".dial-input").focus()
+        page.keyboard.press("j")  # in the message box, a letter is a letter
+        assert page.locator(".dial-input").input_value() == "j"
+        page.locator(".dial-input").fill("")
+        page.keyboard.press("Escape")  # out of the message box, to the nearest waiting card
+        expect(second).to_be_focused()
+        page.keyboard.press("k")
+        expect(first).to_be_focused()
+        page.keyboard.press("j")
+        expect(second).to_be_focused()
+        page.keyboard.press("a")
+        expect(second).to_have_attribute("data-outcome", "done")
+        page.keyboard.press("k")
+        expect(first).to_be_focused()
+        page.keyboard.press("d")
+        expect(first).to_have_attribute("data-outcome", "dismissed")
+        assert decisions(store_url, thread) == [("accept", "ada", "web"), ("dismiss", "ada", "web")]
         assert page.errors == []  # type: ignore[attr-defined]
     finally:
         context.close()

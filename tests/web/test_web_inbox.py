@@ -65,7 +65,7 @@ def propose(url: str, proposals: dict[str, str]) -> None:
         try:
             for thread, reply in proposals.items():
                 conversation = await Conversation.open(
-                    store, thread, agent=Agent([reply]), domain=DeskNotes(), human=scripted_human(["defer"])
+                    store, thread, agent=Agent([reply]), domain=DeskNotes(), human=scripted_human(["defer"] * 4)
                 )
                 assert (await conversation.say("please", by="carl")).status == "awaiting"
         finally:

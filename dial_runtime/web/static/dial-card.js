@@ -60,6 +60,7 @@ function approvalsText(view) {
 export function newCard(view) {
   const root = el("section", "dial-card");
   root.dataset.suggestion = view.id;
+  root.tabIndex = -1; // the keys move the focus from card to card (j, k), and decide the one it is on (a, d)
   const head = el("header", "dial-card-head");
   const action = el("code", "dial-action");
   const mark = el("span", "dial-destructive", "destructive");
@@ -190,10 +191,16 @@ export function offerDecisions(card, { accept, edit, dismiss } = {}, extra = [])
   card.root.classList.add("dial-pending");
   if (accept && !view.issue) {
     const onAccept = () => (view.destructive ? confirm(card, label, accept) : accept());
-    card.actions.append(button("Accept", "dial-accept", onAccept, `Accept: ${label}`));
+    const accepting = button("Accept", "dial-accept", onAccept, `Accept: ${label}`);
+    accepting.setAttribute("aria-keyshortcuts", "A");
+    card.actions.append(accepting);
   }
   if (edit) card.actions.append(button("Edit", "dial-edit", () => editor(card, label, edit), `Edit: ${label}`));
-  if (dismiss) card.actions.append(button("Dismiss", "dial-dismiss", dismiss, `Dismiss: ${label}`));
+  if (dismiss) {
+    const dismissing = button("Dismiss", "dial-dismiss", dismiss, `Dismiss: ${label}`);
+    dismissing.setAttribute("aria-keyshortcuts", "D");
+    card.actions.append(dismissing);
+  }
   card.actions.append(...extra);
   if (edit && view.issue) editor(card, label, edit);
 }

@@ -76,12 +76,50 @@ class DialChat extends HTMLElement {
     this.sync();
     this.leaving = () => this.detach();
     window.addEventListener("pagehide", this.leaving);
+    this.keys = (event) => this.onKey(event);
+    document.addEventListener("keydown", this.keys);
   }
 
   disconnectedCallback() {
     if (this.changes) this.changes.close();
     window.removeEventListener("pagehide", this.leaving);
+    document.removeEventListener("keydown", this.keys);
     clearTimeout(this.recheck);
+  }
+
+  // The keys, wherever the focus is but a text field or an open editor: j and k move to the next and the previous
+  // card waiting for a decision, a accepts and d dismisses the card the focus is on (what the card's own buttons
+  // do, a destructive accept's second yes included). Escape in the message box goes to the nearest waiting card.
+  onKey(event) {
+    const target = event.target;
+    if (event.altKey || event.ctrlKey || event.metaKey || event.isComposing) return;
+    if (event.key === "Escape" && target === this.input) {
+      const nearest = [...this.querySelectorAll(".dial-card.dial-pending")].pop();
+      if (nearest) {
+        nearest.focus();
+        nearest.scrollIntoView({ block: "nearest" });
+        event.preventDefault();
+      }
+      return;
+    }
+    if (target instanceof HTMLTextAreaElement || target instanceof HTMLSelectElement || target.isContentEditable) return;
+    if (target instanceof HTMLInputElement && target.type !== "checkbox" && target.type !== "radio") return;
+    const waiting = [...this.querySelectorAll(".dial-card.dial-pending")];
+    const current = target instanceof Element ? target.closest(".dial-card") : null;
+    if (event.key === "j" || event.key === "k") {
+      if (!waiting.length) return;
+      const at = waiting.indexOf(current);
+      const next = event.key === "j" ? (at < 0 ? 0 : Math.min(at + 1, waiting.length - 1)) : at < 0 ? waiting.length - 1 : Math.max(at - 1, 0);
+      waiting[next].focus();
+      waiting[next].scrollIntoView({ block: "nearest" });
+      event.preventDefault();
+    } else if ((event.key === "a" || event.key === "d") && current && waiting.includes(current)) {
+      const control = current.querySelector(`.dial-actions > ${event.key === "a" ? ".dial-accept" : ".dial-dismiss"}`);
+      if (control && !control.disabled) {
+        control.click();
+        event.preventDefault();
+      }
+    }
   }
 
   // A page that goes away (a reload, a closed tab) while its run goes on tells the server the run should go on
