@@ -401,13 +401,15 @@ def _words_metadata(words: PersonWords) -> dict[str, Any]:
 def item_view(item: Item) -> dict[str, Any]:
     """A projection's item as JSON-ready data, as every message and event carries it (``kind`` names its type);
     a card's and a refused proposal's payload also as its JSON text (``payload_json``, exact where a browser's
-    numbers are not), and a card's ``digest`` (of the payload it shows)."""
+    numbers are not), and a card's ``digest`` (of the payload it shows); a card's payload and, once done, what it
+    returned, field by field when they are objects (``payload_fields``, ``result_fields``)."""
     view: dict[str, Any] = msgspec.to_builtins(item)
     if isinstance(item, Card | RefusedProposal):
         view["payload_json"] = _pretty_json(item.payload)
     if isinstance(item, Card):
         view["digest"] = item.digest
         view["payload_fields"] = payload_fields(item.payload)
+        view["result_fields"] = None if item.result is None else payload_fields(json.loads(item.result))
     return view
 
 

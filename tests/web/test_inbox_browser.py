@@ -121,6 +121,8 @@ def test_a_bulk_decision_with_the_keyboard_alone(browser: Browser, base_url: str
         panel = open_thread(context, base_url, threads[0])  # the card in its conversation says who, and how
         decided = panel.locator('.dial-card[data-suggestion="sg-1"] .dial-decided-by')
         expect(decided).to_have_text(re.compile(r"^Accepted by ada through the inbox at \d\d:\d\d"))
+        returned = panel.locator('.dial-card[data-suggestion="sg-1"] .dial-result-fields')
+        expect(returned).to_have_text(re.compile(r"^count\s*\d+$"))  # what it returned, field by field
     finally:
         context.close()
 

@@ -10,7 +10,9 @@ import pytest
 from dial_runtime import Accept, Ask, Conversation, Defer, Edit, Issue, LogEntry, Say, Suggestion
 from dial_runtime.language.records import Option
 from dial_runtime.runtime.events import InformDeltaEvent, event_from_dict
+from dial_runtime.views.person import project
 from dial_runtime.web import EventMapper, interrupt_for, messages_from_log, payload_digest
+from dial_runtime.web.mapping import item_view
 
 from ..fakes import Agent, Notes, StreamingAgent, envelope, suggest
 
@@ -444,3 +446,25 @@ async def test_an_unconfirmed_acknowledgement_is_marked_live_and_after_a_reload(
     assert "sg-9" in marks[0]
     (text,) = [m["content"] for m in snapshot if (m.get("metadata") or {}).get("unconfirmed")]
     assert text == "Done: I paid the bill."
+
+
+RESULTS = [
+    (
+        {"count": 12345678901234567891, "notes": ["a"]},
+        [{"name": "count", "json": "12345678901234567891"}, {"name": "notes", "json": '["a"]'}],
+    ),
+    ({}, []),
+    ([1, 2], None),
+    ("done", None),
+    (None, None),
+]
+
+
+@pytest.mark.parametrize(("returned", "fields"), RESULTS)
+def test_what_a_done_action_returned_is_given_field_by_field_when_it_is_an_object(
+    returned: Any, fields: Any
+) -> None:
+    events = [SUGGESTION, {**OUTCOME, "result": returned}]
+    card = project([event_from_dict(event) for event in events]).card("sg-1")
+    assert card is not None
+    assert item_view(card)["result_fields"] == fields

@@ -79,14 +79,18 @@ export function newCard(view) {
   const actions = el("div", "dial-actions");
   const result = el("p", "dial-outcome");
   const decider = el("p", "dial-decided-by");
+  const resultFields = el("dl", "dial-fields dial-result-fields");
+  resultFields.setAttribute("aria-label", "what it returned");
+  resultFields.hidden = true;
   const returned = el("details", "dial-returned");
   returned.append(el("summary", "dial-result-summary", "What it returned"));
   const returnedText = el("pre", "dial-result");
   returned.append(returnedText);
-  root.append(head, preview, words, repeat, approvals, fields, details, issue, actions, result, decider, returned);
+  root.append(head, preview, words, repeat, approvals, fields, details, issue, actions, result, decider);
+  root.append(resultFields, returned);
   return {
     id: view.id, root, action, mark, preview, words, repeat, approvals, fields, details, payload, issue, actions,
-    result, decider, returned, returnedText,
+    result, decider, resultFields, returned, returnedText,
   };
 }
 
@@ -111,11 +115,11 @@ function deciderText(view) {
   return `${decided} by ${view.decided_by}${door}${clockTime(view.decided_at)}`;
 }
 
-// Every field of the payload as a definition list, each value as its exact JSON text.
-function renderFields(card, fields) {
-  card.fields.replaceChildren();
+// Every field of an object (a payload, a result) as a definition list, each value as its exact JSON text.
+function renderFields(card, fields, list = card.fields) {
+  list.replaceChildren();
   for (const field of fields || []) {
-    card.fields.append(el("dt", "dial-field-name", field.name), el("dd", "dial-field-value", field.json));
+    list.append(el("dt", "dial-field-name", field.name), el("dd", "dial-field-value", field.json));
   }
 }
 
@@ -160,8 +164,11 @@ export function renderCard(card, view) {
     card.decider.textContent = deciderText(view);
     card.decider.hidden = !card.decider.textContent;
     const returned = view.status === "done" && typeof view.result === "string" && view.result !== "null";
+    const resultFields = returned ? view.result_fields || [] : [];
+    renderFields(card, resultFields, card.resultFields);
+    card.resultFields.hidden = !resultFields.length; // an object returned reads field by field, its JSON folded
     card.returned.hidden = !returned;
-    card.returned.open = returned;
+    card.returned.open = returned && !resultFields.length;
     card.returnedText.textContent = returned ? view.result : "";
     clearActions(card);
   } else {
@@ -170,6 +177,7 @@ export function renderCard(card, view) {
     card.result.hidden = root.dataset.status !== "running";
     card.result.textContent = root.dataset.status === "running" ? "Running…" : "";
     card.decider.hidden = true;
+    card.resultFields.hidden = true;
     card.returned.hidden = true;
   }
   return card;
