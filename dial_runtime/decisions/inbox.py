@@ -275,7 +275,7 @@ async def decide_each(
     async def _decide_one(conversation: Conversation, choice: BulkChoice) -> BulkOutcome:
         subject = next((each for each in conversation.pending if each.id == choice.id), None)
         if isinstance(subject, Suggestion) and may_decide is not None and not may_decide(subject):
-            return _refused(choice, "forbidden", f"{by} may not decide {choice.id!r}")
+            return _refused(choice, "forbidden", f"{by} may not decide it")
         before = project(conversation.log).card(choice.id)
         decision = Accept() if choice.decision == "accept" else Dismiss()
         try:
@@ -283,7 +283,8 @@ async def decide_each(
                 choice.id, decision, by=by, shown=choice.digest, via=via, roles=held
             )
         except AlreadyDecided as error:
-            return _refused(choice, "already-decided", str(error))
+            how = _ENDED.get(error.how, error.how)
+            return _refused(choice, "already-decided", f"{how} already{f' by {error.by}' if error.by else ''}")
         except PayloadChanged:
             return _refused(choice, "payload-changed", "its payload changed since it was shown: show it again")
         except (ConversationBusy, LinkRefused):
@@ -297,7 +298,7 @@ async def decide_each(
                 )
             if not isinstance(error, DialError):
                 raise
-            return _refused(choice, "not-waiting", " ".join(str(error).split())[:300])
+            return _refused(choice, "not-waiting", "it does not wait for a decision in this conversation")
         refusal = approval_refused(before, project(conversation.log).card(choice.id))
         if refusal is not None:
             return _refused(choice, "approval-refused", refusal)
@@ -309,6 +310,16 @@ async def decide_each(
         for _ in range(min(concurrency, len(groups))):
             tasks.start_soon(worker)
     return [outcome for outcome in outcomes if outcome is not None]
+
+
+#: How a card ended, by the decision (or the outcome) :class:`~dial_runtime.AlreadyDecided` names.
+_ENDED = {
+    "accept": "accepted",
+    "dismiss": "dismissed",
+    "edit": "run edited",
+    "say": "set aside by new words",
+    "expire": "expired",
+}
 
 
 def _refused(choice: BulkChoice, code: BulkRefusal, reason: str) -> BulkOutcome:

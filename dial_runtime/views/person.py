@@ -517,6 +517,19 @@ class Projection:
         assert isinstance(card, Card)
         return card
 
+    def _label(self, subject_id: str) -> str:
+        """A card or question as a person knows it, in a sentence: the domain's preview of the card (else its
+        action), the question's words (shortened), quoted; never its id, unless the log shows it nothing else."""
+        at = self._cards.get(subject_id, self._questions.get(subject_id))
+        item = None if at is None else self._items[at]
+        if isinstance(item, Card):
+            words = item.preview or item.action
+        elif isinstance(item, Question):
+            words = item.text if len(item.text) <= 80 else item.text[:79] + "…"
+        else:
+            words = subject_id
+        return f"“{words}”"
+
     def _moment(self, label: str, text: str) -> None:
         self._trail.append(Moment(label=label, text=text, seq=self._seq, time=self._time))
 
@@ -595,9 +608,8 @@ class Projection:
             self._moment("answered", f"{event.ask_id}: no answer in time")
             if at is not None:
                 self._update(at, status="expired")
-            self._notice(
-                event, "deadline", f"no answer to {event.ask_id} in time", turn=None, subject_id=event.ask_id
-            )
+            label = self._label(event.ask_id)
+            self._notice(event, "deadline", f"no answer in time to {label}", turn=None, subject_id=event.ask_id)
             return
         said = _json_text(event.text) if event.text else "nothing (the question stands)"
         self._moment("answered", f"{event.ask_id}{_by(event.by)}: {said}")
@@ -709,7 +721,8 @@ class Projection:
                     )
                 )
         elif decision == "expire":
-            self._notice(event, "deadline", f"no decision on {subject} in time", turn=None, subject_id=subject)
+            label = self._label(subject)
+            self._notice(event, "deadline", f"no decision in time on {label}", turn=None, subject_id=subject)
 
     def _refused(self, event: RefusedEvent) -> None:
         field = f" ({event.field})" if event.field else ""
@@ -857,7 +870,7 @@ class Projection:
     def _interrupted(self, event: InterruptedEvent) -> None:
         words = stopped_in_words(event.reason)
         self._moment("interrupted", f"turn {event.turn}: {words}")
-        self._notice(event, "interrupted", f"turn {event.turn} stopped: {words}", turn=event.turn)
+        self._notice(event, "interrupted", f"the agent's turn stopped: {words}", turn=event.turn)
 
     def _no_reply(self, event: NoReplyEvent) -> None:
         self._moment("no reply", f"turn {event.turn}: {event.error}")

@@ -126,7 +126,8 @@ def create_app(
     500 too), never a traceback.
 
     A client that closes a run's request (``HttpAgent.abortRun()``, the panel's Stop) stops the run
-    ``abort_grace`` seconds later, logged as ``cancelled by <principal>``, unless ``POST /agui/detach`` (JSON
+    ``abort_grace`` seconds later, logged as ``cancelled by <principal>`` (``cancelled by the person`` without
+    ``auth``), unless ``POST /agui/detach`` (JSON
     ``{"threadId", "runId"}``, from the principal who started the run, as the panel sends it with
     ``navigator.sendBeacon`` when its page goes away) said the run should go on without its client: it then ends
     in the log, and a snapshot taken meanwhile says a turn is running. A detach that reaches another worker than

@@ -127,6 +127,9 @@ class Cors(CORSMiddleware):
         return super().preflight_response(request_headers)
 
 
+#: The principal of every caller of a surface served without ``auth`` (one person, on the machine it runs on).
+LOCAL_PRINCIPAL = "local"
+
 #: What a conversation id the web surface serves looks like (in a URL, a run's ``threadId``, a decision).
 THREAD_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 

@@ -34,6 +34,7 @@ from .. import (
     Conversation,
 )
 from ..ports import StorePort
+from .guards import LOCAL_PRINCIPAL
 from .mapping import encode_sse
 
 logger = logging.getLogger("dial_runtime.web")
@@ -198,7 +199,8 @@ class Stop:
         self.scope = anyio.CancelScope()
         self.conversation: Conversation | None = None
         self.principal = principal
-        self.why = f"cancelled by {principal}"
+        # Without sign-in, the one person at the panel stopped it: "local" names nobody a reader knows.
+        self.why = "cancelled by the person" if principal == LOCAL_PRINCIPAL else f"cancelled by {principal}"
         self.detached = anyio.Event()
 
     def __call__(self) -> None:

@@ -68,7 +68,7 @@ from ..ports import StorePort
 from ..runtime.events import Event, InformDeltaEvent
 from ..views.person import Card, Notice, Projection, Question, project
 from .decide import LINK_VIA, REFUSAL_STATUS, decision_page
-from .guards import THREAD_ID, json_error, read_body
+from .guards import LOCAL_PRINCIPAL, THREAD_ID, json_error, read_body
 from .mapping import EventMapper, interrupt_for, interrupt_id, item_view, messages_of
 from .streams import DETACH_MAX_BODY, ChangeStream, Detaches, EventStream, Runs, Stop, _Refused
 
@@ -219,7 +219,7 @@ class WebSurface:
     async def _principal(self, request: Request) -> str | None:
         auth = self.settings.auth
         if auth is None:
-            return "local"
+            return LOCAL_PRINCIPAL
         principal = auth(request)
         if inspect.isawaitable(principal):
             principal = await principal

@@ -362,7 +362,7 @@ def check_interrupted(items: tuple[Item, ...], log: tuple[LogEntry, ...]) -> Non
     (card,) = of(Card, items)
     assert (card.status, card.outcome) == ("superseded", "Superseded")
     (notice,) = of(Notice, items)
-    assert (notice.what, notice.text) == ("interrupted", "turn 1 stopped: the person left")
+    assert (notice.what, notice.text) == ("interrupted", "the agent's turn stopped: the person left")
 
 
 def check_asides(items: tuple[Item, ...], log: tuple[LogEntry, ...]) -> None:

@@ -119,4 +119,4 @@ def test_httpagent_abort_run_stops_the_run_and_the_log_says_who(tmp_path: Path) 
     (interrupted,) = [entry.event for entry in log if entry.event.type == "interrupted"]
     assert interrupted.reason == "cancelled by ada"
     notices = [item.text for item in project(log).items if isinstance(item, Notice)]
-    assert notices == ["turn 1 stopped: cancelled by ada"]
+    assert notices == ["the agent's turn stopped: cancelled by ada"]

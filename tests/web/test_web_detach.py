@@ -139,7 +139,7 @@ def test_a_detach_for_a_run_unknown_or_someone_elses_changes_nothing(tmp_path: P
         log = wait_for_log(store, "kept", "finished")
     (interrupted,) = [entry.event for entry in log if entry.event.type == "interrupted"]
     assert interrupted.reason == "cancelled by ada"
-    assert notices(log) == ["turn 1 stopped: cancelled by ada"]
+    assert notices(log) == ["the agent's turn stopped: cancelled by ada"]
 
 
 class UnreachableDetaches:

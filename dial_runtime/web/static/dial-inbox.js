@@ -10,16 +10,6 @@
 
 import { button, el } from "./dial-card.js";
 
-// What a refused decision means, in the person's words.
-const REFUSED = {
-  "already-decided": "Decided already",
-  "payload-changed": "It changed since you saw it: look at it again",
-  "not-waiting": "It no longer waits",
-  "approval-refused": "Your approval was not taken",
-  forbidden: "You may not decide it",
-  busy: "Its conversation was busy: try again",
-};
-
 const DONE = { accept: "accepted", dismiss: "dismissed" };
 
 function keyOf(card) {
@@ -409,7 +399,7 @@ class DialInbox extends HTMLElement {
     for (const result of answer.results) {
       const key = keyOf(result);
       this.selected.delete(key);
-      if (result.refused) this.notes.set(key, `${REFUSED[result.refused] || "Not taken"}: ${result.reason}`);
+      if (result.refused) this.notes.set(key, `Not taken: ${result.reason}`);
     }
     const words = [];
     if (taken.length) words.push(`${plural(taken.length, "card", "cards")} ${DONE[decision]}.`);
