@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal, cast
 import anyio
 import msgspec
 
+from ..driver.built import AgentOnFirstUse
 from ..errors import AlreadyDecided, ConversationBusy, DialError, LinkRefused, LogError, PayloadChanged
 from ..ports import StorePort
 from ..runtime.records import Accept, Dismiss, Suggestion
@@ -255,24 +256,30 @@ async def decide_each(
     async def worker() -> None:  # takes the conversations in the order the choices first name them
         for conversation_id, positions in queue:
             group = [choices[position] for position in positions]
-            for position, outcome in zip(positions, await _decide_group(conversation_id, group), strict=True):
+            for position, outcome in zip(positions, await decide_group(conversation_id, group), strict=True):
                 outcomes[position] = outcome
 
-    async def _decide_group(conversation_id: str, group: list[BulkChoice]) -> list[BulkOutcome]:
-        pause = 0.01
-        with anyio.move_on_after(BUSY_WAIT):
-            while True:
-                conversation = await open_conversation(conversation_id)
-                try:
-                    async with conversation.holding():
-                        return [await _decide_one(conversation, choice) for choice in group]
-                except ConversationBusy:
-                    await anyio.sleep(pause)
-                    pause = min(pause * 2, 0.5)
-        words = f"another call held conversation {conversation_id!r} for {BUSY_WAIT:g} s; try again"
-        return [_refused(choice, "busy", words) for choice in group]
+    async def decide_group(conversation_id: str, group: list[BulkChoice]) -> list[BulkOutcome]:
+        """The group's outcomes, its conversation held throughout; only the wait for the hold is bounded (a
+        decision in progress, and the agent's answer it waits for, are never cut short)."""
+        pause, give_up = 0.01, time.monotonic() + BUSY_WAIT
+        while True:
+            conversation = await open_conversation(conversation_id)
+            try:
+                async with conversation.holding():
+                    return [await decide_one(conversation, choice) for choice in group]
+            except ConversationBusy:
+                if time.monotonic() + pause > give_up:
+                    words = f"another call held conversation {conversation_id!r} for {BUSY_WAIT:g} s; try again"
+                    return [_refused(choice, "busy", words) for choice in group]
+            finally:
+                if isinstance(conversation.agent, AgentOnFirstUse):  # the agent the opener built, if a call did
+                    with anyio.CancelScope(shield=True):
+                        await conversation.agent.aclose()
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
-    async def _decide_one(conversation: Conversation, choice: BulkChoice) -> BulkOutcome:
+    async def decide_one(conversation: Conversation, choice: BulkChoice) -> BulkOutcome:
         subject = next((each for each in conversation.pending if each.id == choice.id), None)
         if isinstance(subject, Suggestion) and may_decide is not None and not may_decide(subject):
             return _refused(choice, "forbidden", f"{by} may not decide it")

@@ -177,6 +177,27 @@ async def test_a_held_conversation_is_waited_for_then_reported_busy_alone(
     assert [(each.conversation, each.refused) for each in outcomes] == [("c-0", None)]
 
 
+class SlowToAnswer:
+    """An agent that takes its time to answer what it is told after a decision."""
+
+    async def send(self, message: str) -> str:
+        await anyio.sleep(0.5)
+        return ACK
+
+
+async def test_a_decision_slower_than_the_wait_for_a_busy_conversation_is_not_cut_short(
+    store: StorePort, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    await waiting_on(store, "c-0", NOTE, clock)
+    chosen = choose(await Inbox(store).waiting())
+    monkeypatch.setattr(inbox_module, "BUSY_WAIT", 0.2)
+    slow = conversation_opener(store, agent=lambda *_: SlowToAnswer(), domain=Desk(), clock=clock, timeout=None)
+    outcomes = await decide_each(chosen, open_conversation=slow, by="ada")
+    assert [(each.status, each.refused) for each in outcomes] == [("idle", None)]
+    assert await decided(store, "c-0") == [("sg-1", "accept", "ada", "inbox")]
+
+
 async def test_two_people_bulk_deciding_overlapping_cards_decide_each_once(url: str) -> None:
     clock = Clock()
     setup = open_store(url)
