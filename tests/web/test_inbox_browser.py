@@ -23,6 +23,8 @@ from .test_web_inbox import ACK, REMOVE, DeskNotes, _Scripts, note, on_a_thread,
 
 _COUNT = itertools.count(1)
 
+QUESTION = envelope('<dial-ask id="colour">Which colour should the note be?</dial-ask>')
+
 
 @pytest.fixture(scope="module")
 def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
@@ -87,6 +89,22 @@ def decide_all_left(page: Page) -> None:
         page.locator(".dial-select-all").click()
         page.locator(".dial-dismiss-selected").click()
         expect(page.locator(".dial-inbox-card")).to_have_count(0)
+
+
+def answer(store_url: str, thread: str) -> None:
+    """Answer the question waiting in ``thread`` (another process's store object)."""
+
+    async def work() -> None:
+        store = open_store(store_url)
+        try:
+            conversation = await Conversation.open(
+                store, thread, agent=Agent([ACK]), domain=DeskNotes(), human=scripted_human([])
+            )
+            await conversation.answer("colour", "blue", by="rev-1")
+        finally:
+            await store.aclose()
+
+    on_a_thread(work)
 
 
 def test_a_bulk_decision_with_the_keyboard_alone(browser: Browser, base_url: str, store_url: str) -> None:
@@ -242,9 +260,18 @@ def test_no_serious_accessibility_finding_and_targets_a_finger_can_hit(
     try:
         page = open_inbox(context, base_url)
         decide_all_left(page)
-        threads = fresh("a", 2)
-        propose(store_url, {threads[0]: note("z"), threads[1]: REMOVE})
-        expect(page.locator(".dial-inbox-card")).to_have_count(2)
+        threads = fresh("a", 3)
+        propose(store_url, {threads[0]: note("z"), threads[1]: REMOVE, threads[2]: QUESTION})
+        expect(page.locator(".dial-inbox-card")).to_have_count(3)
+        question = card(page, threads[2])  # answered in words, in its conversation: never selected here
+        expect(question.locator(".dial-preview")).to_have_text("Question: Which colour should the note be?")
+        expect(question.locator(".dial-select")).to_have_count(0)
+        expect(question.get_by_role("link", name="Answer in the conversation")).to_have_attribute(
+            "href", f"./?thread={threads[2]}"
+        )
+        page.locator(".dial-select-all").click()
+        expect(page.locator(".dial-accept-selected")).to_have_text("Accept 2 cards")
+        page.locator(".dial-select-all").click()
         card(page, threads[0]).locator(".dial-summary").click()
         assert serious_accessibility_findings(page) == []
         measured, small = small_targets(page, "dial-inbox")
@@ -253,6 +280,8 @@ def test_no_serious_accessibility_finding_and_targets_a_finger_can_hit(
         expect(card(page, threads[1])).to_be_focused()
         ring = page.evaluate("() => getComputedStyle(document.activeElement).outlineStyle")
         assert ring == "solid"
+        answer(store_url, threads[2])
+        expect(question).to_have_count(0)
     finally:
         context.close()
 

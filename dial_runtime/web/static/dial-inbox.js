@@ -222,14 +222,15 @@ class DialInbox extends HTMLElement {
     const titleId = `dial-card-${btoa(unescape(encodeURIComponent(key))).replace(/[^A-Za-z0-9]/g, "")}`;
     item.setAttribute("aria-labelledby", titleId);
 
-    const pick = el("label", "dial-pick");
-    const box = el("input", "dial-select");
-    box.type = "checkbox";
-    box.checked = this.selected.has(key);
-    box.disabled = card.kind !== "suggestion";
-    box.setAttribute("aria-label", `Select: ${label}`);
-    box.addEventListener("change", () => this.toggle(key, box.checked));
-    pick.append(box);
+    const pick = el(card.kind === "suggestion" ? "label" : "span", "dial-pick"); // a question is answered in words
+    if (card.kind === "suggestion") {
+      const box = el("input", "dial-select");
+      box.type = "checkbox";
+      box.checked = this.selected.has(key);
+      box.setAttribute("aria-label", `Select: ${label}`);
+      box.addEventListener("change", () => this.toggle(key, box.checked));
+      pick.append(box);
+    }
 
     const body = el("div", "dial-inbox-body");
     const title = el("p", "dial-preview", card.kind === "question" ? `Question: ${card.text}` : label);
@@ -240,7 +241,8 @@ class DialInbox extends HTMLElement {
 
     const meta = el("p", "dial-inbox-meta");
     const open = el("a", "dial-open", `Conversation ${card.threadId}`);
-    open.href = `./?${new URLSearchParams({ thread: card.threadId })}`;
+    const conversation = `./?${new URLSearchParams({ thread: card.threadId })}`;
+    open.href = conversation;
     meta.append(open);
     if (card.asked_by) meta.append(el("span", "dial-asked-by", `asked by ${card.asked_by}`));
     const waited = el("span", "dial-age");
@@ -277,7 +279,7 @@ class DialInbox extends HTMLElement {
       );
     } else {
       const answer = el("a", "dial-answer-link", "Answer in the conversation");
-      answer.href = open.href;
+      answer.href = conversation;
       actions.append(answer);
     }
     body.append(actions);
@@ -302,9 +304,10 @@ class DialInbox extends HTMLElement {
     if (on) this.selected.add(key);
     else this.selected.delete(key);
     const node = this.cardNode(key);
-    if (node) {
+    const box = node ? node.querySelector(".dial-select") : null;
+    if (box) {
       node.classList.toggle("dial-is-selected", on);
-      node.querySelector(".dial-select").checked = on;
+      box.checked = on;
     }
     this.updateControls();
   }
@@ -425,12 +428,12 @@ class DialInbox extends HTMLElement {
     if (event.key === "j" || (event.key === "ArrowDown" && current)) move(1);
     else if (event.key === "k" || (event.key === "ArrowUp" && current)) move(at < 0 ? cards.length : -1);
     else if (event.key === "x" && current) {
-      const box = current.querySelector(".dial-select");
-      if (!box.disabled) this.toggle(current.dataset.key, !this.selected.has(current.dataset.key));
+      if (current.querySelector(".dial-select")) this.toggle(current.dataset.key, !this.selected.has(current.dataset.key));
       event.preventDefault();
     } else if (event.key === "a" || event.key === "d") {
       const decision = event.key === "a" ? "accept" : "dismiss";
-      const keys = this.selected.size ? this.decidable().map(keyOf).filter((key) => this.selected.has(key)) : current && !current.querySelector(".dial-select").disabled ? [current.dataset.key] : [];
+      const focused = current && current.querySelector(".dial-select") ? [current.dataset.key] : [];
+      const keys = this.selected.size ? this.decidable().map(keyOf).filter((key) => this.selected.has(key)) : focused;
       if (keys.length) this.decide(decision, keys);
       event.preventDefault();
     }
