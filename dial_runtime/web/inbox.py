@@ -10,7 +10,6 @@ the conversations a person may not see, ``can_decide`` refuses, card by card, wh
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -23,7 +22,7 @@ from ..decisions.deadlines import conversation_opener
 from ..decisions.inbox import BulkChoice, BulkOutcome, Inbox, decide_each, keeps_inbox
 from ..views.inbox import WaitingCard
 from .guards import THREAD_ID, json_error, read_body
-from .mapping import payload_fields
+from .mapping import payload_fields, pretty_json
 from .streams import InboxChangeStream
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ def card_view(card: WaitingCard, now: float) -> dict[str, Any]:
     view["threadId"] = view.pop("conversation")
     view["digest"] = card.digest
     view["overdue"] = card.overdue(now)
-    view["payload_json"] = json.dumps(card.payload, indent=2, ensure_ascii=False, default=str)
+    view["payload_json"] = pretty_json(card.payload)
     view["payload_fields"] = payload_fields(card.payload)
     return view
 

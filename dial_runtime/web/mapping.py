@@ -157,7 +157,7 @@ def interrupt_for(pending: Suggestion | Ask, *, refusals: int = 0, can_decide: b
             "action": pending.action,
             "text": pending.text,
             "payload": pending.payload,
-            "payloadJson": _pretty_json(pending.payload),
+            "payloadJson": pretty_json(pending.payload),
             "payloadFields": payload_fields(pending.payload),
             "digest": pending.digest,
             "destructive": pending.destructive,
@@ -405,7 +405,7 @@ def item_view(item: Item) -> dict[str, Any]:
     returned, field by field when they are objects (``payload_fields``, ``result_fields``)."""
     view: dict[str, Any] = msgspec.to_builtins(item)
     if isinstance(item, Card | RefusedProposal):
-        view["payload_json"] = _pretty_json(item.payload)
+        view["payload_json"] = pretty_json(item.payload)
     if isinstance(item, Card):
         view["digest"] = item.digest
         view["payload_fields"] = payload_fields(item.payload)
@@ -413,7 +413,7 @@ def item_view(item: Item) -> dict[str, Any]:
     return view
 
 
-def _pretty_json(value: Any) -> str:
+def pretty_json(value: Any) -> str:
     """A payload as the person reads it: indented JSON text, every number as exact as Python holds it."""
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
