@@ -226,8 +226,13 @@ def test_what_a_done_read_only_action_returned_is_shown(context: BrowserContext,
     page.locator(".dial-card.dial-pending .dial-accept").click()
     listed = page.locator('.dial-card[data-suggestion="sg-2"]')
     expect(listed.locator(".dial-outcome")).to_have_text("Done")
-    expect(listed.locator(".dial-result")).to_be_visible()
+    returned = listed.locator(".dial-result-fields")  # an object returned reads field by field
+    expect(returned).to_be_visible()
+    expect(returned.locator(".dial-field-name")).to_have_text(["notes"])
+    expect(returned.locator(".dial-field-value")).to_contain_text('"buy milk"')
+    expect(listed.locator(".dial-result")).to_be_hidden()  # its JSON, folded beneath
+    listed.locator(".dial-result-summary").click()
     expect(listed.locator(".dial-result")).to_contain_text('"buy milk"')
     page.reload()
-    expect(page.locator('.dial-card[data-suggestion="sg-2"] .dial-result')).to_contain_text('"buy milk"')
+    expect(page.locator('.dial-card[data-suggestion="sg-2"] .dial-result-fields')).to_contain_text('"buy milk"')
     assert page.errors == []  # type: ignore[attr-defined]

@@ -79,7 +79,7 @@ export function newCard(view) {
   const actions = el("div", "dial-actions");
   const result = el("p", "dial-outcome");
   const decider = el("p", "dial-decided-by");
-  const resultFields = el("dl", "dial-fields dial-result-fields");
+  const resultFields = el("dl", "dial-result-fields");
   resultFields.setAttribute("aria-label", "what it returned");
   resultFields.hidden = true;
   const returned = el("details", "dial-returned");
