@@ -145,8 +145,9 @@ def accept(interrupt: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 class ChangeStream:
-    """The ``changed`` events of ``GET /conversations/{id}/changes``, read as they come (each read bounded by the
-    client's timeout). Synchronous: httpx's async streams, left before their end, are not closed on trio."""
+    """The ``changed`` events of a change stream (``GET /conversations/{id}/changes``, ``GET /inbox/changes``),
+    read as they come (each read bounded by the client's timeout). Synchronous: httpx's async streams, left before
+    their end, are not closed on trio."""
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks = chunks
@@ -154,13 +155,17 @@ class ChangeStream:
 
     def next_seq(self) -> int:
         """The seq the next ``changed`` event names (comments skipped)."""
+        return int(self.next_data()["seq"])
+
+    def next_data(self) -> dict[str, Any]:
+        """The data of the next event (comments skipped)."""
         while True:
             block, found, rest = self._buffer.partition(b"\n\n")
             if found:
                 self._buffer = rest
                 for line in block.decode().splitlines():
                     if line.startswith("data: "):
-                        return int(json.loads(line[len("data: ") :])["seq"])
+                        return dict(json.loads(line[len("data: ") :]))
                 continue
             chunk = next(self._chunks, None)
             if chunk is None:

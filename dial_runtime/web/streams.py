@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Protocol
 
 import anyio
@@ -62,28 +62,33 @@ def failure_words(error: Exception) -> str:
     return f"the run failed ({type(error).__name__}); the conversation is unchanged beyond what its log shows"
 
 
-class ChangeStream:
-    """``changed`` events (data: ``{"threadId": ..., "seq": N}``, the log's last seq) for one conversation: one
-    when the stream opens, then one each time the log grows, woken by the store's watch (PostgreSQL's
-    ``LISTEN``/``NOTIFY`` across workers). A comment every ``heartbeat`` seconds keeps proxies from closing an
-    idle stream and notices a client that left. The events carry no content: the page reads the conversation
-    through ``/agui`` (a snapshot), where ``can_view`` and ``auth`` apply as for any run."""
+#: The headers of every server-sent event stream the surface serves.
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 
-    def __init__(self, store: StorePort, thread: str, heartbeat: float) -> None:
+
+class _WatchStream:
+    """A server-sent event stream woken by the store's watch of :attr:`watched` (a conversation, or ``None``:
+    every one): :meth:`first` is sent when it opens, then what :meth:`changed` makes of each change (nothing when
+    it says ``None``). A comment every ``heartbeat`` seconds keeps proxies from closing an idle stream and notices
+    a client that left; the stream ends when the client leaves or the store closes."""
+
+    watched: str | None = None
+
+    def __init__(self, store: StorePort, heartbeat: float) -> None:
         self._store = store
-        self._thread = thread
         self._heartbeat = heartbeat
 
-    def _event(self, seq: int) -> bytes:
-        data = msgspec.json.encode({"threadId": self._thread, "seq": seq}).decode()
-        return f"event: changed\ndata: {data}\n\n".encode()
+    async def first(self) -> bytes:
+        raise NotImplementedError
+
+    async def changed(self, change: str | None, changes: AsyncIterator[str | None]) -> bytes | None:
+        raise NotImplementedError
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ]
         async with anyio.create_task_group() as group:
 
             async def left() -> None:  # the client went away: stop watching
@@ -92,12 +97,10 @@ class ChangeStream:
                 group.cancel_scope.cancel()
 
             group.start_soon(left)
-            async with self._store.watch(self._thread) as changes:
-                entries = await self._store.read(self._thread)
-                seq = entries[-1].seq if entries else 0
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                first = b"retry: %d\n" % RECONNECT_MS + self._event(seq)
-                await send({"type": "http.response.body", "body": first, "more_body": True})
+            async with self._store.watch(self.watched) as changes:
+                opening = b"retry: %d\n" % RECONNECT_MS + await self.first()
+                await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+                await send({"type": "http.response.body", "body": opening, "more_body": True})
                 while True:
                     change: object = ENDED
                     with anyio.move_on_after(self._heartbeat) as waited:
@@ -107,15 +110,44 @@ class ChangeStream:
                         continue
                     if change is ENDED:  # the store closed
                         break
-                    fresh = await self._store.read(self._thread, after_seq=seq)
-                    if fresh:
-                        seq = fresh[-1].seq
-                        await send({"type": "http.response.body", "body": self._event(seq), "more_body": True})
+                    assert change is None or isinstance(change, str)
+                    body = await self.changed(change, changes)
+                    if body is not None:
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             group.cancel_scope.cancel()
 
 
-class InboxChangeStream:
+class ChangeStream(_WatchStream):
+    """``changed`` events (data: ``{"threadId": ..., "seq": N}``, the log's last seq) for one conversation: one
+    when the stream opens, then one each time the log grows, woken by the store's watch (PostgreSQL's
+    ``LISTEN``/``NOTIFY`` across workers). The events carry no content: the page reads the conversation
+    through ``/agui`` (a snapshot), where ``can_view`` and ``auth`` apply as for any run."""
+
+    def __init__(self, store: StorePort, thread: str, heartbeat: float) -> None:
+        super().__init__(store, heartbeat)
+        self.watched = thread
+        self._thread = thread
+        self._seq = 0
+
+    def _event(self, seq: int) -> bytes:
+        data = msgspec.json.encode({"threadId": self._thread, "seq": seq}).decode()
+        return f"event: changed\ndata: {data}\n\n".encode()
+
+    async def first(self) -> bytes:
+        entries = await self._store.read(self._thread)
+        self._seq = entries[-1].seq if entries else 0
+        return self._event(self._seq)
+
+    async def changed(self, change: str | None, changes: AsyncIterator[str | None]) -> bytes | None:
+        fresh = await self._store.read(self._thread, after_seq=self._seq)
+        if not fresh:
+            return None
+        self._seq = fresh[-1].seq
+        return self._event(self._seq)
+
+
+class InboxChangeStream(_WatchStream):
     """``changed`` events (data: ``{"threadIds": [...]}``, the conversations whose logs grew; ``[]`` when the store
     cannot say which) for an inbox page: one when the stream opens, then one each time any conversation the caller
     may see changes, woken by the store's watch of every conversation (PostgreSQL's ``LISTEN``/``NOTIFY`` across
@@ -124,8 +156,7 @@ class InboxChangeStream:
     the page reads the cards through ``GET /inbox/cards``."""
 
     def __init__(self, store: StorePort, heartbeat: float, visible: Callable[[str], bool]) -> None:
-        self._store = store
-        self._heartbeat = heartbeat
+        super().__init__(store, heartbeat)
         self._visible = visible
 
     @staticmethod
@@ -133,47 +164,19 @@ class InboxChangeStream:
         data = msgspec.json.encode({"threadIds": sorted(ids)}).decode()
         return f"event: changed\ndata: {data}\n\n".encode()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no"),
-        ]
-        async with anyio.create_task_group() as group:
+    async def first(self) -> bytes:
+        return self._event(())
 
-            async def left() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                group.cancel_scope.cancel()
-
-            group.start_soon(left)
-            async with self._store.watch(None) as changes:
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                first = b"retry: %d\n" % RECONNECT_MS + self._event(())
-                await send({"type": "http.response.body", "body": first, "more_body": True})
-                while True:
-                    change: object = ENDED
-                    with anyio.move_on_after(self._heartbeat) as waited:
-                        change = await anext(changes, ENDED)
-                    if waited.cancelled_caught:
-                        await send({"type": "http.response.body", "body": b": still here\n\n", "more_body": True})
-                        continue
-                    if change is ENDED:
-                        break
-                    changed: set[str] = set()
-                    anything = change is None
-                    if isinstance(change, str):
-                        changed.add(change)
-                    with anyio.move_on_after(INBOX_COALESCE):  # what else changes meanwhile goes in this event
-                        async for more in changes:
-                            anything = anything or more is None
-                            if more is not None:
-                                changed.add(more)
-                    shown = {each for each in changed if self._visible(each)}
-                    if shown or anything:
-                        await send({"type": "http.response.body", "body": self._event(shown), "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            group.cancel_scope.cancel()
+    async def changed(self, change: str | None, changes: AsyncIterator[str | None]) -> bytes | None:
+        named: set[str] = set() if change is None else {change}
+        anything = change is None
+        with anyio.move_on_after(INBOX_COALESCE):  # what else changes meanwhile goes in this event
+            async for more in changes:
+                anything = anything or more is None
+                if more is not None:
+                    named.add(more)
+        shown = {each for each in named if self._visible(each)}
+        return self._event(shown) if shown or anything else None
 
 
 #: The shortest time between two events of an inbox's change stream (seconds).

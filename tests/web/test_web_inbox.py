@@ -21,7 +21,7 @@ from dial_runtime.web import create_app, scripted_agents
 
 from ..fakes import Agent, envelope, suggest
 from ..web_domains import WebNotes
-from ..web_server import serving
+from ..web_server import ChangeStream, serving
 
 ACK = envelope("<dial-acknowledge>Done.</dial-acknowledge>")
 
@@ -271,26 +271,11 @@ def test_an_approval_the_policy_does_not_take_is_refused_on_its_card(store_url: 
         assert bulk(client, [waiting], "accept", **{"x-user": "rev-2"})[0]["status"] == "idle"
 
 
-class InboxEvents:
-    """The ``changed`` events of ``GET /inbox/changes``, read as they come."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
-        self._buffer = b""
+class InboxEvents(ChangeStream):
+    """The ``changed`` events of ``GET /inbox/changes``: the conversations each names."""
 
     def next(self) -> list[str]:
-        while True:
-            block, found, rest = self._buffer.partition(b"\n\n")
-            if found:
-                self._buffer = rest
-                for line in block.decode().splitlines():
-                    if line.startswith("data: "):
-                        return list(json.loads(line[len("data: ") :])["threadIds"])
-                continue
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                raise AssertionError("the change stream ended")
-            self._buffer += chunk
+        return list(self.next_data()["threadIds"])
 
 
 def test_an_open_inbox_is_told_of_a_decision_made_elsewhere_within_a_second(store_url: str) -> None:
