@@ -394,6 +394,9 @@ def test_a_click_while_the_server_restarts_is_sent_when_it_is_back(
     expect(status).to_contain_text(
         "cannot be reached: your Accept of “Add the note 'milk'” will be sent when it is back"
     )
+    page.wait_for_timeout(600)  # past a retry's wait: the decision queued, nothing else can be decided meanwhile
+    expect(card(page, "sg-1").locator(".dial-dismiss")).to_be_disabled()
+    expect(page.locator(".dial-send")).to_be_disabled()
     with serving(domain_app(store_url), port):
         expect(status).to_have_text("Reconnected: your Accept of “Add the note 'milk'” was sent.", timeout=15_000)
         expect(card(page, "sg-1").locator(".dial-outcome")).to_have_text("Done")

@@ -286,7 +286,9 @@ class DialChat extends HTMLElement {
       } finally {
         this.controller = null;
         this.inFlight = null;
-        this.setRunning(false);
+        // A request that will be sent again keeps the cards' buttons disabled until it is: a second click
+        // meanwhile would queue a second decision behind the first.
+        if (!retry) this.setRunning(false);
       }
       if (!retry) break;
       held.length = 0;
