@@ -53,14 +53,20 @@ def context(browser: Browser) -> Iterator[BrowserContext]:
     made.close()
 
 
-def open_thread(context: BrowserContext, base_url: str, thread: str) -> Page:
-    """A page of the panel on conversation ``thread``, once its input is shown; the page's errors are kept in
-    ``page.errors`` (a test asserts there are none)."""
+def watched_page(context: BrowserContext, url: str) -> Page:
+    """A new page at ``url`` whose errors are kept in ``page.errors`` (a test asserts there are none)."""
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.errors = errors  # type: ignore[attr-defined]
-    page.goto(f"{base_url}/?thread={thread}")
+    page.goto(url)
+    return page
+
+
+def open_thread(context: BrowserContext, base_url: str, thread: str) -> Page:
+    """A page of the panel on conversation ``thread``, once its input is shown; the page's errors are kept in
+    ``page.errors`` (a test asserts there are none)."""
+    page = watched_page(context, f"{base_url}/?thread={thread}")
     expect(page.locator("dial-chat .dial-input")).to_be_visible()
     return page
 
@@ -90,11 +96,7 @@ def shown(page: Page) -> list[list[object]]:
 def open_link(context: BrowserContext, url: str) -> Page:
     """A page of the decision link ``url``, once it shows what the link is for; the page's errors are kept in
     ``page.errors``."""
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.errors = errors  # type: ignore[attr-defined]
-    page.goto(url)
+    page = watched_page(context, url)
     expect(page.locator("dial-decision .dial-decision-title")).to_be_visible()
     return page
 

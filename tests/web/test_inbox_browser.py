@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from dial_runtime import Conversation, open_store, scripted_human
 from dial_runtime.web import create_app, scripted_agents
 
-from ..browser import AXE, open_thread, serious_accessibility_findings, small_targets
+from ..browser import AXE, open_thread, serious_accessibility_findings, small_targets, watched_page
 from ..fakes import Agent, envelope, suggest
 from ..web_server import serving
 from .test_web_inbox import ACK, REMOVE, DeskNotes, _Scripts, note, on_a_thread, propose, stored
@@ -62,11 +62,7 @@ def person(browser: Browser, who: str, scheme: str = "light") -> BrowserContext:
 
 
 def open_inbox(context: BrowserContext, base_url: str) -> Page:
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.errors = errors  # type: ignore[attr-defined]
-    page.goto(f"{base_url}/inbox")
+    page = watched_page(context, f"{base_url}/inbox")
     expect(page.locator("dial-inbox[data-loaded] .dial-inbox-title")).to_be_visible()
     return page
 

@@ -16,12 +16,13 @@ import anyio
 import httpx
 import pytest
 
-from dial_runtime import ActionSpec, ApprovalPolicy, Conversation, LogEntry, open_store, scripted_human
+from dial_runtime import ActionSpec, ApprovalPolicy, Conversation, open_store, scripted_human
 from dial_runtime.web import create_app, scripted_agents
 
 from ..fakes import Agent, envelope, suggest
 from ..web_domains import WebNotes
 from ..web_server import ChangeStream, serving
+from .test_web_links_race import stored
 
 ACK = envelope("<dial-acknowledge>Done.</dial-acknowledge>")
 
@@ -72,17 +73,6 @@ def propose(url: str, proposals: dict[str, str]) -> None:
             await store.aclose()
 
     on_a_thread(work)
-
-
-def stored(url: str, thread: str) -> list[LogEntry]:
-    async def work() -> list[LogEntry]:
-        store = open_store(url)
-        try:
-            return list(await store.read(thread))
-        finally:
-            await store.aclose()
-
-    return on_a_thread(work)  # type: ignore[no-any-return]
 
 
 @contextlib.contextmanager
