@@ -14,6 +14,7 @@ Every exception the library raises on purpose, and the one a domain raises to fa
     │   └── AlreadyDecided   ... because it has already ended (says by whom, how)
     ├── PayloadChanged       a decision on a payload other than the one waiting (the person saw an older one)
     ├── LinkRefused          a decision link that may not be used (forged, expired, not this person's, used...)
+    ├── ClaimRefused         a claim, release or assignment of a waiting card its rules refuse (says why)
     ├── LogError             a log no run of the runtime could have written (names the entry; a ValueError)
     ├── AgentError           an agent's endpoint refused the request, or its retries were used up
     │   └── TokenLimitReached  a streamed answer the model stopped at its token limit (a cut reply)
@@ -120,6 +121,27 @@ class LinkRefused(DialError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(f"decision link refused ({reason}): {message}")
         self.reason = reason
+
+
+class ClaimRefused(DialError):
+    """Raised by ``claim``, ``release`` or ``assign`` when the card's rules refuse it; nothing changes.
+
+    ``code`` says which rule, for a program to act on: ``unknown-claimant`` (no one named), ``not-a-decider``
+    (the card's approval policy does not admit them), ``already-approved`` (their approval is counted already),
+    ``claimed`` (someone else's claim holds: ``holder``, until ``until``, seconds since the epoch),
+    ``not-claimed`` (a release by someone who holds no claim on it), ``assignee-not-a-decider`` (the person or
+    role assigned may not decide it). The message says the same in one line.
+    """
+
+    def __init__(
+        self, suggestion_id: str, code: str, hint: str, *, holder: str | None = None, until: float | None = None
+    ) -> None:
+        super().__init__(f"{suggestion_id!r} refused ({code}): {hint}")
+        self.suggestion_id = suggestion_id
+        self.code = code
+        self.hint = hint
+        self.holder = holder
+        self.until = until
 
 
 class LogError(DialError, ValueError):

@@ -73,12 +73,15 @@ from ..views.person import not_waiting, shown_live
 if TYPE_CHECKING:
     from ..ports import AgentPort, DecisionLike, DomainPort, HumanPort, StorePort, StreamingAgentPort
 
-__all__ = ["Conversation", "accepts_keyword", "accepts_message_id"]
+__all__ = ["CLAIM_SECONDS", "Conversation", "accepts_keyword", "accepts_message_id"]
 
 logger = logging.getLogger("dial_runtime")
 
 #: Seconds a stream left early gets to close.
 CLOSE_TIMEOUT = 5.0
+
+#: Seconds a claim on a waiting card lasts unless told (:meth:`Conversation.claim`).
+CLAIM_SECONDS = 1800.0
 
 #: Characters of a streamed reply read ahead of what the call has taken (while it waits for the person, say):
 #: the reader waits past it, so a reply the core stops reading at a size limit is read at most one chunk
@@ -490,6 +493,56 @@ class Conversation:
         :class:`~dial_runtime.AlreadyDecided` when it was answered already or ended, and nothing changes."""
         words = text or ""
         return await self._hold(lambda: self._core.answer(ask_id, words, by))
+
+    async def claim(
+        self, suggestion_id: str, *, by: str, roles: Iterable[str] = (), seconds: float = CLAIM_SECONDS
+    ) -> float:
+        """Claim a suggestion waiting for a deferred decision for ``by`` (holding ``roles``), for ``seconds``
+        (half an hour unless told): everyone who sees the card sees who has it, until when, so that others leave
+        it alone. A claim decides nothing and locks nobody out: anyone the card's policy admits may still decide
+        it. Claiming a card one holds renews the claim. Returns when the claim ends (seconds since the epoch).
+
+        Refused, changing nothing: :class:`~dial_runtime.errors.ClaimRefused` (``code``) when the card's rules
+        refuse it (someone else's claim holds, the policy does not admit ``by``, ``by`` approved it already),
+        :class:`~dial_runtime.AlreadyDecided` when it has ended, ``NotWaiting`` when it does not wait,
+        ``ValueError`` for ``seconds`` that is not a positive number.
+        """
+        if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"a claim lasts a positive number of seconds, not {seconds!r}")
+        held = tuple(roles)
+        ends: list[float] = []
+
+        def claiming() -> None:
+            until = self._core.clock() + seconds
+            self._core.claim(suggestion_id, by, held, until)
+            ends.append(until)
+
+        await self._hold(claiming)
+        return ends[0]
+
+    async def release(self, suggestion_id: str, *, by: str) -> None:
+        """Give back ``by``'s claim on a waiting suggestion; refused as :meth:`claim` is (``not-claimed`` when
+        ``by`` holds no claim on it that still holds)."""
+        await self._hold(lambda: self._core.release(suggestion_id, by))
+
+    async def assign(
+        self,
+        suggestion_id: str,
+        *,
+        by: str,
+        roles: Iterable[str] = (),
+        person: str | None = None,
+        person_roles: Iterable[str] = (),
+        role: str | None = None,
+    ) -> None:
+        """Route a waiting suggestion to ``person`` (who holds ``person_roles``) or to the holders of ``role``, or,
+        with neither, to nobody; ``by`` (holding ``roles``) must be one its policy admits, and so must the person
+        or role. An assignment to a person ends a claim someone else holds on it. Like a claim, it decides
+        nothing. Refused as :meth:`claim` is (``assignee-not-a-decider``)."""
+        held, theirs = tuple(roles), tuple(person_roles)
+        await self._hold(
+            lambda: self._core.assign(suggestion_id, by, held, person=person, person_roles=theirs, role=role)
+        )
 
     async def resume(self) -> TurnResult:
         """Carry on with a reply whose handling a crash cut short, once nothing awaits the person."""

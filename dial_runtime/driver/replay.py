@@ -268,6 +268,22 @@ class _Replayer:
                 call = core.expire_due()
             elif made.kind == "resume":
                 call = core.resume()
+            elif made.kind == "claim":
+                core.claim(made.subject, made.by, made.roles, made.until)
+                call = None
+            elif made.kind == "release":
+                core.release(made.subject, made.by)
+                call = None
+            elif made.kind == "assign":
+                core.assign(
+                    made.subject,
+                    made.by,
+                    made.roles,
+                    person=made.person,
+                    person_roles=made.person_roles,
+                    role=made.role,
+                )
+                call = None
             else:
                 core.end(made.words)
                 call = None

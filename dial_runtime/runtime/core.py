@@ -25,6 +25,8 @@ import msgspec
 
 from ..errors import (
     ActionError,
+    ClaimRefused,
+    ConversationBusy,
     DialError,
     DialSizeError,
     Interruption,
@@ -100,6 +102,8 @@ from .events import (
     ApprovalRefusedEvent,
     ApprovalWaitingEvent,
     AskEvent,
+    AssignedEvent,
+    ClaimedEvent,
     CutCause,
     DecidedEvent,
     DeclareEvent,
@@ -122,6 +126,7 @@ from .events import (
     PhaticEvent,
     ProposedEvent,
     RefusedEvent,
+    ReleasedEvent,
     RemindedEvent,
     ReplyCutEvent,
     ReplyEvent,
@@ -594,6 +599,76 @@ class ConversationCore:
         self.record(ResumedEvent(call="answer"))
         self.record(AnsweredEvent(ask_id=ask_id, text=text, by=by))
         return self._drive("", None)
+
+    # --- who holds a waiting card (between calls; none of these is a call on the agent) --------------------------
+
+    def claim(self, suggestion_id: str, by: str | None, roles: Iterable[str], until: float) -> None:
+        """Record ``by``'s claim (holding ``roles``) on a suggestion waiting for a deferred decision, until
+        ``until``: :class:`NotWaiting` when it does not wait, :class:`ClaimRefused` when its rules refuse it, and
+        nothing changes."""
+        opened, now = self._card_to_hold(suggestion_id), self.clock()
+        if not (math.isfinite(until) and until > now):
+            raise ValueError(f"a claim ends after it is made, not at {until!r}")
+        held = tuple(sorted(roles))
+        self._refuse_holding(opened, "claim", by, held, now)
+        assert by is not None  # the rules refuse a claim by nobody
+        self.record(ClaimedEvent(suggestion_id=suggestion_id, by=by, until=until, roles=held), now)
+
+    def release(self, suggestion_id: str, by: str | None) -> None:
+        """Record the release of ``by``'s claim on a waiting suggestion (refused as :meth:`claim` is)."""
+        opened, now = self._card_to_hold(suggestion_id), self.clock()
+        self._refuse_holding(opened, "release", by, (), now)
+        assert by is not None  # nobody holds no claim
+        self.record(ReleasedEvent(suggestion_id=suggestion_id, by=by), now)
+
+    def assign(
+        self,
+        suggestion_id: str,
+        by: str | None,
+        roles: Iterable[str],
+        *,
+        person: str | None = None,
+        person_roles: Iterable[str] = (),
+        role: str | None = None,
+    ) -> None:
+        """Record ``by``'s assignment (holding ``roles``) of a waiting suggestion to ``person`` (holding
+        ``person_roles``) or to ``role``, or to nobody (refused as :meth:`claim` is; ``ValueError`` for both a
+        person and a role)."""
+        if person is not None and role is not None:
+            raise ValueError("assign a card to a person or to a role, not both")
+        opened, now = self._card_to_hold(suggestion_id), self.clock()
+        held, theirs = tuple(sorted(roles)), tuple(sorted(person_roles)) if person is not None else ()
+        self._refuse_holding(opened, "assign", by, held, now, person=person, person_roles=theirs, role=role)
+        assert by is not None  # the rules refuse an assignment by nobody
+        self.record(
+            AssignedEvent(
+                suggestion_id=suggestion_id, by=by, roles=held, person=person, person_roles=theirs, role=role
+            ),
+            now,
+        )
+
+    def _card_to_hold(self, suggestion_id: str) -> OpenSuggestion:
+        """The suggestion waiting for a deferred decision, between calls."""
+        if self.state.in_call:
+            raise ConversationBusy("a call is driving this conversation: claim its cards once it is done")
+        opened = self.state.open_suggestions.get(suggestion_id)
+        if opened is None or not opened.deferred:
+            raise NotWaiting(suggestion_id, "suggestion", "a decision")
+        return opened
+
+    @staticmethod
+    def _refuse_holding(
+        opened: OpenSuggestion, kind: str, by: str | None, roles: tuple[str, ...], now: float, **assignee: Any
+    ) -> None:
+        refusal = opened.holding_refusal(kind, by, roles, now, **assignee)
+        if refusal is not None:
+            holder = opened.holder(now)
+            raise ClaimRefused(
+                opened.id,
+                *refusal,
+                holder=holder,
+                until=opened.claimed_until if holder is not None else None,
+            )
 
     def expire_due(self) -> Call | None:
         """Fire what is due of the deferred suggestions' times: remind the deciders of one whose reminder time

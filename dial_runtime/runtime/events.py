@@ -1,12 +1,13 @@
 """Everything that happens in a conversation, as frozen records; the conversation's log is a list of them.
 
-``on_event`` sees the events a surface renders (``sent``, ``reply``, ``inform``, ``ask``, ``suggestion``,
-``outcome``, ``no-reply``, ``turn-limit``, and ``declare``, ``phatic``, ``delegate``, ``execute`` for the elements
-the seed contract ignores). The log also holds the events the conversation's state depends on but no surface
-renders (``said``, ``resumed``, ``reply-started``, ``proposed``, ``answered``, ``decided``, ``deferred``,
-``refused``, ``action-started``, ``flow-moved``, ``handled``, ``send-failed``, ``reply-refused``, ``reply-cut``,
-``reply-repeated``, ``unconfirmed``, ``interrupted``, ``ended``, ``finished``), and ``reply-progress``, which
-keeps a streamed reply's words for the agent's history.
+``on_event`` sees the events a surface renders (:data:`RENDERED`: ``sent``, ``reply``, ``inform``, ``ask``,
+``suggestion``, ``outcome``, ``no-reply``, ``turn-limit``, ``unconfirmed``; ``declare``, ``phatic``,
+``delegate``, ``execute`` for the elements the seed contract ignores; and ``reminded``, ``escalated``,
+``claimed``, ``released``, ``assigned``, which change a waiting card). The log also holds the events the
+conversation's state depends on but no surface renders (``said``, ``resumed``, ``reply-started``, ``proposed``,
+``answered``, ``decided``, ``deferred``, ``refused``, ``action-started``, ``flow-moved``, ``handled``,
+``send-failed``, ``reply-refused``, ``reply-cut``, ``reply-repeated``, ``interrupted``, ``ended``,
+``finished``), and ``reply-progress``, which keeps a streamed reply's words for the agent's history.
 ``on_event`` also sees :class:`InformDeltaEvent` (``inform-delta``) while a reply streams in: its text as it
 arrives, a notice for the person that is not on the log.
 Every event turns into a JSON-ready dict with :func:`event_to_dict` and back with :func:`event_from_dict`,
@@ -390,6 +391,38 @@ class EscalatedEvent(_Logged, frozen=True, kw_only=True, tag="escalated"):
     to: tuple[str, ...]
 
 
+class ClaimedEvent(_Logged, frozen=True, kw_only=True, tag="claimed", omit_defaults=True):
+    """``by`` (holding ``roles``, when the suggestion's policy names roles) claimed a suggestion waiting for a
+    decision, until ``until`` (seconds since the epoch): others see who has it. Logged between calls."""
+
+    type: ClassVar[str] = "claimed"
+    suggestion_id: str
+    by: str
+    until: float
+    roles: tuple[str, ...] = ()
+
+
+class ReleasedEvent(_Logged, frozen=True, kw_only=True, tag="released"):
+    """The holder of a claim on a waiting suggestion gave it back. Logged between calls."""
+
+    type: ClassVar[str] = "released"
+    suggestion_id: str
+    by: str
+
+
+class AssignedEvent(_Logged, frozen=True, kw_only=True, tag="assigned", omit_defaults=True):
+    """``by`` (holding ``roles``) routed a suggestion waiting for a decision to ``person`` (holding
+    ``person_roles``), or to the holders of ``role``, or to nobody (neither: taken back). Logged between calls."""
+
+    type: ClassVar[str] = "assigned"
+    suggestion_id: str
+    by: str
+    roles: tuple[str, ...] = ()
+    person: str | None = None
+    person_roles: tuple[str, ...] = ()
+    role: str | None = None
+
+
 class ApprovalWaitingEvent(_Logged, frozen=True, kw_only=True, tag="approval-waiting"):
     """An approval was taken and the policy needs more (``approvers`` so far, ``needed`` in all): the suggestion
     waits for the next, as if deferred."""
@@ -539,6 +572,9 @@ Event = (
     | ApprovalWaitingEvent
     | RemindedEvent
     | EscalatedEvent
+    | ClaimedEvent
+    | ReleasedEvent
+    | AssignedEvent
     | RefusedEvent
     | ActionStartedEvent
     | FlowMovedEvent
@@ -602,6 +638,9 @@ RENDERED = frozenset(
         "execute",
         "reminded",
         "escalated",
+        "claimed",
+        "released",
+        "assigned",
         "unconfirmed",
     }
 )

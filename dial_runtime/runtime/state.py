@@ -29,6 +29,9 @@ from ..errors import IllegalTransition, LogError
 from ..language.outcomes import Outcome
 from ..statemachines import (
     BETWEEN_CALLS,
+    CARD_HOLDING,
+    CLAIM,
+    CLAIM_REFUSALS,
     DECIDING,
     DECISION,
     DECISION_REFUSALS,
@@ -55,6 +58,8 @@ from .events import (
     ApprovalRefusedEvent,
     ApprovalWaitingEvent,
     AskEvent,
+    AssignedEvent,
+    ClaimedEvent,
     DecidedEvent,
     DeclareEvent,
     DeferredEvent,
@@ -69,6 +74,7 @@ from .events import (
     OutcomeEvent,
     ProposedEvent,
     RefusedEvent,
+    ReleasedEvent,
     RemindedEvent,
     ReplyCutEvent,
     ReplyEvent,
@@ -123,6 +129,15 @@ _VERDICTS = {
     for event in DECISION.events
 }
 _ARRIVED = DECISION.initial
+#: Each kind of claim, release or assignment, with every flag of the claim machine in one order (see
+#: OpenSuggestion.holding_verdict).
+_HOLDING = {
+    event: CLAIM.guard(
+        event, "unnamed", "outside_roles", "approved_already", "held_by_other", "not_holder", "assignee_outside"
+    )
+    for event in CLAIM.events
+}
+_ARRIVED_HOLDING = CLAIM.initial
 #: Each kind of decision's verdict on a suggestion without an approval policy, in time and past its deadline:
 #: the table's own answers with every policy flag false, read once (nearly every decision is one of these).
 _WITHOUT_POLICY = {
@@ -195,6 +210,10 @@ class OpenSuggestion(msgspec.Struct):
     links: tuple[str, ...] = ()  # the ids of the single-use links its decisions were made with
     speaker: str | None = None  # whose words the reply that proposed it answered, when the log says
     waiting_since: float = 0.0  # when it was last deferred: since when it waits for a decision
+    claimed_by: str | None = None  # who claimed it last (``ClaimedEvent``); the claim holds until claimed_until
+    claimed_until: float = 0.0
+    assigned_to: str | None = None  # the person it is assigned to (``AssignedEvent``), or
+    assigned_role: str | None = None  # the role
 
     def suggestion(self) -> Suggestion:
         """The record the person decides on."""
@@ -290,6 +309,72 @@ class OpenSuggestion(msgspec.Struct):
         if verdict == "not_a_decider":
             return code, f"It is decided by one of: {', '.join(sorted(self.approving_roles(self.policy)))}."
         return code, f"{by} approved it already; it needs {self.policy.approvals} different people."
+
+    # Who holds it while it waits: the claim machine's rules (``CLAIM``), one site.
+
+    def holder(self, now: float) -> str | None:
+        """Who holds a claim on it at ``now`` (``None``: nobody, or the last claim's time ran out)."""
+        return claim_holder(self.claimed_by, self.claimed_until, now)
+
+    def holding_verdict(
+        self,
+        kind: str,
+        by: str | None,
+        roles: Collection[str],
+        now: float,
+        *,
+        person: str | None = None,
+        person_roles: Collection[str] = (),
+        role: str | None = None,
+    ) -> str:
+        """What ``kind`` (an event of :data:`CLAIM`: ``claim``, ``release``, ``assign``) by ``by``, holding
+        ``roles``, comes to at ``now``; an assignment names ``person`` (holding ``person_roles``) or ``role``, or
+        neither. The table's verdict, read with the flags this suggestion gives."""
+        policy = self.policy
+        restricted = bool(policy is not None and policy.roles)
+        approving = self.approving_roles(policy) if policy is not None and restricted else frozenset()
+        holder = self.holder(now)
+        if person is not None:
+            assignee_outside = (restricted and not admits(approving, person_roles)) or person in self.approvers
+        else:
+            assignee_outside = role is not None and restricted and role not in approving
+        return _HOLDING[kind][
+            _ARRIVED_HOLDING,
+            not by,
+            restricted and not admits(approving, roles),
+            by in self.approvers,
+            holder is not None and holder != by,
+            holder is None or holder != by,
+            assignee_outside,
+        ]
+
+    def holding_refusal(
+        self,
+        kind: str,
+        by: str | None,
+        roles: Collection[str],
+        now: float,
+        *,
+        person: str | None = None,
+        person_roles: Collection[str] = (),
+        role: str | None = None,
+    ) -> tuple[str, str] | None:
+        """The code and hint of the refusal :meth:`holding_verdict` gives, ``None`` when it is not refused."""
+        verdict = self.holding_verdict(kind, by, roles, now, person=person, person_roles=person_roles, role=role)
+        code = CLAIM_REFUSALS.get(verdict)
+        if code is None:
+            return None
+        hints = {
+            "unknown_claimant": f"Say who makes the {kind}: {kind} with by=<who>.",
+            "not_a_decider": f"It is decided by one of: {', '.join(self.restricted_to)}.",
+            "already_approved": f"{by} approved it already; it waits for another approver.",
+            "claimed": f"{self.claimed_by} has claimed it.",
+            "not_claimed": f"{by} holds no claim on it.",
+            "assignee_not_a_decider": (
+                f"{person} may not decide it." if person is not None else f"The role {role} does not approve it."
+            ),
+        }
+        return code, hints[verdict]
 
 
 @attrs.define(init=False)
@@ -818,6 +903,48 @@ class ConversationState:
         opened.escalate_at = None
         opened.escalated = True
 
+    def _waiting_card(self, suggestion_id: str) -> OpenSuggestion:
+        opened = self._open(suggestion_id)
+        if not opened.deferred:
+            raise _Refusal(f"suggestion {suggestion_id!r} does not wait for a deferred decision")
+        return opened
+
+    def _holding(
+        self, opened: OpenSuggestion, kind: str, by: str, roles: Collection[str], **assignee: Any
+    ) -> None:
+        refusal = opened.holding_refusal(kind, by, roles, self.now, **assignee)
+        if refusal is not None:
+            raise _Refusal(f"suggestion {opened.id!r}: its rules refuse the {kind} ({refusal[0]}: {refusal[1]})")
+
+    def _claimed(self, event: ClaimedEvent) -> None:
+        opened = self._waiting_card(event.suggestion_id)
+        if not (math.isfinite(event.until) and event.until > self.now):
+            raise _Refusal(f"a claim on {event.suggestion_id!r} ends after it is made, not at {event.until!r}")
+        self._holding(opened, "claim", event.by, event.roles)
+        opened.claimed_by, opened.claimed_until = event.by, event.until
+
+    def _released(self, event: ReleasedEvent) -> None:
+        opened = self._waiting_card(event.suggestion_id)
+        self._holding(opened, "release", event.by, ())
+        opened.claimed_by, opened.claimed_until = None, 0.0
+
+    def _assigned(self, event: AssignedEvent) -> None:
+        opened = self._waiting_card(event.suggestion_id)
+        if event.person is not None and event.role is not None:
+            raise _Refusal(f"suggestion {event.suggestion_id!r} is assigned to a person or a role, not both")
+        self._holding(
+            opened,
+            "assign",
+            event.by,
+            event.roles,
+            person=event.person,
+            person_roles=event.person_roles,
+            role=event.role,
+        )
+        opened.assigned_to, opened.assigned_role = event.person, event.role
+        if event.person is not None and opened.claimed_by != event.person:
+            opened.claimed_by, opened.claimed_until = None, 0.0
+
     def _approval_waiting(self, event: ApprovalWaitingEvent) -> None:
         opened = self._open(event.suggestion_id)
         policy = opened.policy
@@ -882,6 +1009,9 @@ _APPLY: dict[str, Callable[[ConversationState, Any], None]] = {
     "approval-waiting": ConversationState._approval_waiting,
     "reminded": ConversationState._reminded,
     "escalated": ConversationState._escalated,
+    "claimed": ConversationState._claimed,
+    "released": ConversationState._released,
+    "assigned": ConversationState._assigned,
     "flow-moved": ConversationState._flow_moved,
     "declare": ConversationState._declare,
     "inform": ConversationState._place,
@@ -897,6 +1027,14 @@ def deadline_passed(deadline: float | None, now: float) -> bool:
     """Whether a time to decide that ends at ``deadline`` (``None``: never) has passed at ``now``; the inbox's
     overdue cards are those it says so of (``deadline < now`` in its SQL)."""
     return deadline is not None and now > deadline
+
+
+def claim_holder(claimed_by: str | None, claimed_until: float | None, now: float) -> str | None:
+    """Who holds a claim made by ``claimed_by`` that lasts until ``claimed_until``, at ``now``: a claim holds
+    until its time runs out (``None``: nobody holds it)."""
+    if claimed_by is None or claimed_until is None or now >= claimed_until:
+        return None
+    return claimed_by
 
 
 def admits(restricted_to: Collection[str], roles: Collection[str]) -> bool:
@@ -962,19 +1100,26 @@ def _not_admitted(life: str, event: object) -> str:
     if type(event) is not EVENT_TYPES[kind]:
         return f"{type(event).__name__} is not the log's {kind!r} event"
     if life in IN_CALL:
+        if kind in CARD_HOLDING:
+            return f"a {kind!r} happens only between calls"
         return f"a conversation that has ended sends nothing (no {kind!r})"
     return f"a {kind!r} happens only during a call"
 
 
 #: The kinds of event each life state admits, each with how the fold takes it: between calls only what
-#: BETWEEN_CALLS names; during a call anything, but once the conversation has ended, nothing SILENT. Keyed by the
+#: BETWEEN_CALLS names; during a call anything but CARD_HOLDING, and once the conversation has ended, nothing
+#: SILENT. Keyed by the
 #: event's class, not its ``type``: ``type`` is a class attribute, which an instance reads through the generic
 #: attribute lookup, and one lookup per event both admits it and finds its handler.
 ADMITTED: dict[str, dict[type, Callable[[ConversationState, Any], None]]] = {
     life: {
         EVENT_TYPES[kind]: handler
         for kind, handler in _APPLY.items()
-        if ((kind not in SILENT or life not in ENDED) if life in IN_CALL else kind in BETWEEN_CALLS)
+        if (
+            (kind not in SILENT or life not in ENDED) and kind not in CARD_HOLDING
+            if life in IN_CALL
+            else kind in BETWEEN_CALLS
+        )
     }
     for life in LIFE.states
 }

@@ -7,10 +7,12 @@ compiled at import into a :class:`Table`; the runtime fires events on the tables
 from __future__ import annotations
 
 from dial_runtime.statemachines.call import CALL, CallGate
+from dial_runtime.statemachines.claim import CLAIM, CLAIM_REFUSALS, ClaimRules, ClaimVerdict
 from dial_runtime.statemachines.compiled import Table, Transition, compile_machine
 from dial_runtime.statemachines.decision import DECISION, DECISION_REFUSALS, DecisionRules, DecisionVerdict
 from dial_runtime.statemachines.life import (
     BETWEEN_CALLS,
+    CARD_HOLDING,
     ENDED,
     IN_CALL,
     LIFE,
@@ -38,6 +40,9 @@ __all__ = [
     "BETWEEN_CALLS",
     "CALL",
     "CALL_STATUS",
+    "CARD_HOLDING",
+    "CLAIM",
+    "CLAIM_REFUSALS",
     "DECIDING",
     "DECISION",
     "DECISION_REFUSALS",
@@ -55,6 +60,8 @@ __all__ = [
     "TURN_LOOP",
     "CallGate",
     "CallStatus",
+    "ClaimRules",
+    "ClaimVerdict",
     "ConversationLife",
     "DecisionRules",
     "DecisionVerdict",

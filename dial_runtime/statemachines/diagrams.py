@@ -22,6 +22,7 @@ from statemachine import StateMachine
 
 from dial_runtime.statemachines import (
     CallGate,
+    ClaimRules,
     ConversationLife,
     DecisionRules,
     SuggestionLifecycle,
@@ -38,6 +39,7 @@ MACHINES: dict[str, type[StateMachine]] = {
     "conversation_life": ConversationLife,
     "call_gate": CallGate,
     "decision_rules": DecisionRules,
+    "claim_rules": ClaimRules,
 }
 """The machines drawn, by the file name their diagrams get."""
 

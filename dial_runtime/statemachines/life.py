@@ -6,7 +6,9 @@
 #   and finishes back to `open`.
 # - While a call is in progress (`in_turn` or `ending`), another call cannot begin: the runtime turns that
 #   refusal into ConversationBusy.
-# - Between calls nothing happens but a call beginning and the conversation ending (BETWEEN_CALLS).
+# - Between calls nothing happens but a call beginning, the conversation ending, and someone claiming,
+#   releasing or assigning a card that waits for a decision (BETWEEN_CALLS); those happen between calls only
+#   (CARD_HOLDING): a call holds the conversation.
 # - Ending is allowed from every state and is idempotent. Ended during a call, the conversation is `ending`:
 #   the current reply is handled to its end, then the call finishes `ended`. Ended between calls it is `ended`
 #   at once.
@@ -23,7 +25,7 @@ from statemachine import State, StateMachine
 
 from dial_runtime.statemachines.compiled import compile_machine
 
-__all__ = ["BETWEEN_CALLS", "ENDED", "IN_CALL", "LIFE", "SILENT", "ConversationLife", "LifeState"]
+__all__ = ["BETWEEN_CALLS", "CARD_HOLDING", "ENDED", "IN_CALL", "LIFE", "SILENT", "ConversationLife", "LifeState"]
 
 
 class ConversationLife(StateMachine):
@@ -53,8 +55,11 @@ ENDED = LIFE.targets("end")
 IN_CALL = LIFE.sources("finish")
 """The life states of a conversation while a call drives it."""
 
-BETWEEN_CALLS = frozenset({"said", "resumed", "ended"})
-"""The events a log can hold between calls: a call beginning, or the conversation ending."""
+CARD_HOLDING = frozenset({"claimed", "released", "assigned"})
+"""The events that say who holds a waiting card: a log holds them between calls only."""
+
+BETWEEN_CALLS = frozenset({"said", "resumed", "ended"}) | CARD_HOLDING
+"""The events a log can hold between calls: a call beginning, the conversation ending, or who holds a card."""
 
 SILENT = frozenset({"sent", "turn-limit"})
 """The events a conversation that has ended never logs again: it sends nothing, starts no turn."""

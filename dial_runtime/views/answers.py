@@ -29,6 +29,8 @@ from ..runtime.events import (
     AnsweredEvent,
     ApprovalRefusedEvent,
     AskEvent,
+    AssignedEvent,
+    ClaimedEvent,
     DecidedEvent,
     DeferredEvent,
     Event,
@@ -37,6 +39,7 @@ from ..runtime.events import (
     OutcomeEvent,
     ProposedEvent,
     RefusedEvent,
+    ReleasedEvent,
     ReplyCutEvent,
     ReplyEvent,
     ReplyProgressEvent,
@@ -78,9 +81,11 @@ _CUT_DEADLINES: dict[str, Literal["reply", "idle", "call"]] = {
 class RecordedCall(msgspec.Struct, frozen=True, kw_only=True):
     """A call of the recording as it was made: ``say`` (``words``, ``by``, ``roles``), ``decide`` (on the
     suggestion ``subject``: ``decision``, ``by``, ``via``, ``roles``, ``link``), ``answer`` (to the ask
-    ``subject``: ``words``, ``by``), ``expire``, ``resume``, or ``end`` (``words``: why)."""
+    ``subject``: ``words``, ``by``), ``expire``, ``resume``, ``end`` (``words``: why), or ``claim`` (of the
+    suggestion ``subject`` by ``by``, holding ``roles``, ``until``), ``release`` (``subject``, ``by``) or
+    ``assign`` (``subject`` by ``by``, holding ``roles``, to ``person`` holding ``person_roles``, or ``role``)."""
 
-    kind: Literal["say", "decide", "answer", "expire", "resume", "end"]
+    kind: Literal["say", "decide", "answer", "expire", "resume", "end", "claim", "release", "assign"]
     words: str = ""
     by: str | None = None
     roles: tuple[str, ...] = ()
@@ -88,6 +93,10 @@ class RecordedCall(msgspec.Struct, frozen=True, kw_only=True):
     decision: Accept | Dismiss | Edit | Say | Defer | None = None
     via: str | None = None
     link: str | None = None
+    until: float = 0.0
+    person: str | None = None
+    person_roles: tuple[str, ...] = ()
+    role: str | None = None
 
 
 class Cancelled(msgspec.Struct, frozen=True):
@@ -123,6 +132,22 @@ class RecordedAnswers:
         event = self.events[start]
         if isinstance(event, SaidEvent):
             return RecordedCall(kind="say", words=event.text, by=event.by)
+        if isinstance(event, ClaimedEvent):
+            return RecordedCall(
+                kind="claim", subject=event.suggestion_id, by=event.by, roles=event.roles, until=event.until
+            )
+        if isinstance(event, ReleasedEvent):
+            return RecordedCall(kind="release", subject=event.suggestion_id, by=event.by)
+        if isinstance(event, AssignedEvent):
+            return RecordedCall(
+                kind="assign",
+                subject=event.suggestion_id,
+                by=event.by,
+                roles=event.roles,
+                person=event.person,
+                person_roles=event.person_roles,
+                role=event.role,
+            )
         if not isinstance(event, ResumedEvent):
             return RecordedCall(kind="end", words=getattr(event, "reason", "end() was called"))
         if event.call == "say":

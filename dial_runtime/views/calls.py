@@ -1,7 +1,8 @@
 """Where calls and turns begin in a log: what replay and evaluation cut a recorded conversation into.
 
-A call (``say``, ``decide``, ``answer``, ``resume``, ``end``) begins at a ``said`` or a ``resumed`` event, or at
-an ``ended`` between calls (:func:`call_starts`); a turn begins at each message sent (:func:`answered_turns`,
+A call (``say``, ``decide``, ``answer``, ``resume``, ``end``, and ``claim``, ``release``, ``assign`` of a waiting
+card) begins at a ``said`` or a ``resumed`` event, or at an ``ended``, ``claimed``, ``released`` or ``assigned``
+between calls (:func:`call_starts`); a turn begins at each message sent (:func:`answered_turns`,
 those that got a reply, with the extent of the call's part that follows them).
 """
 
@@ -13,10 +14,13 @@ from typing import Any
 import msgspec
 
 from ..runtime.events import (
+    AssignedEvent,
+    ClaimedEvent,
     EndedEvent,
     Event,
     FinishedEvent,
     LogEntry,
+    ReleasedEvent,
     ReplyEvent,
     ResumedEvent,
     SaidEvent,
@@ -28,8 +32,9 @@ __all__ = ["AnsweredTurn", "TurnNumbers", "answered_turns", "call_starts", "hand
 
 def call_starts(events: Sequence[Event]) -> list[int]:
     """Where each call begins: at a ``said`` or a ``resumed`` event (a ``say`` that takes up an awaiting
-    conversation logs ``resumed`` first and its ``said`` after closing what waited), and at an ``ended`` between
-    calls (an ``end()``). ``ValueError`` when the log does not begin with a call."""
+    conversation logs ``resumed`` first and its ``said`` after closing what waited), and at an ``ended`` (an
+    ``end()``), a ``claimed``, a ``released`` or an ``assigned`` between calls. ``ValueError`` when the log does
+    not begin with a call."""
     starts: list[int] = []
     in_call = False
     waiting_for_words = False
@@ -41,7 +46,7 @@ def call_starts(events: Sequence[Event]) -> list[int]:
             if not waiting_for_words:
                 starts.append(index)
             in_call, waiting_for_words = True, False
-        elif isinstance(event, EndedEvent) and not in_call:
+        elif isinstance(event, (EndedEvent, ClaimedEvent, ReleasedEvent, AssignedEvent)) and not in_call:
             starts.append(index)
         elif isinstance(event, FinishedEvent) and not waiting_for_words:
             in_call = False

@@ -25,7 +25,7 @@ from ..language.records import Option
 from ..ports import StorePort
 from ..runtime.events import LogEntry
 from ..runtime.records import payload_digest
-from ..runtime.state import ConversationState, OpenSuggestion, admits, deadline_passed
+from ..runtime.state import ConversationState, OpenSuggestion, admits, claim_holder, deadline_passed
 
 __all__ = [
     "InboxStorePort",
@@ -52,7 +52,9 @@ class WaitingCard(msgspec.Struct, frozen=True, kw_only=True):
     ``remind_at`` and ``escalate_at`` are when it is reminded and escalated, until it has been (``reminded``,
     ``escalated_to``). ``roles`` are the roles whose holders may decide it, as its approval policy says (and,
     once it escalated, those it escalated to; empty: anyone), ``approvals_needed`` how many people must approve
-    it under its policy (0: no policy, one decision of anyone) and ``approvers`` who has so far.
+    it under its policy (0: no policy, one decision of anyone) and ``approvers`` who has so far. ``claimed_by``
+    is who claimed it last, until ``claimed_until`` (:meth:`holder` says whether the claim still holds);
+    ``assigned_to`` the person or ``assigned_role`` the role it is assigned to.
     """
 
     conversation: str
@@ -74,6 +76,14 @@ class WaitingCard(msgspec.Struct, frozen=True, kw_only=True):
     roles: tuple[str, ...] = ()
     approvals_needed: int = 0
     approvers: tuple[str, ...] = ()
+    claimed_by: str | None = None
+    claimed_until: float | None = None
+    assigned_to: str | None = None
+    assigned_role: str | None = None
+
+    def holder(self, now: float) -> str | None:
+        """Who holds a claim on it at ``now`` (``None``: nobody, or the claim's time ran out)."""
+        return claim_holder(self.claimed_by, self.claimed_until, now)
 
     @property
     def digest(self) -> str | None:
@@ -111,6 +121,10 @@ def _suggestion_card(conversation_id: str, opened: OpenSuggestion) -> WaitingCar
         roles=opened.restricted_to,
         approvals_needed=policy.approvals if policy is not None else 0,
         approvers=opened.approvers,
+        claimed_by=opened.claimed_by,
+        claimed_until=opened.claimed_until if opened.claimed_by is not None else None,
+        assigned_to=opened.assigned_to,
+        assigned_role=opened.assigned_role,
     )
 
 

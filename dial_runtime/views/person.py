@@ -21,8 +21,9 @@ surface builds one.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -37,6 +38,8 @@ from ..runtime.events import (
     ApprovalRefusedEvent,
     ApprovalWaitingEvent,
     AskEvent,
+    AssignedEvent,
+    ClaimedEvent,
     DecidedEvent,
     DeclareEvent,
     DeferredEvent,
@@ -56,6 +59,7 @@ from ..runtime.events import (
     PhaticEvent,
     ProposedEvent,
     RefusedEvent,
+    ReleasedEvent,
     RemindedEvent,
     ReplyCutEvent,
     ReplyEvent,
@@ -71,6 +75,7 @@ from ..runtime.events import (
     UnconfirmedEvent,
 )
 from ..runtime.records import Issue, payload_digest
+from ..runtime.state import claim_holder
 
 __all__ = [
     "AgentText",
@@ -89,6 +94,7 @@ __all__ = [
     "Told",
     "Waiting",
     "approval_refused",
+    "holding_words",
     "outcome_words",
     "project",
     "stopped_in_words",
@@ -199,7 +205,9 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     ``approvals_needed`` is how many people must approve it and ``approvers`` who has (a surface shows "1 of 2
     approvals"), and ``approval_refused`` the last approval the policy did not take, in words; ``reminded`` and
     ``escalated_to`` say its deciders were reminded, and to which roles it escalated. ``deadline`` is when the
-    time to decide on it ends (seconds since the epoch), when it does.
+    time to decide on it ends (seconds since the epoch), when it does. While it waits, ``claimed_by`` is who
+    claimed it last and ``claimed_until`` when that claim ends (a surface shows the claim until then), and
+    ``assigned_to`` the person or ``assigned_role`` the role it is assigned to.
     """
 
     id: str
@@ -234,6 +242,14 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     reminded: bool = False
     escalated_to: tuple[str, ...] = ()
     deadline: float | None = None
+    claimed_by: str | None = None
+    claimed_until: float | None = None
+    assigned_to: str | None = None
+    assigned_role: str | None = None
+
+    def holder(self, now: float) -> str | None:
+        """Who holds a claim on it at ``now`` (``None``: nobody, or the claim's time ran out)."""
+        return claim_holder(self.claimed_by, self.claimed_until, now)
 
     @property
     def waiting(self) -> bool:
@@ -383,6 +399,37 @@ def _fields(event: Event) -> dict[str, Any]:
     data: dict[str, Any] = msgspec.to_builtins(event)
     data.pop("type", None)
     return data
+
+
+class _Held(Protocol):
+    """A card that says who holds it (read only, as frozen records are)."""
+
+    @property
+    def claimed_by(self) -> str | None: ...
+    @property
+    def claimed_until(self) -> float | None: ...
+    @property
+    def assigned_to(self) -> str | None: ...
+    @property
+    def assigned_role(self) -> str | None: ...
+
+
+def holding_words(card: _Held, now: float) -> str | None:
+    """Who holds a waiting card (a :class:`Card` or an inbox's card) at ``now``, in words: ``claimed by ana
+    until 10:15, assigned to finance`` (local time), each part only when it holds; ``None`` when nobody does."""
+    parts = []
+    holder = claim_holder(card.claimed_by, card.claimed_until, now)
+    if holder is not None:
+        assert card.claimed_until is not None
+        parts.append(f"claimed by {holder} until {time.strftime('%H:%M', time.localtime(card.claimed_until))}")
+    if card.assigned_to or card.assigned_role:
+        parts.append(f"assigned to {card.assigned_to or card.assigned_role}")
+    return ", ".join(parts) or None
+
+
+def _clock(seconds: float) -> str:
+    """A time of the log in UTC, to the second (``2026-12-06T10:15:00Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def _by(by: str | None) -> str:
@@ -776,6 +823,29 @@ class Projection:
         if at is not None:
             self._update(at, escalated_to=event.to)
 
+    def _claimed(self, event: ClaimedEvent) -> None:
+        self._moment("claimed", f"{event.suggestion_id} by {event.by} until {_clock(event.until)}")
+        at = self._cards.get(event.suggestion_id)
+        if at is not None:
+            self._update(at, claimed_by=event.by, claimed_until=event.until)
+
+    def _released(self, event: ReleasedEvent) -> None:
+        self._moment("released", f"{event.suggestion_id} by {event.by}")
+        at = self._cards.get(event.suggestion_id)
+        if at is not None:
+            self._update(at, claimed_by=None, claimed_until=None)
+
+    def _assigned(self, event: AssignedEvent) -> None:
+        to = event.person or (f"role {event.role}" if event.role else "nobody")
+        self._moment("assigned", f"{event.suggestion_id} to {to}{_by(event.by)}")
+        at = self._cards.get(event.suggestion_id)
+        if at is None:
+            return
+        changes: dict[str, Any] = {"assigned_to": event.person, "assigned_role": event.role}
+        if event.person is not None and self._card_at(at).claimed_by != event.person:
+            changes.update(claimed_by=None, claimed_until=None)  # an assignment to a person ends another's claim
+        self._update(at, **changes)
+
     def _approval_refused(self, event: ApprovalRefusedEvent) -> None:
         self._moment("approval refused", f"{event.suggestion_id}{_by(event.by)}: {event.code}: {event.hint}")
         at = self._cards.get(event.suggestion_id)
@@ -947,6 +1017,9 @@ _HANDLERS: dict[type[Any], Callable[[Projection, Any], None]] = {
     ApprovalRefusedEvent: Projection._approval_refused,
     RemindedEvent: Projection._reminded,
     EscalatedEvent: Projection._escalated,
+    ClaimedEvent: Projection._claimed,
+    ReleasedEvent: Projection._released,
+    AssignedEvent: Projection._assigned,
     ActionStartedEvent: Projection._action_started,
     FlowMovedEvent: Projection._flow_moved,
     OutcomeEvent: Projection._outcome,

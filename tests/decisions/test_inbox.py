@@ -4,6 +4,7 @@ say (checked against the projection of every log, rebuilt from the logs)."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from dial_runtime import (
     scripted_human,
 )
 from dial_runtime.decisions.inbox import Inbox, logged_cards
-from dial_runtime.errors import StoreConflict
+from dial_runtime.errors import ClaimRefused, StoreConflict
 from dial_runtime.runtime.events import LogEntry, SaidEvent
 from dial_runtime.runtime.state import ConversationState, OpenSuggestion
 from dial_runtime.statemachines import DECISION_REFUSALS
@@ -282,10 +283,12 @@ async def test_a_second_worker_deciding_keeps_the_inbox_true_for_the_first(store
 # The read model against the projection, over open-ended histories -------------------------------------------
 
 #: What a step of a history does: propose (a note, a refund, a purge, a question) in a conversation, or decide on
-#: what waits there (accept by a finance holder, dismiss, answer), or let time pass.
+#: what waits there (accept by a finance holder, dismiss, answer), claim, release or assign it (to a person or a
+#: role), or let time pass.
 STEP = st.one_of(
     st.tuples(st.just("propose"), st.integers(0, 3), st.sampled_from(["note", "refund", "purge", "ask"])),
     st.tuples(st.just("decide"), st.integers(0, 3), st.sampled_from(["accept", "dismiss", "say"])),
+    st.tuples(st.just("hold"), st.integers(0, 3), st.sampled_from(["claim", "release", "person", "role"])),
     st.tuples(st.just("wait"), st.integers(0, 3), st.sampled_from([60, 700, 4000])),
 )
 
@@ -311,11 +314,31 @@ async def play(store: StorePort, steps: list[tuple[str, int, Any]]) -> None:
         pending = conversation.pending
         if kind == "propose":
             await conversation.say("go", by="ada")
+        elif kind == "hold":
+            await hold(conversation, what)
         elif pending and pending[0].id.startswith("ask"):
             await conversation.answer(pending[0].id, "blue")
         elif pending:
             decision: Any = {"say": "no"} if what == "say" else {what: True}
             await conversation.decide(pending[0].id, decision, by=f"p{len(steps)}", roles=["finance"])
+
+
+async def hold(conversation: Conversation, how: str) -> None:
+    """Claim, release or assign (to a person or a role) the first card waiting, as a finance holder; a refusal
+    of the card's rules is a step that changes nothing."""
+    waiting = [each for each in conversation.pending if not each.id.startswith("ask")]
+    if not waiting:
+        return
+    card, finance = waiting[0].id, ["finance"]
+    with contextlib.suppress(ClaimRefused):
+        if how == "claim":
+            await conversation.claim(card, by="cleo", roles=finance, seconds=600)
+        elif how == "release":
+            await conversation.release(card, by="cleo")
+        elif how == "person":
+            await conversation.assign(card, by="cleo", roles=finance, person="dan", person_roles=finance)
+        else:
+            await conversation.assign(card, by="cleo", roles=finance, role="finance")
 
 
 async def assert_inbox_is_the_projection(store: StorePort) -> None:
@@ -329,12 +352,34 @@ async def assert_inbox_is_the_projection(store: StorePort) -> None:
             shown.append(
                 (conversation_id, waiting.id, waiting.digest)
                 if card is None
-                else (conversation_id, waiting.id, waiting.digest, card.preview, card.deadline, card.approvers)
+                else (
+                    conversation_id,
+                    waiting.id,
+                    waiting.digest,
+                    card.preview,
+                    card.deadline,
+                    card.approvers,
+                    card.claimed_by,
+                    card.claimed_until,
+                    card.assigned_to,
+                    card.assigned_role,
+                )
             )
     assert [
         (card.conversation, card.id, card.digest)
         if card.kind == "question"
-        else (card.conversation, card.id, card.digest, card.preview, card.deadline, card.approvers)
+        else (
+            card.conversation,
+            card.id,
+            card.digest,
+            card.preview,
+            card.deadline,
+            card.approvers,
+            card.claimed_by,
+            card.claimed_until,
+            card.assigned_to,
+            card.assigned_role,
+        )
         for card in listed
     ] == sorted(shown, key=lambda row: (row[0], row[1]))
 
@@ -445,13 +490,16 @@ async def test_the_command_lists_filters_checks_and_rebuilds(tmp_path: Path) -> 
 
     clock.now = time.time()
     await waiting_on(store, "billing-7", envelope(suggest("refund", '{"amount": 40, "to": "bo"}')), clock)
-    await waiting_on(store, "ops-1", envelope(suggest("purge", '{"table": "t"}')), clock)
+    purging = await waiting_on(store, "ops-1", envelope(suggest("purge", '{"table": "t"}')), clock)
+    until = await purging.claim("sg-1", by="bo", seconds=600)
+    await purging.assign("sg-1", by="bo", role="dba")
     await store.aclose()
 
     listed = cli("--store", url)
     assert listed.returncode == 0, listed.stderr
     purge, refund = listed.stdout.splitlines()
-    assert purge.startswith("due in 9m") and "ops-1 sg-1  Purge t  (destructive; asked by ada)" in purge
+    held = f"claimed by bo until {time.strftime('%H:%M', time.localtime(until))}, assigned to dba"
+    assert purge.startswith("due in 9m") and f"ops-1 sg-1  Purge t  (destructive; {held}; asked by ada)" in purge
     assert refund.startswith("no deadline")
     assert "billing-7 sg-1  Refund 40 to bo  (0 of 2 approvals; for finance; asked by ada)" in refund
 

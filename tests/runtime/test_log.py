@@ -63,6 +63,10 @@ async def rich_conversation() -> tuple[Conversation, Agent]:
     agent = Agent([RICH_REPLY, "<dial><<</dial>", envelope(suggest("add-note", '{"text":"x"}')), hang])
     conversation = Conversation(agent=agent, domain=Notes(), human=scripted_human(script()), timeout=0.05)
     assert (await conversation.say("start")).status == "awaiting"
+    await conversation.claim("sg-3", by="ada")
+    await conversation.assign("sg-3", by="ada", person="bea")
+    await conversation.claim("sg-3", by="bea")
+    await conversation.release("sg-3", by="bea")
     assert (await conversation.decide("sg-3", Dismiss(), by="ada")).status == "idle"
     await conversation.say("more")
     return conversation, agent

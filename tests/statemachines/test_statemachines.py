@@ -17,6 +17,9 @@ from dial_runtime.statemachines import (
     BETWEEN_CALLS,
     CALL,
     CALL_STATUS,
+    CARD_HOLDING,
+    CLAIM,
+    CLAIM_REFUSALS,
     DECIDING,
     DECISION,
     DECISION_REFUSALS,
@@ -31,6 +34,8 @@ from dial_runtime.statemachines import (
     TURN_LOOP,
     CallGate,
     CallStatus,
+    ClaimRules,
+    ClaimVerdict,
     ConversationLife,
     DecisionRules,
     DecisionVerdict,
@@ -67,9 +72,10 @@ MACHINES = [
     pytest.param(ConversationLife, LIFE, id="life"),
     pytest.param(CallGate, CALL, id="call"),
     pytest.param(DecisionRules, DECISION, id="decision"),
+    pytest.param(ClaimRules, CLAIM, id="claim"),
     pytest.param(Guarded, GUARDED, id="guarded"),
 ]
-TABLES = [pytest.param(table, id=table.name) for table in (SUGGESTION, TURN_LOOP, LIFE, CALL, DECISION)]
+TABLES = [pytest.param(table, id=table.name) for table in (SUGGESTION, TURN_LOOP, LIFE, CALL, DECISION, CLAIM)]
 
 
 class Flags:
@@ -224,12 +230,36 @@ DECISION_PATHS: list[Step] = [
     ("arrived", "say", {"vote": True, "approvals_short": True, "approved_already": True}, "taken"),
 ]
 
+EVERY_CLAIM_RULE = {
+    "unnamed": True,
+    "outside_roles": True,
+    "approved_already": True,
+    "held_by_other": True,
+    "not_holder": True,
+    "assignee_outside": True,
+}
+CLAIM_PATHS: list[Step] = [
+    # A named decider first, for a claim and an assignment; a release needs only its holder.
+    ("arrived", "claim", EVERY_CLAIM_RULE, "unknown_claimant"),
+    ("arrived", "assign", EVERY_CLAIM_RULE, "unknown_claimant"),
+    ("arrived", "release", EVERY_CLAIM_RULE, "not_claimed"),
+    *(("arrived", kind, {**EVERY_CLAIM_RULE, "unnamed": False}, "not_a_decider") for kind in ("claim", "assign")),
+    # One who approved it already may not claim it, but may assign it on; someone else's claim blocks a claim.
+    ("arrived", "claim", {"approved_already": True, "held_by_other": True}, "already_approved"),
+    ("arrived", "assign", {"approved_already": True, "held_by_other": True, "not_holder": True}, "taken"),
+    ("arrived", "claim", {"held_by_other": True, "not_holder": True}, "claimed"),
+    ("arrived", "claim", {"not_holder": True, "assignee_outside": True}, "taken"),
+    ("arrived", "assign", {"assignee_outside": True}, "assignee_not_a_decider"),
+    ("arrived", "release", {"unnamed": False, "outside_roles": True, "approved_already": True}, "taken"),
+]
+
 PATHS = {
     SUGGESTION.name: SUGGESTION_PATHS,
     TURN_LOOP.name: TURN_LOOP_PATHS,
     LIFE.name: LIFE_PATHS,
     CALL.name: CALL_PATHS,
     DECISION.name: DECISION_PATHS,
+    CLAIM.name: CLAIM_PATHS,
 }
 
 
@@ -244,7 +274,7 @@ PATHS = {
             target,
             id="-".join([f"{table.name}:{state}", event, *(f"{k}={int(v)}" for k, v in flags.items())]),
         )
-        for table in (SUGGESTION, TURN_LOOP, LIFE, CALL, DECISION)
+        for table in (SUGGESTION, TURN_LOOP, LIFE, CALL, DECISION, CLAIM)
         for state, event, flags, target in PATHS[table.name]
     ],
 )
@@ -288,6 +318,10 @@ ALLOWED = {
         "arrived": {"accept", "edit", "dismiss", "say", "supersede"},
         **{verdict: set() for verdict in typing.get_args(DecisionVerdict)},
     },
+    CLAIM.name: {
+        "arrived": {"claim", "release", "assign"},
+        **{verdict: set() for verdict in typing.get_args(ClaimVerdict)},
+    },
 }
 
 
@@ -300,7 +334,7 @@ def test_allowed_events(table: Table) -> None:
     ("table", "state", "event"),
     [
         pytest.param(table, state, event, id=f"{table.name}:{state}-{event}")
-        for table in (SUGGESTION, TURN_LOOP, LIFE, CALL, DECISION)
+        for table in (SUGGESTION, TURN_LOOP, LIFE, CALL, DECISION, CLAIM)
         for state in table.states
         for event in sorted(table.events - ALLOWED[table.name][state])
     ],
@@ -419,6 +453,7 @@ def test_unknown_state_is_a_value_error(method: str) -> None:
         (LIFE, "open", {"ended"}),
         (CALL, "free", set()),
         (DECISION, "arrived", set(typing.get_args(DecisionVerdict))),
+        (CLAIM, "arrived", set(typing.get_args(ClaimVerdict))),
     ],
 )
 def test_initial_and_finals(table: Table, initial: str, finals: set[str]) -> None:
@@ -506,6 +541,11 @@ def test_the_refusing_verdicts_are_the_decision_tables_refusals() -> None:
     assert all(code == verdict.replace("_", "-") for verdict, code in DECISION_REFUSALS.items())
 
 
+def test_the_refusing_verdicts_are_the_claim_tables_refusals() -> None:
+    assert set(CLAIM_REFUSALS) == CLAIM.finals - {"taken"}
+    assert all(code == verdict.replace("_", "-") for verdict, code in CLAIM_REFUSALS.items())
+
+
 def test_status_types_name_exactly_the_statuses_the_tables_report() -> None:
     assert set(typing.get_args(OutcomeStatus)) == set(OUTCOME_STATUS.values())
     assert set(FINAL_STATE) == set(OUTCOME_STATUS.values()) and set(FINAL_STATE.values()) == SUGGESTION.finals
@@ -518,7 +558,8 @@ def test_the_derived_sets_follow_the_tables() -> None:
     assert {"running", "handing_off"} == RUNNING
     assert {"ending", "ended"} == ENDED
     assert {"in_turn", "ending"} == IN_CALL
-    assert {"said", "resumed", "ended"} == BETWEEN_CALLS
+    assert {"said", "resumed", "ended", "claimed", "released", "assigned"} == BETWEEN_CALLS
+    assert {"claimed", "released", "assigned"} == CARD_HOLDING
 
 
 def test_reachable_sources_and_targets() -> None:
