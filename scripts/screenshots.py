@@ -11,7 +11,8 @@ Runs the web surface on 127.0.0.1 with a scripted agent and drives Debian's head
 - ``panel-refused.png``: an edit the domain refused, with its reason;
 - ``panel-error.png``: an agent that did not answer, and a server that cannot be reached;
 - ``inbox-light.png``, ``inbox-dark.png``: the inbox (``/inbox``) of a reviewer, four cards waiting in four
-  conversations (a deadline's countdown, a destructive one, one two reviewers approve), two of them selected;
+  conversations (a deadline's countdown, a destructive one, one two reviewers approve and another reviewer has
+  claimed), two of them selected;
 - ``inbox-mobile.png``, ``inbox-mobile-dark.png``: the same at a phone's width.
 """
 
@@ -28,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from playwright.sync_api import Browser, Page
 
+from dial_runtime import Conversation, ScriptedAgent, open_store, scripted_human
 from dial_runtime.web import create_app, scripted_agents
 from tests.browser import chromium, say
-from tests.web.test_web_inbox import REMOVE, SHARE, DeskNotes, _Scripts, note, propose
+from tests.web.test_web_inbox import REMOVE, SHARE, DeskNotes, _Scripts, note, on_a_thread, propose
 from tests.web_domains import WebNotes
 from tests.web_server import serving
 
@@ -127,6 +129,18 @@ INBOX_SHOTS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+async def _claimed(url: str, conversation_id: str, by: str) -> None:
+    """``by`` claims the card waiting in ``conversation_id`` (for an hour)."""
+    store = open_store(url)
+    try:
+        conversation = await Conversation.open(
+            store, conversation_id, agent=ScriptedAgent([]), domain=DeskNotes(), human=scripted_human([])
+        )
+        await conversation.claim("sg-1", by=by, roles=["reviewers"], seconds=3600)
+    finally:
+        await store.aclose()
+
+
 def shoot_inbox(browser: Browser, folder: str, out: Path) -> None:
     """The inbox of a reviewer, with four cards waiting."""
     store = f"sqlite:{folder}/inbox.db"
@@ -139,6 +153,7 @@ def shoot_inbox(browser: Browser, folder: str, out: Path) -> None:
             "weekly-plan": note("call the dentist"),
         },
     )
+    on_a_thread(_claimed, store, "budget-review", "rev-2")
     app = create_app(
         store=store,
         domain=DeskNotes(),

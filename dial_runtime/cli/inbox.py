@@ -109,7 +109,10 @@ def _span(seconds: float) -> str:
 
 
 def _line(card: Any, now: float) -> str:
-    """One waiting card on one line: when it is due, how long it has waited, where, what, and who may decide."""
+    """One waiting card on one line: when it is due, how long it has waited, where, what, who may decide, and
+    who has claimed it or has it assigned."""
+    from ..views.person import holding_words
+
     if card.deadline is None:
         due = "no deadline"
     elif card.overdue(now):
@@ -130,6 +133,9 @@ def _line(card: Any, now: float) -> str:
         marks.append("escalated to " + " and ".join(card.escalated_to))
     elif card.reminded:
         marks.append("reminded")
+    holding = holding_words(card, now)
+    if holding is not None:
+        marks.append(holding)
     if card.asked_by:
         marks.append(f"asked by {card.asked_by}")
     tail = f"  ({'; '.join(marks)})" if marks else ""

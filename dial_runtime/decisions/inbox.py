@@ -10,19 +10,30 @@ runtime's back).
 :func:`decide_each` takes several decisions at once (an inbox's bulk accept or dismiss): each is checked and
 recorded on its own, as one ``decide`` would be (the digest of what the person was shown, the approval policy,
 the deadline), and one that no longer holds is refused alone, with its reason, while the others go through.
+:func:`hold_card` claims, releases or assigns a card, every refusal an outcome a page can show.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Literal, TypeVar, cast
 
 import anyio
 import msgspec
 
 from ..driver.built import AgentOnFirstUse
-from ..errors import AlreadyDecided, ConversationBusy, DialError, LinkRefused, LogError, PayloadChanged
+from ..driver.conversation import CLAIM_SECONDS
+from ..errors import (
+    AlreadyDecided,
+    ClaimRefused,
+    ConversationBusy,
+    DialError,
+    LinkRefused,
+    LogError,
+    NotWaiting,
+    PayloadChanged,
+)
 from ..ports import StorePort
 from ..runtime.records import Accept, Dismiss, Suggestion
 from ..runtime.state import fold_log
@@ -35,16 +46,22 @@ if TYPE_CHECKING:
 __all__ = [
     "BulkChoice",
     "BulkOutcome",
+    "CardHolding",
+    "HoldingOutcome",
     "Inbox",
     "InboxDifference",
     "Rebuilt",
     "decide_each",
+    "hold_card",
     "keeps_inbox",
     "logged_cards",
 ]
 
-#: How long :meth:`Inbox.rebuild` waits for a conversation another worker holds before it reports it busy.
+#: How long :meth:`Inbox.rebuild`, :func:`decide_each` and :func:`hold_card` wait for a conversation another
+#: worker holds before they report it busy.
 BUSY_WAIT = 10.0
+
+_Done = TypeVar("_Done")
 
 
 def keeps_inbox(store: object) -> bool:
@@ -260,24 +277,15 @@ async def decide_each(
                 outcomes[position] = outcome
 
     async def decide_group(conversation_id: str, group: list[BulkChoice]) -> list[BulkOutcome]:
-        """The group's outcomes, its conversation held throughout; only the wait for the hold is bounded (a
-        decision in progress, and the agent's answer it waits for, are never cut short)."""
-        pause, give_up = 0.01, time.monotonic() + BUSY_WAIT
-        while True:
-            conversation = await open_conversation(conversation_id)
-            try:
-                async with conversation.holding():
-                    return [await decide_one(conversation, choice) for choice in group]
-            except ConversationBusy:
-                if time.monotonic() + pause > give_up:
-                    words = f"another call held conversation {conversation_id!r} for {BUSY_WAIT:g} s; try again"
-                    return [_refused(choice, "busy", words) for choice in group]
-            finally:
-                if isinstance(conversation.agent, AgentOnFirstUse):  # the agent the opener built, if a call did
-                    with anyio.CancelScope(shield=True):
-                        await conversation.agent.aclose()
-            await anyio.sleep(pause)
-            pause = min(pause * 2, 0.5)
+        """The group's outcomes, its conversation held throughout."""
+
+        async def decide_all(conversation: Conversation) -> list[BulkOutcome]:
+            return [await decide_one(conversation, choice) for choice in group]
+
+        decided = await _when_held(conversation_id, open_conversation, decide_all)
+        if decided is None:
+            return [_refused(choice, "busy", _busy_words(conversation_id)) for choice in group]
+        return decided
 
     async def decide_one(conversation: Conversation, choice: BulkChoice) -> BulkOutcome:
         subject = next((each for each in conversation.pending if each.id == choice.id), None)
@@ -317,6 +325,136 @@ async def decide_each(
         for _ in range(min(concurrency, len(groups))):
             tasks.start_soon(worker)
     return [outcome for outcome in outcomes if outcome is not None]
+
+
+async def _when_held(
+    conversation_id: str,
+    open_conversation: Callable[[str], Awaitable[Conversation]],
+    work: Callable[[Conversation], Awaitable[_Done]],
+) -> _Done | None:
+    """``work(conversation)``, the conversation opened by ``open_conversation`` and held throughout; tried again
+    while another call holds it, for up to :data:`BUSY_WAIT` seconds (``None`` when it stayed held). Only the
+    wait for the hold is bounded: a decision in progress, and the agent's answer it waits for, are never cut
+    short."""
+    pause, give_up = 0.01, time.monotonic() + BUSY_WAIT
+    while True:
+        conversation = await open_conversation(conversation_id)
+        try:
+            async with conversation.holding():
+                return await work(conversation)
+        except ConversationBusy:
+            if time.monotonic() + pause > give_up:
+                return None
+        finally:
+            if isinstance(conversation.agent, AgentOnFirstUse):  # the agent the opener built, if a call did
+                with anyio.CancelScope(shield=True):
+                    await conversation.agent.aclose()
+        await anyio.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
+def _busy_words(conversation_id: str) -> str:
+    return f"another call held conversation {conversation_id!r} for {BUSY_WAIT:g} s; try again"
+
+
+class CardHolding(msgspec.Struct, frozen=True, kw_only=True):
+    """A claim (for ``seconds``), a release, or an assignment (to ``person``, or ``role``, or, with neither, to
+    nobody) of the suggestion ``id`` of conversation ``conversation``."""
+
+    conversation: str
+    id: str
+    kind: Literal["claim", "release", "assign"]
+    seconds: float = CLAIM_SECONDS
+    person: str | None = None
+    role: str | None = None
+
+
+#: Why a claim, release or assignment was refused (:attr:`HoldingOutcome.refused`): a rule of the card's
+#: (:data:`~dial_runtime.statemachines.CLAIM_REFUSALS`), the card ended or does not wait, the application refused
+#: the person (or the person assigned), or the conversation stayed held by another call.
+HoldingRefusal = Literal[
+    "unknown-claimant",
+    "not-a-decider",
+    "already-approved",
+    "claimed",
+    "not-claimed",
+    "assignee-not-a-decider",
+    "already-decided",
+    "not-waiting",
+    "forbidden",
+    "busy",
+]
+
+
+class HoldingOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What became of a :class:`CardHolding`: taken (``refused`` is ``None``; a claim says ``until`` when it
+    ends, seconds since the epoch), or refused in a :data:`HoldingRefusal` code and in words (``reason``; a card
+    someone else claimed names ``holder`` and ``until``), nothing changed."""
+
+    refused: HoldingRefusal | None = None
+    reason: str = ""
+    holder: str | None = None
+    until: float | None = None
+
+
+async def hold_card(
+    holding: CardHolding,
+    *,
+    open_conversation: Callable[[str], Awaitable[Conversation]],
+    by: str,
+    roles: Collection[str] = (),
+    person_roles: Collection[str] = (),
+    may_decide: Callable[[str, Suggestion], bool] | None = None,
+) -> HoldingOutcome:
+    """Make ``holding`` by ``by`` (holding ``roles``; an assignment's ``person`` holds ``person_roles``), as
+    ``Conversation.claim``, ``release`` or ``assign`` would, the conversation opened by ``open_conversation``
+    and held (tried again for up to :data:`BUSY_WAIT` seconds while another call holds it). ``may_decide(who,
+    suggestion)``, the application's word on who may decide the card, is asked of ``by`` for a claim or an
+    assignment and of the person assigned. Every refusal is an outcome, never an exception: a program shows it
+    and carries on."""
+
+    async def hold(conversation: Conversation) -> HoldingOutcome:
+        subject = next((each for each in conversation.pending if each.id == holding.id), None)
+        if isinstance(subject, Suggestion) and may_decide is not None:
+            if holding.kind != "release" and not may_decide(by, subject):
+                return HoldingOutcome(refused="forbidden", reason=f"{by} may not decide it")
+            if holding.person is not None and not may_decide(holding.person, subject):
+                return HoldingOutcome(refused="forbidden", reason=f"{holding.person} may not decide it")
+        try:
+            if holding.kind == "claim":
+                until = await conversation.claim(holding.id, by=by, roles=roles, seconds=holding.seconds)
+                return HoldingOutcome(until=until)
+            if holding.kind == "release":
+                await conversation.release(holding.id, by=by)
+            else:
+                await conversation.assign(
+                    holding.id,
+                    by=by,
+                    roles=roles,
+                    person=holding.person,
+                    person_roles=person_roles,
+                    role=holding.role,
+                )
+        except ClaimRefused as refused:
+            return HoldingOutcome(
+                refused=cast(HoldingRefusal, refused.code),
+                reason=refused.hint,
+                holder=refused.holder,
+                until=refused.until,
+            )
+        except AlreadyDecided as ended:
+            how = _ENDED.get(ended.how, ended.how)
+            return HoldingOutcome(
+                refused="already-decided", reason=f"{how} already{f' by {ended.by}' if ended.by else ''}"
+            )
+        except NotWaiting:
+            return HoldingOutcome(
+                refused="not-waiting", reason="it does not wait for a decision in this conversation"
+            )
+        return HoldingOutcome()
+
+    held = await _when_held(holding.conversation, open_conversation, hold)
+    return HoldingOutcome(refused="busy", reason=_busy_words(holding.conversation)) if held is None else held
 
 
 #: How a card ended, by the decision (or the outcome) :class:`~dial_runtime.AlreadyDecided` names.

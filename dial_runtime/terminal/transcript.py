@@ -27,6 +27,7 @@ from ..views.person import (
     Question,
     RefusedProposal,
     Told,
+    holding_words,
 )
 
 _MARKS = {
@@ -61,8 +62,9 @@ def approvals_words(card: Card) -> str | None:
 
 def elsewhere_words(was: Card | None, card: Card) -> str | None:
     """What changed on ``card`` since ``was`` (the same card as a surface last showed it), when someone else
-    changed it (another surface or process deciding, approving, or a deadline firing): an approval (``sg-1: 1 of 2
-    approvals: rex``), a reminder or an escalation, or its end (``sg-1 was decided elsewhere by rex via web``;
+    changed it (another surface or process deciding, approving, claiming, or a deadline firing): an approval
+    (``sg-1: 1 of 2 approvals: rex``), a claim or an assignment (``sg-1: claimed by rex until 10:15``), a
+    reminder or an escalation, or its end (``sg-1 was decided elsewhere by rex via web``;
     the outcome itself is the card's own line). ``None`` when nothing a person follows changed."""
     if card.outcome and (was is None or not was.outcome):
         last = card.decisions[-1] if card.decisions else None
@@ -76,6 +78,9 @@ def elsewhere_words(was: Card | None, card: Card) -> str | None:
         return f"{card.id} was decided elsewhere{by}{via}: {last.decision}"
     if was is None or card.outcome:
         return None
+    held = (card.claimed_by, card.claimed_until, card.assigned_to, card.assigned_role)
+    if held != (was.claimed_by, was.claimed_until, was.assigned_to, was.assigned_role):
+        return f"{card.id}: {holding_words(card, time.time()) or 'nobody has claimed it'}"
     if card.approvers != was.approvers or card.escalated_to != was.escalated_to or card.reminded != was.reminded:
         approvals = approvals_words(card)
         if approvals is not None:

@@ -98,9 +98,9 @@ def create_app(
     actions, which the panel's empty state names), ``GET /conversations``, ``GET
     /conversations/{id}/changes`` (a server-sent event each time a conversation's log grows, in any worker; a
     comment every ``heartbeat`` seconds while it does not), the panel at ``/``, the inbox at ``/inbox`` (every card
-    waiting for the caller across conversations, with ``GET /inbox/cards``, ``GET /inbox/changes`` and ``POST
-    /inbox/decide``: :mod:`dial_runtime.web.inbox`), and, with ``links``, ``GET`` and ``POST /decide`` (decision
-    links, below).
+    waiting for the caller across conversations, with ``GET /inbox/cards``, ``GET /inbox/changes``, ``POST
+    /inbox/decide`` and ``POST /inbox/claim``, ``/release``, ``/assign``: :mod:`dial_runtime.web.inbox`), and,
+    with ``links``, ``GET`` and ``POST /decide`` (decision links, below).
 
     ``store`` is a :class:`StorePort` or its URL (one store holds every conversation; PostgreSQL when several
     workers share it). ``domain`` serves every conversation; or, a domain factory (a callable with no ``run``:
@@ -263,6 +263,9 @@ def create_app(
         Route("/inbox/cards", inbox.cards, methods=["GET"]),
         Route("/inbox/changes", inbox.changes, methods=["GET"]),
         Route("/inbox/decide", inbox.decide, methods=["POST"]),
+        Route("/inbox/claim", inbox.claim, methods=["POST"]),
+        Route("/inbox/release", inbox.release, methods=["POST"]),
+        Route("/inbox/assign", inbox.assign, methods=["POST"]),
     ]
     if panel:
         routes += [Route("/", panel_page, methods=["GET"]), Route("/inbox", inbox.page, methods=["GET"])]

@@ -3,8 +3,9 @@ the read model the store keeps (:class:`~dial_runtime.decisions.inbox.Inbox`), k
 decided several at a time (:func:`~dial_runtime.decisions.inbox.decide_each`), each decision checked and logged on
 its own, ``via="inbox"``.
 
-``GET /inbox`` is the page; ``GET /inbox/cards``, ``GET /inbox/changes`` and ``POST /inbox/decide`` are what it
-(or any client) reads and sends. The principal is ``auth``'s, its roles ``roles(principal)``'s; ``can_view`` hides
+``GET /inbox`` is the page; ``GET /inbox/cards``, ``GET /inbox/changes``, ``POST /inbox/decide`` and ``POST
+/inbox/claim``, ``/release`` and ``/assign`` (:func:`~dial_runtime.decisions.inbox.hold_card`) are what it (or any
+client) reads and sends. The principal is ``auth``'s, its roles ``roles(principal)``'s; ``can_view`` hides
 the conversations a person may not see, ``can_decide`` refuses, card by card, what they may not decide.
 """
 
@@ -12,14 +13,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 
 from ..decisions.deadlines import conversation_opener
-from ..decisions.inbox import BulkChoice, BulkOutcome, Inbox, decide_each, keeps_inbox
+from ..decisions.inbox import (
+    BulkChoice,
+    BulkOutcome,
+    CardHolding,
+    HoldingOutcome,
+    Inbox,
+    decide_each,
+    hold_card,
+    keeps_inbox,
+)
 from ..views.inbox import WaitingCard
 from .guards import THREAD_ID, json_error, read_body
 from .mapping import payload_fields, pretty_json
@@ -46,6 +56,15 @@ MOST_DECISIONS = 200
 
 #: The keys of one decision of ``POST /inbox/decide``.
 _DECISION_KEYS = frozenset({"threadId", "id", "decision", "digest"})
+
+#: The keys ``POST /inbox/claim``, ``/release`` and ``/assign`` take, beyond ``threadId`` and ``id``.
+_HOLDING_KEYS = {"claim": frozenset({"minutes"}), "release": frozenset(), "assign": frozenset({"person", "role"})}
+
+#: The longest claim ``POST /inbox/claim`` makes, in minutes (a working day).
+MOST_CLAIM_MINUTES = 480
+
+#: The HTTP status of each refusal of a claim, a release or an assignment.
+_HOLDING_STATUS = {"not-waiting": 404, "forbidden": 403, "busy": 503}
 
 
 class _Refusal(Exception):
@@ -105,9 +124,10 @@ class InboxRoutes:
         return FileResponse(str(STATIC / "inbox.html"), headers={"Cache-Control": "no-cache"})
 
     async def cards(self, request: Request) -> Response:
-        """``GET /inbox/cards?overdue=&action=&conversation=&limit=``: ``{"now", "cards": [...]}``, the cards the
-        caller (holding their roles) may decide now, in conversations they may see, the nearest deadline first
-        (none last), then the longest waiting; ``now`` is the server's time, which countdowns are measured from.
+        """``GET /inbox/cards?overdue=&action=&conversation=&limit=``: ``{"now", "you", "cards": [...]}``, the
+        cards the caller (holding their roles) may decide now, in conversations they may see, the nearest deadline
+        first (none last), then the longest waiting; ``now`` is the server's time, which countdowns are measured
+        from, and ``you`` the caller as the server names them (whose claims the page offers to release).
         An unknown filter, a repeated one, or a limit that is no whole number from 1 to :data:`MOST_CARDS` is
         refused (400)."""
         surface = self.surface
@@ -128,7 +148,7 @@ class InboxRoutes:
         visible = [card for card in found if surface._may_view(principal, card.conversation)][:limit]
         now = time.time()
         return JSONResponse(
-            {"now": now, "cards": [card_view(card, now) for card in visible]},
+            {"now": now, "you": principal, "cards": [card_view(card, now) for card in visible]},
             headers={"Cache-Control": "no-store"},
         )
 
@@ -200,6 +220,103 @@ class InboxRoutes:
             for choice in choices
         ]
         return JSONResponse({"results": results}, headers={"Cache-Control": "no-store"})
+
+    async def claim(self, request: Request) -> Response:
+        """``POST /inbox/claim``: see :meth:`hold`."""
+        return await self.hold(request, "claim")
+
+    async def release(self, request: Request) -> Response:
+        """``POST /inbox/release``: see :meth:`hold`."""
+        return await self.hold(request, "release")
+
+    async def assign(self, request: Request) -> Response:
+        """``POST /inbox/assign``: see :meth:`hold`."""
+        return await self.hold(request, "assign")
+
+    async def hold(self, request: Request, kind: Literal["claim", "release", "assign"]) -> Response:
+        """``POST /inbox/claim`` (JSON ``{"threadId", "id", "minutes"?}``: 30 unless told, at most
+        :data:`MOST_CLAIM_MINUTES`), ``POST /inbox/release`` (``{"threadId", "id"}``) and ``POST /inbox/assign``
+        (``{"threadId", "id", "person"? | "role"?}``, neither: to nobody), by the signed-in person: ``{"threadId",
+        "id", "claim": true, "until"}`` (and so on) when it was made; else one line in ``error`` and a code in
+        ``refused`` (the card's rules, 409; ``already-decided``, 409; ``not-waiting``, 404; ``forbidden``, 403;
+        ``busy``, 503). A person assigned holds the roles ``roles(person)`` gives and must pass ``can_decide``, as
+        the signed-in person must to claim or assign."""
+        surface = self.surface
+        principal = await surface._principal(request)
+        if principal is None:
+            return json_error(401, "not signed in")
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            return json_error(415, f"a {kind} is sent as application/json")
+        body = await read_body(request, surface.settings.max_body)
+        if body is None:
+            return json_error(413, f"the request body is over {surface.settings.max_body} bytes")
+        try:
+            holding = _holding(kind, body)
+        except _Refusal as refusal:
+            return json_error(refusal.status, str(refusal))
+        if not surface._may_view(principal, holding.conversation):
+            return json_error(403, "you may not see this conversation")
+        person_roles = await surface._roles(holding.person) if holding.person is not None else ()
+        outcome = await hold_card(
+            holding,
+            open_conversation=self._open,
+            by=principal,
+            roles=await surface._roles(principal),
+            person_roles=person_roles,
+            may_decide=surface._may_decide,
+        )
+        status = 200 if outcome.refused is None else _HOLDING_STATUS.get(outcome.refused, 409)
+        return JSONResponse(
+            _holding_view(holding, outcome), status_code=status, headers={"Cache-Control": "no-store"}
+        )
+
+
+def _holding(kind: Literal["claim", "release", "assign"], body: bytes) -> CardHolding:
+    """The claim, release or assignment a ``POST /inbox/{kind}`` body asks for (:class:`_Refusal` for a body that
+    is not one)."""
+    try:
+        named = msgspec.json.decode(body)
+    except (ValueError, RecursionError):
+        named = None
+    extra = _HOLDING_KEYS[kind]
+    if (
+        not isinstance(named, dict)
+        or not {"threadId", "id"} <= named.keys() <= {"threadId", "id", *extra}
+        or not all(isinstance(named[key], str) for key in ("threadId", "id"))
+        or not THREAD_ID.fullmatch(named["threadId"])
+    ):
+        more = f" and {' or '.join(sorted(extra))}" if extra else ""
+        raise _Refusal(400, f"give threadId (1 to 128 letters, digits or ._:@-) and id{more} as JSON")
+    if kind == "claim":
+        minutes = named.get("minutes", 30)
+        if type(minutes) is not int or not 1 <= minutes <= MOST_CLAIM_MINUTES:
+            raise _Refusal(400, f"minutes is a whole number from 1 to {MOST_CLAIM_MINUTES}")
+        return CardHolding(conversation=named["threadId"], id=named["id"], kind="claim", seconds=minutes * 60.0)
+    person, role = named.get("person"), named.get("role")
+    if person is not None and role is not None:
+        raise _Refusal(400, "assign a card to a person or to a role, not both")
+    for key, value in (("person", person), ("role", role)):
+        if value is not None and (not isinstance(value, str) or not value.strip() or len(value) > 128):
+            raise _Refusal(400, f"{key} is a name of 1 to 128 characters")
+    return CardHolding(
+        conversation=named["threadId"],
+        id=named["id"],
+        kind=kind,
+        person=person.strip() if person else None,
+        role=role.strip() if role else None,
+    )
+
+
+def _holding_view(holding: CardHolding, outcome: HoldingOutcome) -> dict[str, Any]:
+    view: dict[str, Any] = {"threadId": holding.conversation, "id": holding.id, holding.kind: True}
+    if outcome.refused is None:
+        if outcome.until is not None:
+            view["until"] = outcome.until
+        return view
+    view.update(error=f"{holding.id!r}: {outcome.reason}", refused=outcome.refused, reason=outcome.reason)
+    if outcome.holder is not None:
+        view.update(holder=outcome.holder, until=outcome.until)
+    return view
 
 
 def _filters(request: Request) -> dict[str, Any]:

@@ -11,17 +11,22 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import anyio
 import pexpect
 import pytest
 from rich.console import Console
 
+from dial_runtime import Conversation, open_store, scripted_human
 from dial_runtime.cli import main
+from dial_runtime.demo import NotesDomain
 from dial_runtime.runtime.events import InformDeltaEvent, InformEvent, event_from_dict
 from dial_runtime.terminal.surface import TerminalSurface
 
+from ..fakes import Agent
 from ..openai_server import OpenAIServer, Reply, Request
 
 # pexpect forks while the server's threads run; the child only execs the command line.
@@ -510,6 +515,37 @@ def test_approvals_given_elsewhere_show_at_the_prompt_as_they_are_stored(
     ann.expect("(sg-1 was decided elsewhere by bob via cli: accept)", "done: Add the note 'buy milk'")
     capsys.readouterr()
     ann.type("/quit", after="you:")
+    assert ann.finish() == 0
+    assert "Traceback" not in ann.screen
+
+
+def test_a_claim_made_elsewhere_shows_at_the_prompt_as_it_is_stored(tmp_path: Path, terminal: Start) -> None:
+    """While ann is at the prompt, rex claims the waiting card and bob is assigned it (another process's store
+    object): each shows above her prompt as it is stored, and her own decision still goes through."""
+    store, chat = _milk_chat(tmp_path, "k")
+    ann = terminal(*chat, "--as", "ann")
+    ann.type("add milk", after="you:")
+    ann.type("l", after="sg-1 ›")
+    ann.expect("sg-1 waiting for you", "you:")
+
+    async def elsewhere(how: str) -> float:
+        opened = open_store(store)
+        try:
+            conversation = await Conversation.open(
+                opened, "k", agent=Agent([]), domain=NotesDomain(), human=scripted_human([])
+            )
+            if how == "claim":
+                return await conversation.claim("sg-1", by="rex", seconds=600)
+            await conversation.assign("sg-1", by="rex", person="bob")
+            return 0.0
+        finally:
+            await opened.aclose()
+
+    until = anyio.run(elsewhere, "claim")
+    ann.expect(f"(sg-1: claimed by rex until {time.strftime('%H:%M', time.localtime(until))})", "you:")
+    anyio.run(elsewhere, "assign")
+    ann.expect("(sg-1: assigned to bob)", "you:")  # an assignment to someone else ends rex's claim
+    ann.type("/quit", after="")
     assert ann.finish() == 0
     assert "Traceback" not in ann.screen
 

@@ -19,9 +19,12 @@ from dial_runtime.web import create_app, scripted_agents
 from ..browser import AXE, open_thread, serious_accessibility_findings, small_targets, watched_page
 from ..fakes import Agent, envelope, suggest
 from ..web_server import serving
-from .test_web_inbox import ACK, REMOVE, DeskNotes, _Scripts, note, on_a_thread, propose, stored
+from .test_web_inbox import ACK, REMOVE, SHARE, DeskNotes, _Scripts, note, on_a_thread, propose, stored
 
 _COUNT = itertools.count(1)
+
+#: A time of day as the browser's locale writes it ("23:26", "11:26 PM").
+CLOCK = r"\d\d?:\d\d( [AP]M)?"
 
 QUESTION = envelope('<dial-ask id="colour">Which colour should the note be?</dial-ask>')
 
@@ -269,6 +272,9 @@ def test_no_serious_accessibility_finding_and_targets_a_finger_can_hit(
         expect(page.locator(".dial-accept-selected")).to_have_text("Accept 2 cards")
         page.locator(".dial-select-all").click()
         card(page, threads[0]).locator(".dial-summary").click()
+        card(page, threads[0]).locator(".dial-claim").click()  # a claim shown, the form to assign it open
+        expect(card(page, threads[0]).locator(".dial-holding")).to_have_text(re.compile("^claimed by you"))
+        card(page, threads[0]).locator(".dial-assign-summary").click()
         assert serious_accessibility_findings(page) == []
         measured, small = small_targets(page, "dial-inbox")
         assert measured and small == []
@@ -341,3 +347,43 @@ def test_the_panels_keys_move_between_cards_and_decide_them(
         assert page.errors == []  # type: ignore[attr-defined]
     finally:
         context.close()
+
+
+def test_a_claim_and_an_assignment_show_on_every_open_inbox_and_in_the_panel(
+    browser: Browser, base_url: str, store_url: str
+) -> None:
+    first, second = person(browser, "rev-1"), person(browser, "rev-2")
+    try:
+        one, two = open_inbox(first, base_url), open_inbox(second, base_url)
+        decide_all_left(one)
+        (thread,) = fresh("c", 1)
+        propose(store_url, {thread: SHARE})
+        mine, theirs = card(one, thread), card(two, thread)
+        mine.get_by_role("button", name="Claim: Share the note 'plans'").click()
+        expect(one.locator("dial-inbox .dial-status")).to_have_text("You claimed “Share the note 'plans'”.")
+        expect(mine.locator(".dial-holding")).to_have_text(re.compile(rf"^claimed by you until {CLOCK}$"))
+        expect(mine.locator(".dial-release")).to_be_visible()
+        # The other reviewer's open inbox is told by the change stream: who has it, and no claim to make.
+        expect(theirs.locator(".dial-holding")).to_have_text(re.compile(rf"^claimed by rev-1 until {CLOCK}$"))
+        expect(theirs.locator(".dial-claim")).to_have_count(0)
+        expect(theirs.locator(".dial-release")).to_have_count(0)
+        mine.locator(".dial-assign-summary").click()
+        mine.locator(".dial-assign-person").fill("rev-2")
+        mine.locator(".dial-assign-person").press("Enter")
+        expect(theirs.locator(".dial-holding")).to_have_text("assigned to you")  # rev-1's claim ended with it
+        expect(theirs.locator(".dial-claim")).to_be_visible()
+        expect(mine.locator(".dial-holding")).to_have_text("assigned to rev-2")
+        mine.locator(".dial-assign-summary").click()
+        mine.locator(".dial-assign-person").fill("ada")  # ada holds no reviewers role: refused on the card
+        mine.get_by_role("button", name="Assign", exact=True).click()
+        expect(mine.locator(".dial-inbox-note")).to_have_text("Not done: ada may not decide it.")
+        theirs.locator(".dial-claim").click()
+        panel = open_thread(first, base_url, thread)
+        holding = panel.locator('.dial-card[data-suggestion="sg-1"] .dial-holding')
+        expect(holding).to_have_text(re.compile(rf"^claimed by rev-2 until {CLOCK} · assigned to rev-2$"))
+        kinds = [entry.event.type for entry in stored(store_url, thread)]
+        assert [kind for kind in kinds if kind in ("claimed", "assigned")] == ["claimed", "assigned", "claimed"]
+        assert one.errors == two.errors == []  # type: ignore[attr-defined]
+    finally:
+        first.close()
+        second.close()

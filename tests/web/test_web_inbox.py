@@ -305,3 +305,118 @@ def test_an_open_inbox_is_told_of_a_decision_made_elsewhere_within_a_second(stor
             assert "hidden" not in seen
             seen = events.next()
         assert "hidden" not in seen
+
+
+# Claims, releases and assignments -----------------------------------------------------------------------------
+
+
+def test_a_claim_over_http_shows_who_has_the_card_and_is_refused_to_others_in_one_line(store_url: str) -> None:
+    propose(store_url, {"c-share": SHARE})
+    with desk(store_url) as client:
+        rev1, rev2 = {"x-user": "rev-1"}, {"x-user": "rev-2"}
+        target = {"threadId": "c-share", "id": "sg-1"}
+        claimed = client.post("/inbox/claim", json={**target, "minutes": 15}, headers=rev1)
+        assert claimed.status_code == 200, claimed.text
+        until = claimed.json()["until"]
+        assert until == pytest.approx(time.time() + 900, abs=5)
+        (card,) = cards(client, **rev2)
+        assert (card["claimed_by"], card["claimed_until"]) == ("rev-1", until)
+        taken = client.post("/inbox/claim", json=target, headers=rev2)
+        assert taken.status_code == 409
+        assert taken.json() == {
+            **target,
+            "claim": True,
+            "error": "'sg-1': rev-1 has claimed it.",
+            "refused": "claimed",
+            "reason": "rev-1 has claimed it.",
+            "holder": "rev-1",
+            "until": until,
+        }
+        outsider = client.post("/inbox/claim", json=target)  # ada holds no reviewers role
+        assert (outsider.status_code, outsider.json()["refused"]) == (409, "not-a-decider")
+        assert outsider.json()["error"] == "'sg-1': It is decided by one of: reviewers."
+        released = client.post("/inbox/release", json=target, headers=rev2)
+        assert (released.status_code, released.json()["refused"]) == (409, "not-claimed")
+        assert client.post("/inbox/release", json=target, headers=rev1).status_code == 200
+        assert cards(client, **rev2)[0]["claimed_by"] is None
+        assigned = client.post("/inbox/assign", json={**target, "person": "rev-2"}, headers=rev1)
+        assert assigned.status_code == 200, assigned.text
+        assert cards(client, **rev1)[0]["assigned_to"] == "rev-2"
+        # The person assigned holds the roles the application gives them, whatever a client says.
+        refused = client.post("/inbox/assign", json={**target, "person": "ada"}, headers=rev1)
+        assert (refused.status_code, refused.json()["refused"]) == (409, "assignee-not-a-decider")
+        assert client.post("/inbox/assign", json={**target, "role": "reviewers"}, headers=rev1).status_code == 200
+        assert cards(client, **rev1)[0]["assigned_role"] == "reviewers"
+    kinds = [entry.event.type for entry in stored(store_url, "c-share")]
+    assert [kind for kind in kinds if kind in ("claimed", "released", "assigned")] == [
+        "claimed",
+        "released",
+        "assigned",
+        "assigned",
+    ]
+
+
+def test_claims_respect_can_view_and_can_decide_and_an_ended_card_says_how_it_ended(store_url: str) -> None:
+    propose(store_url, {"mine": note("a"), "theirs": note("b")})
+    with desk(
+        store_url,
+        can_view=lambda who, thread: thread == "mine",
+        can_decide=lambda who, subject: who != "bob",
+    ) as client:
+        hidden = client.post("/inbox/claim", json={"threadId": "theirs", "id": "sg-1"})
+        assert (hidden.status_code, hidden.json()) == (403, {"error": "you may not see this conversation"})
+        forbidden = client.post("/inbox/claim", json={"threadId": "mine", "id": "sg-1"}, headers={"x-user": "bob"})
+        assert (forbidden.status_code, forbidden.json()["error"]) == (403, "'sg-1': bob may not decide it")
+        to_bob = client.post("/inbox/assign", json={"threadId": "mine", "id": "sg-1", "person": "bob"})
+        assert (to_bob.status_code, to_bob.json()["error"]) == (403, "'sg-1': bob may not decide it")
+        unknown = client.post("/inbox/claim", json={"threadId": "mine", "id": "sg-7"})
+        assert (unknown.status_code, unknown.json()["refused"]) == (404, "not-waiting")
+        (card,) = cards(client)
+        assert bulk(client, [card], "dismiss")[0]["status"] == "idle"
+        ended = client.post("/inbox/claim", json={"threadId": "mine", "id": "sg-1"})
+        assert (ended.status_code, ended.json()["error"]) == (409, "'sg-1': dismissed already by ada")
+    assert not [entry for entry in stored(store_url, "theirs") if entry.event.type == "claimed"]
+
+
+BAD_HOLDINGS = [
+    ("claim", b"[]", "give threadId (1 to 128 letters, digits or ._:@-) and id and minutes as JSON"),
+    ("claim", b'{"threadId": "c", "id": "sg-1", "minutes": 0}', "minutes is a whole number from 1 to 480"),
+    ("claim", b'{"threadId": "c", "id": "sg-1", "minutes": 481}', "minutes is a whole number from 1 to 480"),
+    ("claim", b'{"threadId": "c", "id": "sg-1", "minutes": 1.5}', "minutes is a whole number from 1 to 480"),
+    ("claim", b'{"threadId": "c", "id": "sg-1", "minutes": true}', "minutes is a whole number from 1 to 480"),
+    ("claim", b'{"threadId": "c", "id": "sg-1", "person": "x"}', "give threadId"),
+    (
+        "release",
+        b'{"threadId": "c/../d", "id": "sg-1"}',
+        "give threadId (1 to 128 letters, digits or ._:@-) and id as",
+    ),
+    (
+        "assign",
+        b'{"threadId": "c", "id": 1}',
+        "give threadId (1 to 128 letters, digits or ._:@-) and id and person or role",
+    ),
+    (
+        "assign",
+        b'{"threadId": "c", "id": "sg-1", "person": "a", "role": "b"}',
+        "assign a card to a person or to a role",
+    ),
+    ("assign", b'{"threadId": "c", "id": "sg-1", "person": " "}', "person is a name of 1 to 128 characters"),
+    ("assign", b'{"threadId": "c", "id": "sg-1", "role": 5}', "role is a name of 1 to 128 characters"),
+]
+
+
+@pytest.mark.parametrize(("route", "body", "error"), BAD_HOLDINGS)
+def test_a_bad_claim_release_or_assignment_is_refused_in_one_line_and_changes_nothing(
+    tmp_path: Path, route: str, body: bytes, error: str
+) -> None:
+    url = f"sqlite:{tmp_path / 'inbox.db'}"
+    propose(url, {"c": note("a")})
+    with desk(url) as client:
+        response = client.post(f"/inbox/{route}", content=body, headers={"content-type": "application/json"})
+        assert response.status_code == 400 and response.json()["error"].startswith(error), response.text
+        assert (
+            client.post(f"/inbox/{route}", content=b"{}", headers={"content-type": "text/plain"}).status_code
+            == 415
+        )
+        assert client.get(f"/inbox/{route}").status_code == 405
+    assert [entry.event.type for entry in stored(url, "c")][-1] == "finished"

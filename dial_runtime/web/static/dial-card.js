@@ -13,10 +13,14 @@ export function el(tag, className, text) {
   return node;
 }
 
-// " at 10:02" for a time in seconds since the epoch, in the person's own clock; nothing without one.
+// "10:02" for a time in seconds since the epoch, in the person's own clock.
+function hourMinute(seconds) {
+  return new Date(seconds * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+// " at 10:02" for a time in seconds since the epoch; nothing without one.
 export function clockTime(seconds) {
-  if (typeof seconds !== "number") return "";
-  return ` at ${new Date(seconds * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}`;
+  return typeof seconds === "number" ? ` at ${hourMinute(seconds)}` : "";
 }
 
 export function button(label, className, onClick, name) {
@@ -56,6 +60,20 @@ function approvalsText(view) {
   return parts.join(" · ");
 }
 
+// Who holds a waiting card at `now` (seconds since the epoch): "claimed by ana until 10:15 · assigned to
+// finance", each part only when it holds; `you` names the person reading ("claimed by you"). Empty when nobody
+// holds it. A claim decides nothing: it says who is on the card, so that others leave it alone.
+export function holdingText(view, now, you) {
+  const parts = [];
+  if (view.claimed_by && typeof view.claimed_until === "number" && now < view.claimed_until) {
+    const who = view.claimed_by === you ? "you" : view.claimed_by;
+    parts.push(`claimed by ${who} until ${hourMinute(view.claimed_until)}`);
+  }
+  if (view.assigned_to) parts.push(`assigned to ${view.assigned_to === you ? "you" : view.assigned_to}`);
+  else if (view.assigned_role) parts.push(`assigned to ${view.assigned_role}`);
+  return parts.join(" · ");
+}
+
 // A new card's elements (not placed anywhere yet: the caller puts card.root where it belongs).
 export function newCard(view) {
   const root = el("section", "dial-card");
@@ -69,6 +87,7 @@ export function newCard(view) {
   const words = el("p", "dial-words");
   const repeat = el("p", "dial-done-before");
   const approvals = el("p", "dial-approvals");
+  const holding = el("p", "dial-holding");
   const fields = el("dl", "dial-fields");
   fields.setAttribute("aria-label", "what would run");
   const details = el("details", "dial-details");
@@ -86,11 +105,11 @@ export function newCard(view) {
   returned.append(el("summary", "dial-result-summary", "What it returned"));
   const returnedText = el("pre", "dial-result");
   returned.append(returnedText);
-  root.append(head, preview, words, repeat, approvals, fields, details, issue, actions, result, decider);
+  root.append(head, preview, words, repeat, approvals, holding, fields, details, issue, actions, result, decider);
   root.append(resultFields, returned);
   return {
-    id: view.id, root, action, mark, preview, words, repeat, approvals, fields, details, payload, issue, actions,
-    result, decider, resultFields, returned, returnedText,
+    id: view.id, root, action, mark, preview, words, repeat, approvals, holding, fields, details, payload, issue,
+    actions, result, decider, resultFields, returned, returnedText,
   };
 }
 
@@ -146,6 +165,8 @@ export function renderCard(card, view) {
   card.repeat.textContent = view.done_before ? `Already done${clockTime(view.done_at)} as ${view.done_before}` : "";
   card.approvals.hidden = !view.approvals_needed;
   card.approvals.textContent = approvalsText(view);
+  card.holding.textContent = ended ? "" : holdingText(view, Date.now() / 1000);
+  card.holding.hidden = !card.holding.textContent;
   card.payload.textContent = view.payload_json !== undefined ? view.payload_json : JSON.stringify(view.payload, null, 2);
   const issue = !ended && view.issue ? view.issue : null;
   card.issue.hidden = !issue;

@@ -2,15 +2,23 @@
 // Each card shows what would run, who asked, how long it has waited, a live countdown to its deadline, and the
 // approvals its policy wants; the person accepts or dismisses one card, or selects several and decides them at
 // once. Each decision of a bulk is checked and logged on its own by the server: one whose card ended or changed
-// meanwhile is refused alone, and the card says why.
+// meanwhile is refused alone, and the card says why. A card shows who claimed it (until when) and to whom it is
+// assigned; the person claims or releases it, or assigns it to someone, or to one of its roles.
 //
 // The page reads the cards from GET <endpoint>/cards and reads them again whenever the server's change stream
 // (GET <endpoint>/changes) says a conversation changed, wherever the change was made. Keys: j and k (or the
 // arrow keys) move between cards, x selects one, a accepts and d dismisses the selected cards (or the focused one).
 
-import { button, el } from "./dial-card.js";
+import { button, el, holdingText } from "./dial-card.js";
 
 const DONE = { accept: "accepted", dismiss: "dismissed" };
+
+// What the status line says once a claim, a release or an assignment is made.
+const HELD = {
+  claim: (card) => `You claimed “${card.preview || card.action}”.`,
+  release: (card) => `You released “${card.preview || card.action}”.`,
+  assign: (card) => `“${card.preview || card.action}” is assigned.`,
+};
 
 function keyOf(card) {
   return `${card.threadId}\u0000${card.id}`;
@@ -43,6 +51,7 @@ class DialInbox extends HTMLElement {
     this.selected = new Set();
     this.notes = new Map(); // why a decision on a card was refused, shown on it while it waits
     this.offset = 0; // the server's clock minus this one, in seconds: countdowns use the server's time
+    this.you = null; // the signed-in person, as the server names them
     this.sending = false;
     this.online = true;
     this.loading = null;
@@ -162,6 +171,7 @@ class DialInbox extends HTMLElement {
     }
     this.setOnline(true);
     this.offset = data.now - Date.now() / 1000;
+    this.you = data.you;
     const fresh = new Map(data.cards.map((card) => [keyOf(card), card]));
     for (const key of [...this.selected]) {
       const before = this.cards.find((card) => keyOf(card) === key);
@@ -191,7 +201,19 @@ class DialInbox extends HTMLElement {
     const focused = this.list.contains(document.activeElement) ? document.activeElement.closest(".dial-inbox-card") : null;
     const focusedKey = focused ? focused.dataset.key : null;
     const focusedControl = focused && document.activeElement !== focused ? document.activeElement.className : null;
+    const assigning = [...this.list.querySelectorAll(".dial-assign[open]")].map((node) => [
+      node.closest(".dial-inbox-card").dataset.key,
+      node.querySelector(".dial-assign-person").value,
+    ]);
     this.list.replaceChildren(...this.cards.map((card) => this.renderCard(card)));
+    for (const [key, typed] of assigning) { // an assignment being typed survives the cards being read again
+      const again = this.cardNode(key);
+      const form = again ? again.querySelector(".dial-assign") : null;
+      if (form) {
+        form.open = true;
+        form.querySelector(".dial-assign-person").value = typed;
+      }
+    }
     this.empty.hidden = this.cards.length > 0;
     this.heading.textContent = this.cards.length ? `Waiting for you (${this.cards.length})` : "Waiting for you";
     if (focusedKey) {
@@ -261,6 +283,11 @@ class DialInbox extends HTMLElement {
     }
     if (card.roles.length) meta.append(el("span", "dial-roles", `for ${card.roles.join(" or ")}`));
     if (card.escalated_to.length) meta.append(el("span", "dial-escalated", `escalated to ${card.escalated_to.join(", ")}`));
+    const holder = this.holder(card);
+    const holding = el("span", "dial-holding", holdingText(card, this.now(), this.you));
+    if (holder) holding.dataset.until = String(card.claimed_until); // the page is drawn again when the claim ends
+    holding.hidden = !holding.textContent;
+    meta.append(holding);
     body.append(meta);
 
     if (card.kind === "suggestion") {
@@ -277,14 +304,85 @@ class DialInbox extends HTMLElement {
         button("Accept", "dial-accept", () => this.decide("accept", [key]), `Accept: ${label}`),
         button("Dismiss", "dial-dismiss", () => this.decide("dismiss", [key]), `Dismiss: ${label}`),
       );
+      if (holder === this.you) {
+        actions.append(button("Release", "dial-release", () => this.hold("release", card), `Release: ${label}`));
+      } else if (!holder) {
+        actions.append(button("Claim", "dial-claim", () => this.hold("claim", card), `Claim: ${label}`));
+      }
+      body.append(actions, this.assignForm(card, label));
     } else {
       const answer = el("a", "dial-answer-link", "Answer in the conversation");
       answer.href = conversation;
       actions.append(answer);
+      body.append(actions);
     }
-    body.append(actions);
     item.append(pick, body);
     return item;
+  }
+
+  // "Assign": to a person named in a field, to one of the card's roles, or back to nobody.
+  assignForm(card, label) {
+    const box = el("details", "dial-assign");
+    box.append(el("summary", "dial-assign-summary", "Assign"));
+    const form = el("form", "dial-assign-form");
+    form.setAttribute("aria-label", `Assign: ${label}`);
+    const field = el("label", "dial-assign-label", "Person ");
+    const person = el("input", "dial-assign-person");
+    person.type = "text";
+    person.autocomplete = "off";
+    person.maxLength = 128;
+    field.append(person);
+    const toPerson = el("button", "dial-button dial-assign-to-person", "Assign");
+    toPerson.type = "submit";
+    form.append(field, toPerson);
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      if (person.value.trim()) this.hold("assign", card, { person: person.value.trim() });
+    });
+    for (const role of card.roles) {
+      form.append(button(`To ${role}`, "dial-assign-to-role", () => this.hold("assign", card, { role })));
+    }
+    if (card.assigned_to || card.assigned_role) {
+      form.append(button("Unassign", "dial-unassign", () => this.hold("assign", card, {})));
+    }
+    box.append(form);
+    return box;
+  }
+
+  now() {
+    return Date.now() / 1000 + this.offset;
+  }
+
+  // Who holds a claim on the card now, on the server's clock (null: nobody).
+  holder(card) {
+    return card.claimed_by && typeof card.claimed_until === "number" && this.now() < card.claimed_until ? card.claimed_by : null;
+  }
+
+  // Claim, release or assign a card; a refusal is said on the card, and the cards are read again either way.
+  async hold(kind, card, extra = {}) {
+    if (!this.online) return;
+    const key = keyOf(card);
+    let answer;
+    try {
+      const response = await fetch(`${this.endpoint}/${kind}`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Accept: "application/json" },
+        body: JSON.stringify({ threadId: card.threadId, id: card.id, ...extra }),
+      });
+      answer = await response.json();
+    } catch {
+      this.say("The server could not be reached: reload to see who has the card.", true);
+      return;
+    }
+    if (answer.refused || answer.error) {
+      this.notes.set(key, `Not done: ${answer.reason || answer.error}`);
+    } else {
+      this.notes.delete(key);
+      const form = this.cardNode(key) ? this.cardNode(key).querySelector(".dial-assign") : null;
+      if (form) form.open = false; // done: the form folds away (a refused one stays open, to be put right)
+    }
+    this.say(answer.refused || answer.error ? "" : HELD[kind](card));
+    await this.load();
   }
 
   // The countdowns and ages, measured on the server's clock.
@@ -297,6 +395,9 @@ class DialInbox extends HTMLElement {
     }
     for (const node of this.list.querySelectorAll(".dial-age")) {
       node.textContent = `waiting ${age(now - Number(node.dataset.since))}`;
+    }
+    if ([...this.list.querySelectorAll(".dial-holding[data-until]")].some((node) => Number(node.dataset.until) <= now)) {
+      this.render(); // a claim ran out: the card is free to claim again
     }
   }
 
