@@ -187,7 +187,8 @@ class OpenSuggestion(msgspec.Struct):
     action: str
     text: str
     payload: Any
-    preview: str = ""
+    preview: str = ""  # the domain's words for the payload waiting (a refused edit's, after one)
+    shown_preview: str = ""  # the card's own words, as it was shown (``SuggestionEvent.preview``)
     destructive: bool = False
     mutates: bool = False
     handoff: bool = False
@@ -806,7 +807,7 @@ class ConversationState:
         if event.done_before is not None:
             self._check_done_before(event)
         opened.state = target
-        opened.preview = event.preview
+        opened.preview = opened.shown_preview = event.preview
         opened.destructive = event.destructive
         opened.mutates = event.mutates
         opened.handoff = event.handoff

@@ -24,7 +24,7 @@ import msgspec
 from ..language.records import Option
 from ..ports import StorePort
 from ..runtime.events import LogEntry
-from ..runtime.records import payload_digest
+from ..runtime.records import Issue, payload_digest
 from ..runtime.state import ConversationState, OpenSuggestion, admits, claim_holder, deadline_passed
 
 __all__ = [
@@ -44,17 +44,19 @@ __all__ = [
 
 class WaitingCard(msgspec.Struct, frozen=True, kw_only=True):
     """A suggestion (``kind="suggestion"``) waiting for a decision, or a question (``"question"``) waiting for an
-    answer, in conversation ``conversation``.
-
-    ``text`` is the agent's words for it (a question's question), ``preview`` and ``payload`` what would run,
-    ``options`` a question's choices. ``asked_by`` is whose words the agent answered when it asked (when the log
-    says), ``since`` when it began waiting, ``deadline`` when the time to decide ends (seconds since the epoch).
-    ``remind_at`` and ``escalate_at`` are when it is reminded and escalated, until it has been (``reminded``,
-    ``escalated_to``). ``roles`` are the roles whose holders may decide it, as its approval policy says (and,
-    once it escalated, those it escalated to; empty: anyone), ``approvals_needed`` how many people must approve
-    it under its policy (0: no policy, one decision of anyone) and ``approvers`` who has so far. ``claimed_by``
-    is who claimed it last, until ``claimed_until`` (:meth:`holder` says whether the claim still holds);
-    ``assigned_to`` the person or ``assigned_role`` the role it is assigned to.
+    answer, in conversation ``conversation``. ``text`` is the agent's words for it (a question's question),
+    ``preview`` the domain's words for it as it was shown (kept after an edit the domain refused), ``payload`` what
+    waits to run, ``options`` a question's choices. After the domain refused the payload waiting (an edit, or an
+    accept the domain no longer takes), ``issue`` says why, and ``edit_preview`` is the domain's words for a
+    refused edit: a surface offers to edit it again or to dismiss it, not to accept it as it is. ``asked_by`` is
+    whose words the agent answered when it asked (when the log says), ``since`` when it began waiting, ``deadline``
+    when the time to decide ends (seconds since the epoch). ``remind_at`` and ``escalate_at`` are when it is
+    reminded and escalated, until it has been (``reminded``, ``escalated_to``). ``roles`` are the roles whose
+    holders may decide it, as its approval policy says (and, once it escalated, those it escalated to; empty:
+    anyone), ``approvals_needed`` how many people must approve it under its policy (0: no policy, one decision of
+    anyone) and ``approvers`` who has so far. ``claimed_by`` is who claimed it last, until ``claimed_until``
+    (:meth:`holder` says whether the claim still holds); ``assigned_to`` the person or ``assigned_role`` the role
+    it is assigned to.
     """
 
     conversation: str
@@ -80,6 +82,8 @@ class WaitingCard(msgspec.Struct, frozen=True, kw_only=True):
     claimed_until: float | None = None
     assigned_to: str | None = None
     assigned_role: str | None = None
+    issue: Issue | None = None
+    edit_preview: str | None = None
 
     def holder(self, now: float) -> str | None:
         """Who holds a claim on it at ``now`` (``None``: nobody, or the claim's time ran out)."""
@@ -108,7 +112,7 @@ def _suggestion_card(conversation_id: str, opened: OpenSuggestion) -> WaitingCar
         id=opened.id,
         action=opened.action,
         text=opened.text,
-        preview=opened.preview,
+        preview=opened.shown_preview,
         payload=opened.payload,
         destructive=opened.destructive,
         asked_by=opened.speaker,
@@ -125,6 +129,8 @@ def _suggestion_card(conversation_id: str, opened: OpenSuggestion) -> WaitingCar
         claimed_until=opened.claimed_until if opened.claimed_by is not None else None,
         assigned_to=opened.assigned_to,
         assigned_role=opened.assigned_role,
+        issue=opened.issue,
+        edit_preview=opened.preview if opened.issue is not None and opened.edited else None,
     )
 
 

@@ -167,9 +167,11 @@ class Question(_Item, frozen=True, kw_only=True, tag="question"):
 
 
 class EditRefusal(msgspec.Struct, frozen=True, kw_only=True):
-    """The domain refused the payload the person accepted or edited (``payload``), and why."""
+    """The domain refused the payload the person accepted or edited (``payload``), and why; ``preview`` is the
+    domain's words for a refused edit (``None`` for an accepted payload refused)."""
 
     payload: Any
+    preview: str | None = None
     code: str | None = None
     field: str | None = None
     hint: str | None = None
@@ -193,8 +195,9 @@ class CardDecision(msgspec.Struct, frozen=True, kw_only=True):
 class Card(_Item, frozen=True, kw_only=True, tag="card"):
     """A suggestion shown to the person (``seq`` and ``time``: when), kept current as it goes on.
 
-    ``text`` is the agent's own words for it, ``preview`` the domain's; ``proposed`` the payload shown first,
-    ``payload`` the one that waits (after an edit the edited one, after a refused edit the refused one, with
+    ``text`` is the agent's own words for it, ``preview`` the domain's (as it was shown, kept after an edit the
+    domain refused, whose own words are its refusal's; once it ran, what ran); ``proposed`` the payload shown
+    first, ``payload`` the one that waits (after an edit the edited one, after a refused edit the refused one, with
     ``issue``) or, once it ran, the one that ran. ``decision``, ``decided_by`` and ``decided_at`` are the last
     decision on it; ``refusals`` every edit refused. Once it ended, ``outcome`` says how in words, ``result`` is
     the result as JSON text, ``reported`` the outcome the agent was told, and ``ended_seq``/``ended_at`` when.
@@ -783,6 +786,7 @@ class Projection:
         card = self._card_at(at)
         refusal = EditRefusal(
             payload=event.payload,
+            preview=event.preview,
             code=event.code,
             field=event.field,
             hint=event.hint,
@@ -794,7 +798,6 @@ class Projection:
             payload=event.payload,
             issue=Issue(code=event.code, field=event.field, hint=event.hint),
             refusals=(*card.refusals, refusal),
-            preview=card.preview if event.preview is None else event.preview,
             status="pending",
         )
 

@@ -713,3 +713,29 @@ async def test_a_wrapped_store_whose_append_takes_no_rows_runs_conversations_as_
     conversation = await waiting_on(wrapped, "c-1", envelope(suggest("add-note", '{"text": "x"}')), Clock())  # type: ignore[arg-type]
     assert (await conversation.decide("sg-1", {"accept": True})).outcomes[0].status == "done"
     assert wrapped.appended > 0
+
+
+async def test_a_card_whose_edit_was_refused_keeps_its_own_words_and_says_why(store: StorePort) -> None:
+    """After the domain refused a person's edit, the inbox and the panel show the card as it was proposed, the
+    refusal, and the refused edit's own words; what waits to run is the edit (a surface offers to edit it
+    again)."""
+    clock = Clock()
+    conversation = await waiting_on(store, "n", envelope(suggest("add-note", '{"text": "milk"}')), clock)
+    result = await conversation.decide("sg-1", {"edit": {"text": ""}}, by="ada")
+    assert result.status == "awaiting"
+    (card,) = await Inbox(store, clock=clock).waiting()
+    assert (card.preview, card.payload) == ("Add the note 'milk'", {"text": ""})
+    assert card.issue is not None and (card.issue.code, card.issue.field) == ("missing-text", "text")
+    assert card.edit_preview == "Add the note ''"
+    shown = project(await store.read("n")).card("sg-1")
+    assert shown is not None and shown.preview == "Add the note 'milk'"
+    assert [(refusal.preview, refusal.hint) for refusal in shown.refusals] == [
+        ("Add the note ''", "Give the note's text.")
+    ]
+    await (
+        await Conversation.open(
+            store, "n", agent=Agent([ACK]), domain=Desk(), human=scripted_human([]), clock=clock
+        )
+    ).decide("sg-1", {"edit": {"text": "oat milk"}}, by="ada")
+    done = project(await store.read("n")).card("sg-1")
+    assert done is not None and (done.status, done.preview) == ("done", "Add the note 'oat milk'")  # what ran

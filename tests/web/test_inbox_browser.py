@@ -387,3 +387,42 @@ def test_a_claim_and_an_assignment_show_on_every_open_inbox_and_in_the_panel(
     finally:
         first.close()
         second.close()
+
+
+def test_a_card_whose_edit_was_refused_is_edited_again_in_its_conversation_not_accepted(
+    browser: Browser, base_url: str, store_url: str
+) -> None:
+    context = person(browser, "ada")
+    try:
+        page = open_inbox(context, base_url)
+        decide_all_left(page)
+        (thread,) = fresh("r", 1)
+        propose(store_url, {thread: note("milk")})
+
+        async def refused_edit() -> None:
+            store = open_store(store_url)
+            try:
+                conversation = await Conversation.open(
+                    store, thread, agent=Agent([ACK]), domain=DeskNotes(), human=scripted_human([])
+                )
+                await conversation.decide("sg-1", {"edit": {"text": ""}}, by="bea")
+            finally:
+                await store.aclose()
+
+        on_a_thread(refused_edit)
+        refused = card(page, thread)
+        expect(refused.locator(".dial-issue")).to_have_text(
+            "Refused (text): Give the note's text. The edit: “Add the note ''”."
+        )
+        expect(refused.locator(".dial-preview")).to_have_text("Add the note 'milk'")  # its own words
+        expect(refused.locator(".dial-accept")).to_have_count(0)
+        expect(refused.locator(".dial-select")).to_have_count(0)  # never in a bulk
+        expect(refused.get_by_role("link", name="Edit it in the conversation")).to_have_attribute(
+            "href", f"./?thread={thread}"
+        )
+        expect(page.locator(".dial-select-all")).to_be_disabled()
+        refused.get_by_role("button", name="Dismiss: Add the note 'milk'").click()
+        expect(refused).to_have_count(0)
+        assert decisions(store_url, thread)[-1] == ("dismiss", "ada", "inbox")
+    finally:
+        context.close()

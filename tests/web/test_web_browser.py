@@ -72,7 +72,11 @@ def test_an_edit_refused_then_accepted(context: BrowserContext, base_url: str) -
     page.locator(".dial-card.dial-pending .dial-edit").click()
     page.locator(".dial-json").fill('{"text": ""}')
     page.locator(".dial-save").click()
-    expect(page.locator(".dial-issue")).to_have_text("Refused (text): Give the note's text.")
+    expect(page.locator(".dial-issue")).to_have_text(
+        "Refused (text): Give the note's text. Your edit: “Add the note ''”."
+    )
+    # The card keeps its own words: what the agent proposed, not the refused edit's.
+    expect(page.locator(".dial-card.dial-pending .dial-preview")).to_have_text("Add the note 'buy milk'")
     page.locator(".dial-json").fill("{not json")
     page.locator(".dial-save").click()
     expect(page.locator(".dial-json-error")).to_contain_text("Not JSON")

@@ -173,6 +173,9 @@ export function renderCard(card, view) {
   card.issue.replaceChildren();
   if (issue) {
     card.issue.append(`Refused${issue.field ? ` (${issue.field})` : ""}: `, withCode(issue.hint || issue.code || "not valid"));
+    const refusals = view.refusals || [];
+    const edit = refusals.length ? refusals[refusals.length - 1].preview : null;
+    if (edit) card.issue.append(` Your edit: “${edit}”.`); // the card keeps its own words above
   }
   root.dataset.status = ended ? view.status : view.status === "pending" || view.status === "deferred-waiting" ? "pending" : "running";
   if (ended) {

@@ -244,8 +244,11 @@ class DialInbox extends HTMLElement {
     const titleId = `dial-card-${btoa(unescape(encodeURIComponent(key))).replace(/[^A-Za-z0-9]/g, "")}`;
     item.setAttribute("aria-labelledby", titleId);
 
-    const pick = el(card.kind === "suggestion" ? "label" : "span", "dial-pick"); // a question is answered in words
-    if (card.kind === "suggestion") {
+    // A question is answered in words, and a refused payload is edited again, in the conversation: neither is
+    // selected for a bulk.
+    const selectable = card.kind === "suggestion" && !card.issue;
+    const pick = el(selectable ? "label" : "span", "dial-pick");
+    if (selectable) {
       const box = el("input", "dial-select");
       box.type = "checkbox";
       box.checked = this.selected.has(key);
@@ -295,15 +298,24 @@ class DialInbox extends HTMLElement {
       details.append(el("summary", "dial-summary", "What would run"), el("pre", "dial-payload", card.payload_json));
       body.append(details);
     }
+    if (card.issue) {
+      const refused = el("p", "dial-issue", `Refused${card.issue.field ? ` (${card.issue.field})` : ""}: ${card.issue.hint || card.issue.code || "not valid"}`);
+      if (card.edit_preview) refused.append(` The edit: “${card.edit_preview}”.`);
+      body.append(refused);
+    }
     const note = el("p", "dial-inbox-note", this.notes.get(key) || "");
     body.append(note);
 
     const actions = el("div", "dial-actions");
     if (card.kind === "suggestion") {
-      actions.append(
-        button("Accept", "dial-accept", () => this.decide("accept", [key]), `Accept: ${label}`),
-        button("Dismiss", "dial-dismiss", () => this.decide("dismiss", [key]), `Dismiss: ${label}`),
-      );
+      if (card.issue) { // as the panel: a payload the domain refused is edited again, or dismissed
+        const edit = el("a", "dial-edit-link", "Edit it in the conversation");
+        edit.href = conversation;
+        actions.append(edit);
+      } else {
+        actions.append(button("Accept", "dial-accept", () => this.decide("accept", [key]), `Accept: ${label}`));
+      }
+      actions.append(button("Dismiss", "dial-dismiss", () => this.decide("dismiss", [key]), `Dismiss: ${label}`));
       if (holder === this.you) {
         actions.append(button("Release", "dial-release", () => this.hold("release", card), `Release: ${label}`));
       } else if (!holder) {
@@ -414,7 +426,7 @@ class DialInbox extends HTMLElement {
   }
 
   decidable() {
-    return this.cards.filter((card) => card.kind === "suggestion");
+    return this.cards.filter((card) => card.kind === "suggestion" && !card.issue);
   }
 
   toggleAll() {
