@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -27,7 +28,7 @@ from .linking import decision_links
 from .links import DEFAULT_VALID_FOR, Keyring
 from .notify import Notification, NotificationKind, Notifications
 
-__all__ = ["Announcer", "CardMark", "Recipients", "marks"]
+__all__ = ["FLUSH_GRACE", "Announcer", "CardMark", "Recipients", "marks"]
 
 logger = logging.getLogger("dial_runtime.web")
 
@@ -36,6 +37,10 @@ Recipients = Callable[[str, Card], Sequence[str] | Awaitable[Sequence[str]]]
 
 #: How long ``recipients`` may take to name whom to tell, in seconds.
 RECIPIENTS_TIMEOUT = 10.0
+
+#: How long the digests gathered may take to be sent when an announcer closes, in seconds (a notifier that takes
+#: longer is given up on).
+FLUSH_GRACE = 10.0
 
 
 @dataclass(frozen=True)
@@ -76,8 +81,17 @@ class Announcer:
     logged and left out), and sending never reaches the caller (each notifier retries as
     :class:`~dial_runtime.notify.Notifications` does).
 
+    With ``digest_after`` (seconds), a person is not told of each card that starts waiting for them as it does:
+    the ``waiting`` notifications of the next ``digest_after`` seconds are gathered, and the person gets one
+    digest of them all (:meth:`~dial_runtime.notify.Notification.digest_of`, with a link to the inbox), or the one
+    notification when it is only one. A card this announcer sees decided meanwhile is left out. Reminders,
+    escalations and decisions still go at once. What is gathered lives in this process until it is sent:
+    :meth:`flush` sends it at once (leaving the ``async with`` does, as the web surface's shutdown does); a
+    process that dies loses it, as it loses a notification it had not sent yet (the inbox still lists every card).
+
     Used as ``async with``, it holds a task group that :meth:`announcing`'s conversations send in, so a deadline
-    worker is never held up by a slow notifier; leaving it waits for what is being sent.
+    worker is never held up by a slow notifier; leaving it sends what is gathered and waits for what is being
+    sent.
     """
 
     def __init__(
@@ -87,12 +101,19 @@ class Announcer:
         recipients: Recipients | None = None,
         links: Keyring | None = None,
         public_url: str | None = None,
+        digest_after: float | None = None,
     ) -> None:
+        if digest_after is not None and not (
+            isinstance(digest_after, (int, float)) and math.isfinite(digest_after) and digest_after > 0
+        ):
+            raise ValueError(f"Announcer: digest_after is a positive number of seconds, not {digest_after!r}")
         self.notifications = notifications
         self.recipients = recipients
         self.links = links
         self.public_url = public_url
+        self.digest_after = digest_after
         self.background: anyio.abc.TaskGroup | None = None  # where announcing()'s conversations send
+        self._gathered: dict[str, dict[str, Notification]] = {}  # for a digest: by person, by notification id
 
     async def __aenter__(self) -> Announcer:
         self.background = await anyio.create_task_group().__aenter__()
@@ -101,8 +122,12 @@ class Announcer:
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> bool | None:
-        group, self.background = self.background, None
+        group = self.background
         assert group is not None
+        with anyio.move_on_after(FLUSH_GRACE, shield=True):
+            await self.flush()
+        self.background = None
+        group.cancel_scope.cancel()  # the digests' timers: what they waited for is sent
         return await group.__aexit__(kind, error, trace)
 
     async def announcements(
@@ -129,12 +154,67 @@ class Announcer:
         return built
 
     async def deliver(self, outbox: Sequence[Notification]) -> None:
-        """Send what ``outbox`` holds to every notifier, all at once."""
+        """Send what ``outbox`` holds to every notifier, all at once; with ``digest_after``, gather each person's
+        ``waiting`` notifications for their digest instead (and drop from it a card ``outbox`` says was
+        decided)."""
+        if self.digest_after is not None and self.background is not None:
+            outbox = self._gather(outbox)
+        await self._send(outbox)
+
+    async def _send(self, outbox: Sequence[Notification]) -> None:
         if not outbox:
             return
         async with anyio.create_task_group() as group:
             for notification in outbox:
                 group.start_soon(self.notifications.send, notification)
+
+    def _gather(self, outbox: Sequence[Notification]) -> list[Notification]:
+        """What of ``outbox`` goes now: not the ``waiting`` notification of one person, which is gathered for
+        their digest (a timer starts with the first)."""
+        now: list[Notification] = []
+        for notification in outbox:
+            if notification.kind == "decided":
+                decided = (notification.conversation_id, notification.suggestion_id)
+                for gathered in self._gathered.values():
+                    for ident in [
+                        i for i, n in gathered.items() if (n.conversation_id, n.suggestion_id) == decided
+                    ]:
+                        del gathered[ident]
+            if notification.kind != "waiting" or len(notification.recipients) != 1:
+                now.append(notification)
+                continue
+            person = notification.recipients[0]
+            window = self._gathered.get(person)
+            if window is None:
+                window = self._gathered[person] = {}
+                assert self.background is not None and self.digest_after is not None
+                self.background.start_soon(self._digest_later, person, window, self.digest_after)
+            window[notification.id] = notification
+        return now
+
+    async def _digest_later(self, person: str, window: dict[str, Notification], seconds: float) -> None:
+        """Send ``person``'s digest of ``window`` once ``seconds`` have passed, unless it was sent already (a
+        :meth:`flush`): a later window has a timer of its own."""
+        await anyio.sleep(seconds)
+        if self._gathered.get(person) is window:
+            await self._send(self._digests([person]))
+
+    async def flush(self) -> None:
+        """Send every digest gathered so far now (nothing without ``digest_after``)."""
+        await self._send(self._digests(list(self._gathered)))
+
+    def _digests(self, people: Sequence[str]) -> list[Notification]:
+        """The digest of each of ``people`` (the one notification, when only one was gathered), taken out of what
+        is gathered."""
+        inbox = {"inbox": f"{self.public_url.rstrip('/')}/inbox"} if self.public_url else {}
+        sent = []
+        for person in people:
+            waiting = list(self._gathered.pop(person, {}).values())
+            if len(waiting) == 1:
+                sent.append(waiting[0])
+            elif waiting:
+                sent.append(Notification.digest_of(person, sorted(waiting, key=lambda each: each.at), links=inbox))
+        return sent
 
     def announcing(
         self, opener: Callable[[str], Awaitable[Conversation]], store: StorePort

@@ -73,8 +73,9 @@ __all__ = [
 logger = logging.getLogger("dial_runtime.notify")
 
 #: What a notification says happened: the suggestion started ``waiting`` for a decision, a ``reminder`` of it
-#: went out, it was ``escalated`` (to other people, or more urgently), or it was ``decided``.
-NotificationKind = Literal["waiting", "reminder", "escalated", "decided"]
+#: went out, it was ``escalated`` (to other people, or more urgently), or it was ``decided``; a ``digest`` tells
+#: one person of several suggestions that started waiting for them, in one message.
+NotificationKind = Literal["waiting", "reminder", "escalated", "decided", "digest"]
 
 #: Every :data:`NotificationKind`, in the order a suggestion goes through them.
 KINDS: tuple[str, ...] = get_args(NotificationKind)
@@ -109,6 +110,10 @@ class Notification(msgspec.Struct, frozen=True, kw_only=True):
     the ``decision``, who made it (``decided_by``), through which surface (``decided_via``), and the ``outcome``
     in words once there is one.
 
+    A ``digest`` (:meth:`digest_of`) is about no one suggestion: it holds the ``waiting`` notifications it tells of
+    in ``cards`` (each with its own links), ``links`` are the digest's own (``inbox``), and the suggestion's
+    fields are empty.
+
     ``id`` identifies the notification, not an attempt to send it: every retry carries it (``Idempotency-Key``,
     ``Message-ID``), so a receiver drops a copy it has already seen. ``msgspec.json.encode`` writes it and
     ``msgspec.json.decode(..., type=Notification)`` reads it back.
@@ -132,6 +137,38 @@ class Notification(msgspec.Struct, frozen=True, kw_only=True):
     decided_by: str | None = None
     decided_via: str | None = None
     outcome: str = ""
+    cards: tuple[Notification, ...] = ()
+
+    @classmethod
+    def digest_of(
+        cls,
+        recipient: str,
+        waiting: Sequence[Notification],
+        *,
+        links: Mapping[str, str] | None = None,
+        at: float | None = None,
+    ) -> Notification:
+        """One notification telling ``recipient`` of every ``waiting`` notification of ``waiting`` (theirs, each
+        with its own links), in the order given; ``links`` are the digest's own (``inbox``: where everything
+        waiting for them is listed). Its id follows from the recipient and the notifications it holds, so the same
+        digest built again has the same id. ``ValueError`` for anything but ``waiting`` notifications."""
+        if not waiting or any(each.kind != "waiting" for each in waiting):
+            raise ValueError(
+                "Notification.digest: tells of one or more waiting notifications, and of nothing else"
+            )
+        held = hashlib.sha256("\n".join(sorted(each.id for each in waiting)).encode()).hexdigest()
+        return cls(
+            id=_notification_id("", recipient, "digest", held),
+            kind="digest",
+            conversation_id="",
+            suggestion_id="",
+            action="",
+            at=_now() if at is None else at,
+            destructive=any(each.destructive for each in waiting),
+            recipients=(recipient,),
+            links=dict(links or {}),
+            cards=tuple(waiting),
+        )
 
     @classmethod
     def from_card(
@@ -156,8 +193,10 @@ class Notification(msgspec.Struct, frozen=True, kw_only=True):
         ``ValueError`` for an unknown kind, a reminder or escalation without ``occasion``, or ``decided`` for a
         card without a decision.
         """
-        if kind not in KINDS:
-            raise ValueError(f"Notification: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        if kind not in KINDS or kind == "digest":
+            raise ValueError(
+                f"Notification: kind must be one of {', '.join(KINDS[:-1])}, got {kind!r} (a digest: digest_of())"
+            )
         if kind == "decided" and card.decision is None:
             raise ValueError(f"Notification: {card.id!r} has no decision to notify")
         if occasion is None:
@@ -220,7 +259,10 @@ class Notifier(Protocol):
 
 
 def _headline(notification: Notification) -> str:
-    """``Decision needed: <action>``, ``Reminder: ...``, ``Escalated: ...`` or ``<Decided>: <action>``."""
+    """``Decision needed: <action>``, ``Reminder: ...``, ``Escalated: ...``, ``<Decided>: <action>``, or ``3
+    decisions needed`` for a digest."""
+    if notification.kind == "digest":
+        return f"{len(notification.cards)} decisions needed"
     if notification.kind == "decided":
         words = _DECIDED.get(notification.decision or "", (notification.decision or "Decided").capitalize())
         return f"{words}: {notification.action}"
@@ -290,12 +332,34 @@ def email_message(notification: Notification, *, sender: str, to: Sequence[str])
 
 
 def _subject(notification: Notification) -> str:
+    if notification.kind == "digest":
+        destructive = sum(card.destructive for card in notification.cards)
+        marked = f" ({destructive} destructive)" if destructive else ""
+        titles = ", ".join(_title(card) for card in notification.cards)
+        return _one_line(f"{_headline(notification)}{marked} — {titles}", 200)
     subject = _headline(notification) + (" (destructive)" if notification.destructive else "")
     preview = _one_line(notification.preview, 80)
     return _one_line(f"{subject} — {preview}" if preview else subject, 200)
 
 
+def _title(card: Notification) -> str:
+    """What a card of a digest is called: the domain's preview, else its action."""
+    return _one_line(card.preview or card.action, 120)
+
+
+def _digest_text(digest: Notification) -> str:
+    lines = [_headline(digest), ""]
+    for card in digest.cards:
+        lines.append(f"- {_title(card)}{' (destructive)' if card.destructive else ''}")
+        lines.append(f"  {_where(card)}, waiting since {_when(card.at)}.")
+        lines += [f"  {label}: {url}" for _, label, url in _buttons(card)]
+    lines += ["", *(f"{label}: {url}" for _, label, url in _buttons(digest))]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 def _plain_text(notification: Notification) -> str:
+    if notification.kind == "digest":
+        return _digest_text(notification)
     lines = [_headline(notification)]
     if notification.destructive:
         lines.append("This action is marked destructive.")
@@ -317,10 +381,59 @@ def _plain_text(notification: Notification) -> str:
 _BUTTON_COLOURS = {"accept": "#1f883d", "dismiss": "#6e7781"}
 
 
-def _html(notification: Notification) -> str:
-    def e(text: str) -> str:
-        return html.escape(text, quote=True)
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
 
+
+def _html_buttons(notification: Notification) -> str:
+    """The notification's links as buttons (the accept of a destructive action in red); ``""`` for none."""
+    buttons = []
+    for name, label, url in _buttons(notification):
+        colour = _BUTTON_COLOURS.get(name, "#0969da")
+        if name == "accept" and notification.destructive:
+            colour = "#cf222e"
+        buttons.append(
+            f'<a href="{_e(url)}" style="display:inline-block;padding:10px 18px;margin:0 8px 8px 0;'
+            f"border-radius:6px;background:{colour};color:#ffffff;text-decoration:none;font-weight:600"
+            f'">{_e(label)}</a>'
+        )
+    return f'<p style="margin:0 0 16px">{"".join(buttons)}</p>' if buttons else ""
+
+
+def _html_page(notification: Notification, parts: list[str]) -> str:
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+        f"<title>{_e(_subject(notification))}</title></head>\n"
+        "<body style=\"margin:0;padding:16px;font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;"
+        'color:#1f2328;line-height:1.45">\n<div style="max-width:640px;margin:0 auto">\n'
+        + "\n".join(parts)
+        + "\n</div>\n</body></html>\n"
+    )
+
+
+def _digest_html(digest: Notification) -> str:
+    parts = [f'<h1 style="font-size:18px;margin:0 0 12px">{_e(_headline(digest))}</h1>']
+    for card in digest.cards:
+        mark = (
+            ' <strong style="background:#ffebe9;color:#82071e;padding:0 6px;border-radius:4px">'
+            "destructive</strong>"
+            if card.destructive
+            else ""
+        )
+        parts.append(
+            '<div style="border:1px solid #d1d9e0;border-radius:6px;padding:12px;margin:0 0 12px">'
+            f'<p style="margin:0 0 4px;font-weight:600">{_e(_title(card))}{mark}</p>'
+            f'<p style="color:#59636e;font-size:12px;margin:0 0 8px">{_e(_where(card))}, waiting since '
+            f"{_e(_when(card.at))}.</p>{_html_buttons(card)}</div>"
+        )
+    parts.append(_html_buttons(digest))
+    return _html_page(digest, parts)
+
+
+def _html(notification: Notification) -> str:
+    if notification.kind == "digest":
+        return _digest_html(notification)
+    e = _e
     parts = [f'<h1 style="font-size:18px;margin:0 0 12px">{e(_headline(notification))}</h1>']
     if notification.destructive:
         parts.append(
@@ -344,30 +457,14 @@ def _html(notification: Notification) -> str:
         '<pre style="background:#f6f8fa;padding:12px;border-radius:6px;overflow:auto;font-size:12px;'
         f'margin:0 0 16px">{e(notification.payload_json)}</pre>'
     )
-    buttons = []
-    for name, label, url in _buttons(notification):
-        colour = _BUTTON_COLOURS.get(name, "#0969da")
-        if name == "accept" and notification.destructive:
-            colour = "#cf222e"
-        buttons.append(
-            f'<a href="{e(url)}" style="display:inline-block;padding:10px 18px;margin:0 8px 8px 0;'
-            f"border-radius:6px;background:{colour};color:#ffffff;text-decoration:none;font-weight:600"
-            f'">{e(label)}</a>'
-        )
+    buttons = _html_buttons(notification)
     if buttons:
-        parts.append(f'<p style="margin:0 0 16px">{"".join(buttons)}</p>')
+        parts.append(buttons)
     parts.append(
         f'<p style="color:#59636e;font-size:12px;margin:0">{e(_where(notification))}, '
         f"{e(_when(notification.at))}.</p>"
     )
-    return (
-        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
-        f"<title>{e(_subject(notification))}</title></head>\n"
-        "<body style=\"margin:0;padding:16px;font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;"
-        'color:#1f2328;line-height:1.45">\n<div style="max-width:640px;margin:0 auto">\n'
-        + "\n".join(parts)
-        + "\n</div>\n</body></html>\n"
-    )
+    return _html_page(notification, parts)
 
 
 #: Who gets a notification's email: a mapping from each recipient the notification names (a person, a role) to
@@ -528,11 +625,58 @@ def _slack_fit(text: str, limit: int) -> str:
     return re.sub(r"&[a-z]*$", "", escaped[: limit - 1]) + "…"
 
 
+def _slack_buttons(notification: Notification) -> list[dict[str, Any]]:
+    """The notification's links as Slack URL buttons (the accept of a destructive action as ``danger``)."""
+    buttons = []
+    for name, label, url in _buttons(notification)[:_SLACK_ACTIONS]:
+        button: dict[str, Any] = {
+            "type": "button",
+            "text": {"type": "plain_text", "text": _slack_fit(label, _SLACK_BUTTON)},
+            "url": url,
+            "action_id": f"dial-{name}-{notification.id}"[:255],
+        }
+        if name == "accept":
+            button["style"] = "danger" if notification.destructive else "primary"
+        buttons.append(button)
+    return buttons
+
+
+#: How many cards a digest shows in Slack: each takes two of the 50 blocks a message may hold.
+_SLACK_DIGEST_CARDS = 20
+
+
+def _slack_digest(digest: Notification) -> dict[str, Any]:
+    text = _headline(digest)
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _slack_fit(text, _SLACK_HEADER)}}
+    ]
+    for card in digest.cards[:_SLACK_DIGEST_CARDS]:
+        mark = " :warning: *destructive*" if card.destructive else ""
+        line = (
+            f"*{_slack_escape(_title(card))}*{mark}\n{_slack_escape(_where(card))}, waiting since {_when(card.at)}"
+        )
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _slack_fit(line, _SLACK_SECTION)}})
+        buttons = _slack_buttons(card)
+        if buttons:
+            blocks.append({"type": "actions", "elements": buttons})
+    more = len(digest.cards) - _SLACK_DIGEST_CARDS
+    if more > 0:
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"and {more} more"}]})
+    buttons = _slack_buttons(digest)
+    if buttons:
+        blocks.append({"type": "actions", "elements": buttons})
+    titles = ", ".join(_title(card) for card in digest.cards)
+    return {"text": _slack_fit(f"{text}: {titles}", _SLACK_TEXT), "blocks": blocks}
+
+
 def slack_message(notification: Notification) -> dict[str, Any]:
     """What a Slack incoming webhook accepts for ``notification``: ``text`` (what Slack shows in the
     notification itself) and ``blocks``: a header, sections for the decision, the agent's words, the preview and
-    the payload, a context line, and the links as URL buttons. Everything from the agent or the payload is
-    escaped, and each part kept within Slack's limits."""
+    the payload, a context line, and the links as URL buttons; for a digest, a section and its buttons for each of
+    its cards (the first 20). Everything from the agent or the payload is escaped, and each part kept within
+    Slack's limits."""
+    if notification.kind == "digest":
+        return _slack_digest(notification)
     preview = _one_line(notification.preview, 200)
     text = _headline(notification) + (" (destructive)" if notification.destructive else "")
     blocks: list[dict[str, Any]] = [
@@ -559,17 +703,7 @@ def slack_message(notification: Notification) -> dict[str, Any]:
     section("*Payload*", notification.payload_json, code=True)
     where = f"{_where(notification)}, {_when(notification.at)}"
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _slack_fit(where, 3000)}]})
-    buttons = []
-    for name, label, url in _buttons(notification)[:_SLACK_ACTIONS]:
-        button: dict[str, Any] = {
-            "type": "button",
-            "text": {"type": "plain_text", "text": _slack_fit(label, _SLACK_BUTTON)},
-            "url": url,
-            "action_id": f"dial-{name}"[:255],
-        }
-        if name == "accept":
-            button["style"] = "danger" if notification.destructive else "primary"
-        buttons.append(button)
+    buttons = _slack_buttons(notification)
     if buttons:
         blocks.append({"type": "actions", "elements": buttons})
     summary = f"{text} — {preview}" if preview else text

@@ -39,7 +39,7 @@ from .. import (
     Suggestion,
     open_store,
 )
-from ..decisions.announce import Announcer
+from ..decisions.announce import FLUSH_GRACE, Announcer
 from ..decisions.deadlines import (
     DeadlineScheduler,
     LocalDeadlines,
@@ -334,6 +334,9 @@ async def _firing_deadlines(settings: Settings) -> AsyncIterator[None]:
                 for conversation_id, waits in (await waiting(settings.store)).items():
                     await entered.schedule(conversation_id, waits)
             yield
+            if settings.announcer is not None:  # the digests gathered so far go now, not with the process
+                with anyio.move_on_after(FLUSH_GRACE, shield=True):
+                    await settings.announcer.flush()
             tasks.cancel_scope.cancel()
     finally:
         if settings.announcer is not None:
