@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -297,6 +298,8 @@ def test_the_panel_page_leads_to_the_inbox_a_new_conversation_and_every_conversa
         threads = fresh("n", 2)
         propose(store_url, {thread: note(f"nav {n}") for n, thread in enumerate(threads)})
         page = open_thread(context, base_url, threads[0])
+        due = page.locator('.dial-card[data-suggestion="sg-1"] .dial-due')  # the card's own countdown
+        expect(due).to_have_text(re.compile(r"^due in (9|10):\d\d$"))
         inbox = page.locator("dial-nav .dial-nav-inbox")
         expect(inbox).to_have_text("Inbox (2 waiting for you)")
         page.locator("dial-nav summary").click()
@@ -306,6 +309,7 @@ def test_the_panel_page_leads_to_the_inbox_a_new_conversation_and_every_conversa
         expect(page.locator("dial-nav .dial-nav-item", has_text=threads[1])).to_have_count(1)
         page.get_by_role("button", name="Accept: Add the note 'nav 0'").click()
         expect(inbox).to_have_text("Inbox (1 waiting for you)")  # told by the inbox's change stream
+        expect(due).to_be_hidden()  # decided: nothing is due
         page.locator("dial-nav .dial-nav-new").click()
         expect(page.locator("dial-chat .dial-empty")).to_be_visible()
         assert f"thread={threads[0]}" not in page.url and "thread=" in page.url
@@ -424,5 +428,29 @@ def test_a_card_whose_edit_was_refused_is_edited_again_in_its_conversation_not_a
         refused.get_by_role("button", name="Dismiss: Add the note 'milk'").click()
         expect(refused).to_have_count(0)
         assert decisions(store_url, thread)[-1] == ("dismiss", "ada", "inbox")
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("hours", [-3, 3])
+def test_a_countdown_runs_on_the_servers_clock_whatever_the_browsers_says(
+    browser: Browser, base_url: str, store_url: str, hours: int
+) -> None:
+    """A browser whose clock is hours off still counts a card's ten minutes down from the server's time: a slow
+    clock cannot make an overdue card look on time, nor a fast one a card on time look overdue."""
+    context = person(browser, "ada")
+    try:
+        (thread,) = fresh("t", 1)
+        propose(store_url, {thread: note("clock")})
+        page = context.new_page()
+        page.clock.install(time=time.time() + hours * 3600)
+        page.goto(f"{base_url}/?thread={thread}")
+        expect(page.locator('.dial-card[data-suggestion="sg-1"] .dial-due')).to_have_text(
+            re.compile(r"^due in (9|10):\d\d$")
+        )
+        inbox = context.new_page()
+        inbox.clock.install(time=time.time() + hours * 3600)
+        inbox.goto(f"{base_url}/inbox")
+        expect(card(inbox, thread).locator(".dial-due")).to_have_text(re.compile(r"^due in (9|10):\d\d$"))
     finally:
         context.close()

@@ -18,6 +18,36 @@ function hourMinute(seconds) {
   return new Date(seconds * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
 }
 
+// "4:59", "2 h 05 min", "3 days" for a number of seconds.
+export function span(seconds) {
+  const whole = Math.max(0, Math.floor(seconds));
+  if (whole < 3600) return `${Math.floor(whole / 60)}:${String(whole % 60).padStart(2, "0")}`;
+  if (whole < 86400) return `${Math.floor(whole / 3600)} h ${String(Math.floor((whole % 3600) / 60)).padStart(2, "0")} min`;
+  const days = Math.floor(whole / 86400);
+  return days === 1 ? "1 day" : `${days} days`;
+}
+
+// The server's clock minus this one, in seconds, as the last response's Date header said (to the second): a card's
+// countdown runs on the server's time, so a wrong clock here cannot make a card look on time.
+let serverOffset = 0;
+
+export function learnServerTime(response) {
+  const said = Date.parse(response.headers.get("date") || "");
+  if (!Number.isNaN(said)) serverOffset = said / 1000 - Date.now() / 1000;
+}
+
+// Every waiting card's countdown to its deadline, once a second, on the server's clock.
+let ticking = null;
+
+function tickDeadlines() {
+  const now = Date.now() / 1000 + serverOffset;
+  for (const node of document.querySelectorAll(".dial-card .dial-due[data-deadline]")) {
+    const left = Number(node.dataset.deadline) - now;
+    node.textContent = left > 0 ? `due in ${span(left)}` : "overdue";
+    node.classList.toggle("dial-is-overdue", left <= 0);
+  }
+}
+
 // " at 10:02" for a time in seconds since the epoch; nothing without one.
 export function clockTime(seconds) {
   return typeof seconds === "number" ? ` at ${hourMinute(seconds)}` : "";
@@ -88,6 +118,8 @@ export function newCard(view) {
   const repeat = el("p", "dial-done-before");
   const approvals = el("p", "dial-approvals");
   const holding = el("p", "dial-holding");
+  const due = el("time", "dial-due");
+  due.hidden = true;
   const fields = el("dl", "dial-fields");
   fields.setAttribute("aria-label", "what would run");
   const details = el("details", "dial-details");
@@ -105,11 +137,11 @@ export function newCard(view) {
   returned.append(el("summary", "dial-result-summary", "What it returned"));
   const returnedText = el("pre", "dial-result");
   returned.append(returnedText);
-  root.append(head, preview, words, repeat, approvals, holding, fields, details, issue, actions, result, decider);
+  root.append(head, preview, words, repeat, approvals, holding, due, fields, details, issue, actions, result, decider);
   root.append(resultFields, returned);
   return {
-    id: view.id, root, action, mark, preview, words, repeat, approvals, holding, fields, details, payload, issue,
-    actions, result, decider, resultFields, returned, returnedText,
+    id: view.id, root, action, mark, preview, words, repeat, approvals, holding, due, fields, details, payload,
+    issue, actions, result, decider, resultFields, returned, returnedText,
   };
 }
 
@@ -165,8 +197,19 @@ export function renderCard(card, view) {
   card.repeat.textContent = view.done_before ? `Already done${clockTime(view.done_at)} as ${view.done_before}` : "";
   card.approvals.hidden = !view.approvals_needed;
   card.approvals.textContent = approvalsText(view);
-  card.holding.textContent = ended ? "" : holdingText(view, Date.now() / 1000);
+  card.holding.textContent = ended ? "" : holdingText(view, Date.now() / 1000 + serverOffset);
   card.holding.hidden = !card.holding.textContent;
+  const counting = !ended && view.status !== "running" && typeof view.deadline === "number";
+  card.due.hidden = !counting;
+  if (counting) {
+    card.due.dataset.deadline = String(view.deadline);
+    card.due.dateTime = new Date(view.deadline * 1000).toISOString();
+    if (ticking === null) ticking = window.setInterval(tickDeadlines, 1000);
+    tickDeadlines();
+  } else {
+    delete card.due.dataset.deadline;
+    card.due.textContent = "";
+  }
   card.payload.textContent = view.payload_json !== undefined ? view.payload_json : JSON.stringify(view.payload, null, 2);
   const issue = !ended && view.issue ? view.issue : null;
   card.issue.hidden = !issue;

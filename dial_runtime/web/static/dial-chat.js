@@ -6,7 +6,7 @@
 // live page, a reloaded one and a second tab show the same thing. Payloads are shown and edited as JSON text
 // (payload_json), never as numbers a browser parsed: JSON.parse rounds integers past 2**53.
 
-import { button, clearActions, el, newCard, offerDecisions, renderCard, withCode, withJsonText } from "./dial-card.js";
+import { button, clearActions, el, learnServerTime, newCard, offerDecisions, renderCard, withCode, withJsonText } from "./dial-card.js";
 import markdownit from "./markdown-it.min.js";
 
 const BUSY_RETRIES = 8;
@@ -320,12 +320,14 @@ class DialChat extends HTMLElement {
   async send(body, signal) {
     const text = typeof body === "string" ? body : JSON.stringify(body);
     try {
-      return await fetch(this.endpoint, {
+      const response = await fetch(this.endpoint, {
         method: "POST",
         headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
         body: text,
         signal,
       });
+      learnServerTime(response); // the cards' countdowns run on the server's clock
+      return response;
     } catch (error) {
       if (signal.aborted) throw error;
       throw new Unreachable(error.message);

@@ -9,7 +9,7 @@
 // (GET <endpoint>/changes) says a conversation changed, wherever the change was made. Keys: j and k (or the
 // arrow keys) move between cards, x selects one, a accepts and d dismisses the selected cards (or the focused one).
 
-import { button, el, holdingText } from "./dial-card.js";
+import { button, el, holdingText, span } from "./dial-card.js";
 
 const DONE = { accept: "accepted", dismiss: "dismissed" };
 
@@ -22,15 +22,6 @@ const HELD = {
 
 function keyOf(card) {
   return `${card.threadId}\u0000${card.id}`;
-}
-
-// "4:59", "2 h 05 min", "3 days" for a number of seconds.
-function span(seconds) {
-  const whole = Math.max(0, Math.floor(seconds));
-  if (whole < 3600) return `${Math.floor(whole / 60)}:${String(whole % 60).padStart(2, "0")}`;
-  if (whole < 86400) return `${Math.floor(whole / 3600)} h ${String(Math.floor((whole % 3600) / 60)).padStart(2, "0")} min`;
-  const days = Math.floor(whole / 86400);
-  return days === 1 ? "1 day" : `${days} days`;
 }
 
 function age(seconds) {
