@@ -350,18 +350,11 @@ class OpenSuggestion(msgspec.Struct):
         ]
 
     def holding_refusal(
-        self,
-        kind: str,
-        by: str | None,
-        roles: Collection[str],
-        now: float,
-        *,
-        person: str | None = None,
-        person_roles: Collection[str] = (),
-        role: str | None = None,
+        self, kind: str, by: str | None, roles: Collection[str], now: float, **assignee: Any
     ) -> tuple[str, str] | None:
-        """The code and hint of the refusal :meth:`holding_verdict` gives, ``None`` when it is not refused."""
-        verdict = self.holding_verdict(kind, by, roles, now, person=person, person_roles=person_roles, role=role)
+        """The code and hint of the refusal :meth:`holding_verdict` gives (``assignee``: its ``person``,
+        ``person_roles`` and ``role``), ``None`` when it is not refused."""
+        verdict = self.holding_verdict(kind, by, roles, now, **assignee)
         code = CLAIM_REFUSALS.get(verdict)
         if code is None:
             return None
@@ -372,7 +365,9 @@ class OpenSuggestion(msgspec.Struct):
             "claimed": f"{self.claimed_by} has claimed it.",
             "not_claimed": f"{by} holds no claim on it.",
             "assignee_not_a_decider": (
-                f"{person} may not decide it." if person is not None else f"The role {role} does not approve it."
+                f"{assignee['person']} may not decide it."
+                if assignee.get("person") is not None
+                else f"The role {assignee.get('role')} does not approve it."
             ),
         }
         return code, hints[verdict]

@@ -5,7 +5,6 @@ nothing changed, re-made by replay, and refused by the fold when a log breaks th
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -31,15 +30,6 @@ FINANCE = ("finance",)
 @pytest.fixture
 def anyio_backend(real_clocks: str) -> str:
     return real_clocks
-
-
-@pytest.fixture
-async def store(url: str) -> AsyncIterator[StorePort]:
-    opened = open_store(url)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
 
 
 async def reopened(store: StorePort, clock: Clock, conversation_id: str = "r") -> Conversation:

@@ -8,7 +8,6 @@ import contextlib
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -85,15 +84,6 @@ class Desk(Notes):
 def anyio_backend(real_clocks: str) -> str:
     """The stores wait on threads and servers: real clocks."""
     return real_clocks
-
-
-@pytest.fixture
-async def store(url: str) -> AsyncIterator[StorePort]:
-    opened = open_store(url)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
 
 
 async def waiting_on(
@@ -341,6 +331,23 @@ async def hold(conversation: Conversation, how: str) -> None:
             await conversation.assign(card, by="cleo", roles=finance, role="finance")
 
 
+#: What the panel's card and the inbox's card both say of a suggestion waiting, beyond its id and digest.
+SHOWN = (
+    "preview",
+    "deadline",
+    "approvers",
+    "claimed_by",
+    "claimed_until",
+    "assigned_to",
+    "assigned_role",
+    "issue",
+)
+
+
+def _as_shown(card: Any) -> tuple[Any, ...]:
+    return () if card is None else tuple(getattr(card, name) for name in SHOWN)
+
+
 async def assert_inbox_is_the_projection(store: StorePort) -> None:
     listed = by_identity(await Inbox(store).waiting())
     assert listed == await logs_say(store)
@@ -349,37 +356,9 @@ async def assert_inbox_is_the_projection(store: StorePort) -> None:
         projection = project(await store.read(conversation_id))
         for waiting in projection.waiting:
             card = projection.card(waiting.id)
-            shown.append(
-                (conversation_id, waiting.id, waiting.digest)
-                if card is None
-                else (
-                    conversation_id,
-                    waiting.id,
-                    waiting.digest,
-                    card.preview,
-                    card.deadline,
-                    card.approvers,
-                    card.claimed_by,
-                    card.claimed_until,
-                    card.assigned_to,
-                    card.assigned_role,
-                )
-            )
+            shown.append((conversation_id, waiting.id, waiting.digest, *_as_shown(card)))
     assert [
-        (card.conversation, card.id, card.digest)
-        if card.kind == "question"
-        else (
-            card.conversation,
-            card.id,
-            card.digest,
-            card.preview,
-            card.deadline,
-            card.approvers,
-            card.claimed_by,
-            card.claimed_until,
-            card.assigned_to,
-            card.assigned_role,
-        )
+        (card.conversation, card.id, card.digest, *_as_shown(None if card.kind == "question" else card))
         for card in listed
     ] == sorted(shown, key=lambda row: (row[0], row[1]))
 

@@ -4,7 +4,6 @@ others go through; two bulks over the same cards decide each card once."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -29,15 +28,6 @@ REFUND = envelope(suggest("refund", '{"amount": 5, "to": "x"}'))
 @pytest.fixture
 def anyio_backend(real_clocks: str) -> str:
     return real_clocks
-
-
-@pytest.fixture
-async def store(url: str) -> AsyncIterator[StorePort]:
-    opened = open_store(url)
-    try:
-        yield opened
-    finally:
-        await opened.aclose()
 
 
 def opener(store: StorePort, clock: Clock, domain: Any = None) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -91,8 +91,8 @@ def decide_all_left(page: Page) -> None:
         expect(page.locator(".dial-inbox-card")).to_have_count(0)
 
 
-def answer(store_url: str, thread: str) -> None:
-    """Answer the question waiting in ``thread`` (another process's store object)."""
+def elsewhere(store_url: str, thread: str, act: Callable[[Conversation], Awaitable[object]]) -> None:
+    """``act(conversation)`` on ``thread``, through a store object of its own (as another process does)."""
 
     async def work() -> None:
         store = open_store(store_url)
@@ -100,11 +100,16 @@ def answer(store_url: str, thread: str) -> None:
             conversation = await Conversation.open(
                 store, thread, agent=Agent([ACK]), domain=DeskNotes(), human=scripted_human([])
             )
-            await conversation.answer("colour", "blue", by="rev-1")
+            await act(conversation)
         finally:
             await store.aclose()
 
     on_a_thread(work)
+
+
+def answer(store_url: str, thread: str) -> None:
+    """Answer the question waiting in ``thread`` (another process's store object)."""
+    elsewhere(store_url, thread, lambda conversation: conversation.answer("colour", "blue", by="rev-1"))
 
 
 def test_a_bulk_decision_with_the_keyboard_alone(browser: Browser, base_url: str, store_url: str) -> None:
@@ -178,17 +183,9 @@ def test_a_card_decided_elsewhere_leaves_the_page_without_a_reload(
         expect(page.locator(".dial-inbox-card")).to_have_count(2)
         card(page, threads[0]).locator(".dial-select").check()
 
-        async def elsewhere() -> None:
-            store = open_store(store_url)
-            try:
-                conversation = await Conversation.open(
-                    store, threads[0], agent=Agent([ACK]), domain=DeskNotes(), human=scripted_human([])
-                )
-                await conversation.decide("sg-1", {"dismiss": True}, by="bea")
-            finally:
-                await store.aclose()
-
-        on_a_thread(elsewhere)
+        elsewhere(
+            store_url, threads[0], lambda conversation: conversation.decide("sg-1", {"dismiss": True}, by="bea")
+        )
         expect(card(page, threads[0])).to_have_count(0)
         expect(page.locator(".dial-accept-selected")).to_have_text("Accept selected")  # its selection went with it
         expect(page.locator(".dial-accept-selected")).to_be_disabled()
@@ -403,17 +400,9 @@ def test_a_card_whose_edit_was_refused_is_edited_again_in_its_conversation_not_a
         (thread,) = fresh("r", 1)
         propose(store_url, {thread: note("milk")})
 
-        async def refused_edit() -> None:
-            store = open_store(store_url)
-            try:
-                conversation = await Conversation.open(
-                    store, thread, agent=Agent([ACK]), domain=DeskNotes(), human=scripted_human([])
-                )
-                await conversation.decide("sg-1", {"edit": {"text": ""}}, by="bea")
-            finally:
-                await store.aclose()
-
-        on_a_thread(refused_edit)
+        elsewhere(
+            store_url, thread, lambda conversation: conversation.decide("sg-1", {"edit": {"text": ""}}, by="bea")
+        )
         refused = card(page, thread)
         expect(refused.locator(".dial-issue")).to_have_text(
             "Refused (text): Give the note's text. The edit: “Add the note ''”."
