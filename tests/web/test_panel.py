@@ -146,7 +146,9 @@ def rich_conversation(page: Page) -> None:
     first.locator(".dial-edit").click()
     page.locator(".dial-json").fill('{"text": ""}')
     page.locator(".dial-save").click()
-    expect(first.locator(".dial-issue")).to_have_text("Refused (text): Give the note's text.")
+    expect(first.locator(".dial-issue")).to_have_text(
+        "Refused (text): Give the note's text. Your edit: “Add the note ''”."
+    )
     page.locator(".dial-json").fill('{"text": "oat milk"}')
     page.locator(".dial-save").click()
     removal = card(page, "sg-3")

@@ -127,7 +127,9 @@ def test_an_edit_through_a_link_refused_then_run(
     expect(page.locator(".dial-json-error")).to_contain_text("Not JSON")
     page.locator(".dial-json").fill('{"text": ""}')
     page.locator(".dial-save").click()
-    expect(page.locator(".dial-issue")).to_have_text("Refused (text): Give the note's text.")
+    expect(page.locator(".dial-issue")).to_have_text(
+        "Refused (text): Give the note's text. Your edit: “Add the note ''”."
+    )
     expect(page.locator(".dial-status")).to_contain_text("The edit was refused")
     expect(page.locator(".dial-accept")).to_have_count(0)  # a refused payload is never offered as it is
     page.locator(".dial-json").fill('{"text": "oat milk"}')
