@@ -54,13 +54,29 @@ def add_eval_parser(commands: Any) -> None:
     scoring.add_argument("--json", metavar="FILE", help="also write the whole report as JSON")
     scoring.add_argument("--out", metavar="DIR", help="write report.json, report.md and chart.png into DIR")
     scoring.set_defaults(run=_run_eval)
-    more = scoring.add_subparsers(dest="eval_command", metavar="{selfplay,tau2}")
+    more = scoring.add_subparsers(dest="eval_command", metavar="{selfplay,tau2,rules}")
     selfplay = more.add_parser("selfplay", help="run conversations with a simulated person into a store")
     add_selfplay_arguments(selfplay)
     selfplay.set_defaults(run=_selfplay)
     tau2 = more.add_parser("tau2", help="run and score tau2-bench's airline tasks")
     add_tau2_arguments(tau2)
     tau2.set_defaults(run=_tau2)
+    rules = more.add_parser(
+        "rules",
+        help="try rules for whether to ask against every recorded decision (nothing runs)",
+        description=(
+            "Try the rules a Python file declares (RULES, a list of dial_runtime.decisions.rules.Rule) at every "
+            "point where a person was asked to decide in a store's conversations: what they would have approved "
+            "that people dismissed, and denied that people accepted. Nothing runs."
+        ),
+    )
+    rules.add_argument(
+        "--store", required=True, metavar="URL", help="the store holding the recorded conversations"
+    )
+    rules.add_argument("--rules", required=True, metavar="FILE", help="a Python file declaring RULES")
+    rules.add_argument("--id", action="append", default=[], metavar="ID", help="a conversation (repeat it)")
+    rules.add_argument("--json", metavar="FILE", help="also write the whole report as JSON")
+    rules.set_defaults(run=_rules)
 
 
 def add_selfplay_arguments(parser: argparse.ArgumentParser) -> None:
@@ -168,6 +184,77 @@ def _tau2(args: argparse.Namespace) -> int:
         ) from None
 
     return run_tau2_command(args)
+
+
+def _rules(args: argparse.Namespace) -> int:
+    """``dial-runtime eval rules``: the report of :func:`~dial_runtime.decisions.rules.try_rules` over the store's
+    decision points; 1 when a conversation's log could not be read (it is named, and left out)."""
+    import sys
+
+    import msgspec
+
+    from ..decisions.rules import load_rules, try_rules
+    from ..errors import LogError
+    from ..stores.urls import read_stored
+    from ..views.points import decision_points
+
+    try:
+        rules = load_rules(args.rules)
+    except ValueError as error:
+        raise _CommandError(f"--rules {error}") from None
+
+    async def read_all(store: Any) -> dict[str, list[LogEntry]]:
+        ids = list(args.id) or await store.conversations()
+        return {conversation: await store.read(conversation) for conversation in ids}
+
+    logs = read_stored(args.store, read_all)
+    points, left_out = [], []
+    for conversation, entries in logs.items():
+        if not entries:
+            left_out.append(f"{conversation}: no such conversation")
+            continue
+        try:
+            points += decision_points(conversation, entries)
+        except LogError as error:
+            left_out.append(f"{conversation}: {error}")
+    report = try_rules(rules, points)
+    print(rules_text(report, conversations=len(logs) - len(left_out), rules=len(rules)))
+    for line in left_out:
+        print(f"left out: {line}", file=sys.stderr)
+    if args.json:
+        document = {"summary": report.summary(), "tried": msgspec.to_builtins(report.tried), "left_out": left_out}
+        Path(args.json).write_text(msgspec.json.format(msgspec.json.encode(document)).decode() + "\n")
+    return 1 if left_out else 0
+
+
+def rules_text(report: Any, *, conversations: int, rules: int) -> str:
+    """The report of ``eval rules`` as a person reads it: the counts, then each point that would have gone
+    another way than people decided, and each rule answer that could not be used."""
+
+    def line(tried: Any) -> str:
+        point, verdict = tried.point, tried.verdict
+        said = f"{verdict.rule}" + (f": {verdict.reason!r}" if verdict.reason else "")
+        if verdict.error:
+            said += f": {verdict.error}"
+        who = f" by {point.decided_by}" if point.decided_by else ""
+        return (
+            f"  {point.conversation} {point.id}  {point.preview or point.action}  ({said}; {point.decided}{who})"
+        )
+
+    counts = report.summary()
+    lines = [
+        f"tried {rules} rule(s) at {counts['points']} decision point(s) of {conversations} conversation(s)",
+        f"would have approved {counts['approved']} automatically, of which people had dismissed "
+        f"{counts['approved_yet_dismissed']} and run {counts['approved_yet_edited']} only after an edit",
+        *(line(each) for each in report.approved_yet_dismissed + report.approved_yet_edited),
+        f"would have denied {counts['denied']}, of which people had accepted {counts['denied_yet_accepted']}",
+        *(line(each) for each in report.denied_yet_accepted),
+        f"would have asked {counts['asked']}",
+    ]
+    if report.errors:
+        lines.append(f"rules whose answer could not be used (asked instead): {counts['errors']}")
+        lines += [line(each) for each in report.errors]
+    return "\n".join(lines)
 
 
 def _candidates(given: Sequence[str]) -> dict[str, Candidate]:

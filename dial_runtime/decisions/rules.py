@@ -1,0 +1,186 @@
+"""Rules for whether to ask a person at all, and trying them against what people really decided.
+
+A rule is a plain Python function of a :class:`~dial_runtime.views.points.DecisionPoint` (the action, the payload
+proposed, whose words asked for it, the conversation's facts), named and versioned by a :class:`Rule`. It answers
+``"approve"``, :class:`Deny` (with the reason the agent is told), ``"ask"``, or ``None`` when it has no opinion.
+Rules are Python, not data in a language of their own: a condition on a payload, a principal and a
+conversation's facts is already a Python expression, which an application tests, types and reviews as the rest of
+its code, and a rule language would grow into a second, weaker Python.
+
+:func:`first_verdict` applies a list of rules as an application declares them: the first rule for the point's
+action that has an opinion decides; a rule that raises, answers something else, or no rule at all means ask.
+:func:`try_rules` runs a list of rules over recorded decision points (``dial-runtime eval rules``): what they would
+have approved automatically that people dismissed, what they would have denied that people accepted, and what
+raised. Nothing is run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from ..views.points import DecisionPoint
+
+__all__ = ["Deny", "Rule", "RuleVerdict", "RulesReport", "first_verdict", "load_rules", "try_rules"]
+
+
+class Deny(msgspec.Struct, frozen=True):
+    """A rule's answer that the action is refused without asking; ``reason`` is what the agent is told."""
+
+    reason: str
+
+
+class Rule(msgspec.Struct, frozen=True, kw_only=True):
+    """A rule for whether to ask: ``decide(point)`` answers ``"approve"``, :class:`Deny`, ``"ask"`` or ``None``
+    (no opinion: the next rule is asked). ``action`` is the action it is for (``None``: every action); ``name``
+    and ``version`` name it wherever it decided, so a decision can be traced to the rule as it was then."""
+
+    name: str
+    version: str
+    decide: Callable[[DecisionPoint], Any]
+    action: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``name@version``, as a decision names the rule that took it."""
+        return f"{self.name}@{self.version}"
+
+
+class RuleVerdict(msgspec.Struct, frozen=True, kw_only=True):
+    """What the rules say of one point: ``approve``, ``deny`` (with ``reason``) or ``ask``, and the rule that said
+    it (``None``: no rule had an opinion); ``error`` is why the deciding rule's answer could not be used (it
+    raised, or answered something else), which makes it ``ask``."""
+
+    kind: Literal["approve", "deny", "ask"]
+    rule: str | None = None
+    reason: str = ""
+    error: str | None = None
+
+
+def first_verdict(rules: Sequence[Rule], point: DecisionPoint) -> RuleVerdict:
+    """The verdict of the first rule for ``point``'s action that has an opinion; ``ask`` when none has, or when
+    that rule raises or answers something that is no verdict."""
+    for rule in rules:
+        if rule.action is not None and rule.action != point.action:
+            continue
+        try:
+            said = rule.decide(point)
+        except Exception as error:
+            return RuleVerdict(kind="ask", rule=rule.label, error=f"it raised {type(error).__name__}: {error}")
+        if said is None:
+            continue
+        if said == "approve" or said == "ask":
+            return RuleVerdict(kind=said, rule=rule.label)
+        if isinstance(said, Deny) and isinstance(said.reason, str) and said.reason.strip():
+            return RuleVerdict(kind="deny", rule=rule.label, reason=said.reason)
+        return RuleVerdict(
+            kind="ask",
+            rule=rule.label,
+            error=f"it answered {said!r:.60}, not 'approve', Deny(reason), 'ask' or None",
+        )
+    return RuleVerdict(kind="ask")
+
+
+class TriedPoint(msgspec.Struct, frozen=True, kw_only=True):
+    """A decision point and what the rules say of it."""
+
+    point: DecisionPoint
+    verdict: RuleVerdict
+
+
+class RulesReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What a list of rules would have done to the recorded decision points: each point tried (``tried``), and
+    the points that would have gone another way than people decided."""
+
+    tried: tuple[TriedPoint, ...]
+
+    def _where(self, kind: str, *decided: str) -> list[TriedPoint]:
+        return [each for each in self.tried if each.verdict.kind == kind and each.point.decided in decided]
+
+    @property
+    def approved(self) -> list[TriedPoint]:
+        """What the rules would have approved without asking."""
+        return [each for each in self.tried if each.verdict.kind == "approve"]
+
+    @property
+    def approved_yet_dismissed(self) -> list[TriedPoint]:
+        """Approved by the rules, dismissed by people."""
+        return self._where("approve", "dismissed")
+
+    @property
+    def approved_yet_edited(self) -> list[TriedPoint]:
+        """Approved by the rules as proposed, run by people only after an edit."""
+        return self._where("approve", "edited")
+
+    @property
+    def denied(self) -> list[TriedPoint]:
+        """What the rules would have refused without asking."""
+        return [each for each in self.tried if each.verdict.kind == "deny"]
+
+    @property
+    def denied_yet_accepted(self) -> list[TriedPoint]:
+        """Denied by the rules, accepted (as proposed or edited) by people."""
+        return self._where("deny", "accepted", "edited")
+
+    @property
+    def errors(self) -> list[TriedPoint]:
+        """Where a rule's answer could not be used (it raised, or answered no verdict): asked."""
+        return [each for each in self.tried if each.verdict.error is not None]
+
+    def summary(self) -> dict[str, int]:
+        """The counts: points tried, approved (and of them dismissed, edited), denied (and of them accepted),
+        asked, errors."""
+        return {
+            "points": len(self.tried),
+            "approved": len(self.approved),
+            "approved_yet_dismissed": len(self.approved_yet_dismissed),
+            "approved_yet_edited": len(self.approved_yet_edited),
+            "denied": len(self.denied),
+            "denied_yet_accepted": len(self.denied_yet_accepted),
+            "asked": sum(each.verdict.kind == "ask" for each in self.tried),
+            "errors": len(self.errors),
+        }
+
+
+def try_rules(rules: Sequence[Rule], points: Iterable[DecisionPoint]) -> RulesReport:
+    """Each of ``points`` with what ``rules`` say of it (:func:`first_verdict`); nothing is run."""
+    return RulesReport(
+        tried=tuple(TriedPoint(point=point, verdict=first_verdict(rules, point)) for point in points)
+    )
+
+
+def load_rules(path: str) -> list[Rule]:
+    """The rules a Python file declares as ``RULES`` (a list of :class:`Rule`, names and versions unique).
+    ``ValueError`` in one line for a file that cannot be read or run (the line of a syntax error included), or
+    that declares no such list."""
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"{path}: no such file")
+    spec = importlib.util.spec_from_file_location(f"_dial_rules_{abs(hash(str(file.resolve())))}", file)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as error:
+        raise ValueError(f"{path}:{error.lineno}: {error.msg}") from None
+    except Exception as error:
+        raise ValueError(f"{path}: running it raised {type(error).__name__}: {error}") from None
+    finally:
+        sys.modules.pop(spec.name, None)
+    declared = getattr(module, "RULES", None)
+    if not isinstance(declared, (list, tuple)) or not all(isinstance(each, Rule) for each in declared):
+        raise ValueError(f"{path}: declare RULES, a list of dial_runtime.decisions.rules.Rule")
+    seen: set[str] = set()
+    for rule in declared:
+        if not callable(rule.decide):
+            raise ValueError(f"{path}: rule {rule.label}: decide is not a function")
+        if rule.label in seen:
+            raise ValueError(f"{path}: rule {rule.label} is declared twice")
+        seen.add(rule.label)
+    return list(declared)
