@@ -469,6 +469,8 @@ async def test_the_command_lists_filters_checks_and_rebuilds(tmp_path: Path) -> 
 
     clock.now = time.time()
     await waiting_on(store, "billing-7", envelope(suggest("refund", '{"amount": 40, "to": "bo"}')), clock)
+    noting = await waiting_on(store, "notes-3", envelope(suggest("add-note", '{"text": "n"}')), clock)
+    await noting.decide("sg-1", {"edit": {"text": ""}}, by="ada")
     purging = await waiting_on(store, "ops-1", envelope(suggest("purge", '{"table": "t"}')), clock)
     until = await purging.claim("sg-1", by="bo", seconds=600)
     await purging.assign("sg-1", by="bo", role="dba")
@@ -476,14 +478,16 @@ async def test_the_command_lists_filters_checks_and_rebuilds(tmp_path: Path) -> 
 
     listed = cli("--store", url)
     assert listed.returncode == 0, listed.stderr
-    purge, refund = listed.stdout.splitlines()
+    purge, refund, note = listed.stdout.splitlines()
+    assert "notes-3 sg-1  Add the note 'n'  (refused: Give the note's text.; asked by ada)" in note
     held = f"claimed by bo until {time.strftime('%H:%M', time.localtime(until))}, assigned to dba"
     assert purge.startswith("due in 9m") and f"ops-1 sg-1  Purge t  (destructive; {held}; asked by ada)" in purge
     assert refund.startswith("no deadline")
     assert "billing-7 sg-1  Refund 40 to bo  (0 of 2 approvals; for finance; asked by ada)" in refund
 
     mine = cli("--store", url, "--as", "bo", "--role", "dev")
-    assert mine.returncode == 0 and [line.split("  ")[-2] for line in mine.stdout.splitlines()] == ["Purge t"]
+    listed_for_bo = [line.split("  ")[-2] for line in mine.stdout.splitlines()]
+    assert mine.returncode == 0 and listed_for_bo == ["Purge t", "Add the note 'n'"]
     as_json = cli("--store", url, "--json", "--action", "refund")
     assert as_json.returncode == 0 and '"conversation": "billing-7"' in as_json.stdout
     assert '"digest": "sha256:' in as_json.stdout and "ops-1" not in as_json.stdout
@@ -495,11 +499,11 @@ async def test_the_command_lists_filters_checks_and_rebuilds(tmp_path: Path) -> 
     checked = cli("--store", url, "--check")
     assert checked.returncode == 1
     assert "billing-7: the log says sg-1 waits; the inbox holds nothing" in checked.stdout
-    assert checked.stderr.strip().endswith("in 2 conversation(s): dial-runtime inbox --rebuild rewrites it")
+    assert checked.stderr.strip().endswith("in 3 conversation(s): dial-runtime inbox --rebuild rewrites it")
     rebuilt = cli("--store", url, "--rebuild")
     assert (rebuilt.returncode, rebuilt.stdout.strip()) == (
         0,
-        f"rebuilt the inbox of 2 conversation(s) in {url}: 2 waiting",
+        f"rebuilt the inbox of 3 conversation(s) in {url}: 3 waiting",
     )
     assert cli("--store", url, "--check").returncode == 0
 
