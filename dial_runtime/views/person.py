@@ -408,20 +408,19 @@ class _Held(Protocol):
     """A card that says who holds it (read only, as frozen records are)."""
 
     @property
-    def claimed_by(self) -> str | None: ...
-    @property
-    def claimed_until(self) -> float | None: ...
-    @property
     def assigned_to(self) -> str | None: ...
     @property
     def assigned_role(self) -> str | None: ...
+    @property
+    def claimed_until(self) -> float | None: ...
+    def holder(self, now: float) -> str | None: ...
 
 
 def holding_words(card: _Held, now: float) -> str | None:
     """Who holds a waiting card (a :class:`Card` or an inbox's card) at ``now``, in words: ``claimed by ana
     until 10:15, assigned to finance`` (local time), each part only when it holds; ``None`` when nobody does."""
     parts = []
-    holder = claim_holder(card.claimed_by, card.claimed_until, now)
+    holder = card.holder(now)
     if holder is not None:
         assert card.claimed_until is not None
         parts.append(f"claimed by {holder} until {time.strftime('%H:%M', time.localtime(card.claimed_until))}")

@@ -5,6 +5,7 @@ deciding paused while offline; no serious accessibility finding, light or dark."
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import time
@@ -59,10 +60,15 @@ def fresh(prefix: str, count: int) -> list[str]:
     return [f"{prefix}{batch}-{n}" for n in range(count)]
 
 
-def person(browser: Browser, who: str, scheme: str = "light") -> BrowserContext:
+@contextlib.contextmanager
+def person(browser: Browser, who: str, scheme: str = "light") -> Iterator[BrowserContext]:
+    """A browser of its own for ``who`` (their sign-in header, ``scheme``), closed when the block ends."""
     context = browser.new_context(extra_http_headers={"x-user": who}, color_scheme=scheme)  # type: ignore[arg-type]
     context.set_default_timeout(10_000)
-    return context
+    try:
+        yield context
+    finally:
+        context.close()
 
 
 def open_inbox(context: BrowserContext, base_url: str) -> Page:
@@ -113,8 +119,7 @@ def answer(store_url: str, thread: str) -> None:
 
 
 def test_a_bulk_decision_with_the_keyboard_alone(browser: Browser, base_url: str, store_url: str) -> None:
-    context = person(browser, "ada")
-    try:
+    with person(browser, "ada") as context:
         page = open_inbox(context, base_url)
         decide_all_left(page)
         threads = fresh("k", 3)
@@ -146,13 +151,10 @@ def test_a_bulk_decision_with_the_keyboard_alone(browser: Browser, base_url: str
         expect(decided).to_have_text(re.compile(r"^Accepted by ada through the inbox at \d\d:\d\d"))
         returned = panel.locator('.dial-card[data-suggestion="sg-1"] .dial-result-fields')
         expect(returned).to_have_text(re.compile(r"^count\s*\d+$"))  # what it returned, field by field
-    finally:
-        context.close()
 
 
 def test_a_destructive_accept_asks_for_a_second_yes(browser: Browser, base_url: str, store_url: str) -> None:
-    context = person(browser, "ada")
-    try:
+    with person(browser, "ada") as context:
         page = open_inbox(context, base_url)
         decide_all_left(page)
         (thread,) = fresh("d", 1)
@@ -167,15 +169,12 @@ def test_a_destructive_accept_asks_for_a_second_yes(browser: Browser, base_url: 
         page.get_by_role("button", name="Yes, accept it").click()
         expect(removal).to_have_count(0)
         assert decisions(store_url, thread) == [("accept", "ada", "inbox")]
-    finally:
-        context.close()
 
 
 def test_a_card_decided_elsewhere_leaves_the_page_without_a_reload(
     browser: Browser, base_url: str, store_url: str
 ) -> None:
-    context = person(browser, "ada")
-    try:
+    with person(browser, "ada") as context:
         page = open_inbox(context, base_url)
         decide_all_left(page)
         threads = fresh("e", 2)
@@ -192,15 +191,12 @@ def test_a_card_decided_elsewhere_leaves_the_page_without_a_reload(
         panel = open_thread(context, base_url, threads[0])  # decided by the program's own code: no door named
         decided = panel.locator('.dial-card[data-suggestion="sg-1"] .dial-decided-by')
         expect(decided).to_have_text(re.compile(r"^Dismissed by bea at \d\d:\d\d"))
-    finally:
-        context.close()
 
 
 def test_two_people_bulk_deciding_overlapping_cards_decide_each_once(
     browser: Browser, base_url: str, store_url: str
 ) -> None:
-    first, second = person(browser, "ada"), person(browser, "bea")
-    try:
+    with person(browser, "ada") as first, person(browser, "bea") as second:
         ada, bea = open_inbox(first, base_url), open_inbox(second, base_url)
         decide_all_left(ada)
         threads = fresh("o", 6)
@@ -223,14 +219,10 @@ def test_two_people_bulk_deciding_overlapping_cards_decide_each_once(
             int(re.match(r"(\d+) cards? accepted", words).group(1)) for words in said if "accepted" in words
         )  # type: ignore[union-attr]
         assert taken == 6, said
-    finally:
-        first.close()
-        second.close()
 
 
 def test_deciding_is_paused_while_offline(browser: Browser, base_url: str, store_url: str) -> None:
-    context = person(browser, "ada")
-    try:
+    with person(browser, "ada") as context:
         page = open_inbox(context, base_url)
         decide_all_left(page)
         (thread,) = fresh("f", 1)
@@ -243,8 +235,6 @@ def test_deciding_is_paused_while_offline(browser: Browser, base_url: str, store
         context.set_offline(False)
         expect(card(page, thread).locator(".dial-accept")).to_be_enabled()
         assert decisions(store_url, thread) == []
-    finally:
-        context.close()
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -253,8 +243,7 @@ def test_no_serious_accessibility_finding_and_targets_a_finger_can_hit(
 ) -> None:
     if not AXE.is_file():
         pytest.fail("the accessibility test needs `npm ci --prefix tests/browser_node` (.ci/run does it)")
-    context = person(browser, "rev-1", scheme)
-    try:
+    with person(browser, "rev-1", scheme) as context:
         page = open_inbox(context, base_url)
         decide_all_left(page)
         threads = fresh("a", 3)
@@ -282,15 +271,12 @@ def test_no_serious_accessibility_finding_and_targets_a_finger_can_hit(
         assert ring == "solid"
         answer(store_url, threads[2])
         expect(question).to_have_count(0)
-    finally:
-        context.close()
 
 
 def test_the_panel_page_leads_to_the_inbox_a_new_conversation_and_every_conversation(
     browser: Browser, base_url: str, store_url: str
 ) -> None:
-    context = person(browser, "ada")
-    try:
+    with person(browser, "ada") as context:
         decide_all_left(open_inbox(context, base_url))
         threads = fresh("n", 2)
         propose(store_url, {thread: note(f"nav {n}") for n, thread in enumerate(threads)})
@@ -313,15 +299,12 @@ def test_the_panel_page_leads_to_the_inbox_a_new_conversation_and_every_conversa
         inbox.click()
         expect(page.locator("dial-inbox[data-loaded] .dial-inbox-card")).to_have_count(1)
         assert page.errors == []  # type: ignore[attr-defined]
-    finally:
-        context.close()
 
 
 def test_the_panels_keys_move_between_cards_and_decide_them(
     browser: Browser, base_url: str, store_url: str
 ) -> None:
-    context = person(browser, "ada")
-    try:
+    with person(browser, "ada") as context:
         (thread,) = fresh("p", 1)
         both = envelope(suggest("add-note", '{"text": "first"}'), suggest("add-note", '{"text": "second"}'))
         propose(store_url, {thread: both})
@@ -346,15 +329,12 @@ def test_the_panels_keys_move_between_cards_and_decide_them(
         expect(first).to_have_attribute("data-outcome", "dismissed")
         assert decisions(store_url, thread) == [("accept", "ada", "web"), ("dismiss", "ada", "web")]
         assert page.errors == []  # type: ignore[attr-defined]
-    finally:
-        context.close()
 
 
 def test_a_claim_and_an_assignment_show_on_every_open_inbox_and_in_the_panel(
     browser: Browser, base_url: str, store_url: str
 ) -> None:
-    first, second = person(browser, "rev-1"), person(browser, "rev-2")
-    try:
+    with person(browser, "rev-1") as first, person(browser, "rev-2") as second:
         one, two = open_inbox(first, base_url), open_inbox(second, base_url)
         decide_all_left(one)
         (thread,) = fresh("c", 1)
@@ -385,16 +365,12 @@ def test_a_claim_and_an_assignment_show_on_every_open_inbox_and_in_the_panel(
         kinds = [entry.event.type for entry in stored(store_url, thread)]
         assert [kind for kind in kinds if kind in ("claimed", "assigned")] == ["claimed", "assigned", "claimed"]
         assert one.errors == two.errors == []  # type: ignore[attr-defined]
-    finally:
-        first.close()
-        second.close()
 
 
 def test_a_card_whose_edit_was_refused_is_edited_again_in_its_conversation_not_accepted(
     browser: Browser, base_url: str, store_url: str
 ) -> None:
-    context = person(browser, "ada")
-    try:
+    with person(browser, "ada") as context:
         page = open_inbox(context, base_url)
         decide_all_left(page)
         (thread,) = fresh("r", 1)
@@ -417,8 +393,6 @@ def test_a_card_whose_edit_was_refused_is_edited_again_in_its_conversation_not_a
         refused.get_by_role("button", name="Dismiss: Add the note 'milk'").click()
         expect(refused).to_have_count(0)
         assert decisions(store_url, thread)[-1] == ("dismiss", "ada", "inbox")
-    finally:
-        context.close()
 
 
 @pytest.mark.parametrize("hours", [-3, 3])
@@ -427,8 +401,7 @@ def test_a_countdown_runs_on_the_servers_clock_whatever_the_browsers_says(
 ) -> None:
     """A browser whose clock is hours off still counts a card's ten minutes down from the server's time: a slow
     clock cannot make an overdue card look on time, nor a fast one a card on time look overdue."""
-    context = person(browser, "ada")
-    try:
+    with person(browser, "ada") as context:
         (thread,) = fresh("t", 1)
         propose(store_url, {thread: note("clock")})
         page = context.new_page()
@@ -441,5 +414,3 @@ def test_a_countdown_runs_on_the_servers_clock_whatever_the_browsers_says(
         inbox.clock.install(time=time.time() + hours * 3600)
         inbox.goto(f"{base_url}/inbox")
         expect(card(inbox, thread).locator(".dial-due")).to_have_text(re.compile(r"^due in (9|10):\d\d$"))
-    finally:
-        context.close()
