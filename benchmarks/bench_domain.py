@@ -38,6 +38,7 @@ from dial_runtime.runtime.core import ConversationCore
 from dial_runtime.runtime.effects import (
     Answer,
     Consult,
+    ConsultRules,
     GetContext,
     LookUp,
     Ran,
@@ -107,6 +108,8 @@ def core_call(shop: Domain) -> None:
             value = Replied(replies.pop(0))
         elif kind is LookUp:
             value = shop.actions.get(effect.action)  # type: ignore[attr-defined]
+        elif kind is ConsultRules:
+            value = None  # no rules for whether to ask
         elif kind is Consult:
             value = Answer(Accept())
         elif kind is RunAction:

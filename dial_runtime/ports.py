@@ -107,7 +107,9 @@ class HumanPort(Protocol):
 
 class DomainPort(Protocol):
     """An application's vocabulary of actions: what each is, whether a payload is acceptable, how it reads, and
-    the work itself."""
+    the work itself. A domain may also declare ``approval_rules``, a sequence of
+    :class:`~dial_runtime.runtime.asking.Rule`: whether to ask a person at all, asked before a suggestion waits
+    for one."""
 
     @property
     def actions(self) -> Mapping[str, ActionSpecLike]:

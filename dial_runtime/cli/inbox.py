@@ -133,6 +133,8 @@ def _line(card: Any, now: float) -> str:
         marks.append("escalated to " + " and ".join(card.escalated_to))
     elif card.reminded:
         marks.append("reminded")
+    if card.ruled is not None:  # a rule asked, failed, or approved short of the policy (shown above)
+        marks.append(f"why: {card.why_asked}")
     if card.issue is not None:  # the edit waiting was refused: it is edited again, or dismissed
         marks.append(f"refused: {card.issue.hint or card.issue.code or 'not valid'}")
     holding = holding_words(card, now)

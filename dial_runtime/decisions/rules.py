@@ -17,73 +17,28 @@ raised. Nothing is run.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
 
 import msgspec
 
+from ..runtime.asking import Deny, Rule, RuleVerdict, checked_rules, first_verdict
 from ..views.points import DecisionPoint
 
-__all__ = ["Deny", "Rule", "RuleVerdict", "RulesReport", "first_verdict", "load_rules", "try_rules"]
+logger = logging.getLogger("dial_runtime")
 
-
-class Deny(msgspec.Struct, frozen=True):
-    """A rule's answer that the action is refused without asking; ``reason`` is what the agent is told."""
-
-    reason: str
-
-
-class Rule(msgspec.Struct, frozen=True, kw_only=True):
-    """A rule for whether to ask: ``decide(point)`` answers ``"approve"``, :class:`Deny`, ``"ask"`` or ``None``
-    (no opinion: the next rule is asked). ``action`` is the action it is for (``None``: every action); ``name``
-    and ``version`` name it wherever it decided, so a decision can be traced to the rule as it was then."""
-
-    name: str
-    version: str
-    decide: Callable[[DecisionPoint], Any]
-    action: str | None = None
-
-    @property
-    def label(self) -> str:
-        """``name@version``, as a decision names the rule that took it."""
-        return f"{self.name}@{self.version}"
-
-
-class RuleVerdict(msgspec.Struct, frozen=True, kw_only=True):
-    """What the rules say of one point: ``approve``, ``deny`` (with ``reason``) or ``ask``, and the rule that said
-    it (``None``: no rule had an opinion); ``error`` is why the deciding rule's answer could not be used (it
-    raised, or answered something else), which makes it ``ask``."""
-
-    kind: Literal["approve", "deny", "ask"]
-    rule: str | None = None
-    reason: str = ""
-    error: str | None = None
-
-
-def first_verdict(rules: Sequence[Rule], point: DecisionPoint) -> RuleVerdict:
-    """The verdict of the first rule for ``point``'s action that has an opinion; ``ask`` when none has, or when
-    that rule raises or answers something that is no verdict."""
-    for rule in rules:
-        if rule.action is not None and rule.action != point.action:
-            continue
-        try:
-            said = rule.decide(point)
-        except Exception as error:
-            return RuleVerdict(kind="ask", rule=rule.label, error=f"it raised {type(error).__name__}: {error}")
-        if said is None:
-            continue
-        if said == "approve" or said == "ask":
-            return RuleVerdict(kind=said, rule=rule.label)
-        if isinstance(said, Deny) and isinstance(said.reason, str) and said.reason.strip():
-            return RuleVerdict(kind="deny", rule=rule.label, reason=said.reason)
-        return RuleVerdict(
-            kind="ask",
-            rule=rule.label,
-            error=f"it answered {said!r:.60}, not 'approve', Deny(reason), 'ask' or None",
-        )
-    return RuleVerdict(kind="ask")
+__all__ = [
+    "Deny",
+    "Rule",
+    "RuleVerdict",
+    "RulesReport",
+    "checked_rules",
+    "first_verdict",
+    "load_rules",
+    "try_rules",
+]
 
 
 class TriedPoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -174,13 +129,6 @@ def load_rules(path: str) -> list[Rule]:
     finally:
         sys.modules.pop(spec.name, None)
     declared = getattr(module, "RULES", None)
-    if not isinstance(declared, (list, tuple)) or not all(isinstance(each, Rule) for each in declared):
+    if not isinstance(declared, (list, tuple)):
         raise ValueError(f"{path}: declare RULES, a list of dial_runtime.decisions.rules.Rule")
-    seen: set[str] = set()
-    for rule in declared:
-        if not callable(rule.decide):
-            raise ValueError(f"{path}: rule {rule.label}: decide is not a function")
-        if rule.label in seen:
-            raise ValueError(f"{path}: rule {rule.label} is declared twice")
-        seen.add(rule.label)
-    return list(declared)
+    return list(checked_rules(declared, path))

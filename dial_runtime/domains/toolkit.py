@@ -28,6 +28,7 @@ import attrs
 import msgspec
 from statemachine import StateMachine
 
+from ..runtime.asking import Rule, checked_rules
 from ..runtime.flow import FlowRules
 from ..runtime.records import ActionError, ActionSpec, ApprovalPolicy, IdempotencyKey, Issue, as_issue
 from ..statemachines.compiled import Table, compile_machine
@@ -217,11 +218,23 @@ class Domain:
     outcome fires the event (:meth:`after_done`). The flow is compiled once into a table; a ``TypeError`` names
     what a flow cannot hold (compound states, eventless or guarded transitions). A
     :class:`~dial_runtime.Conversation` keeps the flow's state (see the documentation's "Flows").
+    ``approval_rules`` are the rules for whether to ask (:class:`~dial_runtime.runtime.asking.Rule`, each for
+    one action or every one): before a suggestion waits for a person, the first rule with an opinion approves
+    it, denies it or asks (see the documentation's "Run an approval desk").
     """
 
-    def __init__(self, name: str, *, description: str = "", flow: type[StateMachine] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        description: str = "",
+        flow: type[StateMachine] | None = None,
+        approval_rules: Iterable[Rule] = (),
+    ) -> None:
         self.name = name
         self.description = description
+        self.approval_rules: tuple[Rule, ...] = checked_rules(approval_rules, f"Domain {name!r}")
+        """The rules for whether to ask, in the order they are asked."""
         self.flow_machine = flow
         self.flow: Table | None = None if flow is None else compile_machine(flow)
         """The flow's compiled table (``None`` without a flow): the domain's process, see :meth:`allowed_now`."""

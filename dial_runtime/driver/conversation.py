@@ -26,12 +26,14 @@ import anyio.lowlevel
 
 from ..errors import ConversationBusy, DialError, IllegalTransition, Interruption, LogError, NotWaiting
 from ..language.outcomes import Outcome
+from ..runtime.asking import DecisionPoint, first_verdict
 from ..runtime.core import Call, ConversationCore, deliberate
 from ..runtime.effects import (
     Answer,
     AwaitPerson,
     AwaitStream,
     Consult,
+    ConsultRules,
     DeadlinePassed,
     Effect,
     EndStream,
@@ -60,6 +62,7 @@ from ..runtime.records import (
     Ask,
     Issue,
     ProviderMessage,
+    RuleVerdict,
     Suggestion,
     TurnResult,
     as_action_spec,
@@ -936,6 +939,9 @@ class Conversation:
             return action
         return str(text) if text else action
 
+    def _consult_rules(self, effect: ConsultRules) -> RuleVerdict | None:
+        return rule_on(self.domain, self.id, effect)
+
     def _consult(self, effect: Consult) -> object:
         """Put the question to the person: a plain function's answer is taken at once; an awaitable one is
         awaited by :meth:`_await_person` once the core has logged what it must."""
@@ -1023,12 +1029,37 @@ class Conversation:
         return Ran(result)
 
 
+def rule_on(domain: object, conversation_id: str | None, asked: ConsultRules) -> RuleVerdict | None:
+    """What ``domain``'s ``approval_rules`` say of the suggestion a conversation's core ``asked`` about, about to
+    wait for a person (:func:`~dial_runtime.runtime.asking.first_verdict`); ``None`` when it declares none, or no
+    rule had an opinion: the person is asked, and nothing of the rules is logged. A rule that failed is logged
+    for the operator too."""
+    rules = getattr(domain, "approval_rules", None)
+    if not rules:
+        return None
+    point = DecisionPoint(
+        conversation=conversation_id or "",
+        id=asked.suggestion_id,
+        action=asked.action,
+        payload=asked.payload,
+        preview=asked.preview,
+        principal=asked.principal,
+        facts=dict(asked.facts),
+        decided="waiting",
+    )
+    verdict = first_verdict(rules, point)
+    if verdict.error is not None:
+        logger.warning("rule %s failed on %r: %s; the person is asked", verdict.rule, asked.action, verdict.error)
+    return None if verdict.rule is None else verdict
+
+
 _ANSWERS: dict[type[Effect], Callable[[Conversation, Any], Any]] = {
     GetContext: Conversation._context,
     Show: Conversation._show_text,
     LookUp: Conversation._look_up,
     Review: Conversation._review,
     Consult: Conversation._consult,
+    ConsultRules: Conversation._consult_rules,
 }
 """How the driver answers each immediate effect."""
 

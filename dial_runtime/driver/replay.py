@@ -11,10 +11,10 @@ upgrade step first (:func:`~dial_runtime.runtime.upgrade.upgraded`).
 A replay is dry, and nothing in it runs: the recording answers for the domain too (whether an action exists and
 how it is declared, each ``validate`` verdict, each preview, each result), so an untouched log replays
 identical, whatever state the domain is in now. ``recheck=True`` asks the domain instead of the log for
-``actions``, ``validate`` and ``preview`` (never ``run``): a verdict that depends on the domain's state may then
-differ, and the divergence says the domain answered otherwise. An action the core would start where the
-recording ran nothing like it is not run either: it fails with code ``not-run-in-replay``, and the report lists
-it under ``not_run``.
+``actions``, ``validate``, ``preview`` and its ``approval_rules`` (never ``run``): a verdict that depends on the
+domain's state may then differ, and the divergence says the domain answered otherwise. An action the core would
+start where the recording ran nothing like it is not run either: it fails with code ``not-run-in-replay``, and the
+report lists it under ``not_run``.
 
 Where the recording's process died, the log holds no answer past that point, and the next call begins with what
 recovering from it records (:meth:`ConversationCore.recover`): the replayed call is closed there, and recovered
@@ -39,6 +39,7 @@ from ..runtime.effects import (
     AwaitPerson,
     AwaitStream,
     Consult,
+    ConsultRules,
     Effect,
     EndStream,
     Expired,
@@ -70,6 +71,7 @@ from ..views.answers import (
 )
 from ..views.calls import TurnNumbers, call_starts
 from ..views.person import not_waiting
+from .conversation import rule_on
 
 __all__ = ["NOT_RUN", "Divergence", "HandledReply", "NotRun", "ReplayReport", "handle_reply", "replay"]
 
@@ -329,6 +331,12 @@ class _Replayer:
             return self._spec(effect)
         if isinstance(effect, Review):
             return self._review(effect)
+        if isinstance(effect, ConsultRules):
+            return (
+                rule_on(self.domain, self.conversation_id, effect)
+                if self.recheck
+                else self.answers.ruled(effect.suggestion_id)
+            )
         if isinstance(effect, Consult):
             return self._consult(effect)
         if isinstance(effect, AwaitPerson):
@@ -615,6 +623,8 @@ class _Substituted(_Replayer):
             return self._declared(effect.action)
         if isinstance(effect, Review):
             return self._review_again(effect)
+        if isinstance(effect, ConsultRules):  # the domain's rules, asked now; none without a domain
+            return rule_on(self.domain, self.conversation_id, effect)
         if isinstance(effect, Consult):
             return Answer(Defer())  # the card (or question) is shown and waits: the next proposal is handled
         if isinstance(effect, RunAction):

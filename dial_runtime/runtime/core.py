@@ -78,6 +78,7 @@ from .effects import (
     GET_CONTEXT,
     AwaitPerson,
     Consult,
+    ConsultRules,
     DeadlinePassed,
     Effect,
     Expired,
@@ -192,6 +193,9 @@ PROCESS_STOPPED = "the process stopped"
 
 #: The code of a dismissal of a suggestion the conversation had done already.
 ALREADY_DONE = "already-done"
+
+#: The code of a suggestion one of the application's rules for whether to ask denied (its reason is the hint).
+DENIED_BY_RULE = "denied-by-rule"
 
 
 def already_done(suggestion_id: str) -> str:
@@ -1229,6 +1233,16 @@ class ConversationCore:
         now = self.clock()
         waits = spec.mutates and not spec.handoff
         policy = spec.policy if waits else None
+        ruled = None
+        if waits:
+            ruled = yield ConsultRules(
+                suggestion_id=opened.id,
+                action=opened.action,
+                payload=opened.payload,
+                preview=preview,
+                principal=state.speaker,
+                facts=state.facts,
+            )
         shown = SuggestionEvent(
             id=opened.id,
             action=opened.action,
@@ -1242,13 +1256,18 @@ class ConversationCore:
             policy=policy,
             asked_by=state.speaker if policy is not None and policy.separation else None,
         )
-        if waits:
+        if ruled is not None:  # apart, as _timed's times are: most suggestions are ruled on by no rule
+            shown = msgspec.structs.replace(shown, ruled=ruled)
+        if waits and (ruled is None or state.shown_waits(shown)):
             seconds = spec.deadline if spec.deadline is not None else self.decide_timeout
             if seconds is not None or spec.remind_after is not None or spec.escalate_after is not None:
                 shown = _timed(shown, now, seconds, spec)
         self.record(shown, now)
         if opened.deciding:
             yield from self._decide(opened)
+        elif SUGGESTION.is_final(opened.state):  # a rule denied it
+            assert ruled is not None
+            self._finish(opened, None, code=DENIED_BY_RULE, hint=ruled.reason)
         else:
             self._ran(opened, (yield self._start(opened, preview)))
         return after

@@ -11,6 +11,7 @@ first, and a surface is shown only what the store holds, so a watched conversati
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import msgspec
@@ -93,6 +94,25 @@ class Review(Effect, frozen=True, kw_only=True):
     preview: bool = True
     refused_too: bool = False
     suggestion_id: str = ""
+
+
+class ConsultRules(Effect, frozen=True, kw_only=True):
+    """Ask the application's rules for whether to ask (the domain's ``approval_rules``) about suggestion
+    ``suggestion_id``, valid and about to wait for a person: its ``action``, ``payload`` and ``preview``, whose
+    words asked for it (``principal``) and the conversation's declared ``facts``.
+
+    Input: the :class:`~dial_runtime.runtime.records.RuleVerdict` of the rule that had an opinion, or ``None``
+    when there are no rules or none had one (the person is asked, and nothing is logged of the rules).
+    """
+
+    immediate: ClassVar[bool] = True
+
+    suggestion_id: str
+    action: str
+    payload: Any
+    preview: str
+    principal: str | None
+    facts: Mapping[str, Any]
 
 
 class Consult(Effect, frozen=True, kw_only=True):
@@ -236,6 +256,7 @@ __all__ = [
     "AwaitPerson",
     "AwaitStream",
     "Consult",
+    "ConsultRules",
     "DeadlinePassed",
     "Effect",
     "EndStream",

@@ -29,7 +29,7 @@ from ..language.records import Option, Step
 from ..language.stream import TextAct
 from ..statemachines.suggestion import OutcomeTrigger
 from ..statemachines.turn_loop import CallStatus
-from .records import ApprovalPolicy, ProviderMessage
+from .records import ApprovalPolicy, ProviderMessage, RuleVerdict
 
 #: What the person's decision on a suggestion was (``DecidedEvent.decision``).
 DecisionKind = Literal["accept", "dismiss", "edit", "say", "expire"]
@@ -179,7 +179,9 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
     reminded and when it escalates to the deciders holding ``escalate_to`` (seconds since the epoch).
     ``deadline_after``, ``remind_after`` and ``escalate_after`` are the same times as the seconds they were given
     in (the action's, or the conversation's ``decide_timeout``): what the domain answered, so a replay answers
-    the same.
+    the same. ``ruled`` is what the application's rules for whether to ask said of it, when a rule had an opinion:
+    ``approve`` runs it without asking (unless a ``policy`` names who must approve it), ``deny`` ends it
+    ``dismissed`` with the rule's reason, ``ask`` (or a rule that failed) puts it to the person.
     """
 
     type: ClassVar[str] = "suggestion"
@@ -202,6 +204,7 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
     deadline_after: float | None = None
     remind_after: float | None = None
     escalate_after: float | None = None
+    ruled: RuleVerdict | None = None
 
 
 class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outcome", omit_defaults=True):

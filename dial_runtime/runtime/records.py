@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any, NewType
+from typing import Any, Literal, NewType
 
 import msgspec
 
@@ -51,6 +51,18 @@ class ApprovalPolicy(msgspec.Struct, frozen=True, kw_only=True):
         if len(approvers) < self.approvals:
             return False
         return not self.separation or any(approver != asker for approver in approvers)
+
+
+class RuleVerdict(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What an application's rules for whether to ask said of a suggestion: ``approve`` (it runs without asking a
+    person), ``deny`` (it ends dismissed, ``reason`` told to the agent) or ``ask``, and the rule that said it
+    (``name@version``; ``None``: no rule had an opinion); ``error`` is why the deciding rule's answer could not be
+    used (it raised, or answered no verdict), which makes it ``ask``."""
+
+    kind: Literal["approve", "deny", "ask"]
+    rule: str | None = None
+    reason: str = ""
+    error: str | None = None
 
 
 class ActionSpec(msgspec.Struct, frozen=True, kw_only=True):

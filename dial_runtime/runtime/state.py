@@ -89,7 +89,7 @@ from .events import (
     UnconfirmedEvent,
     vocabulary_refusal,
 )
-from .records import ApprovalPolicy, Ask, Issue, Suggestion
+from .records import ApprovalPolicy, Ask, Issue, RuleVerdict, Suggestion
 
 #: Declared keys the runtime itself uses to report outcomes; they never enter ``facts``.
 OUTCOME_KEY_PREFIX = "outcome:"
@@ -117,7 +117,7 @@ _HANDLED = TURN_LOOP.guard(
     "needs_reply",
     "unusable_reply",
 )
-_REVIEW = SUGGESTION.guard("review", "read_only", "handoff")
+_REVIEW = SUGGESTION.guard("review", "read_only", "handoff", "rule_denied", "rule_approved", "policy")
 _START_RUN = SUGGESTION.guard("start", "accepted", "handoff")
 _REMIND = SUGGESTION.guard("remind", "reminder_due")
 _ESCALATE = SUGGESTION.guard("escalate", "escalation_due")
@@ -201,6 +201,7 @@ class OpenSuggestion(msgspec.Struct):
     key: str | None = None  # the idempotency key of its run, once started (``ActionStartedEvent.key``)
     deadline: float | None = None  # when the person's time to decide ends (``SuggestionEvent.deadline``)
     policy: ApprovalPolicy | None = None  # who must approve it (``SuggestionEvent.policy``)
+    ruled: RuleVerdict | None = None  # what the rules for whether to ask said of it (``SuggestionEvent.ruled``)
     asked_by: str | None = None  # whose words asked for it, when the policy separates them from its approvers
     approvers: tuple[str, ...] = ()  # who approved the payload waiting, in order
     remind_at: float | None = None  # when its deciders are reminded, until they are (``SuggestionEvent``)
@@ -798,7 +799,7 @@ class ConversationState:
         _same_proposal(opened, event.action, event.payload, "shows")
         if self.instead is not None:
             raise _Refusal(f"suggestion {event.id!r} is shown, but the person's words came first: it is overtaken")
-        target = _REVIEW[opened.state, not event.mutates, event.handoff]
+        target = self._reviewed(opened, event)
         if event.done_before is not None:
             self._check_done_before(event)
         opened.state = target
@@ -809,10 +810,23 @@ class ConversationState:
         opened.done_before = event.done_before
         opened.deadline = event.deadline
         opened.policy = event.policy
+        opened.ruled = event.ruled
         opened.asked_by = event.asked_by
         opened.remind_at = event.remind_at
         opened.escalate_at = event.escalate_at
         opened.escalate_to = event.escalate_to
+
+    def shown_waits(self, shown: SuggestionEvent) -> bool:
+        """Whether the suggestion ``shown`` would wait for the person once logged (not run at once, nor ended by a
+        rule's verdict)."""
+        return self._reviewed(self._open(shown.id), shown) in DECIDING
+
+    @staticmethod
+    def _reviewed(opened: OpenSuggestion, event: SuggestionEvent) -> str:
+        """The state the suggestion's machine reviews ``opened`` into when ``event`` shows it."""
+        if event.ruled is not None:
+            _check_ruled(event, event.ruled)
+        return shown_state(event, opened.state)
 
     def _check_done_before(self, event: SuggestionEvent) -> None:
         """Refuse a suggestion marked as done before unless the person decides on it and the suggestion it names
@@ -1086,6 +1100,28 @@ def _same_proposal(opened: OpenSuggestion, action: str, payload: Any, does: str)
         raise _Refusal(f"suggestion {opened.id!r} is {opened.action!r}: it {does} no {action!r}")
     if payload != opened.payload or type(payload) is not type(opened.payload):
         raise _Refusal(f"suggestion {opened.id!r} {does} a payload that is not the one waiting for it")
+
+
+def shown_state(event: SuggestionEvent, state: str = "proposed") -> str:
+    """The state the suggestion's machine reviews a suggestion in ``state`` into when ``event`` shows it: waiting
+    for the person, cleared to run, or dismissed by a rule."""
+    ruled, policy = event.ruled, event.policy is not None
+    if ruled is None:
+        return _REVIEW[state, not event.mutates, event.handoff, False, False, policy]
+    return _REVIEW[state, False, False, ruled.kind == "deny", ruled.kind == "approve", policy]
+
+
+def _check_ruled(event: SuggestionEvent, ruled: RuleVerdict) -> None:
+    """Refuse a rule's verdict no run could have logged: on a suggestion that runs without asking, by no rule, a
+    denial without its reason, or a reason or error on a verdict that carries none."""
+    if not event.mutates or event.handoff:
+        raise _Refusal(f"suggestion {event.id!r} runs without asking: no rule decides whether to ask")
+    if not ruled.rule:
+        raise _Refusal(f"suggestion {event.id!r} is ruled on by no rule")
+    if (ruled.kind == "deny") != bool(ruled.reason.strip()):
+        raise _Refusal(f"suggestion {event.id!r}: a rule's denial, and only a denial, gives its reason")
+    if ruled.error is not None and ruled.kind != "ask":
+        raise _Refusal(f"suggestion {event.id!r}: a rule that failed asks the person; it decides nothing")
 
 
 def _not_admitted(life: str, event: object) -> str:

@@ -8,7 +8,9 @@
 #   validate refuses, is rejected (`reject`): it ends `invalid` at once, and the person never sees it; a valid
 #   one that arrives after the person said something else in this reply is overtaken (`overtake`): it ends
 #   `superseded`; otherwise it is shown (`review`): a read-only or hand-off action is `cleared` to run without
-#   asking, any other suggestion waits `pending` for the person.
+#   asking, any other suggestion waits `pending` for the person, unless the application's rules for whether to
+#   ask decided it first: a rule's denial ends it `dismissed` (`rule_denied`), and a rule's approval clears it
+#   to run (`rule_approved`), except where an approval policy names who must approve it (`policy`): people do.
 # - While pending, the person decides: dismiss ends it `dismissed`, and so does the decision deadline passing
 #   (`expire`); an accept (or an edit) lets it start once its payload passes validate again.
 # - An edit that fails validate, or an accept of a payload that failed before, is refused and the person
@@ -73,7 +75,13 @@ class SuggestionLifecycle(StateMachine):
 
     reject = proposed.to(invalid)
     overtake = proposed.to(superseded)
-    review = proposed.to(cleared, cond="handoff") | proposed.to(cleared, cond="read_only") | proposed.to(pending)
+    review = (
+        proposed.to(cleared, cond="handoff")
+        | proposed.to(cleared, cond="read_only")
+        | proposed.to(dismissed, cond="rule_denied")
+        | proposed.to(cleared, cond="rule_approved", unless="policy")
+        | proposed.to(pending)
+    )
     supersede = superseded.from_(pending, pending_refused_once, pending_refused_twice)
     dismiss = dismissed.from_(pending, pending_refused_once, pending_refused_twice)
     expire = dismissed.from_(pending, pending_refused_once, pending_refused_twice)

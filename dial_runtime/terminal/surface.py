@@ -218,6 +218,8 @@ class TerminalSurface:
             self.transcript.render(item)
             if item.handoff or not item.mutates:
                 note = "hand-off: runs at once" if item.handoff else "read-only: runs at once"
+            elif item.ruled_words:  # a rule decided it: nobody is asked
+                note = item.ruled_words[0].lower() + item.ruled_words[1:]
             else:
                 note = "waits for your decision"
             card = self._card(
@@ -230,6 +232,7 @@ class TerminalSurface:
                 note,
                 repeated=done_before_words(item),
                 approvals=approvals_words(item),
+                why=item.why_asked,
             )
             self.console.print(card)
             return
@@ -288,10 +291,11 @@ class TerminalSurface:
         refused: str | None = None,
         repeated: str | None = None,
         approvals: str | None = None,
+        why: str = "",
     ) -> Panel:
         """A suggestion as a card: the preview, the agent's wording, the payload; destructive ones in red, one
         that repeats a suggestion done already (``repeated``) marked in yellow, where its approval policy stands
-        (``approvals``) in cyan."""
+        (``approvals``) in cyan, and why it needs approval (``why``) dimmed."""
         title = Text(f" {ident} · {action} ")
         if destructive:
             title.append("· DESTRUCTIVE ", style="bold red")
@@ -300,6 +304,8 @@ class TerminalSurface:
             body.append(Text(repeated, style="bold yellow"))
         if approvals:
             body.append(Text(approvals, style="cyan"))
+        if why:
+            body.append(Text(f"why this needs approval: {why}", style="dim"))
         if text:
             body.append(Text(f"in the agent's words: {text}", style="italic"))
         if refused:
@@ -663,6 +669,7 @@ class TerminalSurface:
                             "waited for your decision",
                             repeated=None if shown is None else done_before_words(shown),
                             approvals=None if shown is None else approvals_words(shown),
+                            why="" if shown is None else shown.why_asked,
                         )
                     )
                 chosen = await self.decide(item)

@@ -51,7 +51,7 @@ from ..runtime.events import (
     SuggestionEvent,
     event_to_dict,
 )
-from ..runtime.records import Accept, ActionSpec, Ask, Defer, Dismiss, Edit, Issue, Say, Suggestion
+from ..runtime.records import Accept, ActionSpec, Ask, Defer, Dismiss, Edit, Issue, RuleVerdict, Say, Suggestion
 
 __all__ = [
     "Cancelled",
@@ -285,6 +285,12 @@ class RecordedAnswers:
         if isinstance(ended, OutcomeEvent) and ended.code == "unknown-action":
             return None
         return ActionSpec(mutates=True)  # never shown: its review ended it, and nothing more of the spec mattered
+
+    def ruled(self, suggestion_id: str) -> RuleVerdict | None:
+        """What the application's rules said of ``suggestion_id``, as the suggestion it showed records it
+        (``None``: no rule had an opinion, or it was never shown)."""
+        shown = self.about(suggestion_id, SuggestionEvent)
+        return shown.ruled if isinstance(shown, SuggestionEvent) else None
 
     def verdict(self, suggestion_id: str, *, proposed: bool) -> Reviewed:
         """The domain's verdict on the payload of ``suggestion_id``: when it was ``proposed``, the review that

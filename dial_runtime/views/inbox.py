@@ -24,8 +24,9 @@ import msgspec
 from ..language.records import Option
 from ..ports import StorePort
 from ..runtime.events import LogEntry
-from ..runtime.records import Issue, payload_digest
+from ..runtime.records import Issue, RuleVerdict, payload_digest
 from ..runtime.state import ConversationState, OpenSuggestion, admits, claim_holder, deadline_passed
+from .person import why_asked
 
 __all__ = [
     "InboxStorePort",
@@ -56,7 +57,8 @@ class WaitingCard(msgspec.Struct, frozen=True, kw_only=True):
     anyone), ``approvals_needed`` how many people must approve it under its policy (0: no policy, one decision of
     anyone) and ``approvers`` who has so far. ``claimed_by`` is who claimed it last, until ``claimed_until``
     (:meth:`holder` says whether the claim still holds); ``assigned_to`` the person or ``assigned_role`` the role
-    it is assigned to.
+    it is assigned to. ``ruled`` is what a rule for whether to ask said of it, when one had an opinion (it asked,
+    it failed, or its approval was not enough for the policy), and ``why_asked`` why a person decides it in words.
     """
 
     conversation: str
@@ -84,6 +86,8 @@ class WaitingCard(msgspec.Struct, frozen=True, kw_only=True):
     assigned_role: str | None = None
     issue: Issue | None = None
     edit_preview: str | None = None
+    ruled: RuleVerdict | None = None
+    why_asked: str = ""
 
     def holder(self, now: float) -> str | None:
         """Who holds a claim on it at ``now`` (``None``: nobody, or the claim's time ran out)."""
@@ -131,6 +135,8 @@ def _suggestion_card(conversation_id: str, opened: OpenSuggestion) -> WaitingCar
         assigned_role=opened.assigned_role,
         issue=opened.issue,
         edit_preview=opened.preview if opened.issue is not None and opened.edited else None,
+        ruled=opened.ruled,
+        why_asked=why_asked(opened.ruled, policy),
     )
 
 

@@ -31,6 +31,7 @@ from ..errors import AlreadyDecided, DialSizeError, NotWaiting
 from ..language.outcomes import Outcome
 from ..language.parser import parse
 from ..language.records import Option
+from ..runtime.core import DENIED_BY_RULE
 from ..runtime.events import (
     RENDERED,
     ActionStartedEvent,
@@ -74,8 +75,9 @@ from ..runtime.events import (
     TurnLimitEvent,
     UnconfirmedEvent,
 )
-from ..runtime.records import Issue, payload_digest
-from ..runtime.state import claim_holder
+from ..runtime.records import ApprovalPolicy, Issue, RuleVerdict, payload_digest
+from ..runtime.state import claim_holder, shown_state
+from ..statemachines.suggestion import DECIDING as SUGGESTION_DECIDING
 
 __all__ = [
     "AgentText",
@@ -97,7 +99,9 @@ __all__ = [
     "holding_words",
     "outcome_words",
     "project",
+    "ruled_words",
     "stopped_in_words",
+    "why_asked",
 ]
 
 #: Where a card's suggestion stands: waiting for the person (``pending``, or ``deferred-waiting`` once the person
@@ -210,7 +214,10 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     ``escalated_to`` say its deciders were reminded, and to which roles it escalated. ``deadline`` is when the
     time to decide on it ends (seconds since the epoch), when it does. While it waits, ``claimed_by`` is who
     claimed it last and ``claimed_until`` when that claim ends (a surface shows the claim until then), and
-    ``assigned_to`` the person or ``assigned_role`` the role it is assigned to.
+    ``assigned_to`` the person or ``assigned_role`` the role it is assigned to. ``ruled`` is what the
+    application's rules for whether to ask said of it, when one had an opinion, and ``ruled_words`` a rule's
+    decision in words (``Approved by rule small-refunds@2``); ``why_asked`` says why a person decides it, for a
+    card that waits (:func:`why_asked`).
     """
 
     id: str
@@ -249,6 +256,9 @@ class Card(_Item, frozen=True, kw_only=True, tag="card"):
     claimed_until: float | None = None
     assigned_to: str | None = None
     assigned_role: str | None = None
+    ruled: RuleVerdict | None = None
+    ruled_words: str = ""
+    why_asked: str = ""
 
     def holder(self, now: float) -> str | None:
         """Who holds a claim on it at ``now`` (``None``: nobody, or the claim's time ran out)."""
@@ -386,6 +396,8 @@ def outcome_words(outcome: Outcome, *, said_else: bool = False) -> str:
             error = stopped_in_words(error)
         return f"Failed: {error}" if error else "Failed"
     if status == "dismissed":
+        if outcome.code == DENIED_BY_RULE:
+            return f"Denied: {outcome.hint}"
         return "Expired" if outcome.expired else "Dismissed"
     if status == "superseded":
         return SAID_ELSE if said_else else "Superseded"
@@ -395,6 +407,35 @@ def outcome_words(outcome: Outcome, *, said_else: bool = False) -> str:
     if status == "handed-off":
         return "Handed off"
     return status.capitalize()
+
+
+def why_asked(ruled: RuleVerdict | None, policy: ApprovalPolicy | None) -> str:
+    """Why a person decides a waiting suggestion, in words: the rule that asked (or that failed), else its
+    approval policy; ``""`` when neither (every action that changes something is put to a person)."""
+    if ruled is not None and ruled.kind == "ask":
+        if ruled.error is not None:
+            return f"rule {ruled.rule} failed ({ruled.error}), so a person decides"
+        return f"rule {ruled.rule} asks a person"
+    if policy is not None:
+        roles = f" from {', '.join(sorted(policy.roles))}" if policy.roles else ""
+        needs = (
+            f"its approval policy needs {policy.approvals} approval{'s' if policy.approvals > 1 else ''}{roles}"
+        )
+        if ruled is not None and ruled.kind == "approve":
+            return f"rule {ruled.rule} would approve it, but {needs}"
+        return needs
+    return ""
+
+
+def ruled_words(ruled: RuleVerdict) -> str:
+    """What a rule decided of a suggestion without asking, in words: ``Approved by rule small-refunds@2`` or
+    ``Denied by rule weekend-purges@1`` (its reason is the outcome's: ``Denied: purges wait for Monday``);
+    ``""`` for a rule that asked."""
+    if ruled.kind == "approve":
+        return f"Approved by rule {ruled.rule}"
+    if ruled.kind == "deny":
+        return f"Denied by rule {ruled.rule}"
+    return ""
 
 
 def _fields(event: Event) -> dict[str, Any]:
@@ -692,6 +733,11 @@ class Projection:
         done = None if event.done_before is None else self.card(event.done_before)
         if event.done_before is not None:
             marks += f" [already done as {event.done_before}]"
+        ruled = event.ruled
+        reviewed = shown_state(event)
+        waits = reviewed in SUGGESTION_DECIDING
+        if ruled is not None and not waits:
+            marks += f" [{ruled_words(ruled).lower()}]"
         self._moment("shown", f"{event.id} {_json_text(event.preview)}{marks}")
         self.shown.add(event.id)
         self._open.add(event.id)
@@ -706,11 +752,14 @@ class Projection:
                 handoff=event.handoff,
                 proposed=event.payload,
                 payload=event.payload,
-                status="pending" if event.mutates and not event.handoff else "running",
+                status="pending" if waits else "dismissed" if reviewed == "dismissed" else "running",
                 done_before=event.done_before,
                 done_at=None if done is None else done.ended_at,
                 approvals_needed=0 if event.policy is None else event.policy.approvals,
                 deadline=event.deadline,
+                ruled=ruled,
+                ruled_words="" if ruled is None or waits else ruled_words(ruled),
+                why_asked=why_asked(ruled, event.policy) if waits else "",
                 seq=self._seq,
                 time=self._time,
             )

@@ -8,20 +8,14 @@ Rules are tried against these points before they ship (:mod:`dial_runtime.decisi
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any
 
-import msgspec
-
+from ..runtime.asking import DecisionPoint, PersonDecided
 from ..runtime.events import LogEntry, SuggestionEvent
 from ..runtime.state import ConversationState, fold_log
 from .person import project
 
 __all__ = ["DecisionPoint", "PersonDecided", "decision_points"]
-
-#: How a person's decision on a point ended it: ``accepted`` as proposed, ``edited`` (run with a payload of their
-#: own), ``dismissed``, ``expired`` (nobody decided in time), ``set-aside`` (new words ended it), ``waiting``
-#: (still), or ``other`` (it ended without a person's decision: a crash, a refused payload, the end).
-PersonDecided = Literal["accepted", "edited", "dismissed", "expired", "set-aside", "waiting", "other"]
 
 _DECIDED: dict[str | None, PersonDecided] = {
     "accept": "accepted",
@@ -30,22 +24,6 @@ _DECIDED: dict[str | None, PersonDecided] = {
     "expire": "expired",
     "say": "set-aside",
 }
-
-
-class DecisionPoint(msgspec.Struct, frozen=True, kw_only=True):
-    """A suggestion that waited for a person's decision: its ``action`` and the ``payload`` proposed, whose words
-    asked for it (``principal``, when the log says), the conversation's declared ``facts`` when it was shown, and
-    how people decided it (``decided``, by ``decided_by``)."""
-
-    conversation: str
-    id: str
-    action: str
-    payload: Any
-    preview: str = ""
-    principal: str | None = None
-    facts: dict[str, Any] = {}
-    decided: PersonDecided = "other"
-    decided_by: str | None = None
 
 
 def decision_points(conversation_id: str, entries: Iterable[LogEntry]) -> list[DecisionPoint]:
@@ -68,6 +46,8 @@ def decision_points(conversation_id: str, entries: Iterable[LogEntry]) -> list[D
         decided_by = None
         if card is not None and card.waiting:
             decided = "waiting"
+        elif card is not None and card.ruled_words:  # no person was asked
+            decided = "ruled"
         elif card is not None and card.decisions:
             last = card.decisions[-1]
             decided, decided_by = _DECIDED.get(last.decision, "other"), last.by

@@ -238,7 +238,12 @@ BAD_RULES = [
     ("RULES = [\n  Rule(\n", "--rules {path}:2: '(' was never closed", 1),
     ("raise RuntimeError('no config')\n", "--rules {path}: running it raised RuntimeError: no config", 1),
     ("RULE = []\n", "--rules {path}: declare RULES, a list of dial_runtime.decisions.rules.Rule", 1),
-    ("RULES = ['approve']\n", "--rules {path}: declare RULES, a list of dial_runtime.decisions.rules.Rule", 1),
+    (
+        "RULES = ['approve']\n",
+        "--rules {path}: 'approve' is no rule; declare dial_runtime.decisions.rules.Rule",
+        1,
+    ),
+    ("RULES = 'approve'\n", "--rules {path}: declare RULES, a list of dial_runtime.decisions.rules.Rule", 1),
     (
         "from dial_runtime.decisions.rules import Rule\nRULES = [Rule(name='a', version='1', decide=print)] * 2\n",
         "--rules {path}: rule a@1 is declared twice",

@@ -32,6 +32,7 @@ from dial_runtime.runtime.core import ConversationCore, idempotency_key
 from dial_runtime.runtime.effects import (
     Answer,
     Consult,
+    ConsultRules,
     GetContext,
     LookUp,
     Replied,
@@ -68,6 +69,8 @@ def died_running(conversation_id: str | None = "c-1", reply: str = SEND) -> list
             value = SPEC
         elif isinstance(effect, Review):
             value = Reviewed(None, "Email ada")
+        elif isinstance(effect, ConsultRules):
+            value = None  # no rules for whether to ask
         elif isinstance(effect, Consult):
             value = Answer(Accept(), by="ada")
         elif isinstance(effect, RunAction):

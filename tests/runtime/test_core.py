@@ -6,7 +6,7 @@ under the anyio driver in every other test; here nothing but the core's own deci
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from dial_runtime.runtime.effects import (
     Answer,
     AwaitPerson,
     Consult,
+    ConsultRules,
     Effect,
     GetContext,
     LookUp,
@@ -32,7 +33,7 @@ from dial_runtime.runtime.effects import (
     Thinking,
     Unreconciled,
 )
-from dial_runtime.runtime.records import Suggestion, TurnResult
+from dial_runtime.runtime.records import RuleVerdict, Suggestion, TurnResult
 from dial_runtime.statemachines import LIFE, TURN_LOOP
 
 from ..fakes import envelope, suggest
@@ -50,7 +51,15 @@ class World:
     """Answers the core's effects the way a driver would: replies from a list, a domain that refuses payloads
     without ``text``, and a person following a script of decisions."""
 
-    def __init__(self, replies: list[str], decisions: list[Any] = (), *, fail: bool = False) -> None:  # type: ignore[assignment]
+    def __init__(
+        self,
+        replies: list[str],
+        decisions: list[Any] = (),  # type: ignore[assignment]
+        *,
+        fail: bool = False,
+        rules: Mapping[str, RuleVerdict] | None = None,
+    ) -> None:
+        self.rules = rules or {}
         self.replies = list(replies)
         self.decisions = list(decisions)
         self.fail = fail
@@ -70,6 +79,8 @@ class World:
             if effect.action == "add-note" and not (isinstance(payload, dict) and payload.get("text")):
                 return Reviewed(Issue(code="missing-text", field="text", hint="Give the note's text."))
             return Reviewed(None, f"{effect.action} {effect.payload}" if effect.preview else "")
+        if isinstance(effect, ConsultRules):
+            return self.rules.get(effect.action)
         if isinstance(effect, Consult):
             return Answer(self.decisions.pop(0))
         if isinstance(effect, RunAction):
@@ -195,6 +206,7 @@ def test_nothing_runs_before_its_review_and_every_valid_payload_is_validated_aga
         "Send",
         "LookUp",
         "Review",
+        "ConsultRules",
         "Consult",
         "Review",
         "RunAction",
@@ -295,7 +307,7 @@ def test_an_answer_that_must_be_awaited_is_awaited_once_the_log_can_be_written()
             value = Answer(Accept())
         else:
             value = world.respond(effect)
-    assert [type(e).__name__ for e in seen[4:6]] == ["Consult", "AwaitPerson"]
+    assert [type(e).__name__ for e in seen[5:7]] == ["Consult", "AwaitPerson"]
     assert Send.durable and RunAction.durable and not Consult.durable
 
 

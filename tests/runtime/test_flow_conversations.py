@@ -29,6 +29,7 @@ from dial_runtime.runtime.core import ConversationCore
 from dial_runtime.runtime.effects import (
     Answer,
     Consult,
+    ConsultRules,
     Effect,
     GetContext,
     LookUp,
@@ -113,6 +114,8 @@ class World:
             issue = orders.validate(effect.action, effect.payload)
             shown = issue is None and effect.preview
             return Reviewed(issue, orders.preview(effect.action, effect.payload) if shown else "")
+        if isinstance(effect, ConsultRules):  # no rules for whether to ask
+            return None
         if isinstance(effect, Consult):
             return Answer(self.decisions.pop(0))
         if isinstance(effect, RunAction):

@@ -140,6 +140,11 @@ SUGGESTION_PATHS: list[Step] = [
     ("proposed", "review", {"handoff": True, "read_only": True}, "cleared"),
     ("proposed", "review", {"read_only": True}, "cleared"),
     ("proposed", "review", {}, "pending"),
+    ("proposed", "review", {"rule_denied": True}, "dismissed"),
+    ("proposed", "review", {"rule_denied": True, "policy": True}, "dismissed"),  # a denial needs no approver
+    ("proposed", "review", {"rule_approved": True}, "cleared"),
+    ("proposed", "review", {"rule_approved": True, "policy": True}, "pending"),  # the policy's people decide
+    ("proposed", "review", {"policy": True}, "pending"),
     *(
         (pending, event, flags, target)
         for pending in PENDING

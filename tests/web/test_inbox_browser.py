@@ -9,7 +9,7 @@ import contextlib
 import itertools
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -97,14 +97,17 @@ def decide_all_left(page: Page) -> None:
         expect(page.locator(".dial-inbox-card")).to_have_count(0)
 
 
-def elsewhere(store_url: str, thread: str, act: Callable[[Conversation], Awaitable[object]]) -> None:
-    """``act(conversation)`` on ``thread``, through a store object of its own (as another process does)."""
+def elsewhere(
+    store_url: str, thread: str, act: Callable[[Conversation], Awaitable[object]], replies: Sequence[str] = (ACK,)
+) -> None:
+    """``act(conversation)`` on ``thread``, through a store object of its own (as another process does), its
+    agent replying ``replies``."""
 
     async def work() -> None:
         store = open_store(store_url)
         try:
             conversation = await Conversation.open(
-                store, thread, agent=Agent([ACK]), domain=DeskNotes(), human=scripted_human([])
+                store, thread, agent=Agent(replies), domain=DeskNotes(), human=scripted_human([])
             )
             await act(conversation)
         finally:
@@ -414,3 +417,27 @@ def test_a_countdown_runs_on_the_servers_clock_whatever_the_browsers_says(
         inbox.clock.install(time=time.time() + hours * 3600)
         inbox.goto(f"{base_url}/inbox")
         expect(card(inbox, thread).locator(".dial-due")).to_have_text(re.compile(r"^due in (9|10):\d\d$"))
+
+
+def test_what_a_rule_decided_and_why_a_person_is_asked_show_on_the_cards(
+    browser: Browser, base_url: str, store_url: str
+) -> None:
+    with person(browser, "ada") as context:
+        page = open_inbox(context, base_url)
+        decide_all_left(page)
+        ruled, asked = fresh("rule", 2)
+        # A note that tidies up runs without asking anyone; the agent acknowledges its outcome.
+        tidy = (note("tidy the desk"), ACK)
+        elsewhere(store_url, ruled, lambda conversation: conversation.say("tidy", by="carl"), replies=tidy)
+        propose(store_url, {asked: note("check the figures")})
+        why = "Why this needs approval: rule tidy-notes@1 asks a person"
+        expect(card(page, asked).locator(".dial-why")).to_have_text(why)
+        expect(card(page, ruled)).to_have_count(0)
+        panel = open_thread(context, base_url, ruled)
+        done = panel.locator('.dial-card[data-suggestion="sg-1"]')
+        expect(done).to_have_attribute("data-outcome", "done")
+        expect(done.locator(".dial-decided-by")).to_have_text("Approved by rule tidy-notes@1")
+        expect(done.locator(".dial-why")).to_be_hidden()
+        waiting = open_thread(context, base_url, asked).locator('.dial-card[data-suggestion="sg-1"]')
+        expect(waiting.locator(".dial-why")).to_have_text(why)
+        assert page.errors == panel.errors == []  # type: ignore[attr-defined]

@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from dial_runtime import ActionSpec, ApprovalPolicy, Conversation, open_store, scripted_human
+from dial_runtime.decisions.rules import Rule
+from dial_runtime.runtime.asking import DecisionPoint
 from dial_runtime.web import create_app, scripted_agents
 
 from ..fakes import Agent, envelope, suggest
@@ -27,14 +29,22 @@ from .test_web_links_race import stored
 ACK = envelope("<dial-acknowledge>Done.</dial-acknowledge>")
 
 
+def tidy_notes(point: DecisionPoint) -> str | None:
+    """A rule for whether to ask: notes that tidy up run without asking; notes that check something ask."""
+    text = str(point.payload.get("text", ""))
+    return "approve" if text.startswith("tidy") else "ask" if text.startswith("check") else None
+
+
 class DeskNotes(WebNotes):
-    """The notebook, whose notes are due within ten minutes and whose shares two reviewers approve."""
+    """The notebook, whose notes are due within ten minutes and whose shares two reviewers approve; a rule
+    approves the notes that tidy up and asks for those that check something."""
 
     actions: ClassVar[dict[str, ActionSpec]] = {
         **WebNotes.actions,
         "add-note": ActionSpec(mutates=True, deadline=600),
         "share-note": ActionSpec(mutates=True, policy=ApprovalPolicy(approvals=2, roles=frozenset({"reviewers"}))),
     }
+    approval_rules = (Rule(name="tidy-notes", version="1", action="add-note", decide=tidy_notes),)
 
 
 def note(text: str) -> str:

@@ -118,6 +118,7 @@ export function newCard(view) {
   const repeat = el("p", "dial-done-before");
   const approvals = el("p", "dial-approvals");
   const holding = el("p", "dial-holding");
+  const why = el("p", "dial-why");
   const due = el("time", "dial-due");
   due.hidden = true;
   const fields = el("dl", "dial-fields");
@@ -137,10 +138,10 @@ export function newCard(view) {
   returned.append(el("summary", "dial-result-summary", "What it returned"));
   const returnedText = el("pre", "dial-result");
   returned.append(returnedText);
-  root.append(head, preview, words, repeat, approvals, holding, due, fields, details, issue, actions, result, decider);
+  root.append(head, preview, words, repeat, approvals, holding, why, due, fields, details, issue, actions, result, decider);
   root.append(resultFields, returned);
   return {
-    id: view.id, root, action, mark, preview, words, repeat, approvals, holding, due, fields, details, payload,
+    id: view.id, root, action, mark, preview, words, repeat, approvals, holding, why, due, fields, details, payload,
     issue, actions, result, decider, resultFields, returned, returnedText,
   };
 }
@@ -158,8 +159,10 @@ const DOORS = {
 const DECIDED = { accept: "Accepted", dismiss: "Dismissed", edit: "Run edited" };
 
 // Who took the decision that ended a card, through which door and when ("Accepted by ana through the inbox at
-// 10:02"); empty when no person's decision ended it (a deadline, new words, a policy of the program's own).
+// 10:02"), or the rule that decided it without asking ("Approved by rule small-refunds@2"); empty when nothing
+// decided it (a deadline, new words).
 function deciderText(view) {
+  if (view.ruled_words) return view.ruled_words;
   const decided = DECIDED[view.decision];
   if (!decided || !view.decided_by) return "";
   const door = view.decided_via ? ` through ${DOORS[view.decided_via] || view.decided_via}` : "";
@@ -199,6 +202,8 @@ export function renderCard(card, view) {
   card.approvals.textContent = approvalsText(view);
   card.holding.textContent = ended ? "" : holdingText(view, Date.now() / 1000 + serverOffset);
   card.holding.hidden = !card.holding.textContent;
+  card.why.textContent = !ended && view.why_asked ? `Why this needs approval: ${view.why_asked}` : "";
+  card.why.hidden = !card.why.textContent;
   const counting = !ended && view.status !== "running" && typeof view.deadline === "number";
   card.due.hidden = !counting;
   if (counting) {

@@ -289,6 +289,7 @@ class DialInbox extends HTMLElement {
       details.append(el("summary", "dial-summary", "What would run"), el("pre", "dial-payload", card.payload_json));
       body.append(details);
     }
+    if (card.why_asked) body.append(el("p", "dial-why", `Why this needs approval: ${card.why_asked}`));
     if (card.issue) {
       const refused = el("p", "dial-issue", `Refused${card.issue.field ? ` (${card.issue.field})` : ""}: ${card.issue.hint || card.issue.code || "not valid"}`);
       if (card.edit_preview) refused.append(` The edit: “${card.edit_preview}”.`);
