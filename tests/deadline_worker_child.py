@@ -5,7 +5,8 @@ It runs :func:`dial_runtime.decisions.deadlines.run_worker` on the PostgreSQL st
 domain of ``tests.fakes``; an agent that fails the job if it is ever sent anything), prints ``ready <pid>`` once
 it fetches jobs and ``job <conversation id>`` as each job opens its conversation, and stops at SIGINT or SIGTERM.
 ``OPTIONS_JSON`` holds :class:`~dial_runtime.decisions.deadlines.PostgresDeadlines` options (``poll``,
-``heartbeat``, ...).
+``heartbeat``, ...), and ``premise_file``: the domain is then :class:`~tests.fakes.PremisedNotes`, whose notes
+hold while that file does not exist, and its agent acknowledges what it is told (a lapse tells it).
 ``MODE`` is ``fire``, or ``hang``: the first job stops forever before it opens its conversation (a worker to kill
 mid-job).
 """
@@ -23,7 +24,7 @@ from dial_runtime import Conversation
 from dial_runtime.decisions.deadlines import conversation_opener, run_worker
 from dial_runtime.stores import open_store
 
-from .fakes import Notes
+from .fakes import Notes, PremisedNotes
 
 
 class SilentAgent:
@@ -37,6 +38,13 @@ def no_agent(conversation_id: str, log: Sequence[Any]) -> SilentAgent:
     return SilentAgent()
 
 
+class AcknowledgingAgent:
+    """Acknowledges every outcome it is told."""
+
+    def send(self, message: str) -> str:
+        return "<dial><dial-acknowledge>ok</dial-acknowledge></dial>"
+
+
 def say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
@@ -44,7 +52,11 @@ def say(line: str) -> None:
 
 async def main(url: str, mode: str, options: dict[str, Any]) -> None:
     store = open_store(url)
-    opened = conversation_opener(store, agent=no_agent, domain=Notes())
+    premise = options.pop("premise_file", None)
+    if premise is None:
+        opened = conversation_opener(store, agent=no_agent, domain=Notes())
+    else:
+        opened = conversation_opener(store, agent=lambda *_: AcknowledgingAgent(), domain=PremisedNotes(premise))
     hung = False
 
     async def open_conversation(conversation_id: str) -> Conversation:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -120,6 +121,27 @@ class Notes:
 
     def context(self) -> str:
         return self._context
+
+
+class PremisedNotes(Notes):
+    """The notes domain whose notes rest on a premise: the notebook is open while ``closed_file`` does not exist
+    (a file, so that another process can close it); checked again every second while a note waits."""
+
+    actions: ClassVar[dict[str, Any]] = {
+        **Notes.actions,
+        "add-note": ActionSpec(mutates=True, precondition=True, recheck_every=1.0),
+    }
+
+    def __init__(self, closed_file: str) -> None:
+        super().__init__()
+        self.closed_file = Path(closed_file)
+
+    def precondition(self, action: str, payload: Any) -> Any:
+        return (
+            {"ok": False, "code": "closed", "hint": "The notebook was closed."}
+            if self.closed_file.exists()
+            else None
+        )
 
 
 class StreamingAgent(Agent):

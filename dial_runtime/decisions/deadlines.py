@@ -97,11 +97,13 @@ async def expire(
 
 
 async def waiting(store: StorePort) -> dict[str, list[tuple[str, float]]]:
-    """What waits in every conversation of ``store``: each one's ``(suggestion_id, deadline)``, soonest first
-    (conversations with none are left out), read from the stored logs without taking any lock; a log that does not
-    fold is logged and skipped. For a scheduler that starts empty (:class:`LocalDeadlines`), or to schedule logs
-    written before a scheduler was in place."""
+    """What waits in every conversation of ``store``: each one's ``(suggestion_id, time)``, the soonest time each
+    deferred suggestion has coming (a reminder, an escalation, its deadline, the next check of its premise),
+    soonest first (conversations with none are left out), read from the stored logs without taking any lock; a log
+    that does not fold is logged and skipped. For a scheduler that starts empty (:class:`LocalDeadlines`), or to
+    schedule logs written before a scheduler was in place."""
     found: dict[str, list[tuple[str, float]]] = {}
+    now = time.time()
     for conversation_id in await store.conversations():
         state = ConversationState()
         try:
@@ -111,9 +113,9 @@ async def waiting(store: StorePort) -> dict[str, list[tuple[str, float]]]:
                 "conversation %r does not fold (%s): its deadlines are not scheduled", conversation_id, error
             )
             continue
+        soonest = ((o.id, o.soonest(now)) for o in state.open_suggestions.values())
         deadlines = sorted(
-            ((o.id, o.deadline) for o in state.open_suggestions.values() if o.deferred and o.deadline is not None),
-            key=lambda pair: pair[1],
+            ((ident, when) for ident, when in soonest if when is not None), key=lambda pair: pair[1]
         )
         if deadlines:
             found[conversation_id] = deadlines
@@ -397,7 +399,9 @@ class PostgresDeadlines:
         )
 
     async def _fire(self, conversation_id: str, suggestion_id: str, deadline: float) -> None:
-        """The job: expire the conversation; when the suggestion still waits, wait for it or defer again."""
+        """The job: expire the conversation; when the suggestion still waits, defer a job for its next time (a
+        reminder fired, a premise checked and holding), or wait for this one when it is not due yet by this
+        machine's clock."""
         assert self._open is not None
         for _ in range(3):
             conversation = await expire(self._open, conversation_id, busy_for=self._busy_for)
@@ -405,7 +409,8 @@ class PostgresDeadlines:
             if left is None:
                 return  # expired now, or decided or expired before: nothing more to do
             wait = left - time.time()
-            if wait > self._skew:  # a reused conversation id, or a clock far off: fire at the log's deadline
+            # A later time of its own, a reused conversation id, or a clock far off: fire at the log's time.
+            if left > deadline or wait > self._skew:
                 await self.schedule(conversation_id, [(suggestion_id, left)])
                 return
             await anyio.sleep(max(wait, 0.0) + 0.01)

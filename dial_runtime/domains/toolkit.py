@@ -29,6 +29,7 @@ import msgspec
 from statemachine import StateMachine
 
 from ..runtime.asking import Rule, checked_rules
+from ..runtime.core import PRECONDITION_FAILED
 from ..runtime.flow import FlowRules
 from ..runtime.records import ActionError, ActionSpec, ApprovalPolicy, IdempotencyKey, Issue, as_issue
 from ..statemachines.compiled import Table, compile_machine
@@ -42,6 +43,9 @@ UNKNOWN_ACTION = "unknown-action"
 
 F = TypeVar("F", bound=Callable[..., Any])
 Preview = str | Callable[..., object] | None
+#: How often, in seconds, the premise of a card waiting for a decision is checked again (``recheck_every``).
+RECHECK_EVERY = 300.0
+
 # A value in a default preview is cut to this many characters.
 _PREVIEW_VALUE = 60
 
@@ -56,6 +60,7 @@ class ActionDefinition:
     payload: Payload
     preview: Preview
     check: Callable[..., object] | None
+    precondition: Callable[..., object] | None
     description: str
     example: Any
     key_parameter: str | None = None
@@ -272,6 +277,8 @@ class Domain:
         escalate_after: float | None = None,
         escalate_to: Iterable[str] = (),
         check: Callable[..., object] | None = None,
+        precondition: Callable[..., object] | None = None,
+        recheck_every: float | None = None,
         reconcile: Callable[..., Any] | None = None,
         schema: Mapping[str, Any] | None = None,
         example: Any = None,
@@ -296,6 +303,8 @@ class Domain:
         escalate_after: float | None = None,
         escalate_to: Iterable[str] = (),
         check: Callable[..., object] | None = None,
+        precondition: Callable[..., object] | None = None,
+        recheck_every: float | None = None,
         reconcile: Callable[..., Any] | None = None,
         schema: Mapping[str, Any] | None = None,
         example: Any = None,
@@ -320,6 +329,12 @@ class Domain:
           done already (the same payload) is not marked as done before.
         - ``check``: a domain rule beyond types, called with the function's arguments once they are valid;
           it returns ``None`` or an :class:`~dial_runtime.Issue` (``Issue(code="not-found", ...)``).
+        - ``precondition``: whether the premise of a proposal still holds in the world (the invoice is still
+          unpaid), called with the function's arguments when it is shown, before it runs, and every
+          ``recheck_every`` seconds (default 300) while it waits for a decision; it returns ``None`` (it holds),
+          an :class:`~dial_runtime.Issue`, or the reason in words. A card whose premise no longer holds ends
+          ``invalid`` with that reason (code ``precondition-failed`` unless the issue gives one), and the agent
+          is told.
         - ``reconcile``: says what became of a run a crash cut short, called as ``reconcile(key, **arguments)``
           (the run's idempotency key, then the function's arguments): it returns the result the run had, raises
           :class:`~dial_runtime.ActionError` for a run that failed, or ``LookupError`` when it cannot tell. It
@@ -356,8 +371,11 @@ class Domain:
                     remind_after=remind_after,
                     escalate_after=escalate_after,
                     escalate_to=frozenset(escalate_to),
+                    precondition=precondition is not None,
+                    recheck_every=(recheck_every or RECHECK_EVERY) if precondition is not None else recheck_every,
                 ),
                 check=check,
+                precondition=precondition,
                 reconcile=reconcile,
                 schema=schema,
                 example=example,
@@ -376,6 +394,7 @@ class Domain:
         preview: Preview,
         spec: ActionSpec,
         check: Callable[..., object] | None,
+        precondition: Callable[..., object] | None,
         reconcile: Callable[..., Any] | None,
         schema: Mapping[str, Any] | None,
         example: Any,
@@ -415,6 +434,7 @@ class Domain:
             payload=compiled.payload,
             preview=preview,
             check=check,
+            precondition=precondition,
             description=compiled.description,
             example=compiled.example,
             key_parameter=compiled.key_parameter,
@@ -541,6 +561,20 @@ class Domain:
         if definition.check is None:
             return None
         return as_issue(definition.check(**arguments))
+
+    def precondition(self, action: str, payload: Any) -> Issue | None:
+        """Why the premise of ``action`` with a valid ``payload`` no longer holds, as its ``precondition`` says
+        (see :meth:`action`); ``None`` while it holds, or for an action without one."""
+        definition = self._definitions.get(action)
+        if definition is None or definition.precondition is None:
+            return None
+        arguments = definition.payload.convert(payload)
+        if isinstance(arguments, Issue):
+            return None  # validate refuses it: a payload of the wrong shape has no premise to check
+        found = definition.precondition(**arguments)
+        if isinstance(found, str):
+            return Issue(code=PRECONDITION_FAILED, hint=found)
+        return as_issue(found)
 
     def preview(self, action: str, payload: Any) -> str:
         """What the person is shown for ``action`` with a valid ``payload`` (see :meth:`action`)."""

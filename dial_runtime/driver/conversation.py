@@ -32,6 +32,7 @@ from ..runtime.effects import (
     Answer,
     AwaitPerson,
     AwaitStream,
+    CheckPrecondition,
     Consult,
     ConsultRules,
     DeadlinePassed,
@@ -560,8 +561,9 @@ class Conversation:
 
     @property
     def deadlines(self) -> list[tuple[str, float]]:
-        """The suggestions waiting for a deferred decision that have a deadline (seconds since the epoch), with
-        it, soonest first: when a scheduler should call :meth:`expire_due`."""
+        """The suggestions waiting for a deferred decision that have a time coming (seconds since the epoch: a
+        reminder, an escalation, a deadline, the next check of a premise), each with its soonest, soonest first:
+        when a scheduler should call :meth:`expire_due`."""
         return self._core.deadlines()
 
     @contextlib.asynccontextmanager
@@ -939,6 +941,9 @@ class Conversation:
             return action
         return str(text) if text else action
 
+    def _check_precondition(self, effect: CheckPrecondition) -> Issue | None:
+        return premise_issue(self.domain, effect)
+
     def _consult_rules(self, effect: ConsultRules) -> RuleVerdict | None:
         return rule_on(self.domain, self.id, effect)
 
@@ -1029,6 +1034,20 @@ class Conversation:
         return Ran(result)
 
 
+def premise_issue(domain: object, asked: CheckPrecondition) -> Issue | None:
+    """Why the premise of the suggestion ``asked`` about no longer holds, as ``domain``'s ``precondition`` says
+    (``None``: it holds). A check that raises, or a domain with no ``precondition``, leaves it holding (the
+    action's ``validate`` still runs before it runs); the failure is logged for the operator."""
+    precondition = getattr(domain, "precondition", None)
+    if not callable(precondition):
+        return None
+    try:
+        return as_issue(precondition(asked.action, asked.payload))
+    except Exception:
+        logger.exception("domain.precondition raised for %r; taken as holding", asked.action)
+        return None
+
+
 def rule_on(domain: object, conversation_id: str | None, asked: ConsultRules) -> RuleVerdict | None:
     """What ``domain``'s ``approval_rules`` say of the suggestion a conversation's core ``asked`` about, about to
     wait for a person (:func:`~dial_runtime.runtime.asking.first_verdict`); ``None`` when it declares none, or no
@@ -1060,6 +1079,7 @@ _ANSWERS: dict[type[Effect], Callable[[Conversation, Any], Any]] = {
     Review: Conversation._review,
     Consult: Conversation._consult,
     ConsultRules: Conversation._consult_rules,
+    CheckPrecondition: Conversation._check_precondition,
 }
 """How the driver answers each immediate effect."""
 

@@ -26,18 +26,19 @@ from __future__ import annotations
 import difflib
 import json
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import msgspec
 
 from ..errors import ActionError, Interruption, NotWaiting, RecordedError
-from ..runtime.core import Call, ConversationCore, reason
+from ..runtime.core import ConversationCore, reason
 from ..runtime.effects import (
     Answer,
     AwaitPerson,
     AwaitStream,
+    CheckPrecondition,
     Consult,
     ConsultRules,
     Effect,
@@ -59,7 +60,7 @@ from ..runtime.effects import (
 )
 from ..runtime.events import Event, LogEntry
 from ..runtime.flow import FlowRules
-from ..runtime.records import ActionSpec, Defer, as_action_spec, as_issue
+from ..runtime.records import ActionSpec, Defer, TurnResult, as_action_spec, as_issue
 from ..runtime.upgrade import upgraded
 from ..views.answers import (
     Cancelled,
@@ -71,7 +72,7 @@ from ..views.answers import (
 )
 from ..views.calls import TurnNumbers, call_starts
 from ..views.person import not_waiting
-from .conversation import rule_on
+from .conversation import premise_issue, rule_on
 
 __all__ = ["NOT_RUN", "Divergence", "HandledReply", "NotRun", "ReplayReport", "handle_reply", "replay"]
 
@@ -258,7 +259,7 @@ class _Replayer:
         core = self.core
         try:
             if made.kind == "say":
-                call: Call | None = core.say(made.words, made.by, made.roles)
+                call: Generator[Effect, Any, TurnResult | None] | None = core.say(made.words, made.by, made.roles)
             elif made.kind == "decide":
                 assert made.decision is not None
                 call = core.decide(
@@ -295,7 +296,7 @@ class _Replayer:
             return reason(refused)
         return None if call is None else self._drive(call)
 
-    def _drive(self, call: Call) -> str | None:
+    def _drive(self, call: Generator[Effect, Any, TurnResult | None]) -> str | None:
         """Drive ``call`` to its end, answering each effect; what it raised, in the runtime's words."""
         value: Any = None
         error: BaseException | None = None
@@ -337,6 +338,10 @@ class _Replayer:
                 if self.recheck
                 else self.answers.ruled(effect.suggestion_id)
             )
+        if isinstance(effect, CheckPrecondition):
+            if self.recheck:
+                return premise_issue(self.domain, effect)
+            return self.answers.lapsed(effect.suggestion_id, self.position)
         if isinstance(effect, Consult):
             return self._consult(effect)
         if isinstance(effect, AwaitPerson):
@@ -625,6 +630,8 @@ class _Substituted(_Replayer):
             return self._review_again(effect)
         if isinstance(effect, ConsultRules):  # the domain's rules, asked now; none without a domain
             return rule_on(self.domain, self.conversation_id, effect)
+        if isinstance(effect, CheckPrecondition):  # the domain's premise, checked now; holding without a domain
+            return premise_issue(self.domain, effect)
         if isinstance(effect, Consult):
             return Answer(Defer())  # the card (or question) is shown and waits: the next proposal is handled
         if isinstance(effect, RunAction):

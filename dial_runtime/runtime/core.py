@@ -77,6 +77,7 @@ from .effects import (
     END_STREAM,
     GET_CONTEXT,
     AwaitPerson,
+    CheckPrecondition,
     Consult,
     ConsultRules,
     DeadlinePassed,
@@ -193,6 +194,9 @@ PROCESS_STOPPED = "the process stopped"
 
 #: The code of a dismissal of a suggestion the conversation had done already.
 ALREADY_DONE = "already-done"
+
+#: The code of a suggestion whose premise the domain found no longer holds, when the domain gives none.
+PRECONDITION_FAILED = "precondition-failed"
 
 #: The code of a suggestion one of the application's rules for whether to ask denied (its reason is the hint).
 DENIED_BY_RULE = "denied-by-rule"
@@ -674,24 +678,54 @@ class ConversationCore:
                 until=opened.claimed_until if holder is not None else None,
             )
 
-    def expire_due(self) -> Call | None:
-        """Fire what is due of the deferred suggestions' times: remind the deciders of one whose reminder time
-        came (``reminded``), escalate one whose escalation time came (``escalated``), and end one whose deadline
-        passed (``dismissed``, ``expired``); then carry on as a decision would (the agent is told with the next
-        message, or at once when a turn follows anyway). ``None`` when nothing is due. Whichever comes first, the
-        deadline or a decision, ends the suggestion, once."""
+    def expire_due(self) -> Generator[Effect, Any, TurnResult | None] | None:
+        """Fire what is due of the deferred suggestions' times: end one whose premise the domain no longer finds
+        holding, checked again once its ``recheck_every`` came (``invalid``), remind the deciders of one whose
+        reminder time came (``reminded``), escalate one whose escalation time came (``escalated``), and end one
+        whose deadline passed (``dismissed``, ``expired``); then carry on as a decision would (the agent is told
+        with the next message, or at once when a turn follows anyway, as it does for an ``invalid`` one).
+        ``None`` when nothing is due. Whichever comes first, the deadline or a decision, ends the suggestion,
+        once. The premises are checked before anything is recorded: one that holds leaves no trace, and the call
+        then returns ``None`` when nothing else was due."""
         state = self.state
         if not state.open_suggestions or "resume" not in TURN_LOOP.allowed(state.loop):
             return None
         now = self.clock()
         due = [opened for opened in state.open_suggestions.values() if opened.due(now)]
+        checking = [
+            opened
+            for opened in state.open_suggestions.values()
+            if opened.check_due(now) and not opened.expired_at(now)
+        ]
+        if checking:
+            return self._checking(due, checking, now)
         if not due:
             return None
         self.record(ResumedEvent(call="expire"))
-        return self._drive("", self._firing(due, now))
+        return self._drive("", self._firing(due, (), now))
 
-    def _firing(self, due: Sequence[OpenSuggestion], now: float) -> Generator[Effect, Any, None]:
+    def _checking(
+        self, due: Sequence[OpenSuggestion], checking: Sequence[OpenSuggestion], now: float
+    ) -> Generator[Effect, Any, TurnResult | None]:
+        """Check the premises of ``checking``, then fire what lapsed and what is ``due``, if anything."""
+        lapsed = []
+        for opened in checking:
+            issue = yield self._check(opened)
+            if issue is not None:
+                lapsed.append((opened, issue))
+        if not due and not lapsed:
+            return None
+        self.record(ResumedEvent(call="expire"))
+        return (yield from self._drive("", self._firing(due, lapsed, now)))
+
+    def _firing(
+        self, due: Sequence[OpenSuggestion], lapsed: Sequence[tuple[OpenSuggestion, Issue]], now: float
+    ) -> Generator[Effect, Any, None]:
+        for opened, issue in lapsed:  # first: the replay finds a check's answer right after the call began
+            self._lapse(opened, issue)
         for opened in due:
+            if opened.id not in self.state.open_suggestions:  # it lapsed
+                continue
             if opened.expired_at(now):
                 self._expire(opened)
                 continue
@@ -703,13 +737,14 @@ class ConversationCore:
         yield  # makes this a generator that yields nothing
 
     def deadlines(self) -> list[tuple[str, float]]:
-        """The times the deferred suggestions have coming (a reminder, an escalation, a deadline), each
-        suggestion's soonest, soonest first: when :meth:`expire_due` has something to do."""
+        """The times the deferred suggestions have coming (a reminder, an escalation, a deadline, the next check
+        of a premise), each suggestion's soonest, soonest first: when :meth:`expire_due` has something to do."""
+        now = self.clock()
         soonest = []
         for opened in self.state.open_suggestions.values():
-            times = [t for t in (opened.remind_at, opened.escalate_at, opened.deadline) if t is not None]
-            if opened.deferred and times:
-                soonest.append((opened.id, min(times)))
+            when = opened.soonest(now)
+            if when is not None:
+                soonest.append((opened.id, when))
         return sorted(soonest, key=lambda pair: pair[1])
 
     def resume(self) -> Call | None:
@@ -1219,6 +1254,8 @@ class ConversationCore:
                 action=opened.action, payload=opened.payload, suggestion_id=opened.id
             )
             issue, preview = reviewed.issue, reviewed.preview
+            if issue is None and spec.precondition:  # a premise that fails already: never shown
+                issue = yield self._check(opened)
         if issue is not None:
             self._finish(opened, "reject", code=issue.code, field=issue.field, hint=issue.hint)
             return after
@@ -1258,6 +1295,8 @@ class ConversationCore:
         )
         if ruled is not None:  # apart, as _timed's times are: most suggestions are ruled on by no rule
             shown = msgspec.structs.replace(shown, ruled=ruled)
+        if waits and spec.precondition:
+            shown = msgspec.structs.replace(shown, precondition=True, recheck_every=spec.recheck_every)
         if waits and (ruled is None or state.shown_waits(shown)):
             seconds = spec.deadline if spec.deadline is not None else self.decide_timeout
             if seconds is not None or spec.remind_after is not None or spec.escalate_after is not None:
@@ -1433,6 +1472,11 @@ class ConversationCore:
                 ApprovalWaitingEvent(suggestion_id=opened.id, approvers=opened.approvers, needed=policy.approvals)
             )
             return
+        if opened.precondition:  # the premise it was shown on must hold still, or it lapses
+            lapsed = yield self._check(opened)
+            if lapsed is not None:
+                self._lapse(opened, lapsed)
+                return
         edited = opened.edited
         # The flow may have moved since the suggestion was made.
         refusal = None if self.flow is None else self._flow_refusal(opened.action)
@@ -1463,6 +1507,14 @@ class ConversationCore:
         and ``via``: whose decision came too late, and through which surface; ``at``: when it came)."""
         self.record(DecidedEvent(suggestion_id=opened.id, decision="expire", by=by, via=via), at)
         self._finish(opened, None, expired=True)
+
+    def _check(self, opened: OpenSuggestion) -> CheckPrecondition:
+        """Ask the domain whether the premise of ``opened`` holds."""
+        return CheckPrecondition(suggestion_id=opened.id, action=opened.action, payload=opened.payload)
+
+    def _lapse(self, opened: OpenSuggestion, issue: Issue) -> None:
+        """End a waiting suggestion whose premise no longer holds: ``invalid``, with the domain's reason."""
+        self._finish(opened, "lapse", code=issue.code or PRECONDITION_FAILED, field=issue.field, hint=issue.hint)
 
     def _refuse_payload(self, opened: OpenSuggestion, issue: Issue, preview: str | None) -> None:
         """Refuse the payload the person decided on (``preview``: of a refused edit, ``None`` when the flow or

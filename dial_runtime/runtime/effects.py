@@ -115,6 +115,18 @@ class ConsultRules(Effect, frozen=True, kw_only=True):
     facts: Mapping[str, Any]
 
 
+class CheckPrecondition(Effect, frozen=True, kw_only=True):
+    """Ask the domain whether the premise of suggestion ``suggestion_id`` (``action`` with ``payload``) still holds
+    (its ``precondition``); input: ``None`` when it does, else the :class:`~dial_runtime.runtime.records.Issue`
+    saying why not."""
+
+    immediate: ClassVar[bool] = True
+
+    suggestion_id: str
+    action: str
+    payload: Any
+
+
 class Consult(Effect, frozen=True, kw_only=True):
     """Put a suggestion (``decide``) or an ask (``answer``) to the person.
 
@@ -255,6 +267,7 @@ __all__ = [
     "Answer",
     "AwaitPerson",
     "AwaitStream",
+    "CheckPrecondition",
     "Consult",
     "ConsultRules",
     "DeadlinePassed",

@@ -182,6 +182,8 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
     the same. ``ruled`` is what the application's rules for whether to ask said of it, when a rule had an opinion:
     ``approve`` runs it without asking (unless a ``policy`` names who must approve it), ``deny`` ends it
     ``dismissed`` with the rule's reason, ``ask`` (or a rule that failed) puts it to the person.
+    ``precondition`` says the domain checks its premise while it waits (before it runs, and every
+    ``recheck_every`` seconds it is deferred): as the domain declared the action, so a replay checks the same.
     """
 
     type: ClassVar[str] = "suggestion"
@@ -205,6 +207,8 @@ class SuggestionEvent(_Logged, frozen=True, kw_only=True, tag="suggestion", omit
     remind_after: float | None = None
     escalate_after: float | None = None
     ruled: RuleVerdict | None = None
+    precondition: bool = False
+    recheck_every: float | None = None
 
 
 class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outcome", omit_defaults=True):
@@ -213,8 +217,9 @@ class OutcomeEvent(_Logged, OutcomeFields, frozen=True, kw_only=True, tag="outco
     :attr:`outcome` gives the record."""
 
     type: ClassVar[str] = "outcome"
-    # The event of the suggestion's machine that ended it with this outcome; None when an earlier entry ended it
-    # (a dismissal, an expiry, the third refusal), and in logs written before the trigger was recorded.
+    # The event of the suggestion's machine that ended it with this outcome (``lapse``: its premise no longer
+    # held); None when an earlier entry ended it (a dismissal, an expiry, the third refusal), and in logs written
+    # before the trigger was recorded.
     trigger: OutcomeTrigger | None = None
 
     @property

@@ -72,7 +72,9 @@ class ActionSpec(msgspec.Struct, frozen=True, kw_only=True):
     conversation's ``decide_timeout``); ``policy`` says who must approve it (``None``: one decision of anyone
     who may decide); ``remind_after`` seconds undecided, the deciders are reminded, and ``escalate_after``
     seconds undecided, it escalates to the deciders holding ``escalate_to`` (roles), who may then approve it
-    too."""
+    too. With ``precondition``, the domain's ``precondition(action, payload)`` says whether the premise of a
+    suggestion still holds: when it is shown, before it runs, and every ``recheck_every`` seconds while it waits
+    (``None``: only then); one that no longer holds ends ``invalid`` with the domain's reason."""
 
     mutates: bool
     destructive: bool = False
@@ -83,14 +85,18 @@ class ActionSpec(msgspec.Struct, frozen=True, kw_only=True):
     remind_after: float | None = None
     escalate_after: float | None = None
     escalate_to: frozenset[str] = frozenset()
+    precondition: bool = False
+    recheck_every: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("deadline", "remind_after", "escalate_after"):
+        for name in ("deadline", "remind_after", "escalate_after", "recheck_every"):
             seconds = getattr(self, name)
             if seconds is not None and not 0 < seconds < float("inf"):
                 raise ValueError(f"ActionSpec: a {name} is a positive number of seconds, not {seconds!r}")
         if self.escalate_after is not None and not self.escalate_to:
             raise ValueError("ActionSpec: escalate_after needs escalate_to, the roles it escalates to")
+        if self.recheck_every is not None and not self.precondition:
+            raise ValueError("ActionSpec: recheck_every needs a precondition to check again")
 
 
 def payload_digest(action: str, payload: Any) -> str:
@@ -261,5 +267,7 @@ def as_action_spec(value: object) -> ActionSpec:
             remind_after=_seconds(value.get("remind_after")),
             escalate_after=_seconds(value.get("escalate_after")),
             escalate_to=frozenset(value.get("escalate_to", ())),
+            precondition=bool(value.get("precondition", False)),
+            recheck_every=_seconds(value.get("recheck_every")),
         )
     raise TypeError(f"Conversation: an action must be an ActionSpec or {{'mutates': ...}} — got {value!r}")

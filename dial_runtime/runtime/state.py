@@ -202,6 +202,8 @@ class OpenSuggestion(msgspec.Struct):
     deadline: float | None = None  # when the person's time to decide ends (``SuggestionEvent.deadline``)
     policy: ApprovalPolicy | None = None  # who must approve it (``SuggestionEvent.policy``)
     ruled: RuleVerdict | None = None  # what the rules for whether to ask said of it (``SuggestionEvent.ruled``)
+    precondition: bool = False  # the domain checks its premise while it waits (``SuggestionEvent``)
+    recheck_every: float | None = None  # how often, while it is deferred
     asked_by: str | None = None  # whose words asked for it, when the policy separates them from its approvers
     approvers: tuple[str, ...] = ()  # who approved the payload waiting, in order
     remind_at: float | None = None  # when its deciders are reminded, until they are (``SuggestionEvent``)
@@ -271,6 +273,25 @@ class OpenSuggestion(msgspec.Struct):
     def due(self, now: float) -> bool:
         """Whether a deferred suggestion has something due at ``now``: a reminder, an escalation or its expiry."""
         return self.deferred and (self.expired_at(now) or self.reminder_due(now) or self.escalation_due(now))
+
+    def check_due(self, now: float) -> bool:
+        """Whether its premise is due to be checked again at ``now``: deferred, and waiting a whole
+        ``recheck_every`` or more (a check that finds it holding leaves no trace, so from then on every call
+        checks it)."""
+        every = self.recheck_every
+        return self.deferred and every is not None and now >= self.waiting_since + every
+
+    def soonest(self, now: float) -> float | None:
+        """The soonest time a deferred suggestion has coming after ``now`` (a reminder, an escalation, its
+        deadline, the next check of its premise), or ``None``: when something is due for it."""
+        if not self.deferred:
+            return None
+        times = [t for t in (self.remind_at, self.escalate_at, self.deadline) if t is not None]
+        every = self.recheck_every
+        if every is not None:
+            since = self.waiting_since
+            times.append(since + every * (max(0.0, (now - since)) // every + 1))
+        return min(times) if times else None
 
     def ends_with(self, trigger: OutcomeTrigger | None) -> OutcomeStatus:
         """The status of the outcome ``trigger`` ends it with (``None``: an earlier entry ended it already)."""
@@ -676,6 +697,8 @@ class ConversationState:
             before not in RUNNING or event.trigger == "interrupt" or event.code == "interrupted"
         ):
             raise _Refusal(f"suggestion {event.id!r}: only a run the domain can tell of ends reconciled")
+        if event.trigger == "lapse" and not opened.precondition:
+            raise _Refusal(f"suggestion {event.id!r} lapses, but the domain checks no premise of it")
         trigger = event.trigger
         if trigger is None and before not in SUGGESTION.finals:
             trigger = _recorded_before_triggers(before, event, self.instead)
@@ -802,6 +825,14 @@ class ConversationState:
         target = self._reviewed(opened, event)
         if event.done_before is not None:
             self._check_done_before(event)
+        if event.precondition and (not event.mutates or event.handoff):
+            raise _Refusal(
+                f"suggestion {event.id!r} runs without asking: no premise of it is checked while it waits"
+            )
+        if event.recheck_every is not None and not event.precondition:
+            raise _Refusal(
+                f"suggestion {event.id!r} is checked again every {event.recheck_every} s, but has no premise"
+            )
         opened.state = target
         opened.preview = opened.shown_preview = event.preview
         opened.destructive = event.destructive
@@ -811,6 +842,8 @@ class ConversationState:
         opened.deadline = event.deadline
         opened.policy = event.policy
         opened.ruled = event.ruled
+        opened.precondition = event.precondition
+        opened.recheck_every = event.recheck_every
         opened.asked_by = event.asked_by
         opened.remind_at = event.remind_at
         opened.escalate_at = event.escalate_at

@@ -20,6 +20,8 @@
 # - While a deferred suggestion waits, its deciders are reminded once its reminder time has come
 #   (`reminder_due`), and it escalates once its escalation time has come (`escalation_due`): each happens once,
 #   and neither moves it on.
+# - A suggestion whose action has a precondition ends `invalid` once the domain says its premise no longer holds
+#   while it waits (`lapse`): checked before it runs, and on a schedule while it is deferred.
 # - A suggestion that would do again what the last suggestion done with the same action and payload did is
 #   marked as done before, unless its action is repeatable; dismissed, its outcome says so (`already-done`).
 # - When the person says something else, a suggestion still waiting for them ends `superseded`.
@@ -85,6 +87,7 @@ class SuggestionLifecycle(StateMachine):
     supersede = superseded.from_(pending, pending_refused_once, pending_refused_twice)
     dismiss = dismissed.from_(pending, pending_refused_once, pending_refused_twice)
     expire = dismissed.from_(pending, pending_refused_once, pending_refused_twice)
+    lapse = invalid.from_(pending, pending_refused_once, pending_refused_twice)
     start = (
         running.from_(pending, pending_refused_once, pending_refused_twice, cond="accepted")
         | cleared.to(handing_off, cond="handoff")
@@ -161,7 +164,7 @@ SUCCEEDED: dict[str, OutcomeStatus] = {
 NEEDS_REPLY = frozenset({"done", "failed", "invalid"})
 """The outcome statuses that make a turn follow at once."""
 
-OutcomeTrigger = Literal["reject", "overtake", "succeed", "fail", "interrupt", "supersede"]
+OutcomeTrigger = Literal["reject", "overtake", "succeed", "fail", "interrupt", "supersede", "lapse"]
 """The events of the machine that end a suggestion with its outcome, as the log's ``outcome`` records them (the
 others end it before its outcome: a dismissal, an expiry, the third refusal)."""
 

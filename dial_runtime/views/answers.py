@@ -280,11 +280,27 @@ class RecordedAnswers:
                 remind_after=shown.remind_after,
                 escalate_after=shown.escalate_after,
                 escalate_to=frozenset(shown.escalate_to),
+                precondition=shown.precondition,
+                recheck_every=shown.recheck_every,
             )
         ended = self.about(suggestion_id, OutcomeEvent)
         if isinstance(ended, OutcomeEvent) and ended.code == "unknown-action":
             return None
         return ActionSpec(mutates=True)  # never shown: its review ended it, and nothing more of the spec mattered
+
+    def lapsed(self, suggestion_id: str, position: int) -> Issue | None:
+        """Whether the domain found the premise of ``suggestion_id`` no longer holding when it was checked at
+        ``position``: its outcome ``lapse`` is what the recording holds there (after the call's start, and the
+        lapses of the others checked with it), with the domain's reason; ``None`` (it held: a check that holds
+        leaves no trace) otherwise."""
+        for event in self.events[position : self.call_end]:
+            if isinstance(event, ResumedEvent):
+                continue
+            if not isinstance(event, OutcomeEvent) or event.trigger != "lapse":
+                return None
+            if event.id == suggestion_id:
+                return Issue(code=event.code, field=event.field, hint=event.hint)
+        return None
 
     def ruled(self, suggestion_id: str) -> RuleVerdict | None:
         """What the application's rules said of ``suggestion_id``, as the suggestion it showed records it

@@ -33,7 +33,7 @@ from dial_runtime.stores import PostgresStore
 from dial_runtime.stores.jsonl import check_log
 
 from ..children import Worker
-from ..fakes import Agent, Notes, envelope, suggest
+from ..fakes import Agent, Notes, PremisedNotes, envelope, suggest
 
 pytestmark = pytest.mark.anyio
 
@@ -230,3 +230,39 @@ async def test_a_decision_in_time_makes_the_job_a_no_op(pg_schema_url: str, tmp_
         await fired.expect("job c-1", within=10 + LATE)
         await no_job_left(pg_schema_url, within=10)  # the job ends (and is deleted) without writing anything
     assert await read(pg_schema_url, "c-1") == decided
+
+
+async def test_a_worker_checks_a_waiting_premise_on_schedule_and_ends_the_card_once_it_broke(
+    pg_schema_url: str, tmp_path: Path
+) -> None:
+    closed = tmp_path / "closed"
+    async with worker(pg_schema_url, tmp_path, "w1", premise_file=str(closed)):
+        store = PostgresStore(pg_schema_url)
+        try:
+            conversation = await Conversation.open(
+                store,
+                "p-1",
+                agent=Agent([PROPOSE]),
+                domain=PremisedNotes(str(closed)),
+                human=scripted_human(["defer"]),
+            )
+            assert (await conversation.say("add milk")).status == "awaiting"
+            waits = conversation.deadlines
+        finally:
+            await store.aclose()
+        logged = len(await read(pg_schema_url, "p-1"))
+        async with PostgresDeadlines(pg_schema_url) as scheduler:
+            await scheduler.schedule("p-1", waits)
+        await anyio.sleep(2.5)  # two checks came, and the premise held: nothing is logged
+        assert len(await read(pg_schema_url, "p-1")) == logged
+        closed.touch()
+        with anyio.fail_after(5 + LATE):
+            while True:
+                log = await read(pg_schema_url, "p-1")
+                outcomes = [e.event for e in log if isinstance(e.event, OutcomeEvent)]
+                if outcomes:
+                    break
+                await anyio.sleep(0.05)
+        check_log(log)
+        (ended,) = outcomes
+        assert (ended.status, ended.code, ended.trigger) == ("invalid", "closed", "lapse")

@@ -145,6 +145,9 @@ SUGGESTION_PATHS: list[Step] = [
     ("proposed", "review", {"rule_approved": True}, "cleared"),
     ("proposed", "review", {"rule_approved": True, "policy": True}, "pending"),  # the policy's people decide
     ("proposed", "review", {"policy": True}, "pending"),
+    ("pending", "lapse", {}, "invalid"),
+    ("pending_refused_once", "lapse", {}, "invalid"),
+    ("pending_refused_twice", "lapse", {}, "invalid"),
     *(
         (pending, event, flags, target)
         for pending in PENDING
@@ -297,7 +300,17 @@ ALLOWED = {
     SUGGESTION.name: {
         "proposed": {"reject", "overtake", "review", "interrupt"},
         **{
-            pending: {"supersede", "dismiss", "expire", "start", "refuse", "remind", "escalate", "interrupt"}
+            pending: {
+                "supersede",
+                "dismiss",
+                "expire",
+                "lapse",
+                "start",
+                "refuse",
+                "remind",
+                "escalate",
+                "interrupt",
+            }
             for pending in PENDING
         },
         "cleared": {"start", "interrupt"},
@@ -568,7 +581,14 @@ def test_the_derived_sets_follow_the_tables() -> None:
 
 
 def test_reachable_sources_and_targets() -> None:
-    following = {"pending", "superseded", "dismissed", "running", "pending_refused_once"}  # pending: a reminder
+    following = {
+        "pending",
+        "superseded",
+        "dismissed",
+        "running",
+        "pending_refused_once",
+        "invalid",
+    }  # pending: a reminder
     assert SUGGESTION.reachable("pending") == following
     assert SUGGESTION.sources("succeed") == {"running", "handing_off"}
     assert LIFE.targets("end") == {"ending", "ended"}
