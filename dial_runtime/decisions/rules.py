@@ -1,23 +1,20 @@
-"""Rules for whether to ask a person at all, and trying them against what people really decided.
+"""Rules for whether to ask a person at all, tried against what people really decided before they ship.
 
-A rule is a plain Python function of a :class:`~dial_runtime.views.points.DecisionPoint` (the action, the payload
-proposed, whose words asked for it, the conversation's facts), named and versioned by a :class:`Rule`. It answers
-``"approve"``, :class:`Deny` (with the reason the agent is told), ``"ask"``, or ``None`` when it has no opinion.
-Rules are Python, not data in a language of their own: a condition on a payload, a principal and a
-conversation's facts is already a Python expression, which an application tests, types and reviews as the rest of
-its code, and a rule language would grow into a second, weaker Python.
+A rule is a plain Python function of a :class:`~dial_runtime.runtime.asking.DecisionPoint` (the action, the
+payload proposed, whose words asked for it, the conversation's facts), named and versioned by a :class:`Rule`. It
+answers ``"approve"``, :class:`Deny` (with the reason the agent is told), ``"ask"``, or ``None`` when it has no
+opinion; :func:`first_verdict` applies a list of them as a domain declares them (``approval_rules``). These
+records live in :mod:`dial_runtime.runtime.asking`, where the runtime applies them to live cards, and are exported
+here too.
 
-:func:`first_verdict` applies a list of rules as an application declares them: the first rule for the point's
-action that has an opinion decides; a rule that raises, answers something else, or no rule at all means ask.
 :func:`try_rules` runs a list of rules over recorded decision points (``dial-runtime eval rules``): what they would
 have approved automatically that people dismissed, what they would have denied that people accepted, and what
-raised. Nothing is run.
+raised. Nothing is run. :func:`load_rules` reads them from a Python file that declares ``RULES``.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import logging
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -26,8 +23,6 @@ import msgspec
 
 from ..runtime.asking import Deny, Rule, RuleVerdict, checked_rules, first_verdict
 from ..views.points import DecisionPoint
-
-logger = logging.getLogger("dial_runtime")
 
 __all__ = [
     "Deny",
