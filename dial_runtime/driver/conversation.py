@@ -553,10 +553,11 @@ class Conversation:
         return await self._hold(self._core.resume)
 
     async def expire_due(self) -> TurnResult:
-        """End now every deferred suggestion whose deadline has passed (``dismissed``, ``expired``), as every call
-        (and :meth:`open`) does first; for a scheduler that fires deadlines with nobody watching. Returns that
-        call's result (its outcomes the expired ones; ``awaiting`` while others still wait), or ``idle`` with no
-        turn when none is due."""
+        """Fire now what is due of the deferred suggestions' times, as every call (and :meth:`open`) does first:
+        end those whose deadline has passed (``dismissed``, ``expired``) and those whose premise the domain no
+        longer finds holding (``invalid``), remind, escalate; for a scheduler that fires deadlines with nobody
+        watching. Returns that call's result (its outcomes the ended ones; ``awaiting`` while others still wait),
+        or ``idle`` with no turn when nothing is due."""
         return await self._hold(lambda: None)
 
     @property
