@@ -157,13 +157,18 @@ async def test_a_call_after_a_check_came_due_checks_first(store: StorePort) -> N
 async def test_a_premise_check_that_raises_leaves_the_card_waiting(store: StorePort) -> None:
     clock, books, agent = Clock(), Books(), Agent([PAY, ACK])
     conversation = await paying(store, clock, books, agent)
+    asked: list[str] = []
 
     def broken(action: str, payload: Any) -> Any:
+        asked.append(action)
         raise RuntimeError("the ledger is down")
 
     books.domain.precondition = broken  # type: ignore[method-assign]
+    logged = len(await store.read("b"))
     clock.now += EVERY + 1
     assert (await conversation.expire_due()).status == "idle"
+    assert asked == ["pay-invoice"]  # the check was made, and its failure taken as holding
+    assert len(await store.read("b")) == logged
     assert [card.id for card in conversation.pending] == ["sg-1"]
 
 
